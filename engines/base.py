@@ -1,0 +1,119 @@
+"""The engine protocol: the one interface every synthesis backend implements.
+
+An engine is *text-blind*: it knows nothing of books, sentences or phonemes as
+symbols. It receives a padded batch of phoneme ids with their true lengths and
+the synthesis scales, and returns padded 16-bit PCM with each item's true
+sample count. It does not know about files, queues, retries or chapters.
+
+Backends are selected by a string (``onnx``, ``torch``, ``tensorrt``) through
+:func:`engines.load_engine`, which imports them lazily so a CPU node never
+imports CUDA or TensorRT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+#: Piper's conversion of float audio in [-1, 1] to int16.
+MAX_WAV_VALUE = 32767.0
+
+
+@dataclass(frozen=True)
+class Scales:
+    """The three VITS synthesis scales (Piper's ``scales`` input, in that order)."""
+
+    noise_scale: float
+    """Scale of the prior noise (voice variability); 0 makes the flow deterministic."""
+    length_scale: float
+    """Speaking-rate factor: > 1 is slower."""
+    noise_w: float
+    """Scale of the duration-predictor noise; 0 makes durations deterministic."""
+
+    def as_array(self) -> np.ndarray:
+        return np.array([self.noise_scale, self.length_scale, self.noise_w], dtype=np.float32)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Scales":
+        return cls(float(d["noise_scale"]), float(d["length_scale"]), float(d["noise_w"]))
+
+
+@dataclass
+class SynthesisBatch:
+    """A padded batch of phoneme-id sequences."""
+
+    phoneme_ids: np.ndarray
+    """int64 [B, T], right-padded with 0 (Piper's pad id)."""
+    lengths: np.ndarray
+    """int64 [B], true length of each row."""
+    scales: Scales
+    """Synthesis scales for every item of the batch."""
+    seed: int | None = None
+    """Seed for the noise, where the backend can take one (ONNX Runtime cannot)."""
+
+    def __post_init__(self) -> None:
+        self.phoneme_ids = np.asarray(self.phoneme_ids, dtype=np.int64)
+        self.lengths = np.asarray(self.lengths, dtype=np.int64)
+        if self.phoneme_ids.ndim != 2 or self.lengths.shape != (self.phoneme_ids.shape[0],):
+            raise ValueError(
+                f"phoneme_ids must be [B, T] and lengths [B], got {self.phoneme_ids.shape} and {self.lengths.shape}"
+            )
+
+    @classmethod
+    def from_sequences(cls, seqs: list[list[int]], scales: Scales, seed: int | None = None) -> "SynthesisBatch":
+        lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+        ids = np.zeros((len(seqs), int(lengths.max(initial=1))), dtype=np.int64)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = s
+        return cls(ids, lengths, scales, seed)
+
+    def __len__(self) -> int:
+        return int(self.phoneme_ids.shape[0])
+
+
+@dataclass
+class SynthesisResult:
+    """Padded int16 PCM and the exact sample count of each item."""
+
+    audio: np.ndarray
+    """int16 [B, S]; samples past ``sample_lengths[i]`` are padding."""
+    sample_lengths: np.ndarray
+    """int64 [B]: item i is ``audio[i, :sample_lengths[i]]``."""
+    infer_ms: float = 0.0
+    """Wall time the engine spent on the batch, in milliseconds."""
+
+    def item(self, i: int) -> np.ndarray:
+        return self.audio[i, : int(self.sample_lengths[i])]
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine serves, for logs and the manifest."""
+
+    name: str
+    precision: str
+    device: str
+    sample_rate: int
+    max_batch: int
+    extra: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A synthesis backend: one method, plus a description of itself."""
+
+    info: EngineInfo
+
+    def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
+        """Synthesize every item of ``batch``; raise only :class:`jobs.errors.EngineError` subclasses."""
+        ...
+
+
+def float_to_int16(audio: np.ndarray) -> np.ndarray:
+    """Piper's float -> int16 conversion (scale by 32767, clip)."""
+    return np.clip(audio * MAX_WAV_VALUE, -MAX_WAV_VALUE, MAX_WAV_VALUE).astype(np.int16)

