@@ -1,0 +1,56 @@
+"""A tiny deterministic engine for fast unit tests of planning, batching and writing.
+
+It does not speak: each phoneme id becomes ``frames_per_phoneme`` frames of a
+tone whose pitch depends on the id, so outputs are deterministic, depend on the
+input, and have exactly known lengths. It can be told to fail, to exercise the
+error paths of the runners.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
+from jobs.errors import DeterministicEngineError, EngineOutOfMemory
+
+
+class FakeEngine:
+    """Deterministic tones with exact lengths; knows nothing of text.
+
+    ``fail_on_id``: raise :class:`DeterministicEngineError` for a batch containing this phoneme id.
+    ``oom_over``: raise :class:`EngineOutOfMemory` for batches larger than this.
+    ``delay_s``: sleep this long per batch (env ``BOOKTTS_FAKE_DELAY_S`` also sets it), to let tests kill workers mid-batch.
+    """
+
+    def __init__(self, sample_rate: int = 22050, hop_length: int = 256, frames_per_phoneme: int = 2,
+                 max_batch: int = 64, fail_on_id: int | None = None, oom_over: int | None = None,
+                 delay_s: float | None = None) -> None:
+        self.hop_length = hop_length
+        self.frames_per_phoneme = frames_per_phoneme
+        self.fail_on_id = fail_on_id
+        self.oom_over = oom_over
+        self.delay_s = float(os.environ.get("BOOKTTS_FAKE_DELAY_S", "0")) if delay_s is None else delay_s
+        self.info = EngineInfo("fake", "fp32", "cpu", sample_rate, max_batch)
+
+    def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
+        t0 = time.perf_counter()
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.oom_over is not None and len(batch) > self.oom_over:
+            raise EngineOutOfMemory(f"fake engine: batch of {len(batch)} exceeds {self.oom_over}")
+        if self.fail_on_id is not None and bool((batch.phoneme_ids == self.fail_on_id).any()):
+            raise DeterministicEngineError(f"fake engine: phoneme id {self.fail_on_id} is refused")
+        lengths = batch.lengths * self.frames_per_phoneme * self.hop_length * batch.scales.length_scale
+        lengths = np.maximum(lengths.astype(np.int64), self.hop_length)
+        audio = np.zeros((len(batch), int(lengths.max(initial=1))), dtype=np.int16)
+        sr = self.info.sample_rate
+        for i in range(len(batch)):
+            n = int(lengths[i])
+            ids = batch.phoneme_ids[i, : int(batch.lengths[i])]
+            per = np.repeat(ids, -(-n // max(len(ids), 1)))[:n].astype(np.float64)
+            t = np.arange(n) / sr
+            audio[i, :n] = float_to_int16(0.3 * np.sin(2 * np.pi * (100.0 + 5.0 * per) * t))
+        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
