@@ -48,6 +48,8 @@ class VoiceConfig:
     """Default duration noise of the voice."""
     num_speakers: int = 1
     """Number of speakers; multi-speaker voices are not supported yet."""
+    vowel_clusters: frozenset | None = None
+    """Vowel sequences the voice treats as one phoneme (Piper's ``vowel_clusters``)."""
 
     @classmethod
     def from_files(cls, name: str, model_path: Path, config_path: Path) -> "VoiceConfig":
@@ -71,6 +73,7 @@ class VoiceConfig:
                 length_scale=float(inference.get("length_scale", 1.0)),
                 noise_w=float(inference.get("noise_w", 0.8)),
                 num_speakers=int(cfg.get("num_speakers", 1)),
+                vowel_clusters=frozenset(tuple(v) for v in cfg["vowel_clusters"]) if cfg.get("vowel_clusters") else None,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise VoiceError(f"voice config {config_path} is not a valid Piper config ({exc!r}); reinstall the voice") from exc

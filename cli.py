@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""booktts: turn books (TXT, Markdown, EPUB) into chapter audio with a Piper voice.
+
+    python cli.py run BOOK... -o OUTDIR          synthesize in this process (the embedded default)
+    python cli.py plan BOOK...                    show chapters, utterances and batches; synthesize nothing
+    python cli.py submit / worker / status ...    the distributed runner (Celery via Redis)
+
+Errors are one line on stderr with a non-zero exit code; set BOOKTTS_DEBUG=1 for tracebacks.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from jobs.cli_options import engine_options, job_options
+from jobs.errors import TTSError
+
+
+def friendly_errors(f):
+    """Turn project errors into one line and an exit code; never show a traceback for them."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except TTSError as exc:
+            if os.environ.get("BOOKTTS_DEBUG"):
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted: finished batches are kept; run the same command again to resume", err=True)
+            sys.exit(130)
+        except OSError as exc:
+            if os.environ.get("BOOKTTS_DEBUG"):
+                raise
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            click.echo(f"error: {exc.strerror or exc}{where}; check the path, permissions and free disk space", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.option("-v", "--verbose", is_flag=True, help="Log more.")
+def main(verbose: bool) -> None:
+    """Batch audiobook synthesis with Piper voices: books in, chapter audio and timing manifests out."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("piper").setLevel(logging.ERROR)
+
+
+def _print_plan(job) -> None:
+    s = job.meta["summary"]
+    counts: dict[tuple[int, int], int] = {}
+    for r in job.rows:
+        counts[(r.utt.book_index, r.utt.chapter_index)] = counts.get((r.utt.book_index, r.utt.chapter_index), 0) + 1
+    for b_i, book in enumerate(job.meta["books"]):
+        click.echo(f"{book['title']}  ({book['path']}, {book['format']}, {len(book['chapters'])} chapters)")
+        for ch in book["chapters"]:
+            mark = " " if ch["selected"] else "-"
+            n = counts.get((b_i, ch["index"]), 0)
+            click.echo(f" {mark}{ch['index']:4d}  {ch['title'][:60]:60s} {n:6d} utterances")
+    est = s["estimated_audio_s"]
+    click.echo(f"utterances: {s['utterances']} ({s['unspeakable']} with nothing speakable, skipped)")
+    click.echo(f"batches: {s['batches']}  padding efficiency: {100 * s['padding_efficiency']:.1f}%")
+    click.echo(f"estimated audio: {est / 3600:.0f}h{est % 3600 / 60:02.0f}m ({est:.0f} s)")
+
+
+@main.command()
+@click.argument("books", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Also write job.json and plan.parquet into this directory (default: print only).")
+@job_options
+@friendly_errors
+def plan(books, out_dir, config) -> None:
+    """Ingest, segment, phonemize and plan BOOKS; print chapters, utterances, batches, padding
+    efficiency and the estimated audio duration. Synthesizes nothing."""
+    from jobs.pipeline import prepare_job
+
+    if out_dir is None:
+        with tempfile.TemporaryDirectory(prefix="booktts-plan-") as tmp:
+            _print_plan(prepare_job(list(books), Path(tmp), config))
+    else:
+        _print_plan(prepare_job(list(books), out_dir, config))
+        click.echo(f"plan written to {out_dir}")
+
+
+@main.command()
+@click.argument("books", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Output directory (chapter audio, manifest.parquet). Re-running resumes.")
+@engine_options
+@job_options
+@friendly_errors
+def run(books, out_dir, config, engine_spec) -> None:
+    """Synthesize BOOKS in this process (no broker): chapter audio + manifest.parquet in OUT.
+
+    Re-running the same command on the same OUT resumes: finished batches are not synthesized again.
+    """
+    from tqdm import tqdm
+
+    from engines import load_engine
+    from jobs.pipeline import prepare_job
+    from jobs.runner import run_local
+
+    config.engine = engine_spec
+    click.echo("planning...", err=True)
+    job = prepare_job(list(books), out_dir, config)
+    s = job.meta["summary"]
+    done = len(job.batches) - len(job.pending_batches())
+    click.echo(f"job {job.job_id}: {s['utterances']} utterances in {s['batches']} batches "
+               f"({100 * s['padding_efficiency']:.0f}% padding efficiency)"
+               + (f", resuming: {done} batches already done" if done else ""), err=True)
+    engine = load_engine(engine_spec, job.voice)
+    click.echo(f"engine: {engine.info.name} {engine.info.precision} on {engine.info.device}", err=True)
+    pending_est = sum(job.batch_estimated_seconds(b) for b in job.pending_batches())
+    bar = tqdm(total=round(pending_est, 1), unit="s audio", unit_scale=False, file=sys.stderr,
+               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}{postfix}]",
+               disable=None)
+
+    def on_batch(batch_id: int, secs: float) -> None:
+        bar.update(secs)
+        el = bar.format_dict["elapsed"]
+        if el:
+            bar.set_postfix_str(f"{bar.n / el:.1f}x real-time")
+
+    try:
+        stats = run_local(job, engine, on_batch=on_batch)
+    finally:
+        bar.close()
+    summ = stats.summary
+    click.echo(f"done: {len(summ.chapter_files)} chapter files, {summ.utterances} utterances "
+               f"({summ.skipped} skipped), {summ.audio_s / 60:.1f} min of audio in {out_dir}")
+    if stats.batches_run:
+        click.echo(f"synthesized {stats.audio_s:.0f} s of speech in {stats.wall_s:.1f} s "
+                   f"({stats.x_real_time:.1f}x real-time); {stats.batches_skipped} batches were already done")
+    click.echo(f"manifest: {out_dir / summ.manifest}")
+
+
+@main.command("export-weights")
+@click.argument("voice")
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--dtype", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True)
+@friendly_errors
+def export_weights_cmd(voice, out, dtype) -> None:
+    """Convert VOICE's ONNX weights to a safetensors file for the torch engine (GPU hosts need
+    neither the ONNX file nor piper-tts then)."""
+    from engines.weights import export_weights
+    from jobs.voice import resolve_voice
+
+    export_weights(resolve_voice(voice), out, dtype=dtype)
+    click.echo(f"wrote {out}")
+
+
+def _register_optional_commands() -> None:
+    """Commands of the distributed runner and the engines, where their modules exist."""
+    try:
+        from workers.commands import COMMANDS
+    except ImportError as exc:  # pragma: no cover - only while workers/ is incomplete
+        if "workers.commands" not in str(exc) and "celery" not in str(exc):
+            raise
+        return
+    for cmd in COMMANDS:
+        main.add_command(cmd)
+
+
+_register_optional_commands()
+
+if __name__ == "__main__":
+    main()

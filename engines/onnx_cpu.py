@@ -1,0 +1,94 @@
+"""ONNX Runtime backend: runs the voice's own ONNX graph on CPU with real batches.
+
+The Piper graph returns padded audio only. To recover each item's exact length,
+the graph is patched in memory to also output its internal frame-count tensor
+(``y_lengths``, the clamped sum of the ceiled durations); samples = frames x hop.
+Nothing is guessed from silence.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from engines import EngineSpec
+from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
+from jobs.errors import DeterministicEngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
+
+LENGTHS_OUTPUT = "booktts_frame_lengths"
+
+
+def _find_frame_lengths_tensor(graph) -> str:
+    """The output of the Clip that clamps ``sum(ceil(durations))`` to at least one frame."""
+    producers = {o: n for n in graph.node for o in n.output}
+    for node in graph.node:
+        if node.op_type != "Clip":
+            continue
+        src = producers.get(node.input[0])
+        if src is None or src.op_type != "ReduceSum":
+            continue
+        ceil = producers.get(src.input[0])
+        if ceil is not None and ceil.op_type == "Ceil":
+            return node.output[0]
+    raise VoiceError("voice ONNX graph has no recognisable frame-length tensor (Ceil -> ReduceSum -> Clip); "
+                     "is it a Piper VITS export?")
+
+
+def patched_model_bytes(model_path) -> bytes:
+    """The voice graph with its frame-length tensor exposed as output ``booktts_frame_lengths``."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(model_path))
+    name = _find_frame_lengths_tensor(model.graph)
+    model.graph.node.append(helper.make_node("Identity", [name], [LENGTHS_OUTPUT], name="booktts_lengths"))
+    model.graph.output.append(helper.make_tensor_value_info(LENGTHS_OUTPUT, TensorProto.FLOAT, ["batch_size"]))
+    return model.SerializeToString()
+
+
+class OnnxEngine:
+    """ONNX Runtime on CPU (fp32; int8 where a quantized model is given). Text-blind."""
+
+    def __init__(self, voice, spec: EngineSpec | None = None, model_bytes: bytes | None = None) -> None:
+        spec = spec or EngineSpec()
+        if spec.device != "cpu":
+            raise EngineUnavailable(f"the onnx engine runs on cpu only (asked for {spec.device}); use --engine torch for GPUs")
+        if spec.precision not in ("fp32",):
+            raise EngineUnavailable(f"the onnx engine has no {spec.precision} model here; use --precision fp32")
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            raise EngineUnavailable("onnxruntime is not installed; pip install onnxruntime") from exc
+        self.voice = voice
+        self.hop_length = voice.hop_length
+        opts = ort.SessionOptions()
+        if spec.threads:
+            opts.intra_op_num_threads = int(spec.threads)
+            opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        t0 = time.perf_counter()
+        self.session = ort.InferenceSession(model_bytes or patched_model_bytes(voice.model_path), opts,
+                                            providers=["CPUExecutionProvider"])
+        self.load_s = time.perf_counter() - t0
+        self.info = EngineInfo("onnx", spec.precision, "cpu", voice.sample_rate, spec.max_batch,
+                               {"threads": spec.threads or 0})
+        self._ort = ort
+
+    def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
+        t0 = time.perf_counter()
+        try:
+            audio, frames = self.session.run(
+                ["output", LENGTHS_OUTPUT],
+                {"input": batch.phoneme_ids, "input_lengths": batch.lengths, "scales": batch.scales.as_array()},
+            )
+        except MemoryError as exc:
+            raise EngineOutOfMemory(f"onnxruntime ran out of memory on a batch of {len(batch)}") from exc
+        except Exception as exc:  # onnxruntime raises its own pybind exception types
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "alloc" in msg.lower() or "memory" in msg.lower():
+                raise EngineOutOfMemory(f"onnxruntime: {msg}") from exc
+            raise DeterministicEngineError(f"onnxruntime failed on a batch of {len(batch)}: {msg}") from exc
+        audio = audio.reshape(len(batch), -1)
+        lengths = np.minimum(np.rint(frames).astype(np.int64) * self.hop_length, audio.shape[1])
+        return SynthesisResult(float_to_int16(audio), lengths, (time.perf_counter() - t0) * 1000.0)

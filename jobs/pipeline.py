@@ -1,0 +1,492 @@
+"""The one pipeline both runners share: prepare a job, run its batches, finalize it.
+
+``prepare_job`` ingests, segments, phonemizes and plans; ``run_batch`` turns one
+planned batch into audio through any engine; ``finalize`` assembles chapter
+files and the manifest. The local runner calls them in a loop; Celery workers
+call them from thin tasks. See docs/DESIGN.md for the job directory.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import socket
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import soundfile as sf
+
+from engines.base import Engine, SynthesisBatch
+from jobs.config import AUDIO_FORMATS, JobConfig
+from jobs.errors import InputError, JobError, EngineOutOfMemory
+from jobs.files import atomic_path, inside, read_json, slug, write_json
+from jobs.phonemize import Phonemizer
+from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
+                       padding_efficiency, to_table)
+from jobs.segment import PauseKind, Segmenter
+from jobs.voice import VoiceConfig, resolve_voice
+
+JOB_FILE = "job.json"
+PLAN_FILE = "plan.parquet"
+MANIFEST_FILE = "manifest.parquet"
+WORK_DIR = ".work"
+FINALIZED_FILE = "finalized.json"
+JOB_FORMAT_VERSION = 1
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def parse_chapter_selection(spec: str | None, count: int, where: str) -> list[int]:
+    """``"1,3-5"`` -> [1, 3, 4, 5] (1-based); None -> all. Out-of-range chapters are an InputError."""
+    if not spec:
+        return list(range(1, count + 1))
+    chosen: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+            else:
+                a = b = int(part)
+        except ValueError:
+            raise InputError(f"--chapters {spec!r}: {part!r} is not a number or range like 3-5") from None
+        if a < 1 or b < a:
+            raise InputError(f"--chapters {spec!r}: {part!r} is not a valid range (chapters start at 1)")
+        if b > count:
+            raise InputError(f"--chapters {spec!r}: {where} has only {count} chapters; run `cli.py plan` to list them")
+        chosen.update(range(a, b + 1))
+    return sorted(chosen)
+
+
+@dataclass
+class BatchRecord:
+    """What ``run_batch`` wrote for one batch; its JSON file marks the batch as done."""
+
+    batch_id: int
+    job_id: str
+    audio_file: str
+    items: list[dict]
+    """Per item in batch order: book_index, chapter_index, utterance_index, offset, samples."""
+    engine: str
+    precision: str
+    device: str
+    infer_ms: float
+    started_at: str
+    finished_at: str
+    worker: str
+    attempt: int
+    queued_at: str | None
+    sample_rate: int
+    splits: int = 0
+    """How many times the batch was split in two after the device ran out of memory."""
+
+    @property
+    def audio_samples(self) -> int:
+        return sum(i["samples"] for i in self.items)
+
+    @classmethod
+    def load(cls, path: Path) -> "BatchRecord":
+        return cls(**read_json(path))
+
+
+@dataclass
+class FinalizeSummary:
+    chapter_files: list[str]
+    utterances: int
+    skipped: int
+    audio_s: float
+    manifest: str
+
+
+@dataclass
+class Job:
+    """A prepared job: its config, voice, plan and directory. Reopen with :func:`load_job`."""
+
+    job_id: str
+    out_dir: Path
+    config: JobConfig
+    meta: dict
+    rows: list[PlannedUtterance] = field(repr=False)
+
+    @cached_property
+    def voice(self) -> VoiceConfig:
+        return resolve_voice(self.config.voice)
+
+    @cached_property
+    def batches(self) -> list[BatchInfo]:
+        return [BatchInfo(**b) for b in self.meta["batches"]]
+
+    @cached_property
+    def _by_batch(self) -> dict[int, list[PlannedUtterance]]:
+        out: dict[int, list[PlannedUtterance]] = {}
+        for r in self.rows:
+            if r.batch_id >= 0:
+                out.setdefault(r.batch_id, []).append(r)
+        for v in out.values():
+            v.sort(key=lambda r: r.batch_pos)
+        return out
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.meta["voice"]["sample_rate"])
+
+    def batch_rows(self, batch_id: int) -> list[PlannedUtterance]:
+        try:
+            return self._by_batch[batch_id]
+        except KeyError:
+            raise JobError(f"job {self.job_id} has no batch {batch_id}") from None
+
+    def record_path(self, batch_id: int) -> Path:
+        return self.out_dir / WORK_DIR / "batches" / f"b{batch_id:06d}.json"
+
+    def batch_record(self, batch_id: int) -> BatchRecord | None:
+        p = self.record_path(batch_id)
+        return BatchRecord.load(p) if p.exists() else None
+
+    def pending_batches(self) -> list[int]:
+        return [b.batch_id for b in self.batches if not self.record_path(b.batch_id).exists()]
+
+    def batch_estimated_seconds(self, batch_id: int) -> float:
+        return estimate_seconds(self.batch_rows(batch_id), self.scales.length_scale)
+
+    @cached_property
+    def scales(self):
+        from engines.base import Scales
+
+        return Scales.from_dict(self.meta["scales"])
+
+    @property
+    def finalized(self) -> bool:
+        return (self.out_dir / WORK_DIR / FINALIZED_FILE).exists() and (self.out_dir / MANIFEST_FILE).exists()
+
+    def chapter_files(self) -> list[str]:
+        return [c["file"] for b in self.meta["books"] for c in b["chapters"] if c["selected"]]
+
+
+def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig) -> str:
+    ident = {"v": JOB_FORMAT_VERSION, "inputs": [i["sha256"] for i in inputs], "config": config.identity(),
+             "voice": voice.model_sha256()}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_inputs(books: list[Path]) -> list[dict]:
+    if not books:
+        raise InputError("no input files given; pass one or more TXT, Markdown or EPUB files")
+    out = []
+    for p in books:
+        p = Path(p)
+        if not p.exists():
+            raise InputError(f"{p}: no such file; check the path")
+        if p.is_dir():
+            raise InputError(f"{p}: is a directory; pass the book files inside it")
+        out.append({"path": str(p), "sha256": file_sha256(p)})
+    return out
+
+
+def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: VoiceConfig | None = None,
+                progress=None) -> Job:
+    """Ingest, segment, phonemize and plan; write ``job.json`` and ``plan.parquet``.
+
+    If ``out_dir`` already holds the same job (same inputs, voice and settings), it is
+    returned as it is (this is how a re-run resumes). Another job there is a JobError.
+    """
+    from jobs.ingest import load_book
+
+    if config.audio_format not in AUDIO_FORMATS:
+        raise InputError(f"--format {config.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"-o {out_dir}: exists and is not a directory; choose a directory")
+    inputs = _check_inputs(books)
+    voice = voice or resolve_voice(config.voice)
+    job_id = job_identity(inputs, config, voice)
+    if (out_dir / JOB_FILE).exists():
+        existing = load_job(out_dir)
+        if existing.job_id == job_id:
+            return existing
+        raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
+                       f"choose another -o directory or delete it")
+
+    scales = config.scales_for(voice)
+    phonemizer = Phonemizer(voice)
+    segmenter = Segmenter(phonemizer, config.max_phonemes)
+    rows: list[PlannedUtterance] = []
+    books_meta = []
+    for b_i, (path, inp) in enumerate(zip(books, inputs)):
+        book = load_book(Path(path), encoding=config.encoding)
+        selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))
+        book_dir = f"{b_i + 1:02d}-{slug(book.title, 'book')}"
+        chapters_meta = []
+        for ch in book.chapters:
+            rel = f"{book_dir}/{ch.index:03d}-{slug(ch.title, 'chapter')}.{config.audio_format}"
+            inside(out_dir, rel)
+            chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
+                                  "selected": ch.index in selected})
+            if ch.index in selected:
+                rows.extend(PlannedUtterance(u) for u in segmenter.chapter_utterances(b_i, ch))
+                if progress:
+                    progress(b_i, ch.index, len(book.chapters))
+        books_meta.append({**inp, "title": book.title, "format": book.format, "dir": book_dir,
+                           "chapters": chapters_meta})
+    if not any(r.utt.speakable for r in rows):
+        raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
+    batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes)
+    meta = {
+        "format_version": JOB_FORMAT_VERSION,
+        "job_id": job_id,
+        "created_at": now_iso(),
+        "config": config.to_dict(),
+        "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate},
+        "scales": scales.to_dict(),
+        "books": books_meta,
+        "batches": [asdict(b) for b in batches],
+        "summary": {
+            "utterances": len(rows),
+            "unspeakable": sum(not r.utt.speakable for r in rows),
+            "batches": len(batches),
+            "padding_efficiency": padding_efficiency(batches),
+            "estimated_audio_s": estimate_seconds(rows, scales.length_scale),
+        },
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out_dir / PLAN_FILE) as tmp:
+        pq.write_table(to_table(rows), tmp)
+    write_json(out_dir / JOB_FILE, meta)  # written last: its presence means the job is prepared
+    return Job(job_id, out_dir, config, meta, rows)
+
+
+_JOB_CACHE: dict[tuple[str, float], Job] = {}
+
+
+def load_job(out_dir: Path) -> Job:
+    """Reopen a prepared job (cached per process by directory and job.json mtime)."""
+    out_dir = Path(out_dir)
+    jf = out_dir / JOB_FILE
+    if not jf.exists():
+        raise JobError(f"{out_dir} holds no job (no {JOB_FILE}); run `cli.py run` or `cli.py submit` first")
+    key = (str(out_dir.resolve()), jf.stat().st_mtime)
+    if key not in _JOB_CACHE:
+        meta = read_json(jf)
+        if meta.get("format_version") != JOB_FORMAT_VERSION:
+            raise JobError(f"{jf} was written by another version of this tool; use a new output directory")
+        rows = from_table(pq.read_table(out_dir / PLAN_FILE))
+        _JOB_CACHE[key] = Job(meta["job_id"], out_dir, JobConfig.from_dict(meta["config"]), meta, rows)
+    return _JOB_CACHE[key]
+
+
+def _normalize(item: np.ndarray) -> np.ndarray:
+    """Piper's per-utterance peak normalisation, on int16."""
+    peak = int(np.abs(item.astype(np.int32)).max(initial=0))
+    if peak == 0:
+        return item
+    return np.clip(np.rint(item.astype(np.float32) * (32767.0 / peak)), -32767, 32767).astype(np.int16)
+
+
+def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None):
+    """Audio per row; on out-of-memory the rows are split in two and retried (recursively)."""
+    try:
+        res = engine.synthesize(SynthesisBatch.from_sequences([r.utt.phoneme_ids for r in rows], scales, seed))
+    except EngineOutOfMemory:
+        if len(rows) == 1:
+            raise
+        half = len(rows) // 2
+        a, ms_a, s_a = _synthesize_rows(engine, rows[:half], scales, seed)
+        b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed)
+        return a + b, ms_a + ms_b, s_a + s_b + 1
+    if len(res.sample_lengths) != len(rows):
+        from jobs.errors import DeterministicEngineError
+
+        raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
+    return [res.item(i) for i in range(len(rows))], res.infer_ms, 0
+
+
+def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None, attempt: int = 1,
+              queued_at: str | None = None) -> BatchRecord:
+    """Synthesize one batch and write its audio and record atomically.
+
+    Idempotent: if the batch is already done its record is returned and nothing is written.
+    Two concurrent deliveries each write their own audio file; the record renamed last wins and
+    refers to its own audio, so the pair is always consistent.
+    """
+    existing = job.batch_record(batch_id)
+    if existing is not None:
+        return existing
+    rows = job.batch_rows(batch_id)
+    started = now_iso()
+    seed = (int(job.job_id[:8], 16) + batch_id) & 0x7FFFFFFF
+    items, infer_ms, splits = _synthesize_rows(engine, rows, job.scales, seed)
+    if job.config.normalize:
+        items = [_normalize(a) for a in items]
+    finished = now_iso()
+    rec_path = job.record_path(batch_id)
+    token = os.urandom(4).hex()
+    audio_name = f"b{batch_id:06d}-{token}.wav"
+    with atomic_path(rec_path.parent / audio_name) as tmp:
+        sf.write(str(tmp), np.concatenate(items) if items else np.zeros(0, np.int16), engine.info.sample_rate,
+                 subtype="PCM_16", format="WAV")
+    offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
+    rec = BatchRecord(
+        batch_id=batch_id, job_id=job.job_id, audio_file=audio_name,
+        items=[{"book_index": r.utt.book_index, "chapter_index": r.utt.chapter_index,
+                "utterance_index": r.utt.utterance_index, "offset": int(offsets[i]), "samples": int(len(items[i]))}
+               for i, r in enumerate(rows)],
+        engine=engine.info.name, precision=engine.info.precision, device=engine.info.device,
+        infer_ms=round(float(infer_ms), 3), started_at=started, finished_at=finished,
+        worker=worker or default_worker_name(), attempt=attempt, queued_at=queued_at,
+        sample_rate=engine.info.sample_rate, splits=splits,
+    )
+    if rec.sample_rate != job.sample_rate:
+        from jobs.errors import DeterministicEngineError
+
+        raise DeterministicEngineError(f"engine sample rate {rec.sample_rate} differs from the voice's {job.sample_rate}")
+    if rec_path.exists():  # another delivery finished first: keep its record, drop our audio
+        (rec_path.parent / audio_name).unlink(missing_ok=True)
+        return BatchRecord.load(rec_path)
+    write_json(rec_path, asdict(rec))
+    return rec
+
+
+MANIFEST_COLUMNS = [
+    "book_index", "book_title", "chapter_index", "chapter_title", "utterance_index", "paragraph_index",
+    "sentence_index", "text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
+    "chapter_path", "start_s", "duration_s", "pause_after_s", "engine", "precision", "device", "infer_ms",
+    "started_at", "finished_at", "worker", "queued_at", "attempt",
+]
+
+
+class _BatchAudio:
+    """Reads utterance audio out of batch files, keeping a few open."""
+
+    def __init__(self, job: Job, keep_open: int = 32) -> None:
+        self.job = job
+        self.keep_open = keep_open
+        self.records: dict[int, BatchRecord] = {}
+        self.files: dict[int, sf.SoundFile] = {}
+
+    def record(self, batch_id: int) -> BatchRecord:
+        if batch_id not in self.records:
+            rec = self.job.batch_record(batch_id)
+            if rec is None:
+                raise JobError(f"job {self.job.job_id}: batch {batch_id} has no output; run or resume the job first")
+            self.records[batch_id] = rec
+        return self.records[batch_id]
+
+    def read(self, batch_id: int, pos: int) -> np.ndarray:
+        rec = self.record(batch_id)
+        item = rec.items[pos]
+        f = self.files.get(batch_id)
+        if f is None:
+            if len(self.files) >= self.keep_open:
+                old = next(iter(self.files))
+                self.files.pop(old).close()
+            f = self.files[batch_id] = sf.SoundFile(str(self.job.record_path(batch_id).parent / rec.audio_file))
+        f.seek(item["offset"])
+        data = f.read(item["samples"], dtype="int16")
+        if len(data) != item["samples"]:
+            raise JobError(f"batch {batch_id} audio is truncated; delete {self.job.record_path(batch_id)} and resume")
+        return data
+
+    def close(self) -> None:
+        for f in self.files.values():
+            f.close()
+        self.files.clear()
+
+
+def _pause_seconds(config: JobConfig, pause: PauseKind) -> float:
+    return {
+        PauseKind.TITLE: config.title_pause_s,
+        PauseKind.PARAGRAPH: config.paragraph_pause_s,
+        PauseKind.SENTENCE: config.sentence_pause_s,
+        PauseKind.CLAUSE: config.clause_pause_s,
+    }[pause]
+
+
+def finalize(job: Job) -> FinalizeSummary:
+    """Assemble chapter files and ``manifest.parquet`` from the batch records. Idempotent.
+
+    Raises JobError while any batch is missing. The manifest is written last, so a job
+    directory with a manifest is complete.
+    """
+    import pyarrow as pa
+
+    missing = job.pending_batches()
+    if missing:
+        raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
+                       f"(first: {missing[0]}); resume the job")
+    cfg, sr = job.config, job.sample_rate
+    audio = _BatchAudio(job)
+    by_chapter: dict[tuple[int, int], list[PlannedUtterance]] = {}
+    for r in job.rows:
+        by_chapter.setdefault((r.utt.book_index, r.utt.chapter_index), []).append(r)
+    cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
+    files, total_samples, skipped = [], 0, 0
+    try:
+        for b_i, book in enumerate(job.meta["books"]):
+            for ch in book["chapters"]:
+                rows = sorted(by_chapter.get((b_i, ch["index"]), []), key=lambda r: r.utt.utterance_index)
+                if not ch["selected"]:
+                    continue
+                path = inside(job.out_dir, ch["file"])
+                pos = 0
+                with atomic_path(path) as tmp:
+                    with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype="PCM_16",
+                                      format=cfg.audio_format.upper()) as out:
+                        for r in rows:
+                            u = r.utt
+                            rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
+                            data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
+                            pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
+                            out.write(data)
+                            if pause:
+                                out.write(np.zeros(pause, np.int16))
+                            skipped += rec is None
+                            row = {
+                                "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
+                                "chapter_title": ch["title"], "utterance_index": u.utterance_index,
+                                "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
+                                "text": u.text, "phoneme_count": len(u.phoneme_ids),
+                                "missing_phonemes": u.missing_phonemes,
+                                "status": "synthesized" if rec else "skipped: nothing speakable",
+                                "batch_id": r.batch_id, "batch_size": len(rec.items) if rec else 0,
+                                "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
+                                "pause_after_s": pause / sr,
+                                "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
+                                "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
+                                "started_at": rec.started_at if rec else None,
+                                "finished_at": rec.finished_at if rec else None,
+                                "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
+                                "attempt": rec.attempt if rec else None,
+                            }
+                            for k, v in row.items():
+                                cols[k].append(v)
+                            pos += len(data) + pause
+                files.append(ch["file"])
+                total_samples += pos
+    finally:
+        audio.close()
+    table = pa.table(cols)
+    with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
+        pq.write_table(table, tmp)
+    summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / sr, MANIFEST_FILE)
+    write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
+    return summary

@@ -1,0 +1,194 @@
+"""Chapters -> paragraphs -> sentences -> utterances.
+
+An utterance is what the engine synthesizes in one go. Normally it is one
+sentence. A sentence whose phoneme sequence is longer than ``max_phonemes`` is
+split at clause boundaries (``; : , — –``) and, as a last resort, between
+words. Utterance texts are exact, stripped slices of the paragraph text, in
+order, so joining them gives back every word of the paragraph exactly once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Iterator
+
+from jobs.phonemize import Phonemes
+
+# A sentence ends after . ! ? … (plus closing quotes/brackets) followed by whitespace.
+_SENTENCE_END = re.compile(r"""[.!?…]+["'”’»)\]]*\s+""")
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr st prof sr jr vs etc e.g i.e no vol ch p pp fig mt capt col gen lt sgt rev hon".split()
+)
+# Clause boundaries: the punctuation stays with the piece before it.
+_CLAUSE_END = re.compile(r"""(?:[;:,]|\s[—–-]{1,2}\s|[—–])["'”’»)\]]*\s*""")
+_WORD = re.compile(r"\S+")
+#: When a piece is this many times ``max_phonemes`` long in characters, it is split by characters
+#: before being phonemized (espeak-ng on a multi-megabyte line is slow and pointless).
+_PRESPLIT_CHARS_PER_PHONEME = 3
+
+
+class PauseKind(str, Enum):
+    """What follows an utterance in the chapter audio."""
+
+    TITLE = "title"
+    PARAGRAPH = "paragraph"
+    SENTENCE = "sentence"
+    CLAUSE = "clause"
+
+
+@dataclass
+class Utterance:
+    """One unit of synthesis, with where it sits in the book."""
+
+    book_index: int
+    chapter_index: int
+    utterance_index: int
+    """0-based position inside its chapter (the chapter's reading order)."""
+    paragraph_index: int
+    """-1 for the chapter title, else 0-based paragraph of the chapter."""
+    sentence_index: int
+    """0-based sentence inside the paragraph."""
+    text: str
+    phoneme_ids: list[int]
+    missing_phonemes: int
+    pause: PauseKind
+    speakable: bool
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Split a paragraph into sentences; the pieces are stripped slices in order."""
+    out: list[str] = []
+    start = 0
+    for m in _SENTENCE_END.finditer(paragraph):
+        candidate = paragraph[start : m.end()].strip()
+        last_word = candidate.rsplit(None, 1)[-1].rstrip(".").lower() if candidate else ""
+        if last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]", last_word):
+            continue  # "Mr. Smith", "J. R. R. Tolkien": not a sentence end
+        if candidate:
+            out.append(candidate)
+        start = m.end()
+    rest = paragraph[start:].strip()
+    if rest:
+        out.append(rest)
+    return out
+
+
+def _split_by(text: str, pattern: re.Pattern) -> list[str]:
+    pieces, start = [], 0
+    for m in pattern.finditer(text):
+        if m.end() > start:
+            piece = text[start : m.end()].strip()
+            if piece:
+                pieces.append(piece)
+            start = m.end()
+    rest = text[start:].strip()
+    if rest:
+        pieces.append(rest)
+    return pieces
+
+
+def _chunks_of_words(text: str, max_chars: int) -> list[str]:
+    """Greedy runs of whole words, each at most ``max_chars`` (a single longer word stands alone)."""
+    out, cur_start, cur_end = [], None, None
+    for m in _WORD.finditer(text):
+        if cur_start is None:
+            cur_start, cur_end = m.start(), m.end()
+        elif m.end() - cur_start <= max_chars:
+            cur_end = m.end()
+        else:
+            out.append(text[cur_start:cur_end])
+            cur_start, cur_end = m.start(), m.end()
+    if cur_start is not None:
+        out.append(text[cur_start:cur_end])
+    return out
+
+
+class Segmenter:
+    """Splits chapter paragraphs into utterances that fit ``max_phonemes``.
+
+    ``phonemize`` is the voice's frontend (:class:`jobs.phonemize.Phonemizer`).
+    """
+
+    def __init__(self, phonemize: Callable[[str], Phonemes], max_phonemes: int) -> None:
+        if max_phonemes < 8:
+            raise ValueError("max_phonemes must be at least 8")
+        self.phonemize = phonemize
+        self.max_phonemes = max_phonemes
+
+    def _fits(self, ph: Phonemes) -> bool:
+        return len(ph.symbols) <= self.max_phonemes
+
+    def split_long(self, text: str) -> list[tuple[str, Phonemes]]:
+        """Pieces of ``text`` whose phonemes fit, splitting at clauses, then between words."""
+        if len(text) <= self.max_phonemes * _PRESPLIT_CHARS_PER_PHONEME:
+            ph = self.phonemize(text)
+            if self._fits(ph):
+                return [(text, ph)]
+        clauses = _split_by(text, _CLAUSE_END)
+        if len(clauses) > 1:
+            return self._pack(clauses)
+        words = _chunks_of_words(text, max(1, (len(text) + 1) // 2))
+        if len(words) <= 1:
+            # One enormous "word" (no spaces): cut it by characters as a last resort.
+            if len(text) <= 1:
+                return [(text, self.phonemize(text))]
+            half = len(text) // 2
+            return self.split_long(text[:half]) + self.split_long(text[half:])
+        if len(text) > self.max_phonemes * _PRESPLIT_CHARS_PER_PHONEME:
+            words = _chunks_of_words(text, self.max_phonemes)
+        out: list[tuple[str, Phonemes]] = []
+        for w in words:
+            out.extend(self.split_long(w))
+        return out
+
+    def _pack(self, clauses: list[str]) -> list[tuple[str, Phonemes]]:
+        """Greedily join consecutive clauses while the joined piece still fits."""
+        out: list[tuple[str, Phonemes]] = []
+        cur: str | None = None
+        cur_ph: Phonemes | None = None
+        for clause in clauses:
+            if cur is None:
+                parts = self.split_long(clause)
+                *done, (cur, cur_ph) = parts
+                out.extend(done)
+                continue
+            joined = f"{cur} {clause}"
+            ph = self.phonemize(joined) if len(joined) <= self.max_phonemes * _PRESPLIT_CHARS_PER_PHONEME else None
+            if ph is not None and self._fits(ph):
+                cur, cur_ph = joined, ph
+            else:
+                out.append((cur, cur_ph))
+                *done, (cur, cur_ph) = self.split_long(clause)
+                out.extend(done)
+        if cur is not None:
+            out.append((cur, cur_ph))
+        return out
+
+    def chapter_utterances(self, book_index: int, chapter) -> list[Utterance]:
+        """Utterances of one :class:`jobs.ingest.Chapter`, title first, in reading order."""
+        out: list[Utterance] = []
+
+        def add(p_i: int, s_i: int, piece: str, ph: Phonemes, pause: PauseKind) -> None:
+            out.append(Utterance(book_index, chapter.index, len(out), p_i, s_i, piece, ph.ids,
+                                 ph.missing, pause, ph.speakable))
+
+        title = " ".join((chapter.title or "").split())
+        if title:
+            for piece, ph in self.split_long(title):
+                add(-1, 0, piece, ph, PauseKind.CLAUSE)
+            out[-1].pause = PauseKind.TITLE
+        for p_i, paragraph in enumerate(chapter.paragraphs):
+            sentences = split_sentences(paragraph)
+            for s_i, sentence in enumerate(sentences):
+                pieces = self.split_long(sentence)
+                for k, (piece, ph) in enumerate(pieces):
+                    if k < len(pieces) - 1:
+                        pause = PauseKind.CLAUSE
+                    elif s_i < len(sentences) - 1:
+                        pause = PauseKind.SENTENCE
+                    else:
+                        pause = PauseKind.PARAGRAPH
+                    add(p_i, s_i, piece, ph, pause)
+        return out
