@@ -1,0 +1,54 @@
+"""Shared fixtures: the real voice, a fake engine, small books."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+@pytest.fixture(scope="session")
+def voice():
+    from jobs.voice import resolve_voice
+
+    return resolve_voice()
+
+
+@pytest.fixture(scope="session")
+def onnx_engine(voice):
+    from engines import EngineSpec
+    from engines.onnx_cpu import OnnxEngine
+
+    return OnnxEngine(voice, EngineSpec(threads=2, max_batch=16))
+
+
+@pytest.fixture
+def fake_engine(voice):
+    from engines.fake import FakeEngine
+
+    return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length)
+
+
+@pytest.fixture
+def short_book(tmp_path) -> Path:
+    """Two short chapters of real prose (from Alice in Wonderland, public domain)."""
+    p = tmp_path / "short.txt"
+    p.write_text(
+        "CHAPTER I.\nDown the Rabbit-Hole\n\n"
+        "Alice was beginning to get very tired of sitting by her sister on the\n"
+        "bank, and of having nothing to do. Once or twice she had peeped into the\n"
+        "book her sister was reading.\n\n"
+        "There was nothing so very remarkable in that!\n\n"
+        "CHAPTER II.\nThe Pool of Tears\n\n"
+        "Curiouser and curiouser! cried Alice. Now I am opening out like the\n"
+        "largest telescope that ever was! Good-bye, feet!\n",
+        encoding="utf-8",
+    )
+    return p
