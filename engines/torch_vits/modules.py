@@ -1,0 +1,435 @@
+"""The layers of the Piper VITS inference graph, written for batched inference.
+
+Module and parameter names follow the PyTorch state-dict names found in Piper's
+ONNX files (``enc_p``, ``dp``, ``flow``, ``dec`` ...), so the weights load with
+``load_state_dict``. Weight-norm is already folded into the exported weights.
+
+Tensors are channel-first: ``[B, C, T]``; masks are ``[B, 1, T]`` of 0/1 in the
+activations' dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engines.torch_vits.hparams import VitsHParams
+
+LRELU_SLOPE = 0.1
+
+
+def sequence_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """``[B]`` lengths -> bool ``[B, max_len]``."""
+    return torch.arange(max_len, device=lengths.device)[None, :] < lengths[:, None]
+
+
+class LayerNorm(nn.Module):
+    """Layer norm over the channel axis of ``[B, C, T]``."""
+
+    def __init__(self, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.transpose(1, -1)
+        x = F.layer_norm(x, (x.shape[-1],), self.gamma, self.beta, self.eps)
+        return x.transpose(1, -1)
+
+
+# --------------------------------------------------------------------------- text encoder
+
+
+class RelativeAttention(nn.Module):
+    """Multi-head self-attention with windowed relative position embeddings (shared by heads).
+
+    For a window ``w``, key offsets ``r = j - i`` with ``|r| <= w`` add
+    ``q_i . E_k[r + w]`` to the logits and ``p_ij * E_v[r + w]`` to the output;
+    offsets beyond the window add nothing.
+    """
+
+    def __init__(self, channels: int, n_heads: int, window_size: int):
+        super().__init__()
+        self.n_heads = n_heads
+        self.k_channels = channels // n_heads
+        self.window_size = window_size
+        self.conv_q = nn.Conv1d(channels, channels, 1)
+        self.conv_k = nn.Conv1d(channels, channels, 1)
+        self.conv_v = nn.Conv1d(channels, channels, 1)
+        self.conv_o = nn.Conv1d(channels, channels, 1)
+        n_rel = 2 * window_size + 1
+        self.emb_rel_k = nn.Parameter(torch.zeros(1, n_rel, self.k_channels))
+        self.emb_rel_v = nn.Parameter(torch.zeros(1, n_rel, self.k_channels))
+
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        b, c, t = x.shape
+        h, d, w = self.n_heads, self.k_channels, self.window_size
+        q = self.conv_q(x).view(b, h, d, t).transpose(2, 3)  # [b, h, t, d]
+        k = self.conv_k(x).view(b, h, d, t).transpose(2, 3)
+        v = self.conv_v(x).view(b, h, d, t).transpose(2, 3)
+        q = q / math.sqrt(d)
+        scores = torch.matmul(q, k.transpose(-2, -1))  # [b, h, t, t]
+
+        pos = torch.arange(t, device=x.device)
+        offset = pos[None, :] - pos[:, None]  # [i, j] -> j - i
+        in_window = offset.abs() <= w
+        rel_idx = (offset + w).clamp(0, 2 * w)
+        rel_logits = torch.matmul(q, self.emb_rel_k[0].transpose(0, 1))  # [b, h, t, 2w+1]
+        local = torch.gather(rel_logits, 3, rel_idx.expand(b, h, t, t))
+        scores = scores + local * in_window.to(scores.dtype)
+
+        scores = scores.masked_fill(attn_mask == 0, -1e4)
+        p = torch.softmax(scores, dim=-1)
+        out = torch.matmul(p, v)  # [b, h, t, d]
+
+        # p re-indexed by relative offset: pr[i, r] = p[i, i + r - w] where that key exists.
+        r = torch.arange(2 * w + 1, device=x.device)
+        key = pos[:, None] + r[None, :] - w  # [t, 2w+1]
+        key_ok = (key >= 0) & (key < t)
+        pr = torch.gather(p, 3, key.clamp(0, t - 1).expand(b, h, t, 2 * w + 1)) * key_ok.to(p.dtype)
+        out = out + torch.matmul(pr, self.emb_rel_v[0])
+        out = out.transpose(2, 3).reshape(b, c, t)
+        return self.conv_o(out)
+
+
+class FFN(nn.Module):
+    def __init__(self, channels: int, filter_channels: int, kernel_size: int):
+        super().__init__()
+        self.conv_1 = nn.Conv1d(channels, filter_channels, kernel_size, padding=kernel_size // 2)
+        self.conv_2 = nn.Conv1d(filter_channels, channels, kernel_size, padding=kernel_size // 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv_1(x * mask))
+        return self.conv_2(x * mask) * mask
+
+
+class Encoder(nn.Module):
+    def __init__(self, hp: VitsHParams):
+        super().__init__()
+        c = hp.hidden_channels
+        self.attn_layers = nn.ModuleList(RelativeAttention(c, hp.n_heads, hp.window_size) for _ in range(hp.n_layers))
+        self.norm_layers_1 = nn.ModuleList(LayerNorm(c) for _ in range(hp.n_layers))
+        self.ffn_layers = nn.ModuleList(FFN(c, hp.filter_channels, hp.ffn_kernel_size) for _ in range(hp.n_layers))
+        self.norm_layers_2 = nn.ModuleList(LayerNorm(c) for _ in range(hp.n_layers))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        attn_mask = mask.unsqueeze(2) * mask.unsqueeze(-1)  # [b, 1, t, t]
+        x = x * mask
+        for attn, n1, ffn, n2 in zip(self.attn_layers, self.norm_layers_1, self.ffn_layers, self.norm_layers_2):
+            x = n1(x + attn(x, attn_mask))
+            x = n2(x + ffn(x, mask))
+        return x * mask
+
+
+class TextEncoder(nn.Module):
+    def __init__(self, hp: VitsHParams):
+        super().__init__()
+        self.hidden_channels = hp.hidden_channels
+        self.out_channels = hp.inter_channels
+        self.emb = nn.Embedding(hp.n_vocab, hp.hidden_channels)
+        self.encoder = Encoder(hp)
+        self.proj = nn.Conv1d(hp.hidden_channels, 2 * hp.inter_channels, 1)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor):
+        x = self.emb(ids) * math.sqrt(self.hidden_channels)  # [b, t, h]
+        x = self.encoder(x.transpose(1, 2), mask)
+        stats = self.proj(x) * mask
+        m, logs = torch.split(stats, self.out_channels, dim=1)
+        return x, m, logs
+
+
+# --------------------------------------------------------------------------- duration predictor
+
+
+def rq_spline_inverse(x, uw, uh, ud, tail_bound: float, min_w: float = 1e-3, min_h: float = 1e-3,
+                      min_d: float = 1e-3):
+    """Inverse of a monotonic rational-quadratic spline on [-B, B] with linear (identity) tails.
+
+    ``x``: ``[...]``; ``uw``, ``uh``: ``[..., K]`` unnormalized bin widths and heights;
+    ``ud``: ``[..., K-1]`` unnormalized inner knot derivatives (the outer ones are 1).
+    This is the neural-spline-flow transform (Durkan et al. 2019) used by VITS.
+    """
+    k = uw.shape[-1]
+    inside = (x >= -tail_bound) & (x <= tail_bound)
+    xc = x.clamp(-tail_bound, tail_bound)
+
+    def knots(u, min_size):
+        size = torch.softmax(u, dim=-1)
+        size = min_size + (1 - min_size * k) * size
+        cum = F.pad(torch.cumsum(size, dim=-1), (1, 0))
+        cum = 2 * tail_bound * cum - tail_bound
+        cum = torch.cat([torch.full_like(cum[..., :1], -tail_bound), cum[..., 1:-1],
+                         torch.full_like(cum[..., :1], tail_bound)], dim=-1)
+        return cum, cum[..., 1:] - cum[..., :-1]
+
+    cumw, widths = knots(uw, min_w)
+    cumh, heights = knots(uh, min_h)
+    d = min_d + F.softplus(ud)
+    one = torch.ones_like(d[..., :1])
+    d = torch.cat([one, d, one], dim=-1)  # [..., K+1]; the padded ends give exactly 1
+
+    # bin of each input on the output (height) axis; the last knot is nudged up by 1e-6
+    edges = torch.cat([cumh[..., :-1], cumh[..., -1:] + 1e-6], dim=-1)
+    idx = (xc[..., None] >= edges).sum(dim=-1, keepdim=True) - 1
+    idx = idx.clamp(0, k - 1)
+
+    def pick(t):
+        return torch.gather(t, -1, idx)[..., 0]
+
+    in_cumw, in_w = pick(cumw[..., :-1]), pick(widths)
+    in_cumh, in_h = pick(cumh[..., :-1]), pick(heights)
+    delta = pick(heights / widths)
+    d0, d1 = pick(d[..., :-1]), pick(d[..., 1:])
+
+    y = xc - in_cumh
+    s = d0 + d1 - 2 * delta
+    a = y * s + in_h * (delta - d0)
+    b = in_h * d0 - y * s
+    c = -delta * y
+    disc = b * b - 4 * a * c
+    root = (2 * c) / (-b - torch.sqrt(disc))
+    out = root * in_w + in_cumw
+    return torch.where(inside, out, x)
+
+
+class DDSConv(nn.Module):
+    """Dilated depth-separable convolutions (dilation ``kernel_size ** i``) with exact GELU."""
+
+    def __init__(self, channels: int, kernel_size: int, n_layers: int):
+        super().__init__()
+        self.convs_sep = nn.ModuleList()
+        self.convs_1x1 = nn.ModuleList()
+        self.norms_1 = nn.ModuleList()
+        self.norms_2 = nn.ModuleList()
+        for i in range(n_layers):
+            dil = kernel_size**i
+            pad = (kernel_size * dil - dil) // 2
+            self.convs_sep.append(nn.Conv1d(channels, channels, kernel_size, groups=channels, dilation=dil, padding=pad))
+            self.convs_1x1.append(nn.Conv1d(channels, channels, 1))
+            self.norms_1.append(LayerNorm(channels))
+            self.norms_2.append(LayerNorm(channels))
+
+    def forward(self, x, mask, g=None):
+        if g is not None:
+            x = x + g
+        for sep, n1, c1, n2 in zip(self.convs_sep, self.norms_1, self.convs_1x1, self.norms_2):
+            y = F.gelu(n1(sep(x * mask)))
+            y = F.gelu(n2(c1(y)))
+            x = x + y
+        return x * mask
+
+
+class ConvFlow(nn.Module):
+    """Coupling flow on 2 channels whose transform is a rational-quadratic spline."""
+
+    def __init__(self, filter_channels: int, kernel_size: int, n_layers: int, num_bins: int, tail_bound: float):
+        super().__init__()
+        self.filter_channels = filter_channels
+        self.num_bins = num_bins
+        self.tail_bound = tail_bound
+        self.pre = nn.Conv1d(1, filter_channels, 1)
+        self.convs = DDSConv(filter_channels, kernel_size, n_layers)
+        self.proj = nn.Conv1d(filter_channels, 3 * num_bins - 1, 1)
+
+    def reverse(self, x, mask, g):
+        x0, x1 = x[:, :1], x[:, 1:]
+        h = self.convs(self.pre(x0), mask, g=g)
+        h = self.proj(h) * mask  # [b, 3K-1, t]
+        h = h.transpose(1, 2)  # [b, t, 3K-1]
+        nb = self.num_bins
+        scale = math.sqrt(self.filter_channels)
+        x1 = rq_spline_inverse(x1[:, 0], h[..., :nb] / scale, h[..., nb:2 * nb] / scale, h[..., 2 * nb:],
+                               self.tail_bound)
+        return torch.cat([x0, x1[:, None]], dim=1) * mask
+
+
+class ElementwiseAffine(nn.Module):
+    def __init__(self, channels: int):
+        super().__init__()
+        self.m = nn.Parameter(torch.zeros(channels, 1))
+        self.logs = nn.Parameter(torch.zeros(channels, 1))
+
+    def reverse(self, x, mask, g=None):
+        return (x - self.m) * torch.exp(-self.logs) * mask
+
+
+class Flip(nn.Module):
+    def reverse(self, x, mask, g=None):
+        return torch.flip(x, [1])
+
+
+class StochasticDurationPredictor(nn.Module):
+    """VITS' stochastic duration predictor, inference (reverse) direction only.
+
+    ``flows`` keeps the training layout ``[ElementwiseAffine, (ConvFlow, Flip) * n]``
+    so the weight names match; inference runs them reversed and skips the first
+    ConvFlow (index 1), as VITS does ("remove a useless vflow"). Its weights are
+    not in Piper's ONNX files, so that module stays uninitialised and unused.
+    """
+
+    def __init__(self, hp: VitsHParams):
+        super().__init__()
+        fc = hp.dp_filter_channels
+        self.pre = nn.Conv1d(hp.hidden_channels, fc, 1)
+        self.convs = DDSConv(fc, hp.dp_kernel_size, hp.dp_n_layers)
+        self.proj = nn.Conv1d(fc, fc, 1)
+        flows: list[nn.Module] = [ElementwiseAffine(2)]
+        for _ in range(hp.dp_n_flows):
+            flows.append(ConvFlow(fc, hp.dp_kernel_size, hp.dp_n_layers, hp.dp_num_bins, hp.dp_tail_bound))
+            flows.append(Flip())
+        self.flows = nn.ModuleList(flows)
+
+    def reverse(self, x, mask, noise):
+        """``x``: encoder output ``[b, h, t]``; ``noise``: ``[b, 2, t]`` (already times noise_w) -> logw ``[b, 1, t]``."""
+        x = self.proj(self.convs(self.pre(x), mask)) * mask
+        order = list(reversed(self.flows))
+        order = order[:-2] + [order[-1]]
+        z = noise
+        for flow in order:
+            z = flow.reverse(z, mask, g=x)
+        return z[:, :1]
+
+
+# --------------------------------------------------------------------------- flow
+
+
+class WN(nn.Module):
+    def __init__(self, hidden: int, kernel_size: int, dilation_rate: int, n_layers: int):
+        super().__init__()
+        self.hidden = hidden
+        self.n_layers = n_layers
+        self.in_layers = nn.ModuleList()
+        self.res_skip_layers = nn.ModuleList()
+        for i in range(n_layers):
+            dil = dilation_rate**i
+            self.in_layers.append(nn.Conv1d(hidden, 2 * hidden, kernel_size, dilation=dil,
+                                            padding=(kernel_size * dil - dil) // 2))
+            out = 2 * hidden if i < n_layers - 1 else hidden
+            self.res_skip_layers.append(nn.Conv1d(hidden, out, 1))
+
+    def forward(self, x, mask):
+        output = None
+        for i, (inl, rs) in enumerate(zip(self.in_layers, self.res_skip_layers)):
+            a = inl(x)
+            acts = torch.tanh(a[:, : self.hidden]) * torch.sigmoid(a[:, self.hidden:])
+            r = rs(acts)
+            if i < self.n_layers - 1:
+                x = (x + r[:, : self.hidden]) * mask
+                skip = r[:, self.hidden:]
+            else:
+                skip = r
+            output = skip if output is None else output + skip
+        return output * mask
+
+
+class ResidualCouplingLayer(nn.Module):
+    def __init__(self, channels: int, hidden: int, kernel_size: int, dilation_rate: int, n_layers: int,
+                 mean_only: bool):
+        super().__init__()
+        self.half = channels // 2
+        self.mean_only = mean_only
+        self.pre = nn.Conv1d(self.half, hidden, 1)
+        self.enc = WN(hidden, kernel_size, dilation_rate, n_layers)
+        self.post = nn.Conv1d(hidden, self.half * (1 if mean_only else 2), 1)
+
+    def reverse(self, x, mask):
+        x0, x1 = x[:, : self.half], x[:, self.half:]
+        h = self.pre(x0) * mask
+        stats = self.post(self.enc(h, mask)) * mask
+        if self.mean_only:
+            x1 = (x1 - stats) * mask
+        else:
+            m, logs = stats[:, : self.half], stats[:, self.half:]
+            x1 = (x1 - m) * torch.exp(-logs) * mask
+        return torch.cat([x0, x1], dim=1)
+
+
+class ResidualCouplingBlock(nn.Module):
+    def __init__(self, hp: VitsHParams):
+        super().__init__()
+        flows: list[nn.Module] = []
+        for _ in range(hp.flow_n_flows):
+            flows.append(ResidualCouplingLayer(hp.inter_channels, hp.flow_hidden_channels, hp.flow_kernel_size,
+                                               hp.flow_dilation_rate, hp.flow_n_layers, hp.flow_mean_only))
+            flows.append(Flip())
+        self.flows = nn.ModuleList(flows)
+
+    def reverse(self, x, mask):
+        for flow in reversed(self.flows):
+            x = flow.reverse(x, mask)
+        return x
+
+
+# --------------------------------------------------------------------------- generator
+
+
+class ResBlock1(nn.Module):
+    def __init__(self, channels: int, kernel_size: int, dilations):
+        super().__init__()
+        self.convs1 = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, dilation=d,
+                                              padding=(kernel_size * d - d) // 2) for d in dilations)
+        self.convs2 = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, padding=kernel_size // 2)
+                                    for _ in dilations)
+
+    def forward(self, x, mask):
+        for c1, c2 in zip(self.convs1, self.convs2):
+            xt = c1(F.leaky_relu(x, LRELU_SLOPE) * mask)
+            xt = c2(F.leaky_relu(xt, LRELU_SLOPE) * mask)
+            x = x + xt
+        return x
+
+
+class ResBlock2(nn.Module):
+    def __init__(self, channels: int, kernel_size: int, dilations):
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, dilation=d,
+                                             padding=(kernel_size * d - d) // 2) for d in dilations)
+
+    def forward(self, x, mask):
+        for c in self.convs:
+            x = x + c(F.leaky_relu(x, LRELU_SLOPE) * mask)
+        return x
+
+
+class Generator(nn.Module):
+    """HiFi-GAN generator. Every convolution's input is multiplied by the time mask at its
+    resolution, so an item's samples inside its true length do not depend on the padding
+    after it (a padded item equals the same item run alone, up to rounding)."""
+
+    def __init__(self, hp: VitsHParams):
+        super().__init__()
+        ch = hp.upsample_initial_channel
+        self.upsample_rates = list(hp.upsample_rates)
+        self.num_kernels = len(hp.resblock_kernel_sizes)
+        self.conv_pre = nn.Conv1d(hp.inter_channels, ch, 7, padding=3)
+        self.ups = nn.ModuleList()
+        self.resblocks = nn.ModuleList()
+        block = ResBlock2 if hp.resblock == "2" else ResBlock1
+        for i, (u, k) in enumerate(zip(hp.upsample_rates, hp.upsample_kernel_sizes)):
+            self.ups.append(nn.ConvTranspose1d(ch // 2**i, ch // 2 ** (i + 1), k, u, padding=(k - u) // 2))
+            for rk, rd in zip(hp.resblock_kernel_sizes, hp.resblock_dilations):
+                self.resblocks.append(block(ch // 2 ** (i + 1), rk, rd))
+        self.conv_post = nn.Conv1d(ch // 2 ** len(self.ups), 1, 7, padding=3, bias=False)
+
+    def forward(self, x, lengths):
+        """``x``: ``[b, c, frames]`` (zero past each length); ``lengths``: ``[b]`` frames -> ``[b, frames*hop]``."""
+        t = x.shape[-1]
+        x = self.conv_pre(x)
+        scale = 1
+        for i, up in enumerate(self.ups):
+            mask = sequence_mask(lengths * scale, t * scale).unsqueeze(1).to(x.dtype)
+            x = up(F.leaky_relu(x, LRELU_SLOPE) * mask)
+            scale *= self.upsample_rates[i]
+            mask = sequence_mask(lengths * scale, t * scale).unsqueeze(1).to(x.dtype)
+            xs = None
+            for j in range(self.num_kernels):
+                y = self.resblocks[i * self.num_kernels + j](x, mask)
+                xs = y if xs is None else xs + y
+            x = xs / self.num_kernels
+        mask = sequence_mask(lengths * scale, t * scale).unsqueeze(1).to(x.dtype)
+        x = self.conv_post(F.leaky_relu(x) * mask)  # default slope 0.01, as in VITS
+        return torch.tanh(x)[:, 0] * mask[:, 0]

@@ -1,0 +1,279 @@
+"""Weights of a Piper VITS voice for the PyTorch port: read from ONNX, write/read safetensors.
+
+A Piper ``.onnx`` file carries every weight the inference graph needs as an
+initializer. Most initializers keep their PyTorch state-dict names
+(``enc_p.encoder.attn_layers.0.conv_q.weight``); weights the exporter folded
+(weight-norm, the flow's WN convolutions) carry generated names such as
+``onnx::Conv_8168``. Both are mapped here to state-dict names through the node
+that consumes them: input 1/2 of node ``/flow/flows.6/enc/in_layers.0/Conv`` is
+``flow.flows.6.enc.in_layers.0.weight``/``.bias``; input 0 of the embedding
+``Gather`` is ``enc_p.emb.weight``; the duration predictor's folded
+``exp(-logs)`` constant of its ElementwiseAffine flow is turned back into
+``dp.flows.0.logs``.
+
+The hyper-parameters that are not visible in weight shapes (upsampling strides,
+resblock dilations, the flow's dilation rate) are read from the Conv and
+ConvTranspose node attributes; everything else is derived from shapes by
+:func:`engines.torch_vits.hparams.hparams_from_state_dict`.
+
+:func:`export_weights` writes the mapped weights as one safetensors file with the
+voice config and hyper-parameters in its metadata, so the PyTorch engine can run
+on a host that has neither the ONNX file nor piper-tts (a GPU node).
+
+This module imports no torch: ``numpy``, ``onnx`` (reading ONNX only) and
+``safetensors`` (writing/reading safetensors only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from jobs.errors import InputError, VoiceError
+
+#: Version of the metadata layout written by :func:`export_weights`.
+FORMAT_VERSION = "1"
+FORMAT_NAME = "booktts-piper-vits"
+
+_DTYPES = {"fp32": np.float32, "fp16": np.float16}
+
+_STATE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+$")
+
+
+def _load_onnx(onnx_path):
+    try:
+        import onnx
+    except ImportError as exc:  # pragma: no cover - depends on the host
+        raise VoiceError("reading voice weights from an ONNX file needs the onnx package; pip install onnx, "
+                         "or point the engine at exported weights (BOOKTTS_TORCH_WEIGHTS=PATH.safetensors)") from exc
+    path = Path(onnx_path)
+    if not path.is_file():
+        raise VoiceError(f"voice model {path} does not exist; pass an existing .onnx file")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # onnx raises DecodeError and friends
+        raise VoiceError(f"{path} is not a readable ONNX model ({type(exc).__name__}); reinstall the voice") from exc
+
+
+def _module_of(node_name: str) -> str:
+    """``/flow/flows.6/enc/in_layers.0/Conv`` -> ``flow.flows.6.enc.in_layers.0``."""
+    parts = [p for p in node_name.split("/") if p]
+    return ".".join(parts[:-1])
+
+
+def _attrs(node) -> dict:
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _graph_state_dict(model) -> tuple[dict[str, np.ndarray], dict]:
+    from onnx import numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    state: dict[str, np.ndarray] = {}
+    conv_attrs: dict[str, dict] = {}
+
+    def take(init_name: str, key: str, transform=None) -> None:
+        arr = numpy_helper.to_array(inits[init_name])
+        if transform is not None:
+            arr = transform(arr)
+        state[key] = np.ascontiguousarray(arr.astype(np.float32, copy=False))
+
+    consumed: set[str] = set()
+    for node in graph.node:
+        module = _module_of(node.name)
+        if node.op_type in ("Conv", "ConvTranspose") and module:
+            conv_attrs[module] = dict(_attrs(node), op=node.op_type)
+            for idx, suffix in ((1, "weight"), (2, "bias")):
+                if len(node.input) > idx and node.input[idx] in inits:
+                    take(node.input[idx], f"{module}.{suffix}")
+                    consumed.add(node.input[idx])
+        elif node.op_type == "Gather" and module.endswith(".emb") and node.input[0] in inits:
+            take(node.input[0], f"{module}.weight")
+            consumed.add(node.input[0])
+        elif node.op_type == "Mul" and re.fullmatch(r"dp\.flows\.\d+", module):
+            # ElementwiseAffine in reverse: (x - m) * exp(-logs); the exporter folded exp(-logs).
+            for name in node.input:
+                if name in inits and name.endswith("Exp_output_0"):
+                    take(name, f"{module}.logs", lambda a: -np.log(a))
+                    consumed.add(name)
+    # Initializers that kept their state-dict names and were not consumed by a Conv/Gather above
+    # (attention relative embeddings, layer norms, the ElementwiseAffine mean).
+    for name, init in inits.items():
+        if name in consumed or not _STATE_KEY.match(name) or name in state:
+            continue
+        take(name, name)
+    return state, conv_attrs
+
+
+def _hparams_from_attrs(state: dict[str, np.ndarray], conv_attrs: dict) -> dict:
+    """The hyper-parameters not visible in shapes, read from the convolution nodes."""
+    hp: dict = {}
+    ups = sorted((k for k in conv_attrs if re.fullmatch(r"dec\.ups\.\d+", k)), key=lambda k: int(k.rsplit(".", 1)[1]))
+    if ups:
+        hp["upsample_rates"] = [int(conv_attrs[k]["strides"][0]) for k in ups]
+        hp["upsample_kernel_sizes"] = [int(state[f"{k}.weight"].shape[-1]) for k in ups]
+    dil = []
+    i = 0
+    while f"dec.resblocks.{i}.convs.0" in conv_attrs or f"dec.resblocks.{i}.convs1.0" in conv_attrs:
+        first = "convs" if f"dec.resblocks.{i}.convs.0" in conv_attrs else "convs1"
+        j, d = 0, []
+        while f"dec.resblocks.{i}.{first}.{j}" in conv_attrs:
+            d.append(int(conv_attrs[f"dec.resblocks.{i}.{first}.{j}"]["dilations"][0]))
+            j += 1
+        dil.append(d)
+        i += 1
+    if dil:
+        hp["resblock_dilations"] = dil
+    first_flow = next((k for k in conv_attrs if re.fullmatch(r"flow\.flows\.\d+\.enc\.in_layers\.1", k)), None)
+    if first_flow is not None:
+        hp["flow_dilation_rate"] = int(conv_attrs[first_flow]["dilations"][0])
+    return hp
+
+
+def onnx_state_and_hparams(onnx_path) -> tuple[dict[str, np.ndarray], dict]:
+    """State dict (float32 numpy) and full hyper-parameters of a Piper VITS ONNX file."""
+    from engines.torch_vits.hparams import hparams_from_state_dict
+
+    model = _load_onnx(onnx_path)
+    state, conv_attrs = _graph_state_dict(model)
+    try:
+        hp = hparams_from_state_dict(state, _hparams_from_attrs(state, conv_attrs))
+    except (KeyError, ValueError, IndexError) as exc:
+        raise VoiceError(f"{onnx_path} does not look like a Piper VITS voice ({exc}); use a Piper .onnx voice") from exc
+    return state, hp.to_dict()
+
+
+def onnx_to_state_dict(onnx_path) -> dict[str, np.ndarray]:
+    """The PyTorch state dict (name -> float32 array) of a Piper VITS ``.onnx`` file."""
+    return onnx_state_and_hparams(onnx_path)[0]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def export_weights(voice, out_path, dtype: str = "fp16") -> Path:
+    """Write the voice's weights as safetensors (``fp16`` or ``fp32``), atomically; return the path.
+
+    ``voice`` is a :class:`jobs.voice.VoiceConfig` or a voice name/path for
+    :func:`jobs.voice.resolve_voice`. The file's metadata holds ``format``,
+    ``format_version``, ``dtype``, ``sample_rate``, ``hop_length``,
+    ``source_sha256`` (of the ONNX file), ``source_name``, ``hparams`` (JSON)
+    and ``piper_config`` (the voice's ``.onnx.json``), so that
+    :func:`voice_from_weights` can rebuild the voice description without the
+    ONNX file.
+    """
+    from jobs.voice import VoiceConfig, resolve_voice
+
+    if dtype not in _DTYPES:
+        raise InputError(f"unknown weight dtype {dtype!r}; choose fp16 or fp32")
+    out = Path(out_path).expanduser()
+    if out.suffix != ".safetensors":
+        raise InputError(f"output {out} must end in .safetensors")
+    if out.is_dir():
+        raise InputError(f"output {out} is a directory; give a file name ending in .safetensors")
+    if not out.parent.is_dir():
+        raise InputError(f"output directory {out.parent} does not exist; create it first")
+    if not isinstance(voice, VoiceConfig):
+        voice = resolve_voice(voice)
+    if not str(voice.model_path).endswith(".onnx"):
+        raise VoiceError(f"voice {voice.name!r} has no ONNX file to export from ({voice.model_path})")
+    try:
+        from safetensors.numpy import save_file
+    except ImportError as exc:  # pragma: no cover
+        raise VoiceError("exporting weights needs the safetensors package; pip install safetensors") from exc
+
+    state, hp = onnx_state_and_hparams(voice.model_path)
+    np_dtype = _DTYPES[dtype]
+    tensors = {k: np.ascontiguousarray(v.astype(np_dtype)) for k, v in sorted(state.items())}
+    metadata = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "dtype": dtype,
+        "sample_rate": str(voice.sample_rate),
+        "hop_length": str(voice.hop_length),
+        "source_sha256": _sha256(Path(voice.model_path)),
+        "source_name": str(voice.name),
+        "hparams": json.dumps(hp, sort_keys=True),
+        "piper_config": Path(voice.config_path).read_text(encoding="utf-8"),
+    }
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=str(out.parent))
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise InputError(f"cannot write {out} ({exc.strerror or exc}); check the directory is writable") from exc
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def read_weights(path) -> tuple[dict[str, np.ndarray], dict, dict]:
+    """Read an exported safetensors file: (state dict in its stored dtype, hparams, metadata)."""
+    from engines.torch_vits.hparams import hparams_from_state_dict
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise VoiceError(f"weights file {path} does not exist; export it with: python cli.py export-weights VOICE {path}")
+    try:
+        from safetensors import safe_open
+    except ImportError as exc:  # pragma: no cover
+        raise VoiceError("reading .safetensors weights needs the safetensors package; pip install safetensors") from exc
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = dict(f.metadata() or {})
+            state = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as exc:
+        raise VoiceError(f"{path} is not a readable safetensors file ({type(exc).__name__}); export it again") from exc
+    if meta.get("format") != FORMAT_NAME:
+        raise VoiceError(f"{path} was not written by export-weights (format {meta.get('format')!r}); export it again")
+    try:
+        hp = hparams_from_state_dict(state, json.loads(meta.get("hparams", "{}"))).to_dict()
+    except (KeyError, ValueError, IndexError) as exc:
+        raise VoiceError(f"{path} holds no usable Piper VITS weights ({exc}); export it again") from exc
+    return state, hp, meta
+
+
+def voice_from_weights(path):
+    """A :class:`jobs.voice.VoiceConfig` rebuilt from an exported weights file (no ONNX needed).
+
+    Its ``model_path`` and ``config_path`` are the safetensors file itself.
+    """
+    from jobs.voice import VoiceConfig
+
+    path = Path(path).expanduser()
+    _, _, meta = read_weights(path)
+    try:
+        cfg = json.loads(meta["piper_config"])
+        inference = cfg.get("inference", {})
+        return VoiceConfig(
+            name=meta.get("source_name", path.stem),
+            model_path=path,
+            config_path=path,
+            sample_rate=int(meta["sample_rate"]),
+            hop_length=int(meta["hop_length"]),
+            espeak_voice=str(cfg.get("espeak", {}).get("voice", "en-us")),
+            phoneme_type=str(cfg.get("phoneme_type", "espeak")),
+            phoneme_id_map=dict(cfg.get("phoneme_id_map", {})),
+            noise_scale=float(inference.get("noise_scale", 0.667)),
+            length_scale=float(inference.get("length_scale", 1.0)),
+            noise_w=float(inference.get("noise_w", 0.8)),
+            num_speakers=int(cfg.get("num_speakers", 1)),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise VoiceError(f"{path} lacks the voice config in its metadata ({exc!r}); export it again") from exc
