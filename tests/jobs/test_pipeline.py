@@ -1,0 +1,166 @@
+"""The shared pipeline (prepare -> run_batch -> finalize) and the local runner.
+
+Most cases use the fake engine for speed; the integration cases at the end use the real voice.
+"""
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import soundfile as sf
+
+from jobs.config import JobConfig
+from jobs.errors import InputError, JobError, UnsafePathError
+from jobs.files import atomic_path, inside
+from jobs.pipeline import MANIFEST_COLUMNS, finalize, load_job, prepare_job, run_batch
+from jobs.runner import run_local
+
+SMALL = dict(max_batch=3, max_batch_phonemes=400)  # many small batches, to exercise resume
+
+
+class CountingEngine:
+    """Wraps an engine and counts the items it was asked to synthesize."""
+
+    def __init__(self, inner):
+        self.inner, self.info, self.items, self.calls = inner, inner.info, 0, 0
+
+    def synthesize(self, batch):
+        self.calls += 1
+        self.items += len(batch)
+        return self.inner.synthesize(batch)
+
+
+def manifest(out):
+    return pq.read_table(out / "manifest.parquet").to_pylist()
+
+
+def test_local_run_writes_every_utterance_once_in_order(short_book, tmp_path, fake_engine):
+    out = tmp_path / "out"
+    job = prepare_job([short_book], out, JobConfig(**SMALL))
+    stats = run_local(job, fake_engine)
+    rows = manifest(out)
+    assert set(MANIFEST_COLUMNS) <= set(rows[0])
+    keys = [(r["book_index"], r["chapter_index"], r["utterance_index"]) for r in rows]
+    assert keys == sorted(set(keys)), "each utterance exactly once, in reading order"
+    assert len(rows) == len(job.rows) == stats.summary.utterances
+    # chapter words come back from the utterances, nothing dropped or duplicated
+    from jobs.ingest import load_book
+
+    book = load_book(short_book)
+    for ch in book.chapters:
+        got = " ".join(r["text"] for r in rows if r["chapter_index"] == ch.index).split()
+        assert got == (ch.title + " " + " ".join(ch.paragraphs)).split()
+    # each chapter file holds exactly its utterances and pauses, at the places the manifest says
+    for path in {r["chapter_path"] for r in rows}:
+        info = sf.info(str(out / path))
+        mine = [r for r in rows if r["chapter_path"] == path]
+        end = mine[-1]["start_s"] + mine[-1]["duration_s"] + mine[-1]["pause_after_s"]
+        assert abs(info.frames / info.samplerate - end) < 1e-6
+        assert all(abs(a["start_s"] + a["duration_s"] + a["pause_after_s"] - b["start_s"]) < 1e-9
+                   for a, b in zip(mine, mine[1:]))
+    assert not list(out.rglob(".tmp-*")), "no temporary files left behind"
+
+
+def test_resume_runs_only_unfinished_batches_and_gives_the_same_output(short_book, tmp_path, fake_engine):
+    ref_out, out = tmp_path / "ref", tmp_path / "out"
+    run_local(prepare_job([short_book], ref_out, JobConfig(**SMALL)), fake_engine)
+    job = prepare_job([short_book], out, JobConfig(**SMALL))
+    assert len(job.batches) >= 3
+    first = job.pending_batches()[: len(job.batches) // 2]
+    for b in first:  # an interrupted run finished these
+        run_batch(job, b, fake_engine)
+    counting = CountingEngine(fake_engine)
+    again = prepare_job([short_book], out, JobConfig(**SMALL))  # the same command, re-run
+    assert again.job_id == job.job_id
+    stats = run_local(again, counting)
+    assert stats.batches_skipped == len(first)
+    assert counting.items == sum(b.size for b in job.batches if b.batch_id not in first)
+    for a, b in zip(manifest(ref_out), manifest(out)):
+        assert (a["text"], a["start_s"], a["duration_s"]) == (b["text"], b["start_s"], b["duration_s"])
+    for path in {r["chapter_path"] for r in manifest(out)}:
+        assert np.array_equal(sf.read(str(ref_out / path), dtype="int16")[0], sf.read(str(out / path), dtype="int16")[0])
+
+
+def test_run_batch_is_idempotent(short_book, tmp_path, fake_engine):
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(**SMALL))
+    counting = CountingEngine(fake_engine)
+    a = run_batch(job, 0, counting)
+    b = run_batch(job, 0, counting)  # delivered twice
+    assert counting.calls == 1 and a == b
+    assert len(list((tmp_path / "o" / ".work" / "batches").glob("b000000*.wav"))) == 1
+
+
+def test_out_of_memory_batch_is_split_in_two(short_book, tmp_path, voice):
+    from engines.fake import FakeEngine
+
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(max_batch=8, max_batch_phonemes=10000))
+    big = max(job.batches, key=lambda b: b.size)
+    assert big.size >= 3
+    rec = run_batch(job, big.batch_id, FakeEngine(voice.sample_rate, oom_over=2))
+    assert rec.splits >= 1
+    ref = run_batch(prepare_job([short_book], tmp_path / "p", JobConfig(max_batch=8, max_batch_phonemes=10000)),
+                    big.batch_id, FakeEngine(voice.sample_rate))
+    assert [i["samples"] for i in rec.items] == [i["samples"] for i in ref.items]
+
+
+def test_finalize_refuses_an_unfinished_job(short_book, tmp_path, fake_engine):
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(**SMALL))
+    run_batch(job, 0, fake_engine)
+    with pytest.raises(JobError, match="not done"):
+        finalize(job)
+    assert not (tmp_path / "o" / "manifest.parquet").exists()
+
+
+def test_another_job_in_the_same_directory_is_refused(short_book, tmp_path):
+    prepare_job([short_book], tmp_path / "o", JobConfig(**SMALL))
+    with pytest.raises(JobError, match="another job"):
+        prepare_job([short_book], tmp_path / "o", JobConfig(length_scale=1.2, **SMALL))
+
+
+def test_chapter_selection(short_book, tmp_path, fake_engine):
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(chapters="2", **SMALL))
+    run_local(job, fake_engine)
+    assert {r["chapter_index"] for r in manifest(tmp_path / "o")} == {2}
+    with pytest.raises(InputError, match="only 2 chapters"):
+        prepare_job([short_book], tmp_path / "p", JobConfig(chapters="1-5"))
+    with pytest.raises(InputError, match="not a number"):
+        prepare_job([short_book], tmp_path / "q", JobConfig(chapters="one"))
+
+
+def test_load_job_reopens_the_plan(short_book, tmp_path):
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(**SMALL))
+    again = load_job(tmp_path / "o")
+    assert again.job_id == job.job_id and [r.key for r in again.rows] == [r.key for r in job.rows]
+
+
+def test_atomic_path_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "x.flac"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise RuntimeError("crash mid-write")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("rel", ["../evil.flac", "/etc/passwd", "a/../../b"], ids=["dotdot", "absolute", "nested-dotdot"])
+def test_paths_never_escape_the_output_directory(tmp_path, rel):
+    with pytest.raises(UnsafePathError):
+        inside(tmp_path, rel)
+
+
+@pytest.mark.integration
+def test_real_voice_end_to_end_is_deterministic_with_zero_noise(short_book, tmp_path, onnx_engine):
+    cfg = dict(noise_scale=0.0, noise_w=0.0, audio_format="wav")
+    a = run_local(prepare_job([short_book], tmp_path / "a", JobConfig(**cfg)), onnx_engine)
+    b = run_local(prepare_job([short_book], tmp_path / "b", JobConfig(max_batch=1, **cfg)), onnx_engine)
+    rows_a, rows_b = manifest(tmp_path / "a"), manifest(tmp_path / "b")
+    assert [r["text"] for r in rows_a] == [r["text"] for r in rows_b]
+    # batched (a) and one-at-a-time (b) give the same durations, sample for sample
+    assert [r["duration_s"] for r in rows_a] == [r["duration_s"] for r in rows_b]
+    assert all(r["engine"] == "onnx" and r["infer_ms"] > 0 for r in rows_a)
+    for path in {r["chapter_path"] for r in rows_a}:
+        x = sf.read(str(tmp_path / "a" / path), dtype="float32")[0]
+        y = sf.read(str(tmp_path / "b" / path), dtype="float32")[0]
+        assert len(x) == len(y)
+        assert np.sqrt(np.mean(x ** 2)) > 0.05, "speech, not silence"
+        assert np.linalg.norm(x - y) / np.linalg.norm(y) < 2e-2
+    assert a.audio_s > 10
