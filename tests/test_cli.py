@@ -1,0 +1,130 @@
+"""The command line: bad input gets one clear line and a non-zero exit, never a traceback;
+real runs produce complete output and resume."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args, cwd=None, timeout=600):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("BOOKTTS_DEBUG", None)
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=timeout, env=env)
+
+
+def assert_one_line_error(res, *needles):
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = [l for l in res.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1, res.stderr
+    for n in needles:
+        assert n.lower() in lines[0].lower(), (n, lines[0])
+
+
+def epub(path, files):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("mimetype", "application/epub+zip")
+        for name, data in files.items():
+            z.writestr(name, data)
+    return path
+
+
+CONTAINER = ('<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+             '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
+             '</rootfiles></container>')
+
+
+@pytest.fixture
+def bad_inputs(tmp_path):
+    """Each bad input the issue lists, built here (nothing hostile is committed)."""
+    d = tmp_path
+    (d / "empty.txt").write_text("")
+    (d / "binary.txt").write_bytes(bytes(range(256)) * 40)
+    (d / "latin1.txt").write_bytes("Caf\xe9 au lait.\n\nChapter 1\n\nIt was a fine d\xe9j\xe0 vu.\n".encode("latin-1"))
+    (d / "corrupt.epub").write_bytes(b"PK\x03\x04 this is not really a zip file")
+    epub(d / "drm.epub", {"META-INF/container.xml": CONTAINER,
+                          "META-INF/encryption.xml": '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+                          '<EncryptedData xmlns="http://www.w3.org/2001/04/xmlenc#"><CipherData><CipherReference '
+                          'URI="OEBPS/ch1.xhtml"/></CipherData></EncryptedData></encryption>',
+                          "OEBPS/content.opf": "<package/>", "OEBPS/ch1.xhtml": "\x00\x01garbage"})
+    epub(d / "escape.epub", {"META-INF/container.xml": CONTAINER.replace("OEBPS/content.opf", "../../content.opf"),
+                             "../../content.opf": "<package/>"})
+    return d
+
+
+@pytest.mark.parametrize("name,needles", [
+    ("missing.txt", ["missing.txt"]),
+    (".", ["directory"]),
+    ("empty.txt", ["empty.txt"]),
+    ("binary.txt", ["binary.txt"]),
+    ("latin1.txt", ["latin1.txt", "--encoding"]),
+    ("corrupt.epub", ["corrupt.epub"]),
+    ("drm.epub", ["drm"]),
+    ("escape.epub", ["escape.epub"]),
+], ids=["missing", "directory", "empty", "binary", "not-utf8", "corrupt-epub", "drm-epub", "path-escape-epub"])
+def test_bad_input_is_one_line_and_leaves_no_output(bad_inputs, tmp_path, name, needles):
+    out = tmp_path / "out"
+    res = cli("run", bad_inputs / name, "-o", out)
+    assert_one_line_error(res, *needles)
+    assert not (out / "manifest.parquet").exists()
+
+
+def test_wrong_encoding_works_with_encoding_option(bad_inputs, tmp_path):
+    res = cli("plan", bad_inputs / "latin1.txt", "--encoding", "latin-1")
+    assert res.returncode == 0, res.stderr
+    assert "utterances" in res.stdout
+
+
+def test_bad_options_are_one_line(short_book, tmp_path):
+    assert_one_line_error(cli("run", short_book, "-o", tmp_path / "o", "--chapters", "7"), "chapters")
+    assert_one_line_error(cli("run", short_book, "-o", tmp_path / "o", "--voice", "no-such-voice"), "no-such-voice")
+    (tmp_path / "file").write_text("x")
+    assert_one_line_error(cli("run", short_book, "-o", tmp_path / "file"), "not a directory")
+
+
+def test_plan_prints_without_synthesizing(short_book, tmp_path):
+    res = cli("plan", short_book, "-o", tmp_path / "p")
+    assert res.returncode == 0, res.stderr
+    for word in ("utterances", "batches", "padding efficiency", "estimated audio"):
+        assert word in res.stdout
+    assert (tmp_path / "p" / "plan.parquet").exists() and not list((tmp_path / "p").rglob("*.flac"))
+
+
+def test_five_megabyte_line_without_punctuation_is_split_between_words(tmp_path):
+    words = [f"word{i % 97}" for i in range(5 * 1024 * 1024 // 7)]
+    (tmp_path / "line.txt").write_text(" ".join(words) + "\n")
+    res = cli("plan", tmp_path / "line.txt", "-o", tmp_path / "p", timeout=900)
+    assert res.returncode == 0, res.stderr
+    plan = pq.read_table(tmp_path / "p" / "plan.parquet").to_pydict()
+    assert " ".join(plan["text"]).split() == words, "every word exactly once, in order"
+    assert max(plan["phoneme_count"]) <= 2 * 400 + 3
+
+
+@pytest.mark.integration
+def test_run_real_voice_on_hard_text_and_resume(tmp_path):
+    """Emoji, URLs, numbers, non-Latin scripts and a long unpunctuated line are spoken or skipped
+    and recorded, never a crash; a second run of the same command resumes and changes nothing."""
+    text = ("Chapter 1\n\nThe price was $1,234.56 on 3/4/2020; see https://example.com/a?b=1 for more. "
+            "Party time \U0001F389\U0001F600! Greek: \u03b1\u03b2\u03b3. Russian: \u041f\u0440\u0438\u0432\u0435\u0442.\n\n"
+            "\u2026\n\n" + " ".join(["and then another word"] * 60) + "\n")
+    (tmp_path / "hard.txt").write_text(text)
+    out = tmp_path / "out"
+    res = cli("run", tmp_path / "hard.txt", "-o", out, "--format", "wav", "--max-phonemes", "120")
+    assert res.returncode == 0, res.stderr
+    rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    assert " ".join(r["text"] for r in rows).split() == ("Chapter 1 " + text.split("\n", 2)[2]).split()
+    assert all(r["status"] == "synthesized" or r["status"].startswith("skipped") for r in rows)
+    assert any(r["status"].startswith("skipped") for r in rows), "the lone ellipsis has nothing to say"
+    first = (out / rows[0]["chapter_path"]).stat().st_mtime_ns
+    again = cli("run", tmp_path / "hard.txt", "-o", out, "--format", "wav", "--max-phonemes", "120")
+    assert again.returncode == 0 and "resuming" in again.stderr
+    assert "synthesized" not in again.stdout, "no batch is synthesized twice"
+    assert pq.read_table(out / "manifest.parquet").to_pylist() == rows
