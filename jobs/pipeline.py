@@ -490,3 +490,9 @@ def finalize(job: Job) -> FinalizeSummary:
     summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / sr, MANIFEST_FILE)
     write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
     return summary
+
+
+def finalized_summary(job: Job) -> FinalizeSummary:
+    """The summary that ``finalize`` recorded for a finished job."""
+    d = read_json(job.out_dir / WORK_DIR / FINALIZED_FILE)
+    return FinalizeSummary(d["chapter_files"], d["utterances"], d["skipped"], d["audio_s"], d["manifest"])

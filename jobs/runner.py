@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from jobs.pipeline import FinalizeSummary, Job, finalize, run_batch
+from jobs.pipeline import FinalizeSummary, Job, finalize, finalized_summary, run_batch
 
 
 @dataclass
@@ -43,5 +43,5 @@ def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = 
         if on_batch:
             on_batch(batch_id, secs)
     wall = time.perf_counter() - t0
-    summary = finalize(job)
+    summary = finalized_summary(job) if not pending and job.finalized else finalize(job)
     return RunStats(len(pending), skipped, audio_s, wall, summary)

@@ -128,3 +128,4 @@ def test_run_real_voice_on_hard_text_and_resume(tmp_path):
     assert again.returncode == 0 and "resuming" in again.stderr
     assert "synthesized" not in again.stdout, "no batch is synthesized twice"
     assert pq.read_table(out / "manifest.parquet").to_pylist() == rows
+    assert (out / rows[0]["chapter_path"]).stat().st_mtime_ns == first, "a finished job is not rewritten"
