@@ -1,0 +1,351 @@
+"""PyTorch backend: the Piper VITS voice ported to PyTorch, batched, bucketed, compiled on CUDA.
+
+How a batch runs (see :mod:`engines.torch_vits.model`):
+
+1. Phoneme ids go to the device; **stage A** (text encoder + stochastic duration
+   predictor, always float32) gives each item's integer durations and frame count.
+   The frame counts come back to the host (one small sync).
+2. Items are sorted by frame count and grouped into **frame buckets**
+   (:data:`DEFAULT_BUCKETS`: multiples of 64 frames up to 512, of 128 up to 1024,
+   of 256 up to 2048, of 512 up to 4096, then of 1024). A bucket is split into
+   chunks of at most ``max_frames_per_chunk // bucket`` items. On CUDA a chunk's
+   batch axis is padded to a power of two, so stage B only ever sees a few fixed
+   shapes: those are compiled (``torch.compile``, mode ``reduce-overhead``:
+   Inductor kernels replayed as CUDA graphs) and warmed up when the engine is built.
+3. **Stage B** (flow + HiFi-GAN at the engine's precision) turns each chunk's prior
+   ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device, written
+   into one padded ``[B, S]`` buffer; one copy brings it to (pinned) host memory.
+
+Padding: every convolution of stage B sees its input multiplied by the item's time
+mask, so samples inside an item's length do not depend on what else is in the
+chunk or how far it is padded; samples past ``sample_lengths[i]`` are exactly 0.
+
+Noise comes from a ``torch.Generator`` on the engine's device seeded with
+``SynthesisBatch.seed`` (a fresh random seed when it is None): the same batch with
+the same seed on the same device gives the same audio. The prior noise of item
+``i``, frame ``j`` is ``eps[i, :, j]`` of one ``[B, C, max_frames]`` draw, so it does
+not depend on the bucketing.
+
+Weights come from, in this order: the ``weights_path`` argument, the environment
+variable ``BOOKTTS_TORCH_WEIGHTS``, the voice's own file when it is a
+``.safetensors`` export (:func:`engines.weights.voice_from_weights`), else the
+voice's ONNX file (needs the ``onnx`` package).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from engines import EngineSpec
+from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
+from jobs.errors import (
+    DeterministicEngineError,
+    EngineError,
+    EngineOutOfMemory,
+    EngineUnavailable,
+    TransientEngineError,
+    VoiceError,
+)
+
+WEIGHTS_ENV = "BOOKTTS_TORCH_WEIGHTS"
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def _default_buckets(limit: int = 4096) -> list[int]:
+    out, f = [], 64
+    while f <= limit:
+        out.append(f)
+        f += 64 if f < 512 else 128 if f < 1024 else 256 if f < 2048 else 512
+    return out
+
+
+#: Frame buckets of stage B (a longer item is rounded up to a multiple of 1024 frames).
+DEFAULT_BUCKETS = _default_buckets()
+
+
+def bucket_for(frames: int, buckets=DEFAULT_BUCKETS) -> int:
+    for b in buckets:
+        if frames <= b:
+            return b
+    return -(-frames // 1024) * 1024
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError as exc:
+        raise EngineUnavailable("the torch engine needs PyTorch; pip install torch (or use --engine onnx)") from exc
+    return torch
+
+
+class TorchEngine:
+    """The PyTorch port of a Piper VITS voice. Text-blind; see the module docstring."""
+
+    def __init__(self, voice, spec: EngineSpec | None = None, *, weights_path=None, compile: bool | None = None,
+                 warmup: bool | list = True, buckets: list[int] | None = None,
+                 max_frames_per_chunk: int | None = None, allow_cpu_half: bool = False) -> None:
+        spec = spec or EngineSpec(name="torch")
+        torch = _import_torch()
+        self.torch = torch
+        if spec.precision not in PRECISIONS:
+            raise EngineUnavailable(f"the torch engine has no {spec.precision} mode; use --precision fp32, fp16 or bf16")
+        device = spec.device or "cpu"
+        if device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise EngineUnavailable(f"no CUDA device is visible to PyTorch (asked for {device}); use --device cpu")
+            try:
+                self.device = torch.device(device)
+                torch.cuda.get_device_properties(self.device)
+            except (RuntimeError, AssertionError) as exc:
+                raise EngineUnavailable(f"CUDA device {device} does not exist here; use cuda:0 .. "
+                                        f"cuda:{torch.cuda.device_count() - 1}") from exc
+        elif device == "cpu":
+            self.device = torch.device("cpu")
+            if spec.precision != "fp32" and not allow_cpu_half:
+                raise EngineUnavailable(f"the torch engine runs only fp32 on cpu (asked for {spec.precision}); "
+                                        "use --precision fp32 or a cuda device")
+            if spec.threads:
+                torch.set_num_threads(int(spec.threads))
+        else:
+            raise EngineUnavailable(f"unknown device {device!r}; use cpu or cuda:N")
+        self.is_cuda = self.device.type == "cuda"
+        self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec.precision]
+        self.voice = voice
+        self.spec = spec
+
+        t0 = time.perf_counter()
+        state, hp, source = self._load_weights(voice, weights_path)
+        from engines.torch_vits.hparams import VitsHParams
+        from engines.torch_vits.model import VitsSynthesizer
+
+        self.hparams = VitsHParams.from_dict(hp)
+        if self.hparams.hop_length != voice.hop_length:
+            raise VoiceError(f"weights have hop length {self.hparams.hop_length}, the voice config says "
+                             f"{voice.hop_length}; export the weights of this voice again")
+        with torch.no_grad():
+            model = VitsSynthesizer(self.hparams)
+            try:
+                model.load_weights({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()})
+            except KeyError as exc:
+                raise VoiceError(f"weights from {source} do not fit the model ({exc.args[0]}); export them again") from exc
+            self.model = model.eval().to(self.device)
+            # Stage B at the engine's precision (its own copy of flow + decoder when not fp32).
+            if self.dtype == torch.float32:
+                self.flow, self.dec = self.model.flow, self.model.dec
+            else:
+                import copy
+
+                self.flow = copy.deepcopy(self.model.flow).to(self.dtype)
+                self.dec = copy.deepcopy(self.model.dec).to(self.dtype)
+        self.hop = self.hparams.hop_length
+        self.n_vocab = self.hparams.n_vocab
+        self.buckets = sorted(buckets or DEFAULT_BUCKETS)
+        self.max_frames_per_chunk = int(max_frames_per_chunk or (131072 if self.is_cuda else 8192))
+        self.compiled = bool(self.is_cuda if compile is None else compile)
+        self._stage_b = self._stage_b_pcm
+        compile_error = None
+        if self.compiled:
+            try:
+                self._stage_b = torch.compile(self._stage_b_pcm, mode="reduce-overhead" if self.is_cuda else None,
+                                              dynamic=True)
+            except Exception as exc:  # pragma: no cover - depends on the host's toolchain
+                compile_error = f"{type(exc).__name__}: {exc}"
+                self.compiled = False
+        self.load_s = time.perf_counter() - t0
+        self.warmup_s = 0.0
+        if self.is_cuda and warmup:
+            t1 = time.perf_counter()
+            shapes = warmup if isinstance(warmup, list) else self.warmup_shapes(spec.max_batch)
+            try:
+                self._warm(shapes)
+            except Exception as exc:
+                if not self.compiled:
+                    raise self._map_error(exc, "warm-up") from exc
+                # A compiler failure must not take the worker down: fall back to eager.
+                warnings.warn(f"torch.compile failed during warm-up, running eager: {exc!r}")
+                compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                self.compiled = False
+                self._stage_b = self._stage_b_pcm
+            self.warmup_s = time.perf_counter() - t1
+        self.info = EngineInfo(
+            "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
+            {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
+             "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
+             **({"compile_error": compile_error} if compile_error else {})},
+        )
+
+    # ------------------------------------------------------------------ weights
+    @staticmethod
+    def _load_weights(voice, weights_path):
+        from engines import weights as W
+
+        path = weights_path or os.environ.get(WEIGHTS_ENV) or None
+        if path is None and str(voice.model_path).endswith(".safetensors"):
+            path = voice.model_path
+        if path is not None:
+            state, hp, meta = W.read_weights(path)
+            model_path = Path(voice.model_path)
+            if model_path.suffix == ".onnx" and model_path.is_file() and meta.get("source_sha256"):
+                if voice.model_sha256() != meta["source_sha256"]:
+                    raise VoiceError(f"weights {path} were exported from another voice than {voice.name!r}; "
+                                     f"export this voice's weights or unset {WEIGHTS_ENV}")
+            if int(meta.get("sample_rate", voice.sample_rate)) != voice.sample_rate:
+                raise VoiceError(f"weights {path} are for {meta.get('sample_rate')} Hz, the voice is "
+                                 f"{voice.sample_rate} Hz; export this voice's weights")
+            return state, hp, Path(path)
+        state, hp = W.onnx_state_and_hparams(voice.model_path)
+        return state, hp, Path(voice.model_path)
+
+    # ------------------------------------------------------------------ stage B (compiled region)
+    def _stage_b_pcm(self, z_p, frames):
+        torch = self.torch
+        mask = (torch.arange(z_p.shape[-1], device=z_p.device)[None, :] < frames[:, None]).unsqueeze(1).to(z_p.dtype)
+        z = self.flow.reverse(z_p, mask)
+        audio = self.dec(z * mask, frames)
+        return (audio.float() * MAX_WAV_VALUE).clamp(-MAX_WAV_VALUE, MAX_WAV_VALUE).to(torch.int16)
+
+    def chunk_rows(self, bucket: int) -> int:
+        """Largest number of items of a chunk in this frame bucket."""
+        return max(1, min(self.max_frames_per_chunk // bucket, max(1, self.spec.max_batch)))
+
+    def warmup_shapes(self, max_batch: int) -> list[tuple[int, int]]:
+        """(padded rows, frames) of every stage-B shape a batch of up to ``max_batch`` items can produce."""
+        shapes = []
+        for f in self.buckets:
+            cap = min(self.chunk_rows(f), max(1, max_batch))
+            b = 1
+            while True:
+                shapes.append((min(b, _pow2_at_least(cap)), f))
+                if b >= cap:
+                    break
+                b *= 2
+        return sorted(set(shapes))
+
+    def _warm(self, shapes) -> None:
+        torch = self.torch
+        c = self.hparams.inter_channels
+        with torch.inference_mode():
+            for rows, f in shapes:
+                z = torch.randn(rows, c, f, device=self.device, dtype=self.dtype)
+                fr = torch.full((rows,), f, device=self.device, dtype=torch.long)
+                fr[-1] = max(1, f // 2)
+                for _ in range(3 if self.compiled else 1):
+                    if self.compiled:
+                        torch.compiler.cudagraph_mark_step_begin()
+                    self._stage_b(z, fr)
+            torch.cuda.synchronize(self.device)
+
+    # ------------------------------------------------------------------ errors
+    def _map_error(self, exc: BaseException, where: str) -> EngineError:
+        torch = self.torch
+        if isinstance(exc, EngineError):
+            return exc
+        msg = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in msg.lower():
+            return EngineOutOfMemory(f"torch ran out of memory on {self.device} in {where}; retry with a smaller batch")
+        if isinstance(exc, MemoryError):
+            return EngineOutOfMemory(f"host memory ran out in {where}; retry with a smaller batch")
+        low = msg.lower()
+        if any(s in low for s in ("cuda error", "cudnn", "cublas", "nccl", "device-side", "ecc error",
+                                  "unspecified launch failure", "driver")):
+            return TransientEngineError(f"torch on {self.device} failed in {where}: {msg}")
+        return DeterministicEngineError(f"torch engine failed in {where}: {type(exc).__name__}: {msg}")
+
+    # ------------------------------------------------------------------ synthesis
+    def _check(self, batch: SynthesisBatch) -> None:
+        ids, lengths = batch.phoneme_ids, batch.lengths
+        if len(batch) == 0:
+            raise DeterministicEngineError("empty batch: nothing to synthesize")
+        if lengths.min() < 1 or lengths.max() > ids.shape[1]:
+            raise DeterministicEngineError(f"phoneme lengths must be in 1..{ids.shape[1]}, got {lengths.min()}..{lengths.max()}")
+        if ids.min() < 0 or ids.max() >= self.n_vocab:
+            raise DeterministicEngineError(f"phoneme ids must be in 0..{self.n_vocab - 1} for this voice, "
+                                           f"got {ids.min()}..{ids.max()}")
+
+    def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
+        self._check(batch)
+        t0 = time.perf_counter()
+        try:
+            audio, lengths = self._synthesize(batch)
+        except Exception as exc:
+            raise self._map_error(exc, f"a batch of {len(batch)}") from exc
+        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
+
+    def _synthesize(self, batch: SynthesisBatch):
+        torch = self.torch
+        dev = self.device
+        sc = batch.scales
+        seed = batch.seed if batch.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        gen = torch.Generator(device=dev)
+        gen.manual_seed(int(seed))
+        b, t = batch.phoneme_ids.shape
+        with torch.inference_mode():
+            ids = torch.from_numpy(batch.phoneme_ids)
+            lens = torch.from_numpy(batch.lengths)
+            if self.is_cuda:
+                ids = ids.pin_memory().to(dev, non_blocking=True)
+                lens = lens.pin_memory().to(dev, non_blocking=True)
+            dp_noise = torch.randn(b, 2, t, generator=gen, device=dev) * float(sc.noise_w)
+            m_p, logs_p, durations, frames = self.model.stage_a(ids, lens, dp_noise, float(sc.length_scale))
+            frames_host = frames.cpu().numpy().astype(np.int64)  # sync: shapes of stage B depend on it
+            max_frames = int(frames_host.max())
+            n_samples = max_frames * self.hop
+            eps = None
+            if sc.noise_scale != 0:
+                eps = torch.randn(b, m_p.shape[1], max_frames, generator=gen, device=dev)
+            out = torch.empty(b, n_samples, dtype=torch.int16, device=dev)
+
+            order = np.argsort(frames_host, kind="stable")
+            groups: dict[int, list[int]] = {}
+            for i in order:
+                groups.setdefault(bucket_for(int(frames_host[i]), self.buckets), []).append(int(i))
+            for f, items in groups.items():
+                cap = self.chunk_rows(f)
+                for s in range(0, len(items), cap):
+                    rows = items[s:s + cap]
+                    self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale), out)
+            if self.is_cuda:
+                host = torch.empty(out.shape, dtype=torch.int16, pin_memory=True)
+                host.copy_(out, non_blocking=True)
+                torch.cuda.current_stream(dev).synchronize()
+                audio = host.numpy()
+            else:
+                audio = out.numpy()
+        return audio, frames_host * self.hop
+
+    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, out) -> None:
+        torch = self.torch
+        n = len(rows)
+        idx = torch.tensor(rows, device=self.device)
+        m, logs = self.model.expand_prior(m_p[idx], logs_p[idx], durations[idx], f)
+        if eps is not None:
+            e = eps[idx]
+            if e.shape[-1] < f:
+                e = torch.nn.functional.pad(e, (0, f - e.shape[-1]))
+            else:
+                e = e[..., :f]
+            m = m + e * torch.exp(logs) * noise_scale
+        fr = frames[idx]
+        padded = _pow2_at_least(n) if self.compiled else n
+        if padded > n:
+            m = torch.cat([m, m.new_zeros(padded - n, *m.shape[1:])])
+            fr = torch.cat([fr, fr.new_zeros(padded - n)])
+        if self.compiled:
+            torch.compiler.cudagraph_mark_step_begin()
+        pcm = self._stage_b(m.to(self.dtype), fr)
+        width = min(pcm.shape[1], out.shape[1])
+        out[idx, :width] = pcm[:n, :width]
+        if width < out.shape[1]:
+            out[idx, width:] = 0
