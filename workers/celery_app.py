@@ -1,0 +1,185 @@
+"""The Celery application of the distributed runner, configured from ``REDIS_URL``.
+
+Settings and why (see ``README-distributed.md`` for the long form):
+
+- JSON only (``task_serializer``, ``result_serializer``, ``accept_content``): task
+  arguments are paths, ids and numbers; nothing is unpickled from the broker.
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a message is acknowledged
+  only after its batch is written, and a pool child killed mid-batch puts its
+  message back. Redelivery loops (a batch that kills its worker every time)
+  are bounded by counting deliveries per batch in Redis (:mod:`workers.state`).
+- ``worker_prefetch_multiplier = 1`` and ``worker_disable_prefetch`` (Celery >=
+  5.6, Redis only): a worker takes a message only when a pool process is free,
+  so a busy worker never sits on a message another worker could run, and a
+  high-priority message enqueued later is taken by the next free process.
+- One queue per priority (``tts.high``, ``tts.normal``, ``tts.low``), consumed
+  in that order with ``queue_order_strategy = 'priority'``: kombu's Redis
+  transport otherwise rotates the queue list after each message
+  (``round_robin``), which interleaves a high job with a low one instead of
+  running it first.
+- ``visibility_timeout`` identical in ``broker_transport_options`` and
+  ``result_backend_transport_options`` and far above the longest batch; lost
+  workers are detected by batch leases (:mod:`workers.leases`) long before it.
+
+The Redis password comes only from the URL (``REDIS_URL`` or ``--redis-url``),
+never from this file; :func:`redact_url` hides it in messages and logs.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit, urlunsplit
+
+from celery import Celery
+from celery.app import defaults as celery_defaults
+from kombu import Queue
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+#: Priorities, highest first; a worker consumes their queues in this order.
+PRIORITIES = ("high", "normal", "low")
+DEFAULT_PRIORITY = "normal"
+#: Queue names are ``<prefix>.<priority>``; ``tts`` for every node, e.g. ``tts-gpu`` for GPU-only work.
+DEFAULT_QUEUE_PREFIX = "tts"
+#: Seconds before kombu redelivers an unacknowledged message. Must exceed the longest batch
+#: (a batch is seconds to minutes); lost workers are found much sooner through leases.
+DEFAULT_VISIBILITY_TIMEOUT = 6 * 3600
+
+TASK_SYNTHESIZE = "booktts.synthesize_batch"
+TASK_FINALIZE = "booktts.finalize_job"
+
+
+def queue_name(priority: str, prefix: str = DEFAULT_QUEUE_PREFIX) -> str:
+    """The queue of ``priority`` (``high``/``normal``/``low``)."""
+    if priority not in PRIORITIES:
+        raise ValueError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
+    return f"{prefix}.{priority}"
+
+
+def priority_of_queue(queue: str | None) -> str:
+    """The priority encoded in a queue name (``normal`` when it has none)."""
+    tail = (queue or "").rsplit(".", 1)[-1]
+    return tail if tail in PRIORITIES else DEFAULT_PRIORITY
+
+
+def default_queues(prefix: str = DEFAULT_QUEUE_PREFIX) -> list[str]:
+    """The queues a worker consumes by default, highest priority first."""
+    return [queue_name(p, prefix) for p in PRIORITIES]
+
+
+def redis_url(url: str | None = None) -> str:
+    """The Redis URL to use: the argument, else ``$REDIS_URL``, else the local default."""
+    return url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable redis url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+
+
+def visibility_timeout() -> int:
+    """Visibility timeout in seconds (``$BOOKTTS_VISIBILITY_TIMEOUT`` overrides the default)."""
+    return int(os.environ.get("BOOKTTS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT))
+
+
+def _has_worker_setting(name: str) -> bool:
+    worker_ns = celery_defaults.NAMESPACES.get("worker", {})
+    return name in worker_ns
+
+
+def transport_options() -> dict:
+    """Redis transport options shared by the broker and the result backend."""
+    return {
+        "visibility_timeout": visibility_timeout(),
+        # Strict queue order: BRPOP on [high, normal, low] always in that order.
+        "queue_order_strategy": "priority",
+        # Notice a dead or restarted Redis quickly instead of hanging on a half-open socket.
+        "socket_connect_timeout": 5,
+        "socket_timeout": 30,
+        "health_check_interval": 10,
+    }
+
+
+def configure(app: Celery, url: str | None = None) -> Celery:
+    """Apply the runner's settings to ``app`` for the Redis at ``url``."""
+    url = redis_url(url)
+    opts = transport_options()
+    queues = [Queue(q, routing_key=q) for q in default_queues()]
+    app.conf.update(
+        broker_url=url,
+        result_backend=url,
+        broker_transport_options=dict(opts),
+        result_backend_transport_options=dict(opts),
+        # JSON only.
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        # State lives in our own Redis keys (workers.state); task results are not read.
+        task_ignore_result=True,
+        # At-least-once delivery; duplicates are made harmless by leases and the done-set.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        # Routing: one queue per priority, direct to the queue (anonymous exchange: no
+        # binding keys needed in Redis, so publishing still works after Redis lost its data).
+        task_queues=queues,
+        task_default_queue=queue_name(DEFAULT_PRIORITY),
+        task_create_missing_queues=True,
+        task_publish_retry=True,
+        task_publish_retry_policy={"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5,
+                                   "interval_max": 2.0},
+        # Keep reconnecting to a restarted Redis; keep running tasks on connection loss
+        # (their batch still gets written and recorded; the ack may be lost, which only
+        # causes a harmless duplicate delivery).
+        broker_connection_retry=True,
+        broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+        # An engine load (TensorRT build, CUDA init, warm-up) can take minutes in the child.
+        worker_proc_alive_timeout=float(os.environ.get("BOOKTTS_PROC_ALIVE_TIMEOUT", 600)),
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+        worker_hijack_root_logger=True,
+        broker_channel_error_retry=True,
+        result_expires=24 * 3600,
+    )
+    if _has_worker_setting("disable_prefetch"):
+        # Celery 5.6+: the Redis consumer takes a message only when a pool process is free.
+        app.conf.worker_disable_prefetch = True
+    return app
+
+
+def use_redis(url: str | None = None, target: Celery | None = None) -> str:
+    """Point ``target`` (default: :data:`app`) at the Redis of ``url`` (or ``$REDIS_URL``).
+
+    Connection and producer pools opened for another URL are dropped, so commands run
+    in one process (tests) can talk to different servers.
+    """
+    target = target or app
+    url = redis_url(url)
+    if target.conf.broker_url != url or target.conf.result_backend != url:
+        target.conf.broker_url = url
+        target.conf.result_backend = url
+        target._pool = None
+        target.amqp._producer_pool = None
+    return url
+
+
+def make_app(url: str | None = None) -> Celery:
+    """A configured Celery app with the runner's tasks registered."""
+    app = Celery("booktts", include=["workers.tasks"])
+    return configure(app, url)
+
+
+app = make_app()

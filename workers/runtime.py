@@ -1,0 +1,184 @@
+"""Per-process state of a worker: its settings, its engine, the jobs it has seen.
+
+A worker *process* (a prefork pool child, or the main process with ``--pool solo``)
+owns its device: the engine is built there, once per voice, at process start
+(``worker_process_init``) or on the first batch, and kept for the life of the
+process. The parent of a prefork pool never builds an engine, so CUDA is only
+ever initialised in the process that runs batches.
+
+Settings travel from the ``worker`` command to the pool processes through the
+environment (so ``celery -A workers.celery_app worker`` can be used directly):
+
+=============================  ==============================================================
+``BOOKTTS_WORKER_ENGINE``      JSON :class:`engines.EngineSpec` (default: onnx, fp32, cpu)
+``BOOKTTS_WORKER_VOICE``       voice to load at process start (default: none, load on demand)
+``BOOKTTS_LEASE_SECONDS``      batch lease TTL (default 180); heartbeat every third of it
+``BOOKTTS_MAX_DELIVERIES``     deliveries of one batch before it is declared failed (default 6)
+``BOOKTTS_FAKE_FAIL_ID``       fake engine only: refuse batches containing this phoneme id
+``BOOKTTS_FAKE_OOM_OVER``      fake engine only: raise out-of-memory above this batch size
+``BOOKTTS_FAKE_DELAY_S``       fake engine only: seconds per batch (read by the engine itself)
+=============================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from engines import EngineSpec
+
+log = logging.getLogger("booktts.worker")
+
+DEFAULT_LEASE_SECONDS = 180.0
+DEFAULT_MAX_DELIVERIES = 6
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    engine: EngineSpec
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    voice: str | None = None
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+
+    @property
+    def heartbeat_s(self) -> float:
+        return max(self.lease_seconds / 3.0, 0.2)
+
+    def to_env(self) -> dict[str, str]:
+        env = {
+            "BOOKTTS_WORKER_ENGINE": json.dumps(self.engine.to_dict()),
+            "BOOKTTS_LEASE_SECONDS": repr(float(self.lease_seconds)),
+            "BOOKTTS_MAX_DELIVERIES": str(int(self.max_deliveries)),
+        }
+        if self.voice:
+            env["BOOKTTS_WORKER_VOICE"] = self.voice
+        return env
+
+    @classmethod
+    def from_env(cls, env=None) -> "WorkerSettings":
+        env = os.environ if env is None else env
+        raw = env.get("BOOKTTS_WORKER_ENGINE")
+        spec = EngineSpec.from_dict(json.loads(raw)) if raw else EngineSpec()
+        return cls(
+            engine=spec,
+            lease_seconds=float(env.get("BOOKTTS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)),
+            voice=env.get("BOOKTTS_WORKER_VOICE") or None,
+            max_deliveries=int(env.get("BOOKTTS_MAX_DELIVERIES", DEFAULT_MAX_DELIVERIES)),
+        )
+
+
+_settings: WorkerSettings | None = None
+
+
+def settings() -> WorkerSettings:
+    """This process's settings (read from the environment once)."""
+    global _settings
+    if _settings is None:
+        _settings = WorkerSettings.from_env()
+    return _settings
+
+
+def reset_for_tests() -> None:
+    global _settings
+    _settings = None
+    _ENGINES.clear()
+
+
+# ------------------------------------------------------------------ engines
+
+_ENGINES: dict[str, object] = {}
+_ENGINE_LOCK = threading.Lock()
+
+
+def _env_int(name: str) -> int | None:
+    v = os.environ.get(name)
+    return int(v) if v not in (None, "") else None
+
+
+def build_engine(spec: EngineSpec, voice):
+    """Build the engine for ``voice``: :func:`engines.load_engine`, except that the fake engine
+    also takes its failure knobs from the environment (tests of the error paths)."""
+    if spec.name == "fake":
+        from engines.fake import FakeEngine
+
+        return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length, max_batch=spec.max_batch,
+                          fail_on_id=_env_int("BOOKTTS_FAKE_FAIL_ID"), oom_over=_env_int("BOOKTTS_FAKE_OOM_OVER"))
+    from engines import load_engine
+
+    return load_engine(spec, voice)
+
+
+def _warm_up(engine, voice) -> None:
+    """One tiny batch so the first real batch does not pay for lazy initialisation."""
+    from engines.base import SynthesisBatch
+
+    ids = [i for v in list(voice.phoneme_id_map.values())[:8] for i in v][:8] or [1, 2, 3]
+    engine.synthesize(SynthesisBatch.from_sequences([ids], _scales(voice)))
+
+
+def _scales(voice):
+    from engines.base import Scales
+
+    return Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
+
+
+def get_engine(voice, spec: EngineSpec | None = None):
+    """The engine of this process for ``voice``, built (and warmed up) on first use.
+
+    One voice at a time is kept: a job with another voice replaces the engine, so device
+    memory holds one model.
+    """
+    spec = spec or settings().engine
+    key = f"{voice.model_path}|{json.dumps(spec.to_dict(), sort_keys=True)}"
+    with _ENGINE_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            _ENGINES.clear()
+            t0 = time.perf_counter()
+            engine = build_engine(spec, voice)
+            if spec.name != "fake":
+                _warm_up(engine, voice)
+            _ENGINES[key] = engine
+            info = engine.info
+            log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d",
+                     info.name, info.precision, info.device, voice.name, info.sample_rate, info.max_batch,
+                     time.perf_counter() - t0, os.getpid())
+        return engine
+
+
+def preload() -> None:
+    """Build the engine at process start when the worker was given ``--voice``."""
+    s = settings()
+    if not s.voice:
+        log.info("engine %s %s on %s: built on the first batch (no --voice to preload)",
+                 s.engine.name, s.engine.precision, s.engine.device)
+        return
+    from jobs.voice import resolve_voice
+
+    get_engine(resolve_voice(s.voice), s.engine)
+
+
+# ------------------------------------------------------------------ jobs seen by this process
+
+_KNOWN: dict[str, tuple[str, str]] = {}
+_KNOWN_LOCK = threading.Lock()
+
+
+def remember_job(job_id: str, job_dir: str, queue: str) -> None:
+    """Remember a job this process worked on, so its reaper can rebuild it if Redis loses it."""
+    with _KNOWN_LOCK:
+        _KNOWN[job_id] = (job_dir, queue)
+
+
+def forget_job(job_id: str) -> None:
+    with _KNOWN_LOCK:
+        _KNOWN.pop(job_id, None)
+
+
+def known_jobs() -> dict[str, tuple[str, str]]:
+    with _KNOWN_LOCK:
+        return dict(_KNOWN)

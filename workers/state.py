@@ -1,0 +1,578 @@
+"""Job state of the distributed runner, in Redis, JSON only.
+
+The job directory stays the source of truth for *what is done* (a batch record
+on disk means the batch is done); Redis holds what the fleet needs to
+coordinate: counts, leases, failures, cancellation, priorities. If Redis loses
+its data, a job can be rebuilt from its directory (:func:`workers.tasks.start_job`).
+
+Keys (``<P>`` is :data:`PREFIX`, ``<J>`` a job id, ``<B>`` a batch id):
+
+=====================================  =======  ===============================================
+``<P>jobs``                            zset     job id -> created time (recent jobs)
+``<P>active``                          set      ids of jobs not yet done/failed/cancelled
+``<P>job:<J>``                         hash     the job: fields of :class:`JobInfo`, each a JSON value
+``<P>job:<J>:done``                    set      batch ids whose record has been counted
+``<P>job:<J>:failed``                  hash     batch id -> JSON failure (error, type, worker, attempt, time)
+``<P>job:<J>:running``                 hash     batch id -> JSON holder of the batch's lease
+``<P>job:<J>:deliveries``              hash     batch id -> times a worker started it (redelivery-loop bound)
+``<P>job:<J>:records``                 hash     batch id -> JSON summary (worker, attempt, audio s, times)
+``<P>job:<J>:finalize``                string   set once (NX) by the task that completes the set
+``<P>lease:<J>:<B>``                   string   JSON holder, with a TTL (the lease); ``<B>`` may be ``finalize``
+``<P>reaper``                          string   a short lock so one reaper sweeps at a time
+=====================================  =======  ===============================================
+
+The atomic steps (begin a batch, complete it, fail it, renew/claim a lease)
+are Lua scripts, so two workers can never both count a batch or both
+enqueue the finalize task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Iterable
+
+import redis
+
+from jobs.errors import BrokerError, JobError
+from workers.celery_app import redact_url, redis_url
+
+PREFIX = "booktts:"
+#: Recent jobs kept in the ``jobs`` sorted set.
+MAX_RECENT_JOBS = 1000
+FINALIZE = "finalize"
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class JobStatus(str, Enum):
+    """Where a job is. ``done``, ``failed`` and ``cancelled`` are terminal (until ``resume``)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    FINALIZING = "finalizing"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def active(self) -> bool:
+        return self in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FINALIZING)
+
+
+class BatchStatus(str, Enum):
+    """Where one batch is, as far as Redis knows."""
+
+    PENDING = "pending"
+    """Queued or waiting for a retry; no worker holds it."""
+    RUNNING = "running"
+    """A worker holds its lease."""
+    DONE = "done"
+    FAILED = "failed"
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not _JOB_ID_RE.match(job_id):
+        raise JobError(f"{job_id!r} is not a job id (letters, digits, '.', '_', '-'; at most 128)")
+    return job_id
+
+
+def now() -> float:
+    return time.time()
+
+
+@dataclass
+class Holder:
+    """Who holds a batch lease."""
+
+    worker: str
+    """Celery node name (``booktts.<pid>@<host>``), as it appears in the manifest."""
+    host: str
+    pid: int
+    task_id: str
+    since: float = field(default_factory=now)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes | None) -> "Holder | None":
+        if not text:
+            return None
+        try:
+            d = json.loads(text)
+            return cls(str(d["worker"]), str(d["host"]), int(d["pid"]), str(d["task_id"]), float(d.get("since", 0)))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def process_is_dead(self) -> bool:
+        """True only when the holder ran on this host and its process is gone."""
+        if self.host != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+@dataclass
+class JobInfo:
+    """The job hash, decoded."""
+
+    id: str
+    out_dir: str
+    status: JobStatus
+    priority: str
+    queue: str
+    batches: int
+    utterances: int
+    audio_s_est: float
+    audio_s_done: float = 0.0
+    created: float = 0.0
+    started: float | None = None
+    finished: float | None = None
+    cancelled: bool = False
+    error: str | None = None
+    summary: dict | None = None
+    done: int = 0
+    failed: int = 0
+    running: int = 0
+
+    @property
+    def elapsed(self) -> float | None:
+        if self.started is None:
+            return None
+        return (self.finished or now()) - self.started
+
+    @property
+    def x_real_time(self) -> float | None:
+        """Audio seconds produced per wall second since the first batch started."""
+        e = self.elapsed
+        if not e or e <= 0 or self.audio_s_done <= 0:
+            return None
+        return self.audio_s_done / e
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the current rate (None before the first batch or when finished)."""
+        if self.status in (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED):
+            return None
+        rate = self.x_real_time
+        if not rate:
+            return None
+        return max(self.audio_s_est - self.audio_s_done, 0.0) / rate
+
+
+_JOB_FIELDS = ("id", "out_dir", "status", "priority", "queue", "batches", "utterances", "audio_s_est",
+               "audio_s_done", "created", "started", "finished", "cancelled", "error", "summary")
+
+
+def _enc(v: Any) -> str:
+    if isinstance(v, Enum):
+        v = v.value
+    return json.dumps(v)
+
+
+def _dec(v: bytes | str | None) -> Any:
+    if v is None:
+        return None
+    try:
+        return json.loads(v)
+    except ValueError:
+        return v.decode() if isinstance(v, bytes) else v
+
+
+# ---------------------------------------------------------------- Lua scripts
+# Every hash value is JSON, so statuses are compared as '"running"' etc.
+
+_LUA_BEGIN = """
+-- KEYS: job, done, failed, running, deliveries, lease
+-- ARGV: batch, holder, lease_ms, task_id, steal, max_deliveries, now
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', 0} end
+if redis.call('HGET', KEYS[1], 'cancelled') == 'true' then return {'cancelled', 0} end
+local st = redis.call('HGET', KEYS[1], 'status')
+if st == '"cancelled"' then return {'cancelled', 0} end
+if st == '"done"' then return {'done', 0} end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {'done', 0} end
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return {'failed', 0} end
+local cur = redis.call('GET', KEYS[6])
+if cur and cur ~= ARGV[5] then
+  local ok, h = pcall(cjson.decode, cur)
+  if not ok or h['task_id'] ~= ARGV[4] then return {'leased', cur} end
+end
+local n = redis.call('HINCRBY', KEYS[5], ARGV[1], 1)
+if n > tonumber(ARGV[6]) then return {'exhausted', n} end
+redis.call('SET', KEYS[6], ARGV[2], 'PX', ARGV[3])
+redis.call('HSET', KEYS[4], ARGV[1], ARGV[2])
+if st == '"queued"' then
+  redis.call('HSET', KEYS[1], 'status', '"running"')
+end
+local started = redis.call('HGET', KEYS[1], 'started')
+if (not started) or started == 'null' then
+  redis.call('HSET', KEYS[1], 'started', ARGV[7])
+end
+return {'ok', n}
+"""
+
+_COUNT_AND_CLOSE = """
+local function count_and_close(job, done, failed, active, guard, job_id, now)
+  local total = tonumber(redis.call('HGET', job, 'batches'))
+  local nd = redis.call('SCARD', done)
+  local nf = redis.call('HLEN', failed)
+  if total == nil or nd + nf < total then return 'progress' end
+  local st = redis.call('HGET', job, 'status')
+  if st == '"cancelled"' then return 'cancelled' end
+  if nf > 0 then
+    if st ~= '"failed"' then
+      redis.call('HSET', job, 'status', '"failed"', 'finished', now)
+      redis.call('SREM', active, job_id)
+    end
+    return 'failed'
+  end
+  if redis.call('SET', guard, now, 'NX') then
+    redis.call('HSET', job, 'status', '"finalizing"')
+    return 'finalize'
+  end
+  return 'complete'
+end
+"""
+
+_LUA_COMPLETE = _COUNT_AND_CLOSE + """
+-- KEYS: job, done, failed, running, records, lease, guard, active
+-- ARGV: batch, record, audio_s, holder, now, job_id
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', 0} end
+local added = redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+if added == 1 then
+  redis.call('HINCRBYFLOAT', KEYS[1], 'audio_s_done', ARGV[3])
+  redis.call('HSET', KEYS[5], ARGV[1], ARGV[2])
+end
+if redis.call('GET', KEYS[6]) == ARGV[4] then redis.call('DEL', KEYS[6]) end
+if redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[4] then redis.call('HDEL', KEYS[4], ARGV[1]) end
+return {count_and_close(KEYS[1], KEYS[2], KEYS[3], KEYS[8], KEYS[7], ARGV[6], ARGV[5]), added}
+"""
+
+_LUA_FAIL = _COUNT_AND_CLOSE + """
+-- KEYS: job, done, failed, running, lease, guard, active
+-- ARGV: batch, failure, holder, now, job_id
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', 0} end
+if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {'done', 0} end
+local added = redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+if redis.call('GET', KEYS[5]) == ARGV[3] then redis.call('DEL', KEYS[5]) end
+if redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[3] then redis.call('HDEL', KEYS[4], ARGV[1]) end
+return {count_and_close(KEYS[1], KEYS[2], KEYS[3], KEYS[7], KEYS[6], ARGV[5], ARGV[4]), added}
+"""
+
+_LUA_RENEW = """
+-- KEYS: lease, running, done ; ARGV: holder, lease_ms, batch
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if cur then return 0 end
+if redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 1 then return 0 end
+-- The lease vanished (expired during a stall, or Redis lost its data): take it back, and the
+-- running entry with it, so the reaper can still find this batch if this worker dies.
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[1])
+return 2
+"""
+
+_LUA_HOLD = """
+-- KEYS: lease ; ARGV: holder, ttl_ms.  Extend our own lease (a retry is pending).
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_LUA_CLAIM = """
+-- KEYS: running, lease, done ; ARGV: batch, holder_seen
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return 0 end
+return 1
+"""
+
+_LUA_CREATE = """
+-- KEYS: job, done, jobs, active, failed, deliveries, guard, running, records
+-- ARGV: job_id, created, reset, nfields, f1, v1, ..., then done ids
+local exists = redis.call('EXISTS', KEYS[1]) == 1
+if exists and ARGV[3] ~= '1' then return 0 end
+local n = tonumber(ARGV[4])
+if exists then
+  redis.call('DEL', KEYS[5], KEYS[6], KEYS[7])
+  redis.call('HDEL', KEYS[1], 'error', 'finished', 'cancelled', 'summary')
+end
+for i = 0, n - 1 do
+  local f = ARGV[5 + 2 * i]
+  if not (exists and (f == 'created' or f == 'started' or f == 'audio_s_done')) then
+    redis.call('HSET', KEYS[1], f, ARGV[6 + 2 * i])
+  end
+end
+for i = 5 + 2 * n, #ARGV do redis.call('SADD', KEYS[2], ARGV[i]) end
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[1])
+return exists and 2 or 1
+"""
+
+
+class JobStore:
+    """The distributed runner's view of jobs in Redis."""
+
+    def __init__(self, url: str | None = None, client: redis.Redis | None = None) -> None:
+        self.url = redis_url(url)
+        self.r = client or redis.Redis.from_url(
+            self.url, socket_connect_timeout=5, socket_timeout=30, health_check_interval=10,
+            retry_on_timeout=True)
+        self._begin = self.r.register_script(_LUA_BEGIN)
+        self._complete = self.r.register_script(_LUA_COMPLETE)
+        self._fail = self.r.register_script(_LUA_FAIL)
+        self._renew = self.r.register_script(_LUA_RENEW)
+        self._hold = self.r.register_script(_LUA_HOLD)
+        self._claim = self.r.register_script(_LUA_CLAIM)
+        self._create = self.r.register_script(_LUA_CREATE)
+
+    # ------------------------------------------------------------ keys
+    @staticmethod
+    def k_job(j: str) -> str:
+        return f"{PREFIX}job:{j}"
+
+    def k(self, j: str, part: str) -> str:
+        return f"{PREFIX}job:{j}:{part}"
+
+    @staticmethod
+    def k_lease(j: str, b: int | str) -> str:
+        return f"{PREFIX}lease:{j}:{b}"
+
+    K_JOBS = PREFIX + "jobs"
+    K_ACTIVE = PREFIX + "active"
+    K_REAPER = PREFIX + "reaper"
+
+    # ------------------------------------------------------------ connection
+    def ping(self) -> None:
+        """Raise :class:`BrokerError` naming the (redacted) URL if Redis does not answer."""
+        try:
+            self.r.ping()
+        except redis.exceptions.RedisError as exc:
+            raise BrokerError(
+                f"cannot reach Redis at {redact_url(self.url)} ({type(exc).__name__}: {exc}); "
+                f"start redis-server or pass --redis-url / set REDIS_URL") from exc
+
+    # ------------------------------------------------------------ jobs
+    def create_job(self, info: JobInfo, done_ids: Iterable[int] = (), reset: bool = False) -> int:
+        """Store a job. 0: it existed (untouched); 1: created; 2: existed and was reset (``reset``).
+
+        A reset keeps ``created``/``started``/``audio_s_done``, clears failures, delivery
+        counts, the finalize guard and the cancelled flag, and adds ``done_ids`` to the done set.
+        """
+        check_job_id(info.id)
+        d = {f: getattr(info, f) for f in _JOB_FIELDS}
+        fields: list[str] = []
+        for f, v in d.items():
+            if f in ("cancelled", "error", "summary", "finished") and not v:
+                continue
+            fields += [f, _enc(v)]
+        j = info.id
+        keys = [self.k_job(j), self.k(j, "done"), self.K_JOBS, self.K_ACTIVE, self.k(j, "failed"),
+                self.k(j, "deliveries"), self.k(j, FINALIZE), self.k(j, "running"), self.k(j, "records")]
+        args = [j, info.created or now(), "1" if reset else "0", len(fields) // 2, *fields,
+                *[int(b) for b in done_ids]]
+        res = int(self._create(keys=keys, args=args))
+        if res == 1:
+            self.r.zremrangebyrank(self.K_JOBS, 0, -MAX_RECENT_JOBS - 1)
+        return res
+
+    def exists(self, job_id: str) -> bool:
+        return bool(self.r.exists(self.k_job(job_id)))
+
+    def get_job(self, job_id: str) -> JobInfo | None:
+        """The job, or None if Redis does not know it."""
+        check_job_id(job_id)
+        with self.r.pipeline(transaction=False) as p:
+            p.hgetall(self.k_job(job_id))
+            p.scard(self.k(job_id, "done"))
+            p.hlen(self.k(job_id, "failed"))
+            p.hlen(self.k(job_id, "running"))
+            raw, nd, nf, nr = p.execute()
+        if not raw:
+            return None
+        d = {k.decode(): _dec(v) for k, v in raw.items()}
+        return JobInfo(
+            id=d.get("id", job_id), out_dir=d.get("out_dir", ""), status=JobStatus(d.get("status", "queued")),
+            priority=d.get("priority", "normal"), queue=d.get("queue", ""), batches=int(d.get("batches") or 0),
+            utterances=int(d.get("utterances") or 0), audio_s_est=float(d.get("audio_s_est") or 0.0),
+            audio_s_done=float(d.get("audio_s_done") or 0.0), created=float(d.get("created") or 0.0),
+            started=d.get("started"), finished=d.get("finished"), cancelled=bool(d.get("cancelled")),
+            error=d.get("error"), summary=d.get("summary"), done=int(nd), failed=int(nf), running=int(nr))
+
+    def require_job(self, job_id: str) -> JobInfo:
+        info = self.get_job(job_id)
+        if info is None:
+            raise JobError(f"no job {job_id!r} in Redis at {redact_url(self.url)}; "
+                           f"check the id with `status`, or `resume OUTDIR` to re-register it from its directory")
+        return info
+
+    def recent_jobs(self, limit: int = 20) -> list[JobInfo]:
+        ids = [i.decode() for i in self.r.zrevrange(self.K_JOBS, 0, max(limit - 1, 0))]
+        return [j for j in (self.get_job(i) for i in ids) if j is not None]
+
+    def active_jobs(self) -> list[str]:
+        return sorted(i.decode() for i in self.r.smembers(self.K_ACTIVE))
+
+    def set_fields(self, job_id: str, **fields: Any) -> None:
+        self.r.hset(self.k_job(job_id), mapping={k: _enc(v) for k, v in fields.items()})
+
+    def set_status(self, job_id: str, status: JobStatus, **fields: Any) -> None:
+        with self.r.pipeline() as p:
+            p.hset(self.k_job(job_id), mapping={"status": _enc(status), **{k: _enc(v) for k, v in fields.items()}})
+            if status.active:
+                p.sadd(self.K_ACTIVE, job_id)
+            else:
+                p.srem(self.K_ACTIVE, job_id)
+            p.execute()
+
+    def cancel(self, job_id: str) -> JobInfo:
+        """Mark the job cancelled: its queued batches are dropped when a worker picks them up."""
+        info = self.require_job(job_id)
+        if info.status in (JobStatus.DONE,):
+            return info
+        with self.r.pipeline() as p:
+            p.hset(self.k_job(job_id), mapping={"cancelled": "true", "status": _enc(JobStatus.CANCELLED),
+                                                "finished": _enc(now())})
+            p.srem(self.K_ACTIVE, job_id)
+            p.execute()
+        return self.require_job(job_id)
+
+    def finish(self, job_id: str, summary: dict | None) -> None:
+        self.set_status(job_id, JobStatus.DONE, finished=now(), summary=summary)
+        self.r.delete(self.k_lease(job_id, FINALIZE))
+        self.r.hdel(self.k(job_id, "running"), FINALIZE)
+
+    def fail_job(self, job_id: str, error: str) -> None:
+        self.set_status(job_id, JobStatus.FAILED, finished=now(), error=error)
+
+    # ------------------------------------------------------------ batches
+    def done_ids(self, job_id: str) -> set[int]:
+        return {int(b) for b in self.r.smembers(self.k(job_id, "done"))}
+
+    def failures(self, job_id: str) -> dict[int, dict]:
+        return {int(b): _dec(v) for b, v in self.r.hgetall(self.k(job_id, "failed")).items()}
+
+    def running(self, job_id: str) -> dict[str, Holder | None]:
+        return {b.decode(): Holder.from_json(v) for b, v in self.r.hgetall(self.k(job_id, "running")).items()}
+
+    def running_raw(self, job_id: str) -> dict[str, str]:
+        return {b.decode(): v.decode() for b, v in self.r.hgetall(self.k(job_id, "running")).items()}
+
+    def records(self, job_id: str) -> dict[int, dict]:
+        return {int(b): _dec(v) for b, v in self.r.hgetall(self.k(job_id, "records")).items()}
+
+    def deliveries(self, job_id: str) -> dict[int, int]:
+        return {int(b): int(v) for b, v in self.r.hgetall(self.k(job_id, "deliveries")).items()}
+
+    def lease_holder(self, job_id: str, batch: int | str) -> Holder | None:
+        return Holder.from_json(self.r.get(self.k_lease(job_id, batch)))
+
+    def leased(self, job_id: str, batches: Iterable[int | str]) -> set[str]:
+        """The batches among ``batches`` whose lease is alive."""
+        batches = [str(b) for b in batches]
+        if not batches:
+            return set()
+        with self.r.pipeline(transaction=False) as p:
+            for b in batches:
+                p.exists(self.k_lease(job_id, b))
+            alive = p.execute()
+        return {b for b, a in zip(batches, alive) if a}
+
+    def begin(self, job_id: str, batch: int | str, holder: Holder, lease_s: float, max_deliveries: int,
+              steal: str = "") -> tuple[str, Any]:
+        """Start work on a batch: take its lease and count the delivery, atomically.
+
+        Returns ``(verdict, value)``: ``ok`` (value: the delivery number, the attempt),
+        ``done``/``failed``/``cancelled``/``missing`` (skip), ``leased`` (value: the other
+        holder's JSON), ``exhausted`` (value: deliveries so far, over ``max_deliveries``).
+        ``steal``: take the lease over if its current value is exactly this.
+        """
+        j = job_id
+        keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
+                self.k(j, "deliveries"), self.k_lease(j, batch)]
+        verdict, value = self._begin(keys=keys, args=[str(batch), holder.to_json(), int(lease_s * 1000),
+                                                      holder.task_id, steal, int(max_deliveries), _enc(now())])
+        verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
+        if isinstance(value, bytes):
+            value = value.decode()
+        return verdict, value
+
+    def complete(self, job_id: str, batch: int, holder: Holder, record: dict, audio_s: float) -> tuple[str, bool]:
+        """Count a finished batch once. Returns (``progress``|``finalize``|``complete``|``failed``|
+        ``cancelled``|``missing``, whether this call added it)."""
+        j = job_id
+        keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
+                self.k(j, "records"), self.k_lease(j, batch), self.k(j, FINALIZE), self.K_ACTIVE]
+        verdict, added = self._complete(keys=keys, args=[str(batch), json.dumps(record), repr(float(audio_s)),
+                                                         holder.to_json(), _enc(now()), j])
+        return (verdict.decode() if isinstance(verdict, bytes) else verdict), bool(added)
+
+    def fail(self, job_id: str, batch: int | str, holder_json: str, failure: dict) -> str:
+        """Record a batch failure. Returns ``progress``|``failed`` (the job is over)|``done``|``missing``|..."""
+        j = job_id
+        keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
+                self.k_lease(j, batch), self.k(j, FINALIZE), self.K_ACTIVE]
+        verdict, _ = self._fail(keys=keys, args=[str(batch), json.dumps(failure), holder_json, _enc(now()), j])
+        return verdict.decode() if isinstance(verdict, bytes) else verdict
+
+    def renew(self, job_id: str, batch: int | str, holder: Holder, lease_s: float) -> int:
+        """Heartbeat: 1 renewed, 2 re-taken (it had vanished), 0 lost to another holder or done."""
+        return int(self._renew(keys=[self.k_lease(job_id, batch), self.k(job_id, "running"), self.k(job_id, "done")],
+                               args=[holder.to_json(), int(lease_s * 1000), str(batch)]))
+
+    def hold(self, job_id: str, batch: int | str, holder: Holder, ttl_s: float) -> bool:
+        """Extend our own lease to ``ttl_s`` (a retry of the same task will take it over)."""
+        return bool(self._hold(keys=[self.k_lease(job_id, batch)], args=[holder.to_json(), int(ttl_s * 1000)]))
+
+    def release(self, job_id: str, batch: int | str, holder: Holder) -> None:
+        """Give up our lease and running entry (nothing else)."""
+        h = holder.to_json()
+        lease, running = self.k_lease(job_id, batch), self.k(job_id, "running")
+        with self.r.pipeline() as p:
+            p.get(lease)
+            p.hget(running, str(batch))
+            cur, run = p.execute()
+        if cur is not None and cur.decode() == h:
+            self.r.delete(lease)
+        if run is not None and run.decode() == h:
+            self.r.hdel(running, str(batch))
+
+    def claim_orphan(self, job_id: str, batch: str, holder_seen: str) -> bool:
+        """Reaper: drop the running entry of a batch whose lease expired. True: re-enqueue it."""
+        return bool(self._claim(keys=[self.k(job_id, "running"), self.k_lease(job_id, batch), self.k(job_id, "done")],
+                                args=[batch, holder_seen]))
+
+    def try_lock(self, key: str, ttl_s: float) -> bool:
+        return bool(self.r.set(key, _enc(now()), nx=True, px=max(int(ttl_s * 1000), 1)))
+
+    def finalize_guard(self, job_id: str) -> bool:
+        """SETNX the finalize guard; True for the one caller that must enqueue finalize."""
+        ok = bool(self.r.set(self.k(job_id, FINALIZE), _enc(now()), nx=True))
+        if ok:
+            self.set_status(job_id, JobStatus.FINALIZING)
+        return ok
+
+    def forget(self, job_id: str) -> None:
+        """Delete everything Redis holds about a job (tests, housekeeping)."""
+        keys = [self.k_job(job_id)] + [self.k(job_id, p) for p in
+                                       ("done", "failed", "running", "deliveries", "records", FINALIZE)]
+        self.r.delete(*keys)
+        self.r.zrem(self.K_JOBS, job_id)
+        self.r.srem(self.K_ACTIVE, job_id)
