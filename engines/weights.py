@@ -43,6 +43,11 @@ FORMAT_NAME = "booktts-piper-vits"
 
 _DTYPES = {"fp32": np.float32, "fp16": np.float16}
 
+#: Weights always stored in float32: the text encoder and the duration predictor (stage A) run in
+#: float32 at every precision, and the encoder is sensitive to weight rounding: fp16-rounded
+#: encoder weights alone move the audio by ~3% (relative L2), flow ~0.2%, decoder ~0.05%.
+FP32_PREFIXES = ("enc_p.", "dp.")
+
 _STATE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+$")
 
 
@@ -168,6 +173,10 @@ def _sha256(path: Path) -> str:
 def export_weights(voice, out_path, dtype: str = "fp16") -> Path:
     """Write the voice's weights as safetensors (``fp16`` or ``fp32``), atomically; return the path.
 
+    ``fp16`` stores the flow and the decoder (stage B, ~9M parameters) in float16 and keeps
+    the encoder and duration predictor (:data:`FP32_PREFIXES`) in float32: ~45 MB for the
+    medium voice instead of 63 MB.
+
     ``voice`` is a :class:`jobs.voice.VoiceConfig` or a voice name/path for
     :func:`jobs.voice.resolve_voice`. The file's metadata holds ``format``,
     ``format_version``, ``dtype``, ``sample_rate``, ``hop_length``,
@@ -198,11 +207,13 @@ def export_weights(voice, out_path, dtype: str = "fp16") -> Path:
 
     state, hp = onnx_state_and_hparams(voice.model_path)
     np_dtype = _DTYPES[dtype]
-    tensors = {k: np.ascontiguousarray(v.astype(np_dtype)) for k, v in sorted(state.items())}
+    tensors = {k: np.ascontiguousarray(v.astype(np.float32 if k.startswith(FP32_PREFIXES) else np_dtype))
+               for k, v in sorted(state.items())}
     metadata = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "dtype": dtype,
+        "fp32_prefixes": ",".join(FP32_PREFIXES),
         "sample_rate": str(voice.sample_rate),
         "hop_length": str(voice.hop_length),
         "source_sha256": _sha256(Path(voice.model_path)),
