@@ -1,0 +1,779 @@
+"""jobs.ingest: book files -> chapters of paragraphs.
+
+Real data: Alice in Wonderland (Project Gutenberg #11) as TXT and EPUB, copied into tests/data.
+Every hostile or broken EPUB is built here with ``zipfile`` into tmp_path; none is committed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from jobs import ingest
+from jobs.errors import EncodingError, InputError, UnsafePathError
+from jobs.ingest import Book, Chapter, load_book
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+ALICE_TXT = DATA / "alice-pg11.txt"
+ALICE_EPUB = DATA / "alice-pg11.epub"
+
+ALICE_TITLES = [
+    "CHAPTER I. Down the Rabbit-Hole",
+    "CHAPTER II. The Pool of Tears",
+    "CHAPTER III. A Caucus-Race and a Long Tale",
+    "CHAPTER IV. The Rabbit Sends in a Little Bill",
+    "CHAPTER V. Advice from a Caterpillar",
+    "CHAPTER VI. Pig and Pepper",
+    "CHAPTER VII. A Mad Tea-Party",
+    "CHAPTER VIII. The Queen\u2019s Croquet-Ground",
+    "CHAPTER IX. The Mock Turtle\u2019s Story",
+    "CHAPTER X. The Lobster Quadrille",
+    "CHAPTER XI. Who Stole the Tarts?",
+    "CHAPTER XII. Alice\u2019s Evidence",
+]
+ALICE_START = "Alice was beginning to get very tired"
+LICENCE_WORDS = ("Gutenberg", "License", "LICENSE", "trademark", "Illustration", "*** START", "*** END")
+
+
+def words(text: str) -> list[str]:
+    """Words for comparing two renderings of one text: case, quotes and punctuation ignored."""
+    return re.findall(r"[a-z0-9]+", text.casefold().replace("\u2019", "").replace("'", ""))
+
+
+def chapter_words(ch: Chapter) -> list[str]:
+    return words(" ".join(ch.paragraphs))
+
+
+def assert_one_line(excinfo, path, *needles):
+    """A user-facing error: one line, no surrounding whitespace, naming the file."""
+    msg = str(excinfo.value)
+    assert msg and "\n" not in msg and "\r" not in msg and msg == msg.strip(), repr(msg)
+    assert str(path) in msg, (str(path), msg)
+    for n in needles:
+        assert n.lower() in msg.lower(), (n, msg)
+    return msg
+
+
+# ------------------------------------------------------------------------------------- EPUB builders
+
+CONTAINER = ('<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+             '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
+             '</rootfiles></container>')
+
+
+def write_zip(path: Path, files: dict[str, str | bytes], mimetype: bool = True) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        if mimetype:
+            z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        for name, data in files.items():
+            z.writestr(name, data)
+    return path
+
+
+def xhtml(body: str, doctype: str = "") -> str:
+    return ('<?xml version="1.0" encoding="utf-8"?>' + doctype +
+            '<html xmlns="http://www.w3.org/1999/xhtml" xmlns:epub="http://www.idpf.org/2007/ops">'
+            f'<head><title>t</title><style>p {{ color: red }}</style></head><body>{body}</body></html>')
+
+
+def nav_doc(entries) -> str:
+    def ol(items):
+        out = "<ol>"
+        for label, href, *kids in items:
+            out += f'<li><a href="{href}">{label}</a>{ol(kids[0]) if kids and kids[0] else ""}</li>'
+        return out + "</ol>"
+
+    return xhtml(f'<nav epub:type="toc" id="toc"><h1>Contents</h1>{ol(entries)}</nav>'
+                 '<nav epub:type="landmarks"><ol><li><a href="c1.xhtml">Begin</a></li></ol></nav>')
+
+
+def ncx_doc(entries) -> str:
+    n = 0
+
+    def points(items):
+        nonlocal n
+        out = ""
+        for label, href, *kids in items:
+            n += 1
+            out += (f'<navPoint id="p{n}" playOrder="{n}"><navLabel><text>{label}</text></navLabel>'
+                    f'<content src="{href}"/>{points(kids[0]) if kids and kids[0] else ""}</navPoint>')
+        return out
+
+    return ('<?xml version="1.0"?><ncx xmlns="http://www.daisy.org/z3986/2005/ncx/" version="2005-1">'
+            f'<docTitle><text>NCX title</text></docTitle><navMap>{points(entries)}</navMap></ncx>')
+
+
+def make_epub(path: Path, docs: list[tuple[str, str]], nav=None, ncx=None, title="A Test Book",
+              linear: dict[str, str] | None = None, extra: dict[str, str | bytes] | None = None,
+              opf: str | None = None) -> Path:
+    """A small EPUB: ``docs`` are (file name under OEBPS/, body HTML) in spine order."""
+    linear = linear or {}
+    manifest = "".join(f'<item id="d{i}" href="{name}" media-type="application/xhtml+xml"/>'
+                       for i, (name, _b) in enumerate(docs))
+    spine = "".join(f'<itemref idref="d{i}"{" linear=%r" % linear[name] if name in linear else ""}/>'
+                    for i, (name, _b) in enumerate(docs))
+    files: dict[str, str | bytes] = {"META-INF/container.xml": CONTAINER}
+    if nav is not None:
+        manifest += '<item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>'
+        files["OEBPS/nav.xhtml"] = nav_doc(nav)
+    if ncx is not None:
+        manifest += '<item id="ncx" href="toc.ncx" media-type="application/x-dtbncx+xml"/>'
+        files["OEBPS/toc.ncx"] = ncx_doc(ncx)
+    manifest += '<item id="css" href="style.css" media-type="text/css"/>'
+    files["OEBPS/style.css"] = "p { margin: 0 }"
+    files["OEBPS/content.opf"] = opf or (
+        '<?xml version="1.0" encoding="utf-8"?>'
+        '<package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="id">'
+        '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/">'
+        f'<dc:identifier id="id">test</dc:identifier><dc:title>{title}</dc:title><dc:language>en</dc:language>'
+        f'</metadata><manifest>{manifest}</manifest>'
+        f'<spine{" toc=%r" % "ncx" if ncx is not None else ""}>{spine}</spine></package>')
+    for name, body in docs:
+        files[f"OEBPS/{name}"] = xhtml(body)
+    files.update(extra or {})
+    return write_zip(path, files)
+
+
+PROSE = ("It was a bright cold day in April, and the clocks in the old tower were striking the hour "
+         "while the baker swept the snow from his step.")
+
+
+# ------------------------------------------------------------------------------------- Alice TXT
+
+
+@pytest.fixture(scope="module")
+def alice_txt() -> Book:
+    return load_book(ALICE_TXT)
+
+
+@pytest.fixture(scope="module")
+def alice_epub() -> Book:
+    return load_book(ALICE_EPUB)
+
+
+def test_alice_txt_has_the_twelve_chapters_with_their_titles(alice_txt):
+    assert alice_txt.format == "txt"
+    assert [c.index for c in alice_txt.chapters] == list(range(1, 13))
+    assert [c.title for c in alice_txt.chapters] == ALICE_TITLES
+
+
+def test_alice_txt_first_chapter_starts_with_the_story(alice_txt):
+    assert alice_txt.chapters[0].paragraphs[0].startswith(ALICE_START)
+    # hard-wrapped lines are joined with single spaces, italics markers gone, curly quotes kept
+    assert alice_txt.chapters[0].paragraphs[0].endswith("\u201cwithout pictures or conversations?\u201d")
+    assert "There was nothing so very remarkable in that;" in alice_txt.chapters[0].paragraphs[2]
+    assert alice_txt.chapters[-1].paragraphs[-1] == "THE END"
+
+
+def test_alice_txt_contents_list_and_title_page_are_not_chapters_or_text(alice_txt):
+    # the "Contents" block lists every chapter once more; it must not give empty chapters nor be spoken
+    assert all(len(c.paragraphs) > 20 for c in alice_txt.chapters)
+    everything = " ".join(p for c in alice_txt.chapters for p in c.paragraphs)
+    assert "Down the Rabbit-Hole" not in everything
+    assert "MILLENNIUM FULCRUM" not in everything
+    for w in LICENCE_WORDS:
+        assert w not in everything, w
+    assert not re.search(r"(?<!\w)_|_(?!\w)", everything), "no italics markers left"
+
+
+def test_alice_txt_book_title_from_its_title_page(alice_txt):
+    # no Gutenberg "Title:" line in this copy: the line before "by Lewis Carroll" is the title
+    assert alice_txt.title == "Alice\u2019s Adventures in Wonderland"
+
+
+def test_alice_txt_intra_word_italics_lose_their_markers(alice_txt):
+    # Gutenberg writes "_Un_important": the word must come out whole
+    text = " ".join(alice_txt.chapters[-1].paragraphs)
+    assert "\u201cUnimportant, your Majesty means" in text
+
+
+def test_loading_alice_is_fast():
+    for path in (ALICE_TXT, ALICE_EPUB):
+        t = time.perf_counter()
+        load_book(path)
+        assert time.perf_counter() - t < 1.0, path
+
+
+# ------------------------------------------------------------------------------------- Alice EPUB
+
+
+def test_alice_epub_has_the_twelve_chapters_in_spine_order_titled_from_the_toc(alice_epub):
+    assert alice_epub.format == "epub"
+    assert alice_epub.title == "Alice's Adventures in Wonderland"  # dc:title
+    assert [c.index for c in alice_epub.chapters] == list(range(1, 13))
+    assert [c.title for c in alice_epub.chapters] == ALICE_TITLES
+    assert alice_epub.chapters[0].paragraphs[0].startswith(ALICE_START)
+
+
+def test_alice_epub_has_no_gutenberg_boilerplate_nor_repeated_headings(alice_epub):
+    everything = " ".join(p for c in alice_epub.chapters for p in c.paragraphs)
+    for w in LICENCE_WORDS:
+        assert w not in everything, w
+    # each chapter's <h2> repeats its TOC label: it is spoken once, from Chapter.title
+    for c in alice_epub.chapters:
+        assert words(c.paragraphs[0])[:3] != words(c.title)[:3]
+    assert "*" not in everything, "asterisms (scene breaks) are not spoken"
+
+
+def test_alice_txt_and_epub_give_the_same_words_per_chapter(alice_txt, alice_epub):
+    # Gutenberg's TXT and EPUB of #11 are two slightly different editions: besides punctuation
+    # (ignored here), exactly two words differ. Everything else must match word for word, which
+    # checks that neither reader drops, duplicates or reorders text.
+    known = {(7, ("ways",), ("way",)), (11, ("attempts",), ("attempt",))}
+    found = set()
+    assert len(alice_txt.chapters) == len(alice_epub.chapters)
+    for a, b in zip(alice_txt.chapters, alice_epub.chapters):
+        wa, wb = chapter_words(a), chapter_words(b)
+        for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes():
+            if op != "equal":
+                found.add((a.index, tuple(wa[i1:i2]), tuple(wb[j1:j2])))
+    assert found == known
+
+
+def test_book_round_trips_through_json(alice_epub):
+    d = json.loads(json.dumps(alice_epub.to_dict()))
+    again = Book.from_dict(d)
+    assert again == alice_epub
+    assert d["source"] == str(ALICE_EPUB) and d["format"] == "epub"
+
+
+# ------------------------------------------------------------------------------------- Gutenberg boilerplate
+
+
+PG_HEADER = ("The Project Gutenberg eBook of A Small Test\n\nThis ebook is for the use of anyone anywhere.\n\n"
+             "Title: A Small Test\n\nAuthor: Nobody\n\n")
+PG_LICENCE = "\n\nUpdated editions will replace the previous one.\n\nSection 1. General Terms of Use\n\n" \
+             "THE FULL PROJECT GUTENBERG LICENSE\nPLEASE READ THIS BEFORE YOU DISTRIBUTE OR USE THIS WORK.\n"
+STORY = "CHAPTER I.\nThe Start\n\n" + PROSE + "\n\nCHAPTER II.\nThe End\n\nShe went home, and that was the end of it.\n"
+
+
+@pytest.mark.parametrize("start,end", [
+    ("*** START OF THE PROJECT GUTENBERG EBOOK A SMALL TEST ***", "*** END OF THE PROJECT GUTENBERG EBOOK A SMALL TEST ***"),
+    ("*** START OF THIS PROJECT GUTENBERG EBOOK A SMALL TEST ***", "*** END OF THIS PROJECT GUTENBERG EBOOK A SMALL TEST ***"),
+    ("*** START OF THIS PROJECT GUTENBERG EBOOK A SMALL\nTEST ***\n\nProduced by Someone and the Online Team",
+     "End of the Project Gutenberg EBook of A Small Test, by Nobody\n\n*** END OF THIS PROJECT GUTENBERG EBOOK ***"),
+    ("***START OF THE PROJECT GUTENBERG EBOOK A SMALL TEST***", "End of Project Gutenberg's A Small Test, by Nobody"),
+], ids=["modern", "this-ebook", "old-wrapped-marker-with-credits", "old-end-line"])
+def test_gutenberg_header_and_footer_are_left_out(tmp_path, start, end):
+    p = tmp_path / "pg.txt"
+    p.write_text(PG_HEADER + start + "\n\n\n" + STORY + "\n\n" + end + PG_LICENCE, encoding="utf-8")
+    book = load_book(p)
+    assert book.title == "A Small Test"  # from the "Title:" line of the header
+    assert [c.title for c in book.chapters] == ["CHAPTER I. The Start", "CHAPTER II. The End"]
+    assert [c.paragraphs for c in book.chapters] == [[PROSE], ["She went home, and that was the end of it."]]
+
+
+def test_alice_wrapped_in_gutenberg_boilerplate_loads_the_same(tmp_path, alice_txt):
+    p = tmp_path / "alice-full.txt"
+    p.write_text(PG_HEADER.replace("A Small Test", "Alice's Adventures in Wonderland")
+                 + "*** START OF THE PROJECT GUTENBERG EBOOK 11 ***\n\n" + ALICE_TXT.read_text(encoding="utf-8")
+                 + "\n\n*** END OF THE PROJECT GUTENBERG EBOOK 11 ***" + PG_LICENCE, encoding="utf-8")
+    book = load_book(p)
+    assert book.title == "Alice's Adventures in Wonderland"
+    assert [c.to_dict() for c in book.chapters] == [c.to_dict() for c in alice_txt.chapters]
+
+
+def test_gutenberg_markdown_is_stripped_too(tmp_path):
+    p = tmp_path / "pg.md"
+    p.write_text(PG_HEADER + "*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n# A Small Test\n\n## One\n\n"
+                 + PROSE + "\n\n*** END OF THE PROJECT GUTENBERG EBOOK X ***" + PG_LICENCE, encoding="utf-8")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [("One", [PROSE])]
+
+
+# ------------------------------------------------------------------------------------- plain text
+
+
+def test_short_txt_without_boilerplate(tmp_path):
+    book = load_book(DATA / "short-story.txt")
+    assert book.title == "The Clockmaker's Apprentice"
+    assert [c.title for c in book.chapters] == ["Chapter One. The Shop on Mill Street",
+                                                "Chapter Two. The Quarter Past Three"]
+    ch1 = book.chapters[0].paragraphs
+    assert ch1[-1] == "\u0022No,\u0022 said the clockmaker. \"A clock that stops by itself has something to tell us. " \
+                      "We shall wait and listen.\""
+    # the illustration marker and the "* * *" scene break are gone; no other word is lost
+    text = (DATA / "short-story.txt").read_text(encoding="utf-8")
+    body = text.split("Chapter One", 1)[1].replace("[Illustration: The clock in the window]", "")
+    body = body.replace("The Shop on Mill Street", "").replace("Chapter Two", "").replace("The Quarter Past Three", "")
+    assert [w for c in book.chapters for w in chapter_words(c)] == words(body)
+
+
+def test_bom_is_ignored(tmp_path):
+    plain, bom = tmp_path / "plain.txt", tmp_path / "bom.txt"
+    plain.write_text(STORY, encoding="utf-8")
+    bom.write_bytes(b"\xef\xbb\xbf" + STORY.encode("utf-8"))
+    assert load_book(bom).chapters == load_book(plain).chapters
+    assert load_book(bom).chapters[0].title == "CHAPTER I. The Start"
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr"])
+def test_windows_and_old_mac_line_ends(tmp_path, newline):
+    p = tmp_path / "crlf.txt"
+    p.write_bytes(STORY.replace("\n", newline).encode("utf-8"))
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["CHAPTER I. The Start", "CHAPTER II. The End"]
+    assert not any("\r" in x for c in book.chapters for x in [c.title, *c.paragraphs])
+
+
+@pytest.mark.parametrize("heading,title", [
+    ("Chapter 1", "Chapter 1"),
+    ("CHAPTER XII. Alice's Evidence", "CHAPTER XII. Alice's Evidence"),
+    ("Chapter One", "Chapter One"),
+    ("Chapter Twenty-One: The Return", "Chapter Twenty-One: The Return"),
+    ("Chapter the First", "Chapter the First"),
+    ("IV.", "IV."),
+    ("CHAPTER I.\nDown the Rabbit-Hole", "CHAPTER I. Down the Rabbit-Hole"),
+    ("Chapter 3\n\nTHE LONG ROAD", "Chapter 3. THE LONG ROAD"),
+    ("PROLOGUE", "PROLOGUE"),
+], ids=["arabic", "roman-with-title", "word", "hyphenated-word-with-title", "ordinal", "roman-alone",
+        "gutenberg-title-next-line", "title-in-next-block", "prologue"])
+def test_txt_chapter_heading_forms(tmp_path, heading, title):
+    p = tmp_path / "h.txt"
+    p.write_text(f"{heading}\n\n{PROSE}\n\n{heading}\n\nSecond time round.\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == [title, title]
+    assert book.chapters[0].paragraphs == [PROSE]
+
+
+@pytest.mark.parametrize("text", [
+    "Chapter 1 was the one she liked best, she said, and read it again.\n",
+    "Part of the reason was the weather.\n",
+    "I\nwent out and came back.\n",
+], ids=["chapter-word-in-prose", "part-word-in-prose", "roman-I-starting-a-wrapped-line"])
+def test_prose_that_only_looks_like_a_heading_stays_prose(tmp_path, text):
+    p = tmp_path / "x.txt"
+    p.write_text(text, encoding="utf-8")
+    book = load_book(p)
+    assert len(book.chapters) == 1 and book.chapters[0].paragraphs == [" ".join(text.split())]
+
+
+def test_no_headings_gives_one_chapter_with_everything(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("Short line\n\nAnother short line\n\n\u2026\n", encoding="utf-8")
+    book = load_book(p)
+    assert book.title == "notes"  # file stem
+    # nothing is dropped when there are no headings, not even non-prose lines or a lone ellipsis
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [("notes", ["Short line", "Another short line", "\u2026"])]
+
+
+def test_front_matter_with_prose_becomes_its_own_chapter(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text(f"THE TITLE\n\nA note before the story begins, kept by the author.\n\nChapter 1\n\n{PROSE}\n")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("f", ["THE TITLE", "A note before the story begins, kept by the author."]), ("Chapter 1", [PROSE])]
+
+
+def test_front_matter_without_prose_is_left_out(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text(f"THE TITLE\n\nby Some Body\n\nILLUSTRATED EDITION\n\nChapter 1\n\n{PROSE}\n")
+    book = load_book(p)
+    assert book.title == "THE TITLE"
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [("Chapter 1", [PROSE])]
+
+
+def test_contents_with_one_entry_per_block_is_not_chapters(tmp_path):
+    # a contents list whose entries are separated by blank lines, then the chapters
+    p = tmp_path / "c.txt"
+    p.write_text("CONTENTS\n\nChapter 1. Arrival\n\nChapter 2. Departure\n\nChapter 3. Home\n\n\n"
+                 f"Chapter 1. Arrival\n\n{PROSE}\n\nChapter 2. Departure\n\nThey left.\n\nChapter 3. Home\n\n"
+                 "They came back.\n")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("Chapter 1. Arrival", [PROSE]), ("Chapter 2. Departure", ["They left."]), ("Chapter 3. Home", ["They came back."])]
+
+
+def test_contents_followed_by_an_epigraph_does_not_make_a_chapter(tmp_path):
+    # the last contents line is followed by text, but it is a contents entry (its chapter comes
+    # later): no chapter "Chapter III" holding the epigraph. The epigraph is prose, so it is kept
+    # as front matter, titled with the book title (the file stem here).
+    p = tmp_path / "c.txt"
+    p.write_text("Chapter I. One\nChapter II. Two\nChapter III. Three\n\nAll the world's a stage.\n\n"
+                 f"Chapter I. One\n\n{PROSE}\n\nChapter II. Two\n\nTwo.\n\nChapter III. Three\n\nThree.\n")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("c", ["All the world's a stage."]), ("Chapter I. One", [PROSE]), ("Chapter II. Two", ["Two."]),
+        ("Chapter III. Three", ["Three."])]
+
+
+def test_part_heading_followed_by_chapter_heading_merge(tmp_path):
+    p = tmp_path / "parts.txt"
+    p.write_text(f"BOOK ONE\n\nCHAPTER I.\nThe Farm\n\n{PROSE}\n\nCHAPTER II.\nThe Town\n\nIn town.\n")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["BOOK ONE. CHAPTER I. The Farm", "CHAPTER II. The Town"]
+
+
+def test_emphasis_and_illustrations_are_cleaned_but_words_kept(tmp_path):
+    p = tmp_path / "e.txt"
+    p.write_text("She was _very_ tired, *really* **very** tired; file_name stays.\n\n[Illustration]\n\n"
+                 "[Illustration: A long\ncaption here]\n\nThe end \u2014 \u201cquoted\u201d \u2018too\u2019.\n")
+    book = load_book(p)
+    assert book.chapters[0].paragraphs == ["She was very tired, really very tired; file_name stays.",
+                                           "The end \u2014 \u201cquoted\u201d \u2018too\u2019."]
+
+
+# ------------------------------------------------------------------------------------- encodings
+
+
+def test_latin1_text_is_an_encoding_error_naming_the_position(tmp_path):
+    p = tmp_path / "latin1.txt"
+    p.write_bytes("Chapter 1\n\nCaf\xe9 au lait.\n".encode("latin-1"))
+    with pytest.raises(EncodingError) as ei:
+        load_book(p)
+    msg = assert_one_line(ei, p, "--encoding", "utf-8")
+    assert "byte offset 14" in msg and "line 3" in msg and "0xE9" in msg
+
+
+def test_latin1_text_loads_with_its_encoding(tmp_path):
+    p = tmp_path / "latin1.txt"
+    p.write_bytes("Chapter 1\n\nCaf\xe9 au lait.\n".encode("latin-1"))
+    book = load_book(p, encoding="latin-1")
+    assert book.chapters[0].paragraphs == ["Caf\xe9 au lait."]
+
+
+def test_unknown_encoding_name_is_an_input_error(tmp_path):
+    p = tmp_path / "a.txt"
+    p.write_text("Hello there.\n")
+    with pytest.raises(InputError) as ei:
+        load_book(p, encoding="no-such-codec")
+    assert_one_line(ei, p, "no-such-codec")
+
+
+def test_utf16_needs_its_encoding(tmp_path):
+    p = tmp_path / "u16.txt"
+    p.write_bytes(STORY.encode("utf-16"))
+    with pytest.raises(EncodingError) as ei:
+        load_book(p)
+    assert_one_line(ei, p, "--encoding utf-16")
+    assert [c.title for c in load_book(p, encoding="utf-16").chapters] == ["CHAPTER I. The Start", "CHAPTER II. The End"]
+
+
+# ------------------------------------------------------------------------------------- Markdown
+
+
+def test_markdown_sample_chapters_and_clean_up():
+    book = load_book(DATA / "sample.md")
+    assert book.format == "md"
+    assert book.title == "The Lamplighter's Almanac"  # the single H1
+    assert [c.title for c in book.chapters] == [
+        "The Lamplighter's Almanac",  # front matter with prose, titled with the book title
+        "The First Evening", "Fog on the Quay", "Fog on the Quay, Continued",  # ATX and setext headings
+        "The Brass Key"]
+    everything = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "little flame" in everything and "good omen" in everything and "*" not in everything
+    assert "towards the harbour." in everything and "example.org" not in everything  # link -> its text
+    assert "A lamp on a pole" not in everything and "lamp.png" not in everything  # image dropped
+    assert "Sample book" not in everything  # HTML comment dropped
+    assert "Fog at six. Wind none. Lamps: three, all lit." in everything  # code text kept, fences gone
+    assert "```" not in everything and "---" not in everything
+    assert "Contents" not in everything and "#the-first-evening" not in everything  # contents list dropped
+    assert "\"A lamp that lights at the first touch,\" his mother used to say, \"promises a quiet night.\"" \
+        in book.chapters[1].paragraphs  # blockquote markers gone, lines joined
+
+
+def test_markdown_parts_prefix_their_first_chapter(tmp_path):
+    p = tmp_path / "parts.md"
+    p.write_text(f"# Part One\n\n## Chapter 1\n\n{PROSE}\n\n## Chapter 2\n\nTwo.\n\n### A scene\n\nMore.\n\n"
+                 "# Part Two\n\n## Chapter 3\n\nThree.\n")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("Part One. Chapter 1", [PROSE]), ("Chapter 2", ["Two.", "A scene", "More."]),
+        ("Part Two. Chapter 3", ["Three."])]
+
+
+def test_markdown_without_hash_headings_uses_text_headings(tmp_path):
+    p = tmp_path / "plain.md"
+    p.write_text(f"CHAPTER I.\nThe Start\n\n{PROSE} *Emphasis* [a link](http://x.example).\n\nCHAPTER II.\n\nEnd.\n")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["CHAPTER I. The Start", "CHAPTER II."]
+    assert book.chapters[0].paragraphs == [PROSE + " Emphasis a link."]
+
+
+# ------------------------------------------------------------------------------------- EPUB structure
+
+
+def test_epub_chapters_sharing_one_file_split_at_their_anchors(tmp_path):
+    p = make_epub(tmp_path / "frag.epub", [
+        ("c1.xhtml", f'<h1 id="a">One</h1><p>{PROSE}</p><h1 id="b">Two</h1><p>Second.</p>'),
+        ("c2.xhtml", "<h1>Three</h1><p>Third.</p>"),
+    ], nav=[("One", "c1.xhtml#a"), ("Two", "c1.xhtml#b"), ("Three", "c2.xhtml")])
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("One", [PROSE]), ("Two", ["Second."]), ("Three", ["Third."])]
+
+
+def test_epub_document_without_toc_entry_is_appended_to_the_chapter_before(tmp_path):
+    p = make_epub(tmp_path / "split.epub", [
+        ("c1.xhtml", f"<h1>One</h1><p>{PROSE}</p>"),
+        ("c1b.xhtml", "<p>The rest of chapter one.</p>"),
+        ("c2.xhtml", "<h1>Two</h1><p>Second.</p>"),
+    ], nav=[("One", "c1.xhtml"), ("Two", "c2.xhtml")])
+    assert [(c.title, c.paragraphs) for c in load_book(p).chapters] == [
+        ("One", [PROSE, "The rest of chapter one."]), ("Two", ["Second."])]
+
+
+def test_epub2_ncx_titles(tmp_path):
+    p = make_epub(tmp_path / "ncx.epub", [
+        ("c1.xhtml", f"<h2>I</h2><p>{PROSE}</p>"), ("c2.xhtml", "<h2>II</h2><p>Second.</p>"),
+    ], ncx=[("Chapter I: Morning", "c1.xhtml"), ("Chapter II: Night", "c2.xhtml")])
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("Chapter I: Morning", ["I", PROSE]), ("Chapter II: Night", ["II", "Second."])]
+
+
+def test_epub_without_toc_uses_document_headings(tmp_path):
+    p = make_epub(tmp_path / "notoc.epub", [
+        ("c1.xhtml", f"<h1>The Start</h1><p>{PROSE}</p>"), ("c1b.xhtml", "<p>More of the start.</p>"),
+        ("c2.xhtml", "<h2>The Middle</h2><p>Second.</p>"),
+    ])
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("The Start", [PROSE, "More of the start."]), ("The Middle", ["Second."])]
+
+
+def test_epub_nested_toc_parent_page_prefixes_first_child(tmp_path):
+    p = make_epub(tmp_path / "nested.epub", [
+        ("p1.xhtml", "<h1>Part One</h1>"), ("c1.xhtml", f"<h2>Chapter 1</h2><p>{PROSE}</p>"),
+        ("c2.xhtml", "<h2>Chapter 2</h2><p>Second.</p>"),
+    ], nav=[("Part One", "p1.xhtml", [("Chapter 1", "c1.xhtml"), ("Chapter 2", "c2.xhtml")])])
+    assert [c.title for c in load_book(p).chapters] == ["Part One. Chapter 1", "Chapter 2"]
+
+
+def test_epub_heading_repeating_title_is_not_spoken_twice_and_longer_heading_wins(tmp_path):
+    p = make_epub(tmp_path / "h.epub", [
+        ("c1.xhtml", f"<h2>CHAPTER I.<br/>Down the Hole</h2><p>{PROSE}</p>"),
+        ("c2.xhtml", "<h2>Chapter 2</h2><h3>The Long Fall</h3><p>Second.</p>"),
+        ("c3.xhtml", "<h2>Chapter 3: Landing</h2><p>Third.</p>"),
+    ], nav=[("Chapter I. Down the Hole", "c1.xhtml"), ("Chapter 2 The Long Fall", "c2.xhtml"),
+            ("Chapter 3", "c3.xhtml")])
+    assert [(c.title, c.paragraphs) for c in load_book(p).chapters] == [
+        ("Chapter I. Down the Hole", [PROSE]), ("Chapter 2 The Long Fall", ["Second."]),
+        ("Chapter 3: Landing", ["Third."])]
+
+
+def test_epub_xhtml_to_text(tmp_path):
+    body = (
+        '<h1>One</h1>'
+        f'<p>{PROSE}<a epub:type="noteref" href="#n1">1</a></p>'
+        '<p>Water<sup><a href="#n2">2</a></sup> is wet, E = mc<sup>2</sup>.</p>'
+        '<p class="poem">Twinkle, twinkle,<br/>little bat!<br/><br/>How I wonder<br/>what you\'re at!</p>'
+        '<img src="x.png" alt="A picture"/><script>var x = "no";</script>'
+        '<div>In a div<span class="pagenum">[Pg 7]</span> with <i>italics</i>, <b>bold</b> and a '
+        '<a href="http://example.com">link</a>.</div>'
+        '<ul><li>First item</li><li>Second item</li></ul>'
+        '<blockquote>Quoted words.</blockquote>'
+        '<p>\u201cCurly\u201d &amp; straight &#8212; all&nbsp;kept.</p>'
+        '<aside epub:type="footnote" id="n1"><p>The marked note is dropped.</p></aside>'
+        '<div role="doc-endnotes"><p>Endnotes too.</p></div>'
+        '<div class="note" id="n2"><p>An unmarked note is kept.</p></div>'
+    )
+    p = make_epub(tmp_path / "x.epub", [("c1.xhtml", body)], nav=[("One", "c1.xhtml")])
+    (ch,) = load_book(p).chapters
+    assert ch.paragraphs == [
+        PROSE, "Water is wet, E = mc2.", "Twinkle, twinkle, little bat!", "How I wonder what you're at!",
+        "In a div with italics, bold and a link.", "First item", "Second item", "Quoted words.",
+        "\u201cCurly\u201d & straight \u2014 all kept.", "An unmarked note is kept."]
+
+
+def test_epub_html_entities_with_xhtml_doctype_are_read(tmp_path):
+    doctype = '<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.1//EN" "http://www.w3.org/TR/xhtml11/DTD/xhtml11.dtd">'
+    p = make_epub(tmp_path / "ent.epub", [("c1.xhtml", "")], nav=[("One", "c1.xhtml")],
+                  extra={"OEBPS/c1.xhtml": xhtml(f"<p>{PROSE}&nbsp;&mdash;&hellip;</p>", doctype)})
+    assert load_book(p).chapters[0].paragraphs == [PROSE + "\u00a0\u2014\u2026".replace("\u00a0", " ")]
+
+
+def test_epub_malformed_xhtml_is_read_as_html(tmp_path):
+    p = make_epub(tmp_path / "bad.epub", [("c1.xhtml", "")], nav=[("One", "c1.xhtml")],
+                  extra={"OEBPS/c1.xhtml": f"<html><body><h1>One</h1><p>{PROSE}<br>Fish & chips<p>Next</body>"})
+    assert load_book(p).chapters[0].paragraphs == [PROSE + " Fish & chips", "Next"]
+
+
+def test_epub_gutenberg_markers_as_plain_text(tmp_path):
+    p = make_epub(tmp_path / "pg.epub", [
+        ("h.xhtml", "<p>The Project Gutenberg eBook of X</p><p>This ebook is for the use of anyone anywhere.</p>"
+                    "<p>*** START OF THE PROJECT GUTENBERG EBOOK X ***</p>"),
+        ("c1.xhtml", f"<h1>One</h1><p>{PROSE}</p>"),
+        ("f.xhtml", "<p>*** END OF THE PROJECT GUTENBERG EBOOK X ***</p><h2>THE FULL PROJECT GUTENBERG LICENSE</h2>"
+                    "<p>Please read this before you distribute or use this work.</p>"),
+    ], nav=[("X", "h.xhtml"), ("One", "c1.xhtml"), ("Licence", "f.xhtml")])
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [("One", [PROSE])]
+
+
+def test_epub_non_linear_document_not_in_toc_is_skipped(tmp_path):
+    p = make_epub(tmp_path / "nl.epub", [
+        ("c1.xhtml", f"<h1>One</h1><p>{PROSE}</p>"), ("popup.xhtml", "<p>Answer key: forty-two.</p>"),
+    ], nav=[("One", "c1.xhtml")], linear={"popup.xhtml": "no"})
+    assert [c.paragraphs for c in load_book(p).chapters] == [[PROSE]]
+
+
+# ------------------------------------------------------------------------------------- bad inputs
+
+ENTITY_BOMB = ('<?xml version="1.0"?><!DOCTYPE html [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;">'
+               '<!ENTITY c "&b;&b;&b;&b;&b;&b;">]><html xmlns="http://www.w3.org/1999/xhtml"><body><p>&c;</p>'
+               '</body></html>')
+EXTERNAL_ENTITY = ('<?xml version="1.0"?><!DOCTYPE html [<!ENTITY e SYSTEM "file:///etc/passwd">]>'
+                   '<html xmlns="http://www.w3.org/1999/xhtml"><body><p>&e;</p></body></html>')
+ENCRYPTION = ('<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+              '<EncryptedData xmlns="http://www.w3.org/2001/04/xmlenc#"><EncryptionMethod '
+              'Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/><CipherData><CipherReference '
+              'URI="OEBPS/c1.xhtml"/></CipherData></EncryptedData></encryption>')
+FONT_OBFUSCATION = ENCRYPTION.replace("http://www.w3.org/2001/04/xmlenc#aes128-cbc",
+                                      "http://www.idpf.org/2008/embedding").replace("OEBPS/c1.xhtml", "OEBPS/f.otf")
+
+
+def _good(tmp_path, name="book.epub", **kw):
+    return make_epub(tmp_path / name, [("c1.xhtml", f"<h1>One</h1><p>{PROSE}</p>")], nav=[("One", "c1.xhtml")], **kw)
+
+
+def _opf_with(href: str) -> str:
+    return ('<package xmlns="http://www.idpf.org/2007/opf" version="3.0"><metadata/><manifest>'
+            f'<item id="c" href="{href}" media-type="application/xhtml+xml"/></manifest>'
+            '<spine><itemref idref="c"/></spine></package>')
+
+
+def _bad_input(kind: str, tmp_path: Path) -> Path:
+    """Build one bad input in tmp_path and return its path."""
+    d = tmp_path
+    if kind == "missing":
+        return d / "missing.txt"
+    if kind == "directory":
+        (d / "a-folder").mkdir()
+        return d / "a-folder"
+    if kind == "empty":
+        (d / "empty.txt").write_bytes(b"")
+        return d / "empty.txt"
+    if kind == "whitespace":
+        (d / "blank.txt").write_text(" \n\n\t\r\n  \n")
+        return d / "blank.txt"
+    if kind == "only-illustration":
+        (d / "pic.txt").write_text("[Illustration]\n\n* * *\n")
+        return d / "pic.txt"
+    if kind == "only-gutenberg-header":
+        (d / "header.txt").write_text(PG_HEADER + "*** START OF THE PROJECT GUTENBERG EBOOK X ***\n\n\n"
+                                      "*** END OF THE PROJECT GUTENBERG EBOOK X ***" + PG_LICENCE)
+        return d / "header.txt"
+    if kind == "binary-nul":
+        (d / "binary.txt").write_bytes(bytes(range(256)) * 40)
+        return d / "binary.txt"
+    if kind == "binary-control":
+        (d / "ctrl.txt").write_bytes(b"\x01\x02\x03\x04abc\x05\x06\x07\x08" * 500)
+        return d / "ctrl.txt"
+    if kind == "zip-named-txt":
+        return write_zip(d / "book.txt", {"a.txt": "hello"})
+    if kind == "markdown-binary":
+        (d / "b.md").write_bytes(b"# T\x00\x00\x00")
+        return d / "b.md"
+    if kind == "corrupt-zip":
+        (d / "corrupt.epub").write_bytes(b"PK\x03\x04 this is not really a zip file")
+        return d / "corrupt.epub"
+    if kind == "text-named-epub":
+        (d / "text.epub").write_text("Just some text.\n")
+        return d / "text.epub"
+    if kind == "truncated-zip":
+        data = _good(d, "whole.epub").read_bytes()
+        (d / "truncated.epub").write_bytes(data[: len(data) // 2])
+        return d / "truncated.epub"
+    if kind == "no-container":
+        return write_zip(d / "nocontainer.epub", {"OEBPS/c1.xhtml": xhtml("<p>x</p>")})
+    if kind == "missing-opf":
+        return write_zip(d / "noopf.epub", {"META-INF/container.xml": CONTAINER})
+    if kind == "empty-spine":
+        return write_zip(d / "nospine.epub", {"META-INF/container.xml": CONTAINER, "OEBPS/content.opf":
+                                              '<package xmlns="http://www.idpf.org/2007/opf"><manifest/></package>'})
+    if kind == "drm-encryption":
+        return _good(d, "drm.epub", extra={"META-INF/encryption.xml": ENCRYPTION})
+    if kind == "drm-rights":
+        return _good(d, "rights.epub", extra={"META-INF/rights.xml": "<rights/>"})
+    if kind == "member-escapes":
+        return _good(d, "escape.epub", extra={"../../evil.xhtml": "x"})
+    if kind == "member-absolute":
+        return _good(d, "absolute.epub", extra={"/etc/evil.xhtml": "x"})
+    if kind == "container-escapes":
+        return write_zip(d / "escape2.epub", {"META-INF/container.xml": CONTAINER.replace("OEBPS/content.opf",
+                                                                                           "../../content.opf")})
+    if kind == "opf-href-escapes":
+        return _good(d, "href.epub", opf=_opf_with("../../../etc/passwd"))
+    if kind == "opf-href-absolute":
+        return _good(d, "abs.epub", opf=_opf_with("/etc/passwd"))
+    if kind == "opf-href-file-url":
+        return _good(d, "fileurl.epub", opf=_opf_with("file:///etc/passwd"))
+    if kind == "entity-expansion":
+        return _good(d, "lol.epub", extra={"OEBPS/c1.xhtml": ENTITY_BOMB})
+    if kind == "external-entity":
+        return _good(d, "xxe.epub", extra={"OEBPS/c1.xhtml": EXTERNAL_ENTITY})
+    if kind == "entity-in-opf":
+        opf = _opf_with("c1.xhtml").replace("<package", '<!DOCTYPE package [<!ENTITY x "y">]><package', 1)
+        return _good(d, "opfent.epub", opf=opf)
+    raise AssertionError(kind)
+
+
+BAD = [
+    # (kind, expected exception class, words the message must hold besides the path)
+    ("missing", InputError, ["no such file"]),
+    ("directory", InputError, ["directory"]),
+    ("empty", InputError, ["empty"]),
+    ("whitespace", InputError, ["whitespace"]),
+    ("only-illustration", InputError, ["no readable text"]),
+    ("only-gutenberg-header", InputError, ["Project Gutenberg"]),
+    ("binary-nul", InputError, ["binary"]),
+    ("binary-control", InputError, ["binary"]),
+    ("zip-named-txt", InputError, [".epub"]),
+    ("markdown-binary", InputError, ["binary"]),
+    ("corrupt-zip", InputError, ["corrupt zip", "re-download"]),
+    ("text-named-epub", InputError, ["corrupt zip"]),
+    ("truncated-zip", InputError, ["not a valid EPUB"]),
+    ("no-container", InputError, ["container.xml"]),
+    ("missing-opf", InputError, ["OEBPS/content.opf"]),
+    ("empty-spine", InputError, ["spine"]),
+    ("drm-encryption", InputError, ["DRM"]),
+    ("drm-rights", InputError, ["DRM"]),
+    ("member-escapes", UnsafePathError, [".."]),
+    ("member-absolute", UnsafePathError, ["absolute"]),
+    ("container-escapes", UnsafePathError, [".."]),
+    ("opf-href-escapes", UnsafePathError, [".."]),
+    ("opf-href-absolute", UnsafePathError, ["absolute"]),
+    ("opf-href-file-url", UnsafePathError, ["outside"]),
+    ("entity-expansion", InputError, ["entities"]),
+    ("external-entity", InputError, ["entities"]),
+    ("entity-in-opf", InputError, ["entities"]),
+]
+
+
+@pytest.mark.parametrize("kind,cls,needles", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_one_line_error_naming_the_file(tmp_path, kind, cls, needles):
+    path = _bad_input(kind, tmp_path)
+    with pytest.raises(cls) as ei:
+        load_book(path)
+    assert_one_line(ei, path, *needles)
+    if cls is InputError:
+        assert type(ei.value) in (InputError,), "not a more specific class than expected"
+
+
+def test_zip_bomb_is_refused(tmp_path, monkeypatch):
+    # a content document that inflates far beyond the cap (the cap is lowered to keep the test small)
+    monkeypatch.setattr(ingest, "MAX_UNCOMPRESSED_BYTES", 1024 * 1024)
+    p = _good(tmp_path, "bomb.epub", extra={"OEBPS/c1.xhtml": xhtml("<p>" + " " * (4 * 1024 * 1024) + "x</p>")})
+    assert p.stat().st_size < 64 * 1024
+    with pytest.raises(InputError) as ei:
+        load_book(p)
+    assert_one_line(ei, p, "zip bomb")
+
+
+def test_font_obfuscation_is_not_drm(tmp_path):
+    # EPUBs may obfuscate embedded fonts (listed in encryption.xml); the text is still readable
+    p = _good(tmp_path, "fonts.epub", extra={"META-INF/encryption.xml": FONT_OBFUSCATION})
+    assert load_book(p).chapters[0].paragraphs == [PROSE]
+
+
+def test_good_epub_built_here_loads(tmp_path):
+    # the builder behind the bad-input cases makes a readable book when nothing is broken
+    book = load_book(_good(tmp_path))
+    assert (book.title, [(c.title, c.paragraphs) for c in book.chapters]) == ("A Test Book", [("One", [PROSE])])
