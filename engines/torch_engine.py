@@ -155,6 +155,11 @@ class TorchEngine:
         self.max_frames_per_chunk = int(max_frames_per_chunk or (131072 if self.is_cuda else 8192))
         self.compiled = bool(self.is_cuda if compile is None else compile)
         self._stage_b = self._stage_b_pcm
+        if self.compiled:
+            import torch._dynamo
+
+            # one graph per (batch rows, frames) family; do not fall back to eager after 8 shapes
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
         compile_error = None
         if self.compiled:
             try:
@@ -169,7 +174,8 @@ class TorchEngine:
             t1 = time.perf_counter()
             shapes = warmup if isinstance(warmup, list) else self.warmup_shapes(spec.max_batch)
             try:
-                self._warm(shapes)
+                with self._flags():
+                    self._warm(shapes)
             except Exception as exc:
                 if not self.compiled:
                     raise self._map_error(exc, "warm-up") from exc
@@ -247,6 +253,16 @@ class TorchEngine:
                     self._stage_b(z, fr)
             torch.cuda.synchronize(self.device)
 
+    def _flags(self):
+        """cuDNN settings for this engine's calls: autotuned algorithms for the fixed bucket shapes,
+        no TF32 (stage A is true fp32 at every precision, so durations do not depend on it)."""
+        import contextlib
+
+        if not self.is_cuda:
+            return contextlib.nullcontext()
+        return self.torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False,
+                                               allow_tf32=False)
+
     # ------------------------------------------------------------------ errors
     def _map_error(self, exc: BaseException, where: str) -> EngineError:
         torch = self.torch
@@ -278,7 +294,8 @@ class TorchEngine:
         self._check(batch)
         t0 = time.perf_counter()
         try:
-            audio, lengths = self._synthesize(batch)
+            with self._flags():
+                audio, lengths = self._synthesize(batch)
         except Exception as exc:
             raise self._map_error(exc, f"a batch of {len(batch)}") from exc
         return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
