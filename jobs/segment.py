@@ -22,7 +22,8 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr st prof sr jr vs etc e.g i.e no vol ch p pp fig mt capt col gen lt sgt rev hon".split()
 )
 # Clause boundaries: the punctuation stays with the piece before it.
-_CLAUSE_END = re.compile(r"""(?:[;:,]|\s[—–-]{1,2}\s|[—–])["'”’»)\]]*\s*""")
+# Only before whitespace, so "1,234" or "well—known" are never cut inside.
+_CLAUSE_END = re.compile(r"""(?:[;:,]|\s[—–-]{1,2}|[—–])["'”’»)\]]*(?=\s)\s*""")
 _WORD = re.compile(r"\S+")
 #: When a piece is this many times ``max_phonemes`` long in characters, it is split by characters
 #: before being phonemized (espeak-ng on a multi-megabyte line is slow and pointless).
