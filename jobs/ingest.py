@@ -45,11 +45,12 @@ Contents lists
     rows linking into the book) are contents lists too and are dropped. Nothing else is dropped.
 
 Front matter
-    Text before the first heading becomes chapter 1 (titled with the book title) only if it holds
+    Text before the first heading becomes chapter 1 (titled with the book title when the book
+    itself names it, else "": a file name is never spoken) only if it holds
     prose: a paragraph of 3+ words with lower-case letters ending in sentence punctuation (not a
     "by ..." credit line), or one of 20+ words, or 100+ words in all. Title pages, "by Author",
     edition lines and contents lists are therefore left out. A book with no headings at all is
-    one chapter with everything in it (titled with the book title).
+    one chapter with everything in it (titled the same way).
 
 Clean-up for speech
     ``_italics_``, ``*em*``, ``**bold**`` markers go (words stay); Markdown links become their
@@ -775,8 +776,10 @@ def _load_text(p: Path, where: str, text: str, fmt: str) -> Book:
         items, h1 = _md_items(body)
     else:
         items = _txt_items(body)
-    title = pg_title or h1 or _guess_title(items) or p.stem
-    chapters = _build_chapters(items, title)
+    known = pg_title or h1 or _guess_title(items)
+    title = known or p.stem
+    # front matter / a heading-less book is titled with the book's own title, never a file name
+    chapters = _build_chapters(items, known or "")
     if not chapters:
         raise InputError(f"{where} has no readable text{' after the Project Gutenberg header' if pg else ''}; "
                          f"pass a file with the book's text")
@@ -1311,7 +1314,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element) -> Book:
         segments.append((label, depth, stream[pos:end]))
 
     _front_title, paras0 = _segment_paragraphs(None, segments[0][2])
-    merged: list[tuple[str, int, list[str]]] = [(book_title, 0, paras0)] if paras0 else []
+    merged: list[tuple[str, int, list[str]]] = [(title, 0, paras0)] if paras0 else []
     # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
     pending: list[tuple[str, int]] = []
     for label, depth, blocks in segments[1:]:

@@ -359,8 +359,9 @@ def test_no_headings_gives_one_chapter_with_everything(tmp_path):
     p.write_text("Short line\n\nAnother short line\n\n\u2026\n", encoding="utf-8")
     book = load_book(p)
     assert book.title == "notes"  # file stem
-    # nothing is dropped when there are no headings, not even non-prose lines or a lone ellipsis
-    assert [(c.title, c.paragraphs) for c in book.chapters] == [("notes", ["Short line", "Another short line", "\u2026"])]
+    # nothing is dropped when there are no headings, not even non-prose lines or a lone ellipsis;
+    # the chapter title is "" rather than the file name (which nobody wants to hear spoken)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [("", ["Short line", "Another short line", "\u2026"])]
 
 
 def test_front_matter_with_prose_becomes_its_own_chapter(tmp_path):
@@ -368,7 +369,15 @@ def test_front_matter_with_prose_becomes_its_own_chapter(tmp_path):
     p.write_text(f"THE TITLE\n\nA note before the story begins, kept by the author.\n\nChapter 1\n\n{PROSE}\n")
     book = load_book(p)
     assert [(c.title, c.paragraphs) for c in book.chapters] == [
-        ("f", ["THE TITLE", "A note before the story begins, kept by the author."]), ("Chapter 1", [PROSE])]
+        ("", ["THE TITLE", "A note before the story begins, kept by the author."]), ("Chapter 1", [PROSE])]
+
+
+def test_front_matter_with_prose_is_titled_with_the_title_page_title(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text(f"THE TITLE\n\nby Some Body\n\nA note before the story begins.\n\nChapter 1\n\n{PROSE}\n")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("THE TITLE", ["THE TITLE", "by Some Body", "A note before the story begins."]), ("Chapter 1", [PROSE])]
 
 
 def test_front_matter_without_prose_is_left_out(tmp_path):
@@ -393,13 +402,13 @@ def test_contents_with_one_entry_per_block_is_not_chapters(tmp_path):
 def test_contents_followed_by_an_epigraph_does_not_make_a_chapter(tmp_path):
     # the last contents line is followed by text, but it is a contents entry (its chapter comes
     # later): no chapter "Chapter III" holding the epigraph. The epigraph is prose, so it is kept
-    # as front matter, titled with the book title (the file stem here).
+    # as front matter, untitled (the book names no title of its own, and file names are not spoken).
     p = tmp_path / "c.txt"
     p.write_text("Chapter I. One\nChapter II. Two\nChapter III. Three\n\nAll the world's a stage.\n\n"
                  f"Chapter I. One\n\n{PROSE}\n\nChapter II. Two\n\nTwo.\n\nChapter III. Three\n\nThree.\n")
     book = load_book(p)
     assert [(c.title, c.paragraphs) for c in book.chapters] == [
-        ("c", ["All the world's a stage."]), ("Chapter I. One", [PROSE]), ("Chapter II. Two", ["Two."]),
+        ("", ["All the world's a stage."]), ("Chapter I. One", [PROSE]), ("Chapter II. Two", ["Two."]),
         ("Chapter III. Three", ["Three."])]
 
 
