@@ -80,7 +80,7 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
             summary = _pipeline().finalized_summary(job)
             from dataclasses import asdict
 
-            store.finish(job.job_id, asdict(summary))
+            store.set_status(job.job_id, JobStatus.DONE, finished=now(), summary=asdict(summary))
         elif store.finalize_guard(job.job_id):
             enqueue_finalize(out_dir, job.job_id, queue)
         return store.require_job(job.job_id), 0
@@ -140,6 +140,7 @@ def reap(store: JobStore, job_ids=None) -> int:
                 enqueue_finalize(info.out_dir, job_id, info.queue)
             else:
                 enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
+            store.note_requeue(job_id, batch, raw)
             log.warning("job %s: batch %s held by %s lost its lease; re-enqueued", job_id, batch, who)
             n += 1
     return n

@@ -16,6 +16,7 @@ Keys (``<P>`` is :data:`PREFIX`, ``<J>`` a job id, ``<B>`` a batch id):
 ``<P>job:<J>:running``                 hash     batch id -> JSON holder of the batch's lease
 ``<P>job:<J>:deliveries``              hash     batch id -> times a worker started it (redelivery-loop bound)
 ``<P>job:<J>:records``                 hash     batch id -> JSON summary (worker, attempt, audio s, times)
+``<P>job:<J>:requeued``                hash     batch id -> JSON {at, holder}: re-enqueued by the reaper
 ``<P>job:<J>:finalize``                string   set once (NX) by the task that completes the set
 ``<P>lease:<J>:<B>``                   string   JSON holder, with a TTL (the lease); ``<B>`` may be ``finalize``
 ``<P>reaper``                          string   a short lock so one reaper sweeps at a time
@@ -455,7 +456,9 @@ class JobStore:
         return self.require_job(job_id)
 
     def finish(self, job_id: str, summary: dict | None) -> None:
+        """Mark the job done (after ``finalize``); ``finalize_runs`` counts how often that happened."""
         self.set_status(job_id, JobStatus.DONE, finished=now(), summary=summary)
+        self.r.hincrby(self.k_job(job_id), "finalize_runs", 1)
         self.r.delete(self.k_lease(job_id, FINALIZE))
         self.r.hdel(self.k(job_id, "running"), FINALIZE)
 
@@ -478,8 +481,10 @@ class JobStore:
     def records(self, job_id: str) -> dict[int, dict]:
         return {int(b): _dec(v) for b, v in self.r.hgetall(self.k(job_id, "records")).items()}
 
-    def deliveries(self, job_id: str) -> dict[int, int]:
-        return {int(b): int(v) for b, v in self.r.hgetall(self.k(job_id, "deliveries")).items()}
+    def deliveries(self, job_id: str) -> dict[int | str, int]:
+        """Batch id (or ``finalize``) -> times a worker started it."""
+        return {(int(b) if b.isdigit() else b.decode()): int(v)
+                for b, v in self.r.hgetall(self.k(job_id, "deliveries")).items()}
 
     def lease_holder(self, job_id: str, batch: int | str) -> Holder | None:
         return Holder.from_json(self.r.get(self.k_lease(job_id, batch)))
@@ -559,6 +564,14 @@ class JobStore:
         return bool(self._claim(keys=[self.k(job_id, "running"), self.k_lease(job_id, batch), self.k(job_id, "done")],
                                 args=[batch, holder_seen]))
 
+    def note_requeue(self, job_id: str, batch: str, holder_raw: str) -> None:
+        """Remember that the reaper re-enqueued ``batch`` (shown by ``status``)."""
+        self.r.hset(self.k(job_id, "requeued"), batch,
+                    json.dumps({"at": now(), "holder": Holder.from_json(holder_raw) and json.loads(holder_raw)}))
+
+    def requeues(self, job_id: str) -> dict[str, dict]:
+        return {b.decode(): _dec(v) for b, v in self.r.hgetall(self.k(job_id, "requeued")).items()}
+
     def try_lock(self, key: str, ttl_s: float) -> bool:
         return bool(self.r.set(key, _enc(now()), nx=True, px=max(int(ttl_s * 1000), 1)))
 
@@ -572,7 +585,8 @@ class JobStore:
     def forget(self, job_id: str) -> None:
         """Delete everything Redis holds about a job (tests, housekeeping)."""
         keys = [self.k_job(job_id)] + [self.k(job_id, p) for p in
-                                       ("done", "failed", "running", "deliveries", "records", FINALIZE)]
+                                       ("done", "failed", "running", "deliveries", "records", "requeued",
+                                                        FINALIZE)]
         self.r.delete(*keys)
         self.r.zrem(self.K_JOBS, job_id)
         self.r.srem(self.K_ACTIVE, job_id)
