@@ -75,6 +75,11 @@ class SynthesisBatch:
     def __len__(self) -> int:
         return int(self.phoneme_ids.shape[0])
 
+    def slice(self, start: int, stop: int) -> "SynthesisBatch":
+        """Items ``start:stop``, re-padded to their own longest row."""
+        lengths = self.lengths[start:stop]
+        return SynthesisBatch(self.phoneme_ids[start:stop, : int(lengths.max(initial=1))], lengths, self.scales, self.seed)
+
 
 @dataclass
 class SynthesisResult:

@@ -17,6 +17,10 @@ from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_i
 from jobs.errors import DeterministicEngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
 
 LENGTHS_OUTPUT = "booktts_frame_lengths"
+#: Items run through ONNX Runtime at once on CPU. Measured on 2 cores (docs/PERFORMANCE.md): the
+#: convolutions already fill the cores with one utterance, and larger batches of this graph only add
+#: padding and memory traffic, so a batch from the plan is run in length-sorted slices of this size.
+CPU_MICRO_BATCH = 2
 
 
 def _find_frame_lengths_tensor(graph) -> str:
@@ -50,7 +54,8 @@ def patched_model_bytes(model_path) -> bytes:
 class OnnxEngine:
     """ONNX Runtime on CPU (fp32; int8 where a quantized model is given). Text-blind."""
 
-    def __init__(self, voice, spec: EngineSpec | None = None, model_bytes: bytes | None = None) -> None:
+    def __init__(self, voice, spec: EngineSpec | None = None, model_bytes: bytes | None = None,
+                 micro_batch: int = CPU_MICRO_BATCH) -> None:
         spec = spec or EngineSpec()
         if spec.device != "cpu":
             raise EngineUnavailable(f"the onnx engine runs on cpu only (asked for {spec.device}); use --engine torch for GPUs")
@@ -61,6 +66,7 @@ class OnnxEngine:
         except ImportError as exc:
             raise EngineUnavailable("onnxruntime is not installed; pip install onnxruntime") from exc
         self.voice = voice
+        self.micro_batch = micro_batch
         self.hop_length = voice.hop_length
         opts = ort.SessionOptions()
         if spec.threads:
@@ -77,6 +83,20 @@ class OnnxEngine:
 
     def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
         t0 = time.perf_counter()
+        step = max(1, min(self.micro_batch, len(batch)))
+        if step >= len(batch):
+            audio, lengths = self._run(batch)
+        else:
+            parts = [self._run(batch.slice(i, i + step)) for i in range(0, len(batch), step)]
+            lengths = np.concatenate([l for _, l in parts])
+            audio = np.zeros((len(batch), int(lengths.max())), dtype=np.int16)
+            row = 0
+            for a, l in parts:
+                audio[row : row + len(l), : a.shape[1]] = a[:, : audio.shape[1]]
+                row += len(l)
+        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
+
+    def _run(self, batch: SynthesisBatch) -> tuple[np.ndarray, np.ndarray]:
         try:
             audio, frames = self.session.run(
                 ["output", LENGTHS_OUTPUT],
@@ -91,4 +111,4 @@ class OnnxEngine:
             raise DeterministicEngineError(f"onnxruntime failed on a batch of {len(batch)}: {msg}") from exc
         audio = audio.reshape(len(batch), -1)
         lengths = np.minimum(np.rint(frames).astype(np.int64) * self.hop_length, audio.shape[1])
-        return SynthesisResult(float_to_int16(audio), lengths, (time.perf_counter() - t0) * 1000.0)
+        return float_to_int16(audio), lengths
