@@ -161,15 +161,18 @@ def export_weights_cmd(voice, out, dtype) -> None:
 
 
 def _register_optional_commands() -> None:
-    """Commands of the distributed runner and the engines, where their modules exist."""
-    try:
-        from workers.commands import COMMANDS
-    except ImportError as exc:  # pragma: no cover - only while workers/ is incomplete
-        if "workers.commands" not in str(exc) and "celery" not in str(exc):
-            raise
-        return
-    for cmd in COMMANDS:
-        main.add_command(cmd)
+    """Commands of the distributed runner, operations and engine building (their own modules)."""
+    import importlib
+
+    for module in ("workers.commands", "workers.ops_commands", "engines.commands"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+            continue
+        for cmd in mod.COMMANDS:
+            main.add_command(cmd)
 
 
 _register_optional_commands()
