@@ -8,6 +8,7 @@ Redis is told about it here, and only the batches without a record are enqueued.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from jobs.errors import JobError
@@ -122,6 +123,12 @@ def rebuild_lost_jobs(store: JobStore) -> int:
     return n
 
 
+def finalize_stale_s() -> float:
+    """A job ``finalizing`` for this long with nobody running its finalize gets it enqueued again
+    (its finalize message was lost: a publish that failed with Redis, a node that died holding it)."""
+    return float(os.environ.get("BOOKTTS_FINALIZE_STALE_S", 600))
+
+
 def reap(store: JobStore, job_ids=None) -> int:
     """Re-enqueue the batches (and finalize steps) whose holder's lease expired. Returns how many."""
     from workers.tasks import enqueue_batches, enqueue_finalize
@@ -131,6 +138,11 @@ def reap(store: JobStore, job_ids=None) -> int:
         info = store.get_job(job_id)
         if info is None or not info.status.active:
             continue
+        if info.status is JobStatus.FINALIZING and store.refresh_stale_finalize(job_id, finalize_stale_s()):
+            enqueue_finalize(info.out_dir, job_id, info.queue)
+            log.warning("job %s: finalizing for over %.0f s with no finalize running; finalize re-enqueued",
+                        job_id, finalize_stale_s())
+            n += 1
         for batch, raw in store.running_raw(job_id).items():
             if not store.claim_orphan(job_id, batch, raw):
                 continue

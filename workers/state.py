@@ -328,6 +328,17 @@ return exists and 2 or 1
 """
 
 
+_LUA_STALE_FINALIZE = """
+-- KEYS: guard, finalize lease ; ARGV: now, stale_s
+local t = redis.call('GET', KEYS[1])
+if not t then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if tonumber(ARGV[1]) - tonumber(t) < tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+
+
 class JobStore:
     """The distributed runner's view of jobs in Redis."""
 
@@ -343,6 +354,7 @@ class JobStore:
         self._hold = self.r.register_script(_LUA_HOLD)
         self._claim = self.r.register_script(_LUA_CLAIM)
         self._create = self.r.register_script(_LUA_CREATE)
+        self._stale = self.r.register_script(_LUA_STALE_FINALIZE)
 
     # ------------------------------------------------------------ keys
     @staticmethod
@@ -581,6 +593,12 @@ class JobStore:
         if ok:
             self.set_status(job_id, JobStatus.FINALIZING)
         return ok
+
+    def refresh_stale_finalize(self, job_id: str, stale_s: float) -> bool:
+        """True (and the guard's time reset) if the finalize guard is older than ``stale_s`` and no
+        finalize holds a lease: the caller re-enqueues finalize, at most once per ``stale_s``."""
+        return bool(self._stale(keys=[self.k(job_id, FINALIZE), self.k_lease(job_id, FINALIZE)],
+                                args=[_enc(now()), repr(float(stale_s))]))
 
     def forget(self, job_id: str) -> None:
         """Delete everything Redis holds about a job (tests, housekeeping)."""

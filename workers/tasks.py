@@ -39,6 +39,7 @@ from pathlib import Path
 import redis
 from celery import Task, signals
 from celery.exceptions import Reject
+from kombu.exceptions import OperationalError
 
 from jobs.errors import BrokerError, EngineUnavailable, JobError, TransientEngineError, VoiceError
 from workers import runtime
@@ -53,7 +54,7 @@ RETRY_BACKOFF = 2
 RETRY_BACKOFF_MAX = 60
 #: Worth retrying: the same call may succeed later.
 RETRYABLE = (TransientEngineError, BrokerError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-             OSError)
+             OperationalError, OSError)
 
 # ------------------------------------------------------------------ per-process Redis store
 
@@ -94,8 +95,8 @@ def enqueue_finalize(job_dir: str, job_id: str, queue: str) -> None:
 
 # ------------------------------------------------------------------ helpers
 
-_HOLDERS: dict[str, str] = {}
-"""task id -> JSON of the lease holder while its body runs, for ``on_failure``."""
+_HOLDERS: dict[str, tuple[str, int]] = {}
+"""task id -> (JSON of the lease holder, attempt) while its body runs, for ``on_failure``."""
 
 
 def _holder(task: Task) -> Holder:
@@ -155,11 +156,24 @@ def _request_worker_shutdown() -> None:
         pass
 
 
+def _enqueue_finalize_or_release_guard(store: JobStore, job_dir: str, job_id: str, queue: str) -> None:
+    """Enqueue the job's finalize; if that fails, drop the guard so the retry of this task sets it
+    again (otherwise the job would wait for the reaper's stale-finalize rule)."""
+    try:
+        enqueue_finalize(job_dir, job_id, queue)
+    except Exception:
+        try:
+            store.r.delete(store.k(job_id, FINALIZE))
+        except redis.exceptions.RedisError:
+            pass
+        raise
+
+
 class BatchTask(Task):
     """Base of both tasks: records a failure that will not be retried in the job."""
 
     def on_failure(self, exc, task_id, args, kwargs, einfo):
-        holder_json = _HOLDERS.pop(str(task_id), "")
+        holder_json, attempt = _HOLDERS.pop(str(task_id), ("", self.request.retries + 1))
         try:
             job_dir, job_id, batch = (list(args) + [None, None, None])[:3]
             if self.name == TASK_FINALIZE:
@@ -170,7 +184,7 @@ class BatchTask(Task):
             return
         store = get_store()
         failure = {"batch": batch, "error_type": type(exc).__name__, "error": str(exc).splitlines()[0] if str(exc) else "",
-                   "worker": self.request.hostname, "attempt": self.request.retries + 1, "task_id": str(task_id)}
+                   "worker": self.request.hostname, "attempt": attempt, "task_id": str(task_id)}
         try:
             from jobs.pipeline import now_iso
 
@@ -207,7 +221,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     holder = _holder(self)
     verdict, value = _begin(store, job_id, batch_id, holder, job_dir, queue)
     if verdict == "exhausted":
-        _HOLDERS[str(self.request.id)] = ""
+        _HOLDERS[str(self.request.id)] = ("", int(value))
         raise JobError(f"batch {batch_id} was started {value - 1} times without finishing (the worker running "
                        f"it died each time: out of memory, a crash?); see the worker logs")
     if verdict != "ok":
@@ -215,7 +229,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
         return {"job": job_id, "batch": batch_id, "skipped": verdict}
     attempt = int(value)
     s = runtime.settings()
-    _HOLDERS[str(self.request.id)] = holder.to_json()
+    _HOLDERS[str(self.request.id)] = (holder.to_json(), attempt)
     try:
         with Heartbeat(store, job_id, batch_id, holder, s.lease_seconds, s.heartbeat_s):
             job = _load(job_dir, job_id)
@@ -250,7 +264,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
         rebuild_job(store, job_dir, job_id, queue)  # counts this batch from its record on disk
         verdict, added = store.complete(job_id, batch_id, holder, summary, audio_s)
     if verdict == "finalize":
-        enqueue_finalize(job_dir, job_id, queue)
+        _enqueue_finalize_or_release_guard(store, job_dir, job_id, queue)
     log.info("job %s batch %d: %s (%.1f s audio, attempt %d)%s", job_id, batch_id,
              "done" if added else "already counted", audio_s, attempt,
              "; last batch, finalize enqueued" if verdict == "finalize" else "")
@@ -277,13 +291,13 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
     holder = _holder(self)
     verdict, value = _begin(store, job_id, FINALIZE, holder, job_dir, queue)
     if verdict == "exhausted":
-        _HOLDERS[str(self.request.id)] = ""
+        _HOLDERS[str(self.request.id)] = ("", int(value))
         raise JobError(f"finalize was started {value - 1} times without finishing; see the worker logs")
     if verdict != "ok":
         log.info("job %s finalize: skipped (%s)", job_id, verdict)
         return {"job": job_id, "skipped": verdict}
     s = runtime.settings()
-    _HOLDERS[str(self.request.id)] = holder.to_json()
+    _HOLDERS[str(self.request.id)] = (holder.to_json(), int(value))
     try:
         with Heartbeat(store, job_id, FINALIZE, holder, s.lease_seconds, s.heartbeat_s):
             job = _load(job_dir, job_id)

@@ -397,3 +397,30 @@ def test_submit_twice_does_not_duplicate_and_status_of_finished_job(redis_url, s
     res = cli("submit", short_book, "-o", out, "--max-batch", "2", "--redis-url", redis_url, "--wait")
     assert "done:" in res.stdout and store.r.llen("tts.normal") == 0
     assert load_job(out).finalized
+
+
+def test_lost_finalize_message_is_recovered_by_the_reaper(redis_url, start_worker, short_book, tmp_path, voice):
+    """Every batch counted (finalize guard set) but the finalize message lost: a worker's reaper
+    enqueues finalize again once the job has been finalizing with nobody running it for too long."""
+    from jobs.pipeline import run_batch
+    from workers.state import Holder
+
+    store = JobStore(redis_url)
+    out = tmp_path / "dist"
+    job_id = submit(redis_url, short_book, out, "--max-batch", "4")
+    store.r.delete("tts.normal")  # the queued batch messages: run them here instead
+    job = load_job(out)
+    engine = FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length)
+    verdicts = []
+    for b in job.pending_batches():
+        holder = Holder("test@here", "here", 1, f"t{b}")
+        assert store.begin(job_id, b, holder, 10, 6)[0] == "ok"
+        rec = run_batch(job, b, engine, worker="test", queued_at="2026-01-01T00:00:00+00:00")
+        verdicts.append(store.complete(job_id, b, holder, {}, rec.audio_samples / rec.sample_rate)[0])
+    assert verdicts[-1] == "finalize"  # ... and its message is never sent
+    assert store.get_job(job_id).status is JobStatus.FINALIZING
+    w = start_worker(redis_url, "w1", env={"BOOKTTS_FINALIZE_STALE_S": "1"})
+    info = wait_status(store, job_id, timeout=30)
+    assert info.status is JobStatus.DONE and load_job(out).finalized
+    assert "finalize re-enqueued" in w.output()
+    assert_same_output(manifest(out), local_manifest(short_book, tmp_path / "local", voice, max_batch=4))
