@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from jobs.cli_options import engine_options, job_options
-from jobs.errors import BrokerError, JobError, TTSError
+from jobs.errors import BrokerError, EngineError, JobError, TTSError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues, queue_name,
                                 redact_url, use_redis)
@@ -233,9 +233,21 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "
                f"queues {','.join(queue_list)}, {pool} x{concurrency}, lease {lease_seconds:g} s, "
                f"Redis {redact_url(store.url)}", err=True)
-    w = app.Worker(hostname=node, pool_cls=pool, concurrency=concurrency, queues=queue_list, loglevel=loglevel,
-                   without_gossip=True, without_mingle=True, without_heartbeat=True, optimization="fair")
-    w.start()
+    import tempfile
+
+    fd, status_file = tempfile.mkstemp(prefix="booktts-worker-", suffix=".status")
+    os.close(fd)
+    os.environ["BOOKTTS_WORKER_STATUS_FILE"] = status_file  # a pool process that cannot build its engine says why
+    try:
+        w = app.Worker(hostname=node, pool_cls=pool, concurrency=concurrency, queues=queue_list, loglevel=loglevel,
+                       without_gossip=True, without_mingle=True, without_heartbeat=True, optimization="fair")
+        w.start()
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # Celery redirected them into its logger
+        failure = Path(status_file).read_text(encoding="utf-8").strip()
+    finally:
+        Path(status_file).unlink(missing_ok=True)
+    if failure:
+        raise EngineError(f"{failure}; this worker stopped")
     sys.exit(w.exitcode)
 
 

@@ -350,8 +350,15 @@ def _on_process_init(**_) -> None:
     try:
         runtime.preload()
     except Exception as exc:  # an unusable engine: say so once and stop the worker
-        log.error("error: cannot build the %s engine on %s: %s; stopping this worker",
-                  s.engine.name, s.engine.device, exc)
+        msg = f"cannot build the {s.engine.name} engine on {s.engine.device}: {exc}"
+        log.error("error: %s; stopping this worker", msg)
+        status_file = os.environ.get("BOOKTTS_WORKER_STATUS_FILE")
+        if status_file:
+            try:
+                with open(status_file, "w", encoding="utf-8") as f:
+                    f.write(msg)
+            except OSError:
+                pass
         if _MAIN_PID is None or _MAIN_PID == os.getpid():
             raise
         _request_worker_shutdown()

@@ -149,6 +149,10 @@ def test_real_onnx_worker_matches_local_runner(redis_url, start_worker, short_bo
     while "engine ready: onnx fp32 on cpu" not in w.output():  # loaded and warmed up in the pool child
         assert time.monotonic() < deadline, w.output()
         time.sleep(0.1)
+    import re
+
+    (pid,) = re.findall(r"engine ready: onnx fp32 on cpu .* pid (\d+)", w.output())
+    assert int(pid) in w.children() and int(pid) != w.pid, "the engine lives in the pool child, not the parent"
     opts = dict(max_batch=4, noise_scale=0.0, noise_w=0.0, chapters="1")
     out = tmp_path / "dist"
     job_id = submit(redis_url, short_book, out, "--max-batch", "4", "--noise-scale", "0", "--noise-w", "0",
@@ -424,3 +428,25 @@ def test_lost_finalize_message_is_recovered_by_the_reaper(redis_url, start_worke
     assert info.status is JobStatus.DONE and load_job(out).finalized
     assert "finalize re-enqueued" in w.output()
     assert_same_output(manifest(out), local_manifest(short_book, tmp_path / "local", voice, max_batch=4))
+
+
+def test_worker_that_cannot_build_its_engine_stops_with_one_line(redis_url, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    cli_py = Path(__file__).resolve().parents[2] / "cli.py"
+    proc = subprocess.Popen([sys.executable, str(cli_py), "worker", "--engine", "fake", "--voice",
+                             str(tmp_path / "missing.onnx"), "--redis-url", redis_url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode == 6, err.decode()[-2000:]
+    last = err.decode().strip().splitlines()[-1]
+    assert last.startswith("error: cannot build the fake engine on cpu: voice model ") and "this worker stopped" in last
