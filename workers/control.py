@@ -72,6 +72,7 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     status = JobStatus.RUNNING if done else JobStatus.QUEUED
     new = job_info(job, priority, queue, done, status)
     created = store.create_job(new, done, reset=(mode != "rebuild"))
+    store.persist(job.job_id)
     if mode == "rebuild" and created == 0:
         return store.require_job(job.job_id), 0
     from workers.tasks import enqueue_batches, enqueue_finalize
@@ -82,6 +83,7 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
             from dataclasses import asdict
 
             store.set_status(job.job_id, JobStatus.DONE, finished=now(), summary=asdict(summary))
+            store.expire_done(job.job_id)
         elif store.finalize_guard(job.job_id):
             enqueue_finalize(out_dir, job.job_id, queue)
         return store.require_job(job.job_id), 0

@@ -47,6 +47,9 @@ PREFIX = "booktts:"
 #: Recent jobs kept in the ``jobs`` sorted set.
 MAX_RECENT_JOBS = 1000
 FINALIZE = "finalize"
+#: Seconds a done job stays in Redis.
+DONE_JOB_TTL_S = 30 * 24 * 3600
+_JOB_PARTS = ("done", "failed", "running", "deliveries", "records", "requeued", FINALIZE)
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -473,6 +476,16 @@ class JobStore:
         self.r.hincrby(self.k_job(job_id), "finalize_runs", 1)
         self.r.delete(self.k_lease(job_id, FINALIZE))
         self.r.hdel(self.k(job_id, "running"), FINALIZE)
+        self.expire_done(job_id)
+
+    def expire_done(self, job_id: str) -> None:
+        """A done job's state is kept for a while (status, the recent-jobs table), not forever; its
+        directory stays the record (``resume OUTDIR`` re-registers it)."""
+        ttl = int(os.environ.get("BOOKTTS_DONE_JOB_TTL_S", DONE_JOB_TTL_S))
+        with self.r.pipeline(transaction=False) as p:
+            for key in [self.k_job(job_id)] + [self.k(job_id, part) for part in _JOB_PARTS]:
+                p.expire(key, ttl)
+            p.execute()
 
     def fail_job(self, job_id: str, error: str) -> None:
         self.set_status(job_id, JobStatus.FAILED, finished=now(), error=error)
@@ -594,6 +607,13 @@ class JobStore:
             self.set_status(job_id, JobStatus.FINALIZING)
         return ok
 
+    def persist(self, job_id: str) -> None:
+        """Drop the expiry a done job's keys got (the job is being run again)."""
+        with self.r.pipeline(transaction=False) as p:
+            for key in [self.k_job(job_id)] + [self.k(job_id, part) for part in _JOB_PARTS]:
+                p.persist(key)
+            p.execute()
+
     def refresh_stale_finalize(self, job_id: str, stale_s: float) -> bool:
         """True (and the guard's time reset) if the finalize guard is older than ``stale_s`` and no
         finalize holds a lease: the caller re-enqueues finalize, at most once per ``stale_s``."""
@@ -602,9 +622,7 @@ class JobStore:
 
     def forget(self, job_id: str) -> None:
         """Delete everything Redis holds about a job (tests, housekeeping)."""
-        keys = [self.k_job(job_id)] + [self.k(job_id, p) for p in
-                                       ("done", "failed", "running", "deliveries", "records", "requeued",
-                                                        FINALIZE)]
+        keys = [self.k_job(job_id)] + [self.k(job_id, p) for p in _JOB_PARTS]
         self.r.delete(*keys)
         self.r.zrem(self.K_JOBS, job_id)
         self.r.srem(self.K_ACTIVE, job_id)

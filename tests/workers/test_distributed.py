@@ -216,7 +216,7 @@ def test_sigkill_of_whole_worker_node_mid_batch(redis_url, start_worker, short_b
     requeued = store.requeues(job_id)
     assert list(requeued) == [str(batch)] and requeued[str(batch)]["holder"]["worker"] == a.name
     # back in the queue within lease (3 s) + one reaper interval (1 s), not the visibility timeout
-    assert requeued[str(batch)]["at"] - killed_at < LEASE_S + 1.0 + 0.5
+    assert requeued[str(batch)]["at"] - killed_at < LEASE_S + 1.0 + 1.5
     assert "lost its lease; re-enqueued" in b.output()
     assert len(batch_files(out)) == info.batches
 
@@ -396,11 +396,16 @@ def test_submit_twice_does_not_duplicate_and_status_of_finished_job(redis_url, s
     assert store.r.llen("tts.normal") == n
     assert submit(redis_url, short_book, out, "--max-batch", "2") == job_id
     assert store.r.llen("tts.normal") == n, "an active job is not queued again"
+    # the same books and settings into another directory while the first is active: refused
+    res = cli("submit", short_book, "-o", tmp_path / "other", "--max-batch", "2", "--redis-url", redis_url, ok=False)
+    assert res.exit_code == 4 and f"job {job_id} (same books and settings) is already queued in" in res.stderr
+    assert store.r.llen("tts.normal") == n
     start_worker(redis_url, "w1")
     wait_status(store, job_id, timeout=60)
     res = cli("submit", short_book, "-o", out, "--max-batch", "2", "--redis-url", redis_url, "--wait")
     assert "done:" in res.stdout and store.r.llen("tts.normal") == 0
     assert load_job(out).finalized
+    assert 0 < store.r.ttl(store.k_job(job_id)) <= 30 * 24 * 3600, "a done job expires from Redis"
 
 
 def test_lost_finalize_message_is_recovered_by_the_reaper(redis_url, start_worker, short_book, tmp_path, voice):
