@@ -147,7 +147,9 @@ class TorchEngine:
             else:
                 import copy
 
-                self.flow = copy.deepcopy(self.model.flow).to(self.dtype)
+                from engines.torch_vits.modules import mixed_precision_flow
+
+                self.flow = mixed_precision_flow(copy.deepcopy(self.model.flow), self.dtype)
                 self.dec = copy.deepcopy(self.model.dec).to(self.dtype)
         self.hop = self.hparams.hop_length
         self.n_vocab = self.hparams.n_vocab
@@ -218,8 +220,8 @@ class TorchEngine:
     def _stage_b_pcm(self, z_p, frames):
         torch = self.torch
         mask = (torch.arange(z_p.shape[-1], device=z_p.device)[None, :] < frames[:, None]).unsqueeze(1).to(z_p.dtype)
-        z = self.flow.reverse(z_p, mask)
-        audio = self.dec(z * mask, frames)
+        z = self.flow.reverse(z_p, mask)  # float32 stream, half-precision dilated convolutions
+        audio = self.dec((z * mask).to(self.dtype), frames)
         return (audio.float() * MAX_WAV_VALUE).clamp(-MAX_WAV_VALUE, MAX_WAV_VALUE).to(torch.int16)
 
     def chunk_rows(self, bucket: int) -> int:
@@ -244,7 +246,7 @@ class TorchEngine:
         c = self.hparams.inter_channels
         with torch.inference_mode():
             for rows, f in shapes:
-                z = torch.randn(rows, c, f, device=self.device, dtype=self.dtype)
+                z = torch.randn(rows, c, f, device=self.device)
                 fr = torch.full((rows,), f, device=self.device, dtype=torch.long)
                 fr[-1] = max(1, f // 2)
                 for _ in range(3 if self.compiled else 1):
@@ -361,7 +363,7 @@ class TorchEngine:
             fr = torch.cat([fr, fr.new_zeros(padded - n)])
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
-        pcm = self._stage_b(m.to(self.dtype), fr)
+        pcm = self._stage_b(m, fr)
         width = min(pcm.shape[1], out.shape[1])
         out[idx, :width] = pcm[:n, :width]
         if width < out.shape[1]:

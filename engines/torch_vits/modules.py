@@ -312,11 +312,14 @@ class WN(nn.Module):
             self.res_skip_layers.append(nn.Conv1d(hidden, out, 1))
 
     def forward(self, x, mask):
+        """Each convolution runs in its own weights' dtype; the residual and skip streams stay in
+        ``x``'s dtype (see :func:`mixed_precision_flow`)."""
         output = None
+        dt = x.dtype
         for i, (inl, rs) in enumerate(zip(self.in_layers, self.res_skip_layers)):
-            a = inl(x)
+            a = inl(x.to(inl.weight.dtype)).to(dt)
             acts = torch.tanh(a[:, : self.hidden]) * torch.sigmoid(a[:, self.hidden:])
-            r = rs(acts)
+            r = rs(acts.to(rs.weight.dtype)).to(dt)
             if i < self.n_layers - 1:
                 x = (x + r[:, : self.hidden]) * mask
                 skip = r[:, self.hidden:]
@@ -338,14 +341,29 @@ class ResidualCouplingLayer(nn.Module):
 
     def reverse(self, x, mask):
         x0, x1 = x[:, : self.half], x[:, self.half:]
-        h = self.pre(x0) * mask
-        stats = self.post(self.enc(h, mask)) * mask
+        h = self.pre(x0.to(self.pre.weight.dtype)).to(x.dtype) * mask
+        stats = self.post(self.enc(h, mask).to(self.post.weight.dtype)).to(x.dtype) * mask
         if self.mean_only:
             x1 = (x1 - stats) * mask
         else:
             m, logs = stats[:, : self.half], stats[:, self.half:]
             x1 = (x1 - m) * torch.exp(-logs) * mask
         return torch.cat([x0, x1], dim=1)
+
+
+def mixed_precision_flow(flow: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """Cast only the flow's dilated ``in_layers`` convolutions (~81% of its FLOPs) to ``dtype``.
+
+    The flow feeds the decoder, which amplifies small errors in ``z``. Measured on CPU
+    (4 Alice sentences, output SNR against all-fp32, fp16 rounding of one conv group's
+    inputs and weights): ``in_layers`` 50-54 dB, ``res_skip_layers`` 45-52 dB, ``pre``/``post``
+    44-54 dB, everything 41-48 dB, everything in fp16 storage 40-45 dB. So the coupling
+    stream, the WN residual/skip sums and the 1x1 convolutions stay float32.
+    """
+    for mod in flow.modules():
+        if isinstance(mod, WN):
+            mod.in_layers.to(dtype)
+    return flow
 
 
 class ResidualCouplingBlock(nn.Module):

@@ -1,0 +1,215 @@
+"""Quality of the torch engine's fp16 and bf16 modes against its fp32 mode, on the same utterances.
+
+    python bench/quality.py [--device cuda:0] [--weights W.safetensors] [--n 20] [--json OUT.json]
+
+Utterances: the first ``--n`` sentences of *Alice in Wonderland* with 40..300 phoneme
+ids (``bench/data/alice_ids.npz``, see ``bench/gpu_throughput.py --make-data``),
+synthesized in one batch with the voice's default scales and one fixed seed. Stage A
+(encoder, durations, noise draws) runs in float32 at every precision, so every
+precision yields the same sample counts and the same noise: the comparison is
+sample by sample, no alignment needed. Compared on the engine's int16 output.
+
+SNR (dB), per utterance: ``10 log10( sum ref^2 / sum (x - ref)^2 )`` over the item's samples.
+
+MCD (dB), per utterance (mel-cepstral distortion, Kubichek 1993 form), exactly:
+
+* audio: int16 / 32768, 22050 Hz;
+* frames: 1024-sample periodic Hann window, hop 256, no padding (frame k covers
+  samples ``[256k, 256k + 1024)``); power spectrum ``|rfft(frame, 1024)|^2``;
+* mel filterbank: 80 triangular filters, HTK mel scale ``2595 log10(1 + f/700)``,
+  edges equally spaced in mel between 0 Hz and 8000 Hz (HiFi-GAN's mel range at
+  22.05 kHz), each with peak 1;
+* log-amplitude mel spectrum: ``0.5 * ln(max(mel_power, 1e-10))``;
+* mel-cepstrum: orthonormal DCT-II of that, coefficients ``c_0..c_24``;
+  ``c_0`` (energy) is excluded, ``c_1..c_24`` (24 coefficients) are used;
+* frame distance: ``(10 * sqrt(2) / ln 10) * sqrt( sum_{d=1..24} (c_d - c'_d)^2 )``;
+* MCD = mean frame distance over speech frames: frames whose reference mel energy
+  (sum of mel power) is within 40 dB of the utterance's loudest frame.
+
+Also reported: ``mcd_full_band`` (the same with the filterbank up to 11025 Hz; the voice has
+almost no energy above 8 kHz, and there int16 rounding alone moves the cepstrum: +-0.5 LSB
+of uniform noise scores ~0.7 dB), and ``mcd_floor`` (the primary MCD of the fp32 output
+against itself plus +-0.5 LSB of uniform noise: the resolution of the measure on int16 audio).
+
+Targets (issue 4): fp16 SNR >= 42.5 dB and MCD <= 1.2 dB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+SR = 22050
+N_FFT, HOP, N_MELS, N_CEP = 1024, 256, 80, 24
+FMAX = 8000.0
+MCD_CONST = 10.0 * math.sqrt(2.0) / math.log(10.0)
+
+
+def _mel(f):
+    return 2595.0 * np.log10(1.0 + np.asarray(f, dtype=np.float64) / 700.0)
+
+
+def _mel_inv(m):
+    return 700.0 * (10.0 ** (np.asarray(m, dtype=np.float64) / 2595.0) - 1.0)
+
+
+def mel_filterbank(sr: int = SR, n_fft: int = N_FFT, n_mels: int = N_MELS, fmax: float = FMAX) -> np.ndarray:
+    """[n_mels, n_fft//2+1] triangular filters, HTK mel scale, 0..fmax, peak 1."""
+    freqs = np.arange(n_fft // 2 + 1) * sr / n_fft
+    pts = _mel_inv(np.linspace(0.0, _mel(fmax), n_mels + 2))
+    fb = np.zeros((n_mels, len(freqs)))
+    for i in range(n_mels):
+        lo, c, hi = pts[i], pts[i + 1], pts[i + 2]
+        up = (freqs - lo) / (c - lo)
+        down = (hi - freqs) / (hi - c)
+        fb[i] = np.clip(np.minimum(up, down), 0.0, None)
+    return fb
+
+
+def _dct2_ortho(n: int) -> np.ndarray:
+    k = np.arange(n)[:, None]
+    i = np.arange(n)[None, :]
+    m = np.cos(np.pi * k * (2 * i + 1) / (2 * n)) * math.sqrt(2.0 / n)
+    m[0] /= math.sqrt(2.0)
+    return m  # [n_out, n_in]
+
+
+_FB = mel_filterbank()
+_FB_FULL = mel_filterbank(fmax=SR / 2)
+_DCT = _dct2_ortho(N_MELS)[: N_CEP + 1]
+_WIN = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic Hann
+
+
+def mel_cepstrum(audio_int16: np.ndarray, fb: np.ndarray = _FB) -> tuple[np.ndarray, np.ndarray]:
+    """(mel-cepstra c_0..c_24 [frames, 25], mel energy [frames]) of int16 audio."""
+    x = np.asarray(audio_int16, dtype=np.float64) / 32768.0
+    if len(x) < N_FFT:
+        x = np.pad(x, (0, N_FFT - len(x)))
+    n = 1 + (len(x) - N_FFT) // HOP
+    frames = np.lib.stride_tricks.sliding_window_view(x, N_FFT)[::HOP][:n] * _WIN
+    power = np.abs(np.fft.rfft(frames, N_FFT, axis=-1)) ** 2
+    melp = power @ fb.T
+    logamp = 0.5 * np.log(np.maximum(melp, 1e-10))
+    return logamp @ _DCT.T, melp.sum(axis=-1)
+
+
+def mcd(ref_int16: np.ndarray, test_int16: np.ndarray, full_band: bool = False) -> float:
+    """Mel-cepstral distortion in dB (definition in the module docstring); same-length signals."""
+    fb = _FB_FULL if full_band else _FB
+    c_ref, e_ref = mel_cepstrum(ref_int16, fb)
+    c_test, _ = mel_cepstrum(test_int16, fb)
+    speech = 10 * np.log10(np.maximum(e_ref, 1e-20)) >= 10 * np.log10(max(e_ref.max(), 1e-20)) - 40.0
+    d = c_ref[:, 1:] - c_test[:, 1:]
+    return float(MCD_CONST * np.sqrt((d**2).sum(axis=-1))[speech].mean())
+
+
+def snr_db(ref: np.ndarray, test: np.ndarray) -> float:
+    ref = np.asarray(ref, dtype=np.float64)
+    err = np.asarray(test, dtype=np.float64) - ref
+    return float(10 * np.log10((ref**2).sum() / max((err**2).sum(), 1e-30)))
+
+
+def quality_sentences(n: int = 20) -> list[list[int]]:
+    from gpu_throughput import load_alice
+
+    return [s for s in load_alice() if 40 <= len(s) <= 300][:n]
+
+
+def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf16"), seed: int = 2024) -> dict:
+    import torch
+
+    from engines import EngineSpec
+    from engines.base import Scales, SynthesisBatch
+    from engines.torch_engine import TorchEngine
+    from engines.weights import voice_from_weights
+    from jobs.voice import resolve_voice
+
+    voice = voice_from_weights(weights) if weights else resolve_voice()
+    seqs = quality_sentences(n)
+    batch = SynthesisBatch.from_sequences(seqs, Scales(voice.noise_scale, voice.length_scale, voice.noise_w), seed=seed)
+
+    def engine(prec):
+        spec = EngineSpec(name="torch", precision=prec, device=device, max_batch=len(seqs))
+        return TorchEngine(voice, spec, weights_path=weights, compile=False, warmup=False,
+                           allow_cpu_half=device == "cpu")
+
+    ref = engine("fp32").synthesize(batch)
+    rng = np.random.default_rng(0)
+    floor = [mcd(ref.item(i), ref.item(i) + rng.uniform(-0.5, 0.5, int(ref.sample_lengths[i])))
+             for i in range(len(seqs))]
+    out = {"device": device if device == "cpu" else torch.cuda.get_device_name(torch.device(device)),
+           "n_utterances": len(seqs), "audio_s": float(ref.sample_lengths.sum() / voice.sample_rate),
+           "reference": "torch engine fp32 (no TF32), same batch, same seed",
+           "mcd_floor_db": float(np.mean(floor)), "results": {}}
+    for prec in precisions:
+        t0 = time.perf_counter()
+        try:
+            res = engine(prec).synthesize(batch)
+        except Exception as exc:  # a precision the host cannot run: say so and go on
+            out["results"][prec] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+            continue
+        if not np.array_equal(res.sample_lengths, ref.sample_lengths):
+            out["results"][prec] = {"error": "sample lengths differ from fp32"}
+            continue
+        snrs = [snr_db(ref.item(i), res.item(i)) for i in range(len(seqs))]
+        mcds = [mcd(ref.item(i), res.item(i)) for i in range(len(seqs))]
+        full = [mcd(ref.item(i), res.item(i), full_band=True) for i in range(len(seqs))]
+        out["results"][prec] = {
+            "snr_db_mean": float(np.mean(snrs)), "snr_db_min": float(np.min(snrs)),
+            "snr_db_median": float(np.median(snrs)),
+            "mcd_db_mean": float(np.mean(mcds)), "mcd_db_max": float(np.max(mcds)),
+            "mcd_full_band_db_mean": float(np.mean(full)),
+            "seconds": round(time.perf_counter() - t0, 2),
+        }
+    return out
+
+
+def print_table(q: dict) -> None:
+    print(f"quality vs fp32 on {q['device']}: {q['n_utterances']} utterances, {q['audio_s']:.1f} s of audio")
+    print(f"MCD floor of the measure (fp32 vs fp32 + 0.5 LSB uniform noise): {q['mcd_floor_db']:.3f} dB")
+    print(f"{'precision':10} {'SNR mean':>9} {'SNR min':>8} {'MCD mean':>9} {'MCD max':>8} {'MCD 0-11k':>10}"
+          "  target: SNR>=42.5 dB, MCD<=1.2 dB")
+    for prec, r in q["results"].items():
+        if "error" in r:
+            print(f"{prec:10} {r['error']}")
+        else:
+            print(f"{prec:10} {r['snr_db_mean']:9.2f} {r['snr_db_min']:8.2f} {r['mcd_db_mean']:9.3f} {r['mcd_db_max']:8.3f}"
+                  f" {r['mcd_full_band_db_mean']:10.3f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda:0" if _cuda() else "cpu")
+    ap.add_argument("--weights", default=None, help="exported .safetensors (default: the installed voice's ONNX)")
+    ap.add_argument("--n", type=int, default=20)
+    ap.add_argument("--precisions", default="fp16,bf16")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    q = run(a.device, a.weights, a.n, tuple(a.precisions.split(",")))
+    print_table(q)
+    if a.json:
+        Path(a.json).write_text(json.dumps(q, indent=2))
+    return 0
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
