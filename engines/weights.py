@@ -225,6 +225,9 @@ def export_weights(voice, out_path, dtype: str = "fp16") -> Path:
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=metadata)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, out)
     except OSError as exc:
         raise InputError(f"cannot write {out} ({exc.strerror or exc}); check the directory is writable") from exc
