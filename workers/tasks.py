@@ -235,9 +235,9 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
             job = _load(job_dir, job_id)
             try:
                 engine = runtime.get_engine(job.voice)
-            except (EngineUnavailable, VoiceError) as exc:
+                rec = run_batch(job, batch_id, engine, worker=holder.worker, attempt=attempt, queued_at=queued_at)
+            except (EngineUnavailable, VoiceError) as exc:  # the node's fault (no package, device, voice)
                 raise _EngineMissing(exc) from exc
-            rec = run_batch(job, batch_id, engine, worker=holder.worker, attempt=attempt, queued_at=queued_at)
     except _EngineMissing as exc:
         # This node cannot run the engine: give the message back for another node and stop.
         store.release(job_id, batch_id, holder)
