@@ -38,7 +38,18 @@ class EngineSpec:
 
 
 def load_engine(spec: EngineSpec, voice):
-    """Build the engine named by ``spec`` for ``voice`` (a :class:`jobs.voice.VoiceConfig`)."""
+    """Build the engine named by ``spec`` for ``voice`` (a :class:`jobs.voice.VoiceConfig`).
+
+    A backend whose module (or a package it needs) cannot be imported is :class:`EngineUnavailable`.
+    """
+    try:
+        return _build(spec, voice)
+    except ImportError as exc:
+        raise EngineUnavailable(f"engine {spec.name!r} cannot be loaded here: {exc}; "
+                                f"install the backend's packages or choose another --engine") from exc
+
+
+def _build(spec: EngineSpec, voice):
     if spec.name == "onnx":
         from engines.onnx_cpu import OnnxEngine
 
