@@ -298,12 +298,23 @@ def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
         col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
         raise EncodingError(
             f"{where} is not valid {label} text: byte 0x{data[pos]:02X} at byte offset {pos} (line {line}, "
-            f"column {col}) cannot be decoded; re-save it as UTF-8 or pass --encoding latin-1 "
+            f"column {col}) cannot be decoded; re-save it as UTF-8 or pass --encoding {_guess_legacy(data)} "
             f"(or the file's real encoding)") from None
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         raise InputError(f"{where} contains NUL characters; it is not a text book (pass a .txt, .md or .epub file)")
     return text
+
+
+def _guess_legacy(data: bytes) -> str:
+    """The 8-bit encoding to suggest: cp1252 when Windows punctuation bytes (0x80-0x9F) occur."""
+    if re.search(rb"[\x80-\x9f]", data):
+        try:
+            data.decode("cp1252")
+            return "cp1252"
+        except UnicodeDecodeError:
+            pass
+    return "latin-1"
 
 
 def _refuse_binary(where: str, data: bytes) -> None:
@@ -461,21 +472,49 @@ def _split_blocks(text: str) -> list[list[str]]:
     return blocks
 
 
-_ILLUSTRATION_RE = re.compile(r"\[\s*Illustration\b[^\]]*\]", re.I)
-# An opening marker is not preceded by a word character (snake_case stays); a closing one may be
-# followed by one: Gutenberg writes "_Un_important".
-_EMPHASIS_RE = re.compile(r"(?<![\w*\\])(\*{1,3}|_{1,3})(?=[^\s*])(.+?)(?<=[^\s\\])\1(?![*_])", re.S)
+_ILLUSTRATION_RE = re.compile(r"\[\s*Illustration\b[^\]\[]{0,2000}\]", re.I)
+_MARK_RE = re.compile(r"\*+|_+")
+
+
+def _strip_emphasis(s: str) -> str:
+    """Remove paired ``_x_``, ``*x*``, ``**x**``, ``__x__`` markers in one linear pass.
+
+    An opening marker is followed by a non-space and not preceded by a word character (so
+    ``snake_case`` stays); a closing one is preceded by a non-space and may be followed by a
+    word character (Gutenberg writes ``_Un_important``). Unpaired markers stay as they are.
+    """
+    n = len(s)
+    pending: dict[str, tuple[int, int]] = {}
+    cuts: list[tuple[int, int]] = []
+    for m in _MARK_RE.finditer(s):
+        a, b = m.span()
+        mk = m.group()
+        if len(mk) > 3:
+            continue
+        before = s[a - 1] if a else " "
+        after = s[b] if b < n else " "
+        if mk in pending and not before.isspace() and before != "\\":
+            cuts.append(pending.pop(mk))
+            cuts.append((a, b))
+            continue
+        if not after.isspace() and not (before.isalnum() or before == "_" or before == "\\"):
+            pending[mk] = (a, b)
+    if not cuts:
+        return s
+    cuts.sort()
+    out, last = [], 0
+    for a, b in cuts:
+        out.append(s[last:a])
+        last = b
+    out.append(s[last:])
+    return "".join(out)
 
 
 def _clean_inline(s: str) -> str:
     """Remove emphasis markers and illustration markers; keep all words and punctuation."""
     s = _ILLUSTRATION_RE.sub(" ", s)
     if "_" in s or "*" in s:
-        for _ in range(3):  # nested markers: **_word_**
-            new = _EMPHASIS_RE.sub(r"\2", s)
-            if new == s:
-                break
-            s = new
+        s = _strip_emphasis(s)
     return s
 
 
@@ -538,16 +577,16 @@ _QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 _BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+")
 _ORDERED_RE = re.compile(r"^[ \t]*\d{1,4}[.)][ \t]+")
 _COMMENT_RE = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
-_MD_IMAGE_RE = re.compile(r"!\[[^\]]*\](?:\([^)]*\)|\[[^\]]*\])")
-_MD_LINK_RE = re.compile(r"\[([^\]]*)\]\((?:[^()\s]|\([^)]*\))*(?:\s+\"[^\"]*\")?\)")
-_MD_REFLINK_RE = re.compile(r"\[([^\]]+)\]\[[^\]]*\]")
-_MD_FOOTREF_RE = re.compile(r"\[\^[^\]]+\](?!:)")
+_MD_IMAGE_RE = re.compile(r"!\[[^\]\[]{0,1000}\](?:\([^()\s]{0,2000}(?:\s+\"[^\"]{0,500}\")?\)|\[[^\]\[]{0,200}\])")
+_MD_LINK_RE = re.compile(r"\[([^\]\[]{0,1000})\]\((?:[^()\s]|\([^)]{0,200}\)){0,2000}(?:\s+\"[^\"]{0,500}\")?\)")
+_MD_REFLINK_RE = re.compile(r"\[([^\]\[]{1,1000})\]\[[^\]\[]{0,200}\]")
+_MD_FOOTREF_RE = re.compile(r"\[\^[^\]\s]{1,100}\](?!:)")
 _MD_FOOTDEF_RE = re.compile(r"^\[\^[^\]]+\]:\s*")
 _MD_AUTOLINK_RE = re.compile(r"<((?:https?|ftp|mailto):[^>\s]+)>")
-_MD_CODE_RE = re.compile(r"(`+)(.+?)\1", re.S)
+_MD_CODE_RE = re.compile(r"(`{1,3})([^`]{1,2000})\1")
 _MD_TAG_RE = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>")
 _MD_ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])")
-_MD_TOC_RE = re.compile(r"^\s*(?:\d{1,4}[.)]\s*)?\[[^\]]+\]\(#[^)]*\)\s*$")
+_MD_TOC_RE = re.compile(r"^\s*(?:\d{1,4}[.)]\s*)?\[[^\]]{1,300}\]\(#[^)\s]{0,300}\)\s*$")
 
 
 def _clean_markdown(s: str) -> str:
@@ -932,7 +971,24 @@ class _Extractor:
                 return True
         return False
 
-    def _walk(self, el: ET.Element) -> None:
+    def _walk(self, top: ET.Element) -> None:
+        # an explicit stack, not recursion: a hostile document may nest elements thousands deep
+        stack: list[tuple[str, object]] = [("enter", top)]
+        while stack:
+            kind, item = stack.pop()
+            if kind == "text":
+                self._text(item)  # type: ignore[arg-type]
+            elif kind == "exit":
+                tag, block, saved = item  # type: ignore[misc]
+                if tag in ("td", "th"):
+                    self._buf.append(" ")
+                if block:
+                    self._flush()
+                self._heading, self._pre = saved
+            else:
+                self._enter(item, stack)  # type: ignore[arg-type]
+
+    def _enter(self, el: ET.Element, stack: list) -> None:
         tag = _local(el.tag)
         if not tag:
             return
@@ -963,14 +1019,11 @@ class _Extractor:
             if href and not _SCHEME_RE.match(href):
                 self._xref = True
         self._text(el.text)
-        for child in el:
-            self._walk(child)
-            self._text(child.tail)
-        if tag in ("td", "th"):
-            self._buf.append(" ")
-        if block:
-            self._flush()
-        self._heading, self._pre = saved
+        stack.append(("exit", (tag, block, saved)))
+        for child in reversed(el):
+            if child.tail:
+                stack.append(("text", child.tail))
+            stack.append(("enter", child))
 
     def _text(self, s: str | None) -> None:
         if s:

@@ -447,6 +447,16 @@ def test_latin1_text_loads_with_its_encoding(tmp_path):
     assert book.chapters[0].paragraphs == ["Caf\xe9 au lait."]
 
 
+def test_windows_1252_text_gets_the_cp1252_hint_and_loads_with_it(tmp_path):
+    # curly quotes saved by Windows are bytes 0x93/0x94; latin-1 would turn them into control characters
+    p = tmp_path / "win.txt"
+    p.write_bytes("\u201cHello,\u201d she said \u2014 twice.\n".encode("cp1252"))
+    with pytest.raises(EncodingError) as ei:
+        load_book(p)
+    assert_one_line(ei, p, "--encoding cp1252", "byte offset 0", "line 1")
+    assert load_book(p, encoding="cp1252").chapters[0].paragraphs == ["\u201cHello,\u201d she said \u2014 twice."]
+
+
 def test_unknown_encoding_name_is_an_input_error(tmp_path):
     p = tmp_path / "a.txt"
     p.write_text("Hello there.\n")
@@ -621,6 +631,25 @@ def test_epub_non_linear_document_not_in_toc_is_skipped(tmp_path):
         ("c1.xhtml", f"<h1>One</h1><p>{PROSE}</p>"), ("popup.xhtml", "<p>Answer key: forty-two.</p>"),
     ], nav=[("One", "c1.xhtml")], linear={"popup.xhtml": "no"})
     assert [c.paragraphs for c in load_book(p).chapters] == [[PROSE]]
+
+
+def test_deeply_nested_xhtml_is_read_without_recursion_error(tmp_path):
+    # a hostile document nesting 20000 <div>s must not crash the reader with a RecursionError
+    deep = "<div>" * 20000 + "<p>Deep text.</p>" + "</div>" * 20000
+    p = make_epub(tmp_path / "deep.epub", [("c1.xhtml", f"<h1>One</h1><p>{PROSE}</p>{deep}")], nav=[("One", "c1.xhtml")])
+    assert load_book(p).chapters[0].paragraphs == [PROSE, "Deep text."]
+
+
+@pytest.mark.parametrize("unit", ["_a ", "*a ", "[a ", "![a ", "`a ", "[a](", "<a "],
+                         ids=["underscores", "stars", "brackets", "images", "backticks", "open-links", "tags"])
+def test_huge_paragraph_of_unmatched_markup_stays_fast(tmp_path, unit):
+    # clean-up must be linear: an earlier regex took minutes on 300 kB of "_a _a _a ..."
+    p = tmp_path / "huge.md"
+    p.write_text(unit * 200_000)
+    t = time.perf_counter()
+    book = load_book(p)
+    assert time.perf_counter() - t < 3.0
+    assert len(book.chapters) == 1 and len(book.chapters[0].paragraphs[0]) > 200_000
 
 
 # ------------------------------------------------------------------------------------- bad inputs
