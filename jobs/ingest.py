@@ -30,7 +30,9 @@ Chapter headings (TXT, and Markdown without Markdown headings)
     ``Chapter the First``, ``BOOK``/``PART``/``VOLUME``/``STAVE``/``CANTO`` + number, optionally
     followed by a title on the same line ("CHAPTER XII. Alice's Evidence"), ``PROLOGUE``,
     ``EPILOGUE``, ``PREFACE``, ``INTRODUCTION``, ``FOREWORD``, ``AFTERWORD``, ``INTERLUDE``, or a
-    roman numeral alone in its block ("IV."). A bare heading followed by a short title line (same
+    roman numeral alone in its block ("IV.") when it belongs to a sequence (IV. ... V.), so that a
+    letter signed "M." is no chapter. Paragraphs are blank-line separated; a text written one
+    paragraph per line (long lines, almost no blank lines) is split at every line instead. A bare heading followed by a short title line (same
     block, or the next block when that is one short line without sentence punctuation) gives the
     spoken title "CHAPTER I. Down the Rabbit-Hole". Markdown uses ``#`` / setext headings: a
     single H1 before all other headings is the book title and the next level down holds the
@@ -459,9 +461,18 @@ def _strict_title_line(block: list[str]) -> str | None:
 
 
 def _split_blocks(text: str) -> list[list[str]]:
+    """Blank-line separated blocks of lines. A text written one paragraph per line, with (almost)
+    no blank lines and long unwrapped lines, gets one block per line instead."""
+    lines = text.split("\n")
+    full = [ln for ln in lines if ln.strip()]
+    if len(full) >= 8:
+        blank_runs = sum(1 for a, b in zip(lines, lines[1:]) if a.strip() and not b.strip())
+        lengths = sorted(len(ln.strip()) for ln in full)
+        if blank_runs < 0.1 * len(full) and lengths[len(lengths) // 2] > 150:
+            return [[ln.rstrip()] for ln in full]
     blocks: list[list[str]] = []
     cur: list[str] = []
-    for line in text.split("\n"):
+    for line in lines:
         if line.strip():
             cur.append(line.rstrip())
         elif cur:
@@ -518,9 +529,34 @@ def _clean_inline(s: str) -> str:
     return s
 
 
+def _roman_value(s: str) -> int:
+    vals = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+    s = s.rstrip(".")
+    total = 0
+    for k, ch in enumerate(s):
+        v = vals[ch]
+        total += -v if k + 1 < len(s) and vals[s[k + 1]] > v else v
+    return total
+
+
+def _roman_headings(blocks: list[list[str]]) -> set[int]:
+    """Blocks that start with a roman numeral alone and belong to a numbered sequence (k, then
+    k+1 later): a letter signed "M." or a lone "C." is no chapter."""
+    cands = [(k, _roman_value(b[0].strip())) for k, b in enumerate(blocks)
+             if len(b) <= 2 and _ROMAN_ALONE_RE.match(b[0].strip())]
+    ok: set[int] = set()
+    last = None
+    for n, (k, v) in enumerate(cands):
+        if (last is not None and v == last + 1) or any(v2 == v + 1 for _k2, v2 in cands[n + 1:n + 50]):
+            ok.add(k)
+            last = v
+    return ok
+
+
 def _txt_items(body: str) -> list[_Item]:
     """Plain text -> heading and paragraph items."""
     blocks = _split_blocks(body)
+    roman_ok = _roman_headings(blocks)
     items: list[_Item] = []
     i = 0
     while i < len(blocks):
@@ -530,7 +566,7 @@ def _txt_items(body: str) -> list[_Item]:
         last_bare = False
         while j < len(lines):
             h = _match_heading(lines[j])
-            if h is None or (h.roman and (j != 0 or len(lines) > 2)):
+            if h is None or (h.roman and (j != 0 or i - 1 not in roman_ok)):
                 break
             title = h.title
             if title is None and j + 1 < len(lines) and _match_heading(lines[j + 1]) is None \
@@ -572,7 +608,8 @@ _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT_RE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _HR_RE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-_LINKDEF_RE = re.compile(r"^ {0,3}\[[^\]]+\]:[ \t]*\S+.*$")
+_LINKDEF_RE = re.compile(r"^ {0,3}\[[^\]\[]{1,300}\]:[ \t]*<?[^\s<>]+>?"
+                         r"(?:[ \t]+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?[ \t]*$")
 _QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 _BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+")
 _ORDERED_RE = re.compile(r"^[ \t]*\d{1,4}[.)][ \t]+")
@@ -667,8 +704,8 @@ def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
         if _BULLET_RE.match(line):
             end_para()
             line = _BULLET_RE.sub("", line)
-        elif _ORDERED_RE.match(line):
-            end_para()
+        elif _ORDERED_RE.match(line) and (not para or re.match(r"^[ \t]*1[.)]", line)):
+            end_para()  # only a list starting at 1 interrupts a paragraph ("1984. Then" may wrap)
         para.append(line.strip())
     if fence:
         end_code()

@@ -328,17 +328,20 @@ def test_windows_and_old_mac_line_ends(tmp_path, newline):
     ("Chapter One", "Chapter One"),
     ("Chapter Twenty-One: The Return", "Chapter Twenty-One: The Return"),
     ("Chapter the First", "Chapter the First"),
-    ("IV.", "IV."),
+    ("IV.", ["IV.", "V."]),
     ("CHAPTER I.\nDown the Rabbit-Hole", "CHAPTER I. Down the Rabbit-Hole"),
     ("Chapter 3\n\nTHE LONG ROAD", "Chapter 3. THE LONG ROAD"),
     ("PROLOGUE", "PROLOGUE"),
 ], ids=["arabic", "roman-with-title", "word", "hyphenated-word-with-title", "ordinal", "roman-alone",
         "gutenberg-title-next-line", "title-in-next-block", "prologue"])
 def test_txt_chapter_heading_forms(tmp_path, heading, title):
+    # roman numerals alone count only in sequence (IV. then V.); the other forms may simply repeat
+    first, second = title if isinstance(title, list) else (title, title)
     p = tmp_path / "h.txt"
-    p.write_text(f"{heading}\n\n{PROSE}\n\n{heading}\n\nSecond time round.\n", encoding="utf-8")
+    p.write_text(f"{heading}\n\n{PROSE}\n\n{heading.replace(first, second)}\n\nSecond time round.\n",
+                 encoding="utf-8")
     book = load_book(p)
-    assert [c.title for c in book.chapters] == [title, title]
+    assert [c.title for c in book.chapters] == [first, second]
     assert book.chapters[0].paragraphs == [PROSE]
 
 
@@ -352,6 +355,32 @@ def test_prose_that_only_looks_like_a_heading_stays_prose(tmp_path, text):
     p.write_text(text, encoding="utf-8")
     book = load_book(p)
     assert len(book.chapters) == 1 and book.chapters[0].paragraphs == [" ".join(text.split())]
+
+
+def test_initial_alone_on_a_line_is_not_a_roman_chapter(tmp_path):
+    # a letter signed "M." (roman 1000) with no M+1 anywhere: prose, not a chapter heading
+    p = tmp_path / "letter.txt"
+    p.write_text(f"I.\n\n{PROSE}\n\nYours ever,\n\nM.\n\nII.\n\nThe reply came.\n")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [
+        ("I.", [PROSE, "Yours ever,", "M."]), ("II.", ["The reply came."])]
+
+
+def test_one_paragraph_per_line_text_is_split_at_lines(tmp_path):
+    # exported without blank lines: each (long, unwrapped) line is a paragraph; headings still count
+    paras = [f"{PROSE} This is paragraph {n} and it goes on for a while longer than a wrapped line." for n in range(9)]
+    p = tmp_path / "lines.txt"
+    p.write_text("Chapter 1\n" + "\n".join(paras[:5]) + "\nChapter 2\n" + "\n".join(paras[5:]) + "\n")
+    book = load_book(p)
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [("Chapter 1", paras[:5]), ("Chapter 2", paras[5:])]
+
+
+def test_markdown_keeps_prose_that_looks_like_link_definitions_or_list_numbers(tmp_path):
+    p = tmp_path / "m.md"
+    p.write_text("[Note]: the author said this twice.\n\n[1]: http://example.com/ref\n\n"
+                 "It happened in the spring of\n1984. Then everything changed.\n")
+    assert load_book(p).chapters[0].paragraphs == [
+        "[Note]: the author said this twice.", "It happened in the spring of 1984. Then everything changed."]
 
 
 def test_no_headings_gives_one_chapter_with_everything(tmp_path):
