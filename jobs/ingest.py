@@ -100,6 +100,7 @@ import html.entities
 import posixpath
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
@@ -120,7 +121,6 @@ MAX_TEXT_BYTES = 200 * 1024 * 1024
 MAX_ZIP_MEMBERS = 20_000
 """Most members an EPUB may list."""
 
-TEXT_SUFFIXES = {".txt", ".text", ""}
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 EPUB_SUFFIXES = {".epub"}
 
@@ -183,8 +183,9 @@ def load_book(path: str | Path, encoding: str | None = None) -> Book:
         if not p.is_file():
             raise InputError(f"{where} is not a regular file; pass a .txt, .md or .epub file")
         size = p.stat().st_size
-    except OSError as e:
-        raise InputError(f"{where}: cannot access it ({e.strerror or e}); check the path and its permissions") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise InputError(f"{where}: cannot access it ({getattr(e, 'strerror', None) or e}); "
+                         f"check the path and its permissions") from None
     suffix = p.suffix.lower()
     if suffix in EPUB_SUFFIXES:
         return _load_epub(p)
@@ -219,10 +220,6 @@ _WS_RE = re.compile(r"\s+")
 def _norm(s: str) -> str:
     """Whitespace-normalise: one space between words, none at the ends; drop invisible marks."""
     return " ".join(s.translate(_INVISIBLE).split())
-
-
-def _words(s: str) -> list[str]:
-    return s.split()
 
 
 _SENTENCE_END_RE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]_*]*$")
@@ -402,7 +399,7 @@ _ORDINAL = (r"(?:the\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth
 _KEYWORD = r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|CANTO|Canto)"
 _HEADING_RE = re.compile(
     rf"^(?P<head>{_KEYWORD}[ \t]+(?:{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
-    rf"(?:[ \t]*[.:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
+    rf"(?:[ \t]*[.,:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:PROLOGUE|Prologue|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
@@ -749,6 +746,10 @@ def _md_items(body: str) -> tuple[list[_Item], str | None]:
 def _build_chapters(items: list[_Item], book_title: str) -> list[Chapter]:
     """Items -> chapters: drop contents lists, merge heading pairs, keep front matter only if prose."""
     items = _drop_toc_para_runs(items)
+    last_seen: dict[tuple[str, ...], int] = {}
+    for n, it in enumerate(items):
+        if it.kind == "heading":
+            last_seen[tuple(_tokens(it.text))] = n
     # runs of headings with no paragraph between them
     out: list[_Item] = []
     k = 0
@@ -771,8 +772,7 @@ def _build_chapters(items: list[_Item], book_title: str) -> list[Chapter]:
             # itself a contents entry (one whose heading comes again later).
             if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
                 out.pop()
-            last = _tokens(run[-1].text)
-            if not any(it.kind == "heading" and _tokens(it.text) == last for it in items[e:]):
+            if last_seen[tuple(_tokens(run[-1].text))] < e:
                 out.append(run[-1])
         elif len(run) == 2:
             out.append(_Item("heading", _join_title(run[0].text, run[1].text)))
@@ -1151,7 +1151,8 @@ class _Epub:
         try:
             with self.zf.open(info) as f:
                 data = f.read(left + 1)
-        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError, ValueError) as e:
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError,
+                ValueError) as e:
             raise InputError(f"{self.where} is not a valid EPUB (corrupt zip: {_norm(str(e))}); "
                              f"re-download or re-export it") from None
         if len(data) > left:
@@ -1276,7 +1277,8 @@ def _load_epub(p: Path) -> Book:
     where = _show(p)
     try:
         zf = zipfile.ZipFile(p)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError):
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, ValueError,
+            NotImplementedError):
         raise InputError(f"{where} is not a valid EPUB (corrupt zip); re-download or re-export it") from None
     with zf:
         ep = _Epub(p, zf)

@@ -834,6 +834,21 @@ def test_zip_bomb_is_refused(tmp_path, monkeypatch):
     assert_one_line(ei, p, "zip bomb")
 
 
+def test_corrupt_compressed_member_is_an_input_error(tmp_path):
+    # found by fuzzing: a damaged deflate stream raised zlib.error (a traceback) instead of one line
+    p = make_epub(tmp_path / "damaged.epub", [("c1.xhtml", f"<h1>One</h1><p>{PROSE * 50}</p>")], nav=[("One", "c1.xhtml")])
+    with zipfile.ZipFile(p) as z:
+        info = z.getinfo("OEBPS/c1.xhtml")
+    raw = bytearray(p.read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    for k in range(start + 20, start + info.compress_size - 20, 7):
+        raw[k] ^= 0x5A
+    p.write_bytes(bytes(raw))
+    with pytest.raises(InputError) as ei:
+        load_book(p)
+    assert_one_line(ei, p, "not a valid EPUB", "corrupt zip")
+
+
 def test_font_obfuscation_is_not_drm(tmp_path):
     # EPUBs may obfuscate embedded fonts (listed in encryption.xml); the text is still readable
     p = _good(tmp_path, "fonts.epub", extra={"META-INF/encryption.xml": FONT_OBFUSCATION})
