@@ -14,8 +14,8 @@ Decisions (the rules other modules can rely on)
 
 Text files
     UTF-8 with or without BOM, CRLF/CR/LF. ``encoding`` overrides UTF-8. A file is refused as
-    binary (before decoding) when it has NUL bytes or more than 10 % control bytes in its first
-    64 KiB; a zip or PDF given a text name gets a hint instead. UTF-16 text (BOM) needs
+    binary (before decoding) when it has NUL bytes, or more than 10 % control bytes in its
+    first 64 KiB; a zip or PDF given a text name gets a hint instead. UTF-16 text (BOM) needs
     ``--encoding utf-16``.
 
 Project Gutenberg boilerplate
@@ -31,20 +31,27 @@ Chapter headings (TXT, and Markdown without Markdown headings)
     followed by a title on the same line ("CHAPTER XII. Alice's Evidence"), ``PROLOGUE``,
     ``EPILOGUE``, ``PREFACE``, ``INTRODUCTION``, ``FOREWORD``, ``AFTERWORD``, ``INTERLUDE``, or a
     roman numeral alone in its block ("IV.") when it belongs to a sequence (IV. ... V.), so that a
-    letter signed "M." is no chapter. Paragraphs are blank-line separated; a text written one
-    paragraph per line (long lines, almost no blank lines) is split at every line instead. A bare heading followed by a short title line (same
-    block, or the next block when that is one short line without sentence punctuation) gives the
-    spoken title "CHAPTER I. Down the Rabbit-Hole". Markdown uses ``#`` / setext headings: a
-    single H1 before all other headings is the book title and the next level down holds the
-    chapters; deeper headings stay in the chapter as spoken paragraphs.
+    letter signed "M." is no chapter. A bare heading followed by a short title line (same block,
+    or the next block when that is one short line without sentence punctuation) gives the spoken
+    title "CHAPTER I. Down the Rabbit-Hole". Markdown uses ``#`` / setext headings: a single H1
+    before all other headings is the book title; chapters are the highest remaining level, or
+    the next one down when that has more headings ("# Part" / "## Chapter": a part heading
+    directly followed by a chapter heading prefixes its title). Deeper headings stay in the
+    chapter as spoken paragraphs.
+
+Paragraphs
+    Blank-line separated; hard-wrapped lines are joined with single spaces. A text written one
+    paragraph per line (long lines, almost no blank lines) is split at every line instead.
 
 Contents lists
-    A run of three or more headings with no paragraph between them is a table of contents: it
-    never makes chapters and its lines are dropped (the last heading of the run, when body text
-    follows it, is the real chapter start). A "Contents"/"Table of Contents" label right before
-    it goes too. Two headings in a row ("BOOK ONE" then "CHAPTER I.") merge into one title.
-    Runs of three or more short paragraphs that are local links (Markdown ``[x](#y)``, EPUB
-    rows linking into the book) are contents lists too and are dropped. Nothing else is dropped.
+    A run of three or more headings with no paragraph between them (Alice's "Contents" block) is
+    a table of contents: it never makes chapters and its lines are dropped, not spoken. The last
+    heading of the run is the real chapter start when body text follows it and the same heading
+    does not come again later. A "Contents"/"Table of Contents" label right before the run goes
+    too. Two headings in a row ("BOOK ONE" then "CHAPTER I.") merge into one title. Runs of three
+    or more short (<= 20 words) paragraphs that are local links (Markdown ``[x](#y)``, EPUB rows
+    linking into the book) are contents lists too and are dropped. Nothing else is dropped as a
+    contents list; a chapter made only of other short lines is kept.
 
 Front matter
     Text before the first heading becomes chapter 1 (titled with the book title when the book
