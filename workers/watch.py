@@ -1,0 +1,456 @@
+"""A watched inbox: every complete book file dropped into it is submitted exactly once.
+
+``python cli.py watch INBOX -o OUTROOT`` scans in a loop; ``--once`` does one pass (for
+cron); :func:`watch_scan` is the same pass as a Celery task for deployments that run
+``python cli.py beat --config watch.json`` (the config format is :func:`load_config`'s
+docstring and ``docs/operations.md``). Each pass is :meth:`Inbox.scan`.
+
+What a pass does with a file directly inside INBOX:
+
+- it ignores dotfiles (``jobs.files.atomic_path`` writes ``.tmp-*`` names), ``*.part`` and
+  ``*.tmp``, and anything that is not a regular file (``done/``, ``failed/``);
+- it takes a file only once it is **complete**: its size, mtime and inode are the same
+  as at the previous pass and that pass was at least ``settle_s`` ago. A file renamed in
+  atomically (the safe way to drop a file) is taken on the second pass after it appeared;
+  a file still being written changes between passes and waits;
+- it identifies the file by the **SHA-256 of its content**. Content already submitted
+  from this inbox is not submitted again: the file goes to ``done/`` with the reason
+  ``duplicate of ...``;
+- otherwise it submits the book exactly as ``cli.py submit`` does (``prepare_job`` then
+  :func:`workers.control.start_job`, see :func:`submit_book`) into its own output
+  directory ``OUTROOT/<stem>-<sha8>/`` (``manifest.parquet`` appears there when the job is
+  done), then moves the file to ``done/``;
+- a bad book (:class:`~jobs.errors.InputError`: empty, binary, not UTF-8, a broken EPUB...)
+  or a job error goes to ``failed/``. Next to every moved file, ``<name>.reason.txt`` holds
+  one line saying what happened;
+- a broker failure (Redis down) leaves the file where it is for the next pass.
+
+The **ledger** ``INBOX/.booktts-ledger.json`` (written atomically: temporary file, fsync,
+rename) holds the content hashes submitted so far and the pending observations. It is
+updated *before* a submission (state ``submitting``) and after it (``submitted``), so a
+watcher killed at any point neither loses nor repeats a book: a ``submitting`` book is
+submitted again after a restart, which is harmless because a submission of the same
+content to the same directory is idempotent (same job id; an active or finished job is
+left alone). The ledger lives with the inbox, so it survives a Redis restart without
+persistence and moves with the inbox. A pass holds ``INBOX/.booktts-watch.lock``
+(``flock``) and a Redis lock, so two watchers (or beat ticks) never scan one inbox at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import redis
+
+from jobs.config import JobConfig
+from jobs.errors import BrokerError, InputError, JobError, TTSError
+from jobs.files import atomic_path, read_json, slug, write_json
+from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, app, queue_name
+
+log = logging.getLogger("booktts.watch")
+
+LEDGER = ".booktts-ledger.json"
+LOCK = ".booktts-watch.lock"
+DONE, FAILED = "done", "failed"
+IGNORED_SUFFIXES = (".part", ".tmp")
+REASON_SUFFIX = ".reason.txt"
+LEDGER_VERSION = 1
+TASK_WATCH_SCAN = "booktts.watch_scan"
+#: Queue of the beat scan tasks (consumed by a CPU worker that mounts the inbox).
+OPS_QUEUE = "booktts.ops"
+#: A scan holds the inbox's Redis lock at most this long (a pass that plans a huge book takes a while).
+REDIS_LOCK_S = 30 * 60
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def one_line(text: str) -> str:
+    first = " ".join(str(text).split("\n")[0].split())
+    return first or "(no message)"
+
+
+def submit_book(store, book: Path, out_dir: Path, config: JobConfig, priority: str, queue: str):
+    """Submit one book the way ``cli.py submit`` does: plan it here, register it and enqueue its
+    unfinished batches. Returns (job, JobInfo, batches enqueued)."""
+    from jobs.pipeline import prepare_job
+    from workers.control import start_job
+
+    job = prepare_job([book], out_dir, config)
+    info, n = start_job(store, job, priority, queue, mode="submit")
+    return job, info, n
+
+
+@dataclass
+class ScanResult:
+    submitted: list[dict] = field(default_factory=list)
+    duplicates: list[dict] = field(default_factory=list)
+    failed: list[dict] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    """Files seen but not (yet) complete: first seen, changed since the last pass, or too recent."""
+    busy: bool = False
+    """Another pass held the inbox's lock; nothing was done."""
+    error: str | None = None
+    """A broker failure stopped the pass early (the remaining files wait for the next one)."""
+
+    def lines(self) -> list[str]:
+        out = [f"submitted {s['name']}: job {s['job_id']}, {s['queued']} of {s['batches']} batches queued "
+               f"-> {s['out_dir']}" for s in self.submitted]
+        out += [f"duplicate {d['name']}: {d['reason']}" for d in self.duplicates]
+        out += [f"failed {f['name']}: {f['reason']}" for f in self.failed]
+        if self.error:
+            out.append(f"error: {self.error}")
+        return out
+
+
+class Inbox:
+    """One inbox, its output root and the job settings of the books dropped into it."""
+
+    def __init__(self, inbox: Path, out_root: Path, store, config: JobConfig | None = None,
+                 priority: str = DEFAULT_PRIORITY, queue_prefix: str = DEFAULT_QUEUE_PREFIX,
+                 settle_s: float = 0.0) -> None:
+        self.inbox = Path(inbox)
+        self.out_root = Path(out_root)
+        self.store = store
+        self.config = config or JobConfig()
+        if priority not in PRIORITIES:
+            raise InputError(f"priority must be one of {', '.join(PRIORITIES)}, not {priority!r}")
+        self.priority = priority
+        self.queue = queue_name(priority, queue_prefix)
+        self.settle_s = float(settle_s)
+        if not self.inbox.is_dir():
+            raise InputError(f"inbox {self.inbox}: no such directory; create it or check the path")
+        for sub in (DONE, FAILED):
+            (self.inbox / sub).mkdir(exist_ok=True)
+        self.out_root.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------ ledger
+    @property
+    def ledger_path(self) -> Path:
+        return self.inbox / LEDGER
+
+    def load_ledger(self) -> dict:
+        p = self.ledger_path
+        if not p.exists():
+            return {"version": LEDGER_VERSION, "books": {}, "pending": {}}
+        try:
+            led = read_json(p)
+            if not isinstance(led, dict) or not isinstance(led.get("books"), dict):
+                raise ValueError("not a ledger")
+        except (ValueError, OSError) as exc:
+            keep = p.with_name(f"{LEDGER}.unreadable-{int(time.time())}")
+            os.replace(p, keep)
+            log.error("inbox ledger %s is unreadable (%s); kept as %s, starting a new one (content submitted "
+                      "before is still not synthesized twice: same content, same output directory)", p, exc, keep)
+            return {"version": LEDGER_VERSION, "books": {}, "pending": {}}
+        led.setdefault("pending", {})
+        return led
+
+    def save_ledger(self, ledger: dict) -> None:
+        write_json(self.ledger_path, ledger)
+
+    # ------------------------------------------------------------ files
+    def candidates(self) -> list[Path]:
+        out = []
+        with os.scandir(self.inbox) as it:
+            for e in it:
+                name = e.name
+                if name.startswith(".") or name.lower().endswith(IGNORED_SUFFIXES):
+                    continue
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                out.append(Path(e.path))
+        return sorted(out, key=lambda p: p.name)
+
+    def out_dir_for(self, name: str, sha: str) -> Path:
+        return self.out_root / f"{slug(Path(name).stem, 'book')}-{sha[:8]}"
+
+    def _move(self, src: Path, sub: str, reason: str, sha: str) -> Path:
+        """Move ``src`` into ``INBOX/<sub>/`` (a free name) and write its one-line reason file."""
+        dest_dir = self.inbox / sub
+        dest = dest_dir / src.name
+        n = 1
+        while dest.exists() or dest.with_name(dest.name + REASON_SUFFIX).exists():
+            n += 1
+            dest = dest_dir / f"{src.stem}-{sha[:8]}{'' if n == 2 else f'-{n}'}{src.suffix}"
+        with atomic_path(dest.with_name(dest.name + REASON_SUFFIX)) as tmp:
+            tmp.write_text(one_line(reason) + "\n", encoding="utf-8")
+        os.replace(src, dest)
+        return dest
+
+    # ------------------------------------------------------------ locking
+    @contextlib.contextmanager
+    def _locked(self):
+        fd = os.open(self.inbox / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        key = f"booktts:watch:lock:{hashlib.sha1(str(self.inbox.resolve()).encode()).hexdigest()[:16]}"
+        token = f"{os.getpid()}:{time.time()}"
+        redis_locked = False
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    yield False
+                    return
+                raise
+            if self.store is not None:
+                redis_locked = bool(self.store.r.set(key, token, nx=True, ex=REDIS_LOCK_S))
+                if not redis_locked:
+                    yield False
+                    return
+            yield True
+        finally:
+            if redis_locked:
+                with contextlib.suppress(redis.exceptions.RedisError):
+                    if self.store.r.get(key) == token.encode():
+                        self.store.r.delete(key)
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    # ------------------------------------------------------------ one pass
+    def scan(self, now: float | None = None) -> ScanResult:
+        """One pass over the inbox (see the module doc). Raises only for errors that concern the
+        watcher itself (its voice, its engine settings), never for one bad book."""
+        res = ScanResult()
+        try:
+            with self._locked() as ok:
+                if not ok:
+                    res.busy = True
+                    return res
+                self._scan(res, time.time() if now is None else now)
+        except (redis.exceptions.RedisError, BrokerError) as exc:
+            res.error = f"Redis at {getattr(self.store, 'url', '?')} failed: {type(exc).__name__}: {one_line(exc)}"
+        return res
+
+    def _scan(self, res: ScanResult, now: float) -> None:
+        ledger = self.load_ledger()
+        books: dict = ledger["books"]
+        pending: dict = ledger["pending"]
+        present = set()
+        changed = False
+        for path in self.candidates():
+            name = path.name
+            present.add(name)
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            obs = [st.st_size, st.st_mtime_ns, st.st_ino]
+            prev = pending.get(name)
+            if prev is None or prev.get("obs") != obs:
+                pending[name] = {"obs": obs, "at": now}
+                res.waiting.append(name)
+                changed = True
+                continue
+            if now - float(prev.get("at", now)) < self.settle_s:
+                res.waiting.append(name)
+                continue
+            try:
+                sha = file_sha256(path)
+                st2 = path.stat()
+            except FileNotFoundError:  # taken away meanwhile
+                pending.pop(name, None)
+                changed = True
+                continue
+            except OSError as exc:  # unreadable (permissions...): a bad drop, not a watcher fault
+                pending.pop(name, None)
+                changed = True
+                reason = f"cannot read the file: {exc.strerror or exc}"
+                dest = self._move(path, FAILED, reason, "unreadable")
+                res.failed.append({"name": name, "reason": reason, "moved_to": str(dest)})
+                continue
+            if [st2.st_size, st2.st_mtime_ns, st2.st_ino] != obs:  # written to while hashing
+                pending[name] = {"obs": [st2.st_size, st2.st_mtime_ns, st2.st_ino], "at": now}
+                res.waiting.append(name)
+                changed = True
+                continue
+            pending.pop(name, None)
+            changed = True
+            entry = books.get(sha)
+            if entry and entry.get("state") == "submitted":
+                if entry.get("name") == name and not entry.get("moved_to"):
+                    # submitted by a pass that stopped before moving the file: finish that pass's work
+                    self._done(path, entry, sha, books, ledger)
+                    res.submitted.append(dict(entry, name=name))
+                else:
+                    reason = (f"duplicate of {entry.get('name')} (same content, sha256 {sha[:12]}), submitted "
+                              f"{entry.get('at', '?')} as job {entry.get('job_id')} into {entry.get('out_dir')}; "
+                              f"not submitted again")
+                    dest = self._move(path, DONE, reason, sha)
+                    res.duplicates.append({"name": name, "reason": reason, "moved_to": str(dest)})
+                    log.info("inbox %s: %s", self.inbox, reason)
+                continue
+            self._submit(path, sha, books, ledger, res, now)
+            if res.error:
+                break
+        for name in list(pending):
+            if name not in present:
+                pending.pop(name)
+                changed = True
+        if changed:
+            self.save_ledger(ledger)
+
+    def _submit(self, path: Path, sha: str, books: dict, ledger: dict, res: ScanResult, now: float) -> None:
+        from jobs.pipeline import now_iso
+
+        name = path.name
+        out_dir = self.out_dir_for(name, sha)
+        books[sha] = {"state": "submitting", "name": name, "out_dir": str(out_dir), "at": now_iso()}
+        self.save_ledger(ledger)  # before submitting: a restart submits it again (idempotent), never loses it
+        try:
+            job, info, n = submit_book(self.store, path, out_dir, self.config, self.priority, self.queue)
+        except (InputError, JobError) as exc:
+            books.pop(sha, None)
+            reason = one_line(exc)
+            dest = self._move(path, FAILED, reason, sha)
+            self.save_ledger(ledger)
+            res.failed.append({"name": name, "reason": reason, "moved_to": str(dest)})
+            log.warning("inbox %s: %s failed: %s", self.inbox, name, reason)
+            return
+        except (redis.exceptions.RedisError, BrokerError) as exc:
+            # Leave the file and its "submitting" entry: the next pass submits it again.
+            res.error = f"Redis failed while submitting {name}: {type(exc).__name__}: {one_line(exc)}"
+            return
+        except TTSError:
+            raise  # the watcher's own settings (voice, engine): every book would fail the same way
+        except Exception as exc:
+            from kombu.exceptions import OperationalError
+
+            if isinstance(exc, OperationalError):
+                res.error = f"the broker failed while submitting {name}: {one_line(exc)}"
+                return
+            books.pop(sha, None)
+            reason = f"{type(exc).__name__}: {one_line(exc)}"
+            dest = self._move(path, FAILED, reason, sha)
+            self.save_ledger(ledger)
+            res.failed.append({"name": name, "reason": reason, "moved_to": str(dest)})
+            log.exception("inbox %s: %s failed", self.inbox, name)
+            return
+        entry = {"state": "submitted", "name": name, "job_id": job.job_id, "out_dir": str(out_dir),
+                 "queue": self.queue, "batches": info.batches, "queued": n, "at": now_iso()}
+        books[sha] = entry
+        self.save_ledger(ledger)
+        self._done(path, entry, sha, books, ledger)
+        res.submitted.append(dict(entry))
+        log.info("inbox %s: submitted %s as job %s (%d of %d batches queued) -> %s", self.inbox, name, job.job_id,
+                 n, info.batches, out_dir)
+
+    def _done(self, path: Path, entry: dict, sha: str, books: dict, ledger: dict) -> None:
+        reason = (f"submitted as job {entry['job_id']} on {entry.get('queue', self.queue)}: "
+                  f"{entry.get('queued', 0)} of {entry.get('batches', '?')} batches queued; "
+                  f"output {entry['out_dir']}")
+        dest = self._move(path, DONE, reason, sha)
+        entry["moved_to"] = str(dest)
+        books[sha] = entry
+        self.save_ledger(ledger)
+
+
+# ------------------------------------------------------------------ Celery beat
+
+
+def job_config(options: dict | None) -> JobConfig:
+    """A :class:`JobConfig` from a mapping of its field names (the ``job`` block of a watch config)."""
+    options = dict(options or {})
+    known = {f.name for f in fields(JobConfig)} - {"engine"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise InputError(f"unknown job setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return JobConfig(**options)
+
+
+def load_config(path: Path) -> dict:
+    """Read and check a watch config file (JSON)::
+
+        {
+          "queue": "booktts.ops",                  # optional: where the scan tasks go
+          "inboxes": [
+            {
+              "inbox": "/srv/books/inbox",         # required: the watched directory
+              "out": "/srv/books/out",             # required: OUTROOT, one directory per book
+              "every_s": 60,                       # optional: seconds between scans (default 60)
+              "settle_s": 30,                      # optional: a file must be unchanged this long (default every_s/2)
+              "priority": "normal",                # optional: high | normal | low
+              "queue_prefix": "tts",               # optional: e.g. tts-gpu
+              "job": {"max_batch": 32, "audio_format": "flac"}   # optional: JobConfig fields
+            }
+          ]
+        }
+
+    Returns ``{"queue": ..., "inboxes": [normalised entries]}``; a bad file is an InputError.
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"watch config {path}: no such file") from None
+    except ValueError as exc:
+        raise InputError(f"watch config {path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("inboxes"), list) or not raw["inboxes"]:
+        raise InputError(f"watch config {path}: needs a non-empty \"inboxes\" list")
+    out = []
+    for i, e in enumerate(raw["inboxes"]):
+        where = f"watch config {path}, inboxes[{i}]"
+        if not isinstance(e, dict) or not e.get("inbox") or not e.get("out"):
+            raise InputError(f"{where}: needs \"inbox\" and \"out\"")
+        unknown = sorted(set(e) - {"inbox", "out", "every_s", "settle_s", "priority", "queue_prefix", "job"})
+        if unknown:
+            raise InputError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        every = float(e.get("every_s", 60))
+        if every <= 0:
+            raise InputError(f"{where}: every_s must be > 0")
+        prio = e.get("priority", DEFAULT_PRIORITY)
+        if prio not in PRIORITIES:
+            raise InputError(f"{where}: priority must be one of {', '.join(PRIORITIES)}")
+        try:
+            job_config(e.get("job"))
+        except (InputError, TypeError) as exc:
+            raise InputError(f"{where}: {exc}") from None
+        out.append({"inbox": str(e["inbox"]), "out": str(e["out"]), "every_s": every,
+                    "settle_s": float(e.get("settle_s", every / 2)), "priority": prio,
+                    "queue_prefix": str(e.get("queue_prefix", DEFAULT_QUEUE_PREFIX)), "job": dict(e.get("job") or {})})
+    return {"queue": str(raw.get("queue", OPS_QUEUE)), "inboxes": out}
+
+
+def beat_schedule(config: dict) -> dict:
+    """Celery ``beat_schedule`` entries for a loaded watch config: one scan task per inbox and
+    interval, sent to the ops queue, expiring after one interval (a backlog of stale scans is
+    dropped, not run)."""
+    sched = {}
+    for e in config["inboxes"]:
+        sched[f"watch {e['inbox']}"] = {
+            "task": TASK_WATCH_SCAN,
+            "schedule": e["every_s"],
+            "kwargs": {"inbox": e["inbox"], "out_root": e["out"], "priority": e["priority"],
+                       "queue_prefix": e["queue_prefix"], "settle_s": e["settle_s"], "job": e["job"]},
+            "options": {"queue": config["queue"], "expires": e["every_s"]},
+        }
+    return sched
+
+
+@app.task(name=TASK_WATCH_SCAN, ignore_result=True, acks_late=False)
+def watch_scan(inbox: str, out_root: str, priority: str = DEFAULT_PRIORITY, queue_prefix: str = DEFAULT_QUEUE_PREFIX,
+               settle_s: float = 0.0, job: dict | None = None) -> dict:
+    """One pass over ``inbox`` (the beat task). Runs on a worker that mounts the inbox and OUTROOT."""
+    from workers.tasks import get_store
+
+    box = Inbox(Path(inbox), Path(out_root), get_store(), job_config(job), priority, queue_prefix, settle_s)
+    res = box.scan()
+    for line in res.lines():
+        log.info("watch %s: %s", inbox, line)
+    return {"submitted": len(res.submitted), "duplicates": len(res.duplicates), "failed": len(res.failed),
+            "waiting": len(res.waiting), "busy": res.busy, "error": res.error}
