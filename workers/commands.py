@@ -213,10 +213,19 @@ def _report_end(store, info) -> None:
               help="Voice to load when the worker starts ('' = load on the first batch).")
 @click.option("--name", "-n", default=None, help="Worker node name (default booktts.PID@HOST).")
 @click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--gpus", default=None, metavar="all|LIST",
+              help="One worker process per GPU (all visible, or e.g. 0,1), each with its own CUDA_VISIBLE_DEVICES "
+                   "and --device cuda:0; this process supervises them and forwards SIGTERM (warm shutdown).")
+@click.option("--autoscale", default=None, metavar="MAX,MIN",
+              help="CPU workers: grow the prefork pool up to MAX processes while work is waiting, shrink to MIN "
+                   "(Celery's autoscaler; replaces --concurrency).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              envvar="BOOKTTS_METRICS_PORT",
+              help="Serve Prometheus metrics on this port (0 = off) [env BOOKTTS_METRICS_PORT].")
 @redis_option
 @one_line_errors
 def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max_deliveries, preload_voice, name,
-           loglevel, redis_url) -> None:
+           loglevel, gpus, autoscale, metrics_port, redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
@@ -224,6 +233,29 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
     queue_list = [q.strip() for q in queues.split(",") if q.strip()]
     if not queue_list:
         raise click.BadParameter("give at least one queue", param_hint="--queues")
+    if gpus:
+        if engine_spec.device != "cpu" or concurrency != 1 or autoscale:
+            raise click.BadParameter("--gpus sets --device cuda:0 and --concurrency 1 for each GPU's worker; "
+                                     "leave out --device, --concurrency and --autoscale", param_hint="--gpus")
+        from workers.ops_commands import run_gpu_workers
+
+        sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
+                                 lease_seconds=lease_seconds, max_deliveries=max_deliveries, voice=preload_voice,
+                                 name=name, loglevel=loglevel, redis_url=store.url, metrics_port=metrics_port))
+    autoscale_pair = None
+    if autoscale:
+        try:
+            hi, _, lo = autoscale.partition(",")
+            autoscale_pair = [int(hi), int(lo or 0)]
+        except ValueError:
+            raise click.BadParameter("give MAX,MIN like 4,1", param_hint="--autoscale") from None
+        if autoscale_pair[0] < 1 or not 0 <= autoscale_pair[1] <= autoscale_pair[0] or pool != "prefork":
+            raise click.BadParameter("needs MAX >= MIN >= 0, MAX >= 1 and the prefork pool", param_hint="--autoscale")
+    if metrics_port:
+        from workers import metrics
+
+        metrics.prepare_dir()  # before any pool process exists: the children write there
+        metrics.serve(metrics_port)
     settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
                               max_deliveries=max_deliveries)
     os.environ.update(settings.to_env())
@@ -231,7 +263,9 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
         raise click.BadParameter("the solo pool runs one batch at a time", param_hint="--concurrency")
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "
-               f"queues {','.join(queue_list)}, {pool} x{concurrency}, lease {lease_seconds:g} s, "
+               f"queues {','.join(queue_list)}, {pool} "
+               f"{f'autoscale {autoscale}' if autoscale_pair else f'x{concurrency}'}, lease {lease_seconds:g} s, "
+               f"{f'metrics on :{metrics_port}, ' if metrics_port else ''}"
                f"Redis {redact_url(store.url)}", err=True)
     import tempfile
 
@@ -240,12 +274,17 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
     os.environ["BOOKTTS_WORKER_STATUS_FILE"] = status_file  # a pool process that cannot build its engine says why
     try:
         w = app.Worker(hostname=node, pool_cls=pool, concurrency=concurrency, queues=queue_list, loglevel=loglevel,
-                       without_gossip=True, without_mingle=True, without_heartbeat=True, optimization="fair")
+                       without_gossip=True, without_mingle=True, without_heartbeat=True, optimization="fair",
+                       autoscale=autoscale_pair)
         w.start()
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__  # Celery redirected them into its logger
         failure = Path(status_file).read_text(encoding="utf-8").strip()
     finally:
         Path(status_file).unlink(missing_ok=True)
+        if metrics_port:
+            from workers import metrics
+
+            metrics.cleanup()
     if failure:
         raise EngineError(f"{failure}; this worker stopped")
     sys.exit(w.exitcode)

@@ -144,6 +144,9 @@ def get_engine(voice, spec: EngineSpec | None = None):
                 _warm_up(engine, voice)
             _ENGINES[key] = engine
             info = engine.info
+            from workers import metrics
+
+            metrics.engine_loaded(info, time.perf_counter() - t0)
             log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d",
                      info.name, info.precision, info.device, voice.name, info.sample_rate, info.max_batch,
                      time.perf_counter() - t0, os.getpid())

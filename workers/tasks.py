@@ -33,6 +33,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -45,6 +46,8 @@ from jobs.errors import BrokerError, EngineUnavailable, JobError, TransientEngin
 from workers import runtime
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
 from workers.leases import Heartbeat, ReaperThread
+from workers import metrics
+from workers.backlog import EST_HEADER
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
 
 log = logging.getLogger("booktts.tasks")
@@ -83,10 +86,23 @@ def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
     if not batch_ids:
         return 0
     queued_at = now_iso()
+    est = _batch_estimates(job_dir, job_id, batch_ids)
     with app.producer_or_acquire() as producer:
         for b in batch_ids:
-            synthesize_batch.apply_async((str(job_dir), job_id, b, queued_at), queue=queue, producer=producer)
+            headers = {EST_HEADER: est[b]} if b in est else None  # read by `backlog` (queued audio seconds)
+            synthesize_batch.apply_async((str(job_dir), job_id, b, queued_at), queue=queue, producer=producer,
+                                         headers=headers)
     return len(batch_ids)
+
+
+def _batch_estimates(job_dir: str, job_id: str, batch_ids) -> dict[int, float]:
+    """Estimated audio seconds per batch (``Job.batch_estimated_seconds``); {} if the job cannot be read."""
+    try:
+        job = _load(str(job_dir), job_id)
+        return {b: round(job.batch_estimated_seconds(b), 3) for b in batch_ids}
+    except Exception as exc:  # an estimate is only for the backlog report; never block enqueueing
+        log.debug("no batch estimates for job %s: %s", job_id, exc)
+        return {}
 
 
 def enqueue_finalize(job_dir: str, job_id: str, queue: str) -> None:
@@ -235,7 +251,11 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
             job = _load(job_dir, job_id)
             try:
                 engine = runtime.get_engine(job.voice)
+                t0 = time.perf_counter()
                 rec = run_batch(job, batch_id, engine, worker=holder.worker, attempt=attempt, queued_at=queued_at)
+                if rec.worker == holder.worker and rec.attempt == attempt:  # synthesized now, not found done
+                    metrics.batch_done(engine.info, queue, len(rec.items), rec.audio_samples / rec.sample_rate,
+                                       rec.infer_ms / 1000.0, time.perf_counter() - t0)
             except (EngineUnavailable, VoiceError) as exc:  # the node's fault (no package, device, voice)
                 raise _EngineMissing(exc) from exc
     except _EngineMissing as exc:
