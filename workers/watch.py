@@ -279,23 +279,12 @@ class Inbox:
                 res.waiting.append(name)
                 changed = True
                 continue
-            pending.pop(name, None)
             changed = True
-            entry = books.get(sha)
-            if entry and entry.get("state") == "submitted":
-                if entry.get("name") == name and not entry.get("moved_to"):
-                    # submitted by a pass that stopped before moving the file: finish that pass's work
-                    self._done(path, entry, sha, books, ledger)
-                    res.submitted.append(dict(entry, name=name))
-                else:
-                    reason = (f"duplicate of {entry.get('name')} (same content, sha256 {sha[:12]}), submitted "
-                              f"{entry.get('at', '?')} as job {entry.get('job_id')} into {entry.get('out_dir')}; "
-                              f"not submitted again")
-                    dest = self._move(path, DONE, reason, sha)
-                    res.duplicates.append({"name": name, "reason": reason, "moved_to": str(dest)})
-                    log.info("inbox %s: %s", self.inbox, reason)
-                continue
-            self._submit(path, sha, books, ledger, res, now)
+            try:
+                self._take(path, sha, books, ledger, res, now)
+            finally:
+                if not path.exists():  # moved to done/ or failed/; a file left in place stays observed
+                    pending.pop(name, None)
             if res.error:
                 break
         for name in list(pending):
@@ -304,6 +293,25 @@ class Inbox:
                 changed = True
         if changed:
             self.save_ledger(ledger)
+
+    def _take(self, path: Path, sha: str, books: dict, ledger: dict, res: ScanResult, now: float) -> None:
+        """A complete file: a duplicate, the unfinished work of an earlier pass, or a new book."""
+        name = path.name
+        entry = books.get(sha)
+        if entry and entry.get("state") == "submitted":
+            if entry.get("name") == name and not entry.get("moved_to"):
+                # submitted by a pass that stopped before moving the file: finish that pass's work
+                self._done(path, entry, sha, books, ledger)
+                res.submitted.append(dict(entry, name=name))
+            else:
+                reason = (f"duplicate of {entry.get('name')} (same content, sha256 {sha[:12]}), submitted "
+                          f"{entry.get('at', '?')} as job {entry.get('job_id')} into {entry.get('out_dir')}; "
+                          f"not submitted again")
+                dest = self._move(path, DONE, reason, sha)
+                res.duplicates.append({"name": name, "reason": reason, "moved_to": str(dest)})
+                log.info("inbox %s: %s", self.inbox, reason)
+            return
+        self._submit(path, sha, books, ledger, res, now)
 
     def _submit(self, path: Path, sha: str, books: dict, ledger: dict, res: ScanResult, now: float) -> None:
         from jobs.pipeline import now_iso
