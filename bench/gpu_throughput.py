@@ -100,13 +100,14 @@ class Bench:
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.out, indent=2, default=str))
 
-    def engine(self, precision: str, compiled: bool, max_batch: int):
+    def engine(self, precision: str, compiled: bool, max_batch: int, channels_last: bool = False):
         from engines import EngineSpec
         from engines.torch_engine import TorchEngine
 
         spec = EngineSpec(name="torch", precision=precision, device=self.args.device, max_batch=max_batch)
         t0 = time.perf_counter()
-        e = TorchEngine(self.voice, spec, weights_path=self.args.weights, compile=compiled, warmup=False)
+        e = TorchEngine(self.voice, spec, weights_path=self.args.weights, compile=compiled, warmup=False,
+                        channels_last=channels_last)
         return e, time.perf_counter() - t0
 
     def whole(self, eng, b: int, label: str, seqs=None) -> dict:
@@ -126,6 +127,7 @@ class Bench:
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
         audio_s = samples / self.sr
+        label = label + (" NHWC" if eng.channels_last else "")
         row = {"config": label, "precision": eng.info.precision, "compiled": eng.compiled, "batch": b,
                "sentences": len(seqs), "audio_s": round(audio_s, 1), "first_pass_s": round(first, 2),
                "median_s": round(med, 4), "spread_s": round(max(times) - min(times), 4),
@@ -143,6 +145,7 @@ class Bench:
         torch = self.torch
         dec = eng.dec
         fn = torch.compile(dec, dynamic=False) if compiled else dec
+        layout = "NHWC" if dec.channels_last else "NCL"
         c = eng.hparams.inter_channels
         z = torch.randn(rows, c, frames, device=eng.device, dtype=eng.dtype)
         lens = torch.full((rows,), frames, device=eng.device)
@@ -163,94 +166,134 @@ class Bench:
                 times.append(s.elapsed_time(e) / 1000)
         med = statistics.median(times)
         audio_s = rows * frames * eng.hop / self.sr
-        row = {"config": f"decoder alone {eng.info.precision} {'compiled' if compiled else 'eager'} (CUDA graph)",
+        row = {"config": f"decoder alone {eng.info.precision} {'compiled' if compiled else 'eager'} {layout} (CUDA graph)",
                "precision": eng.info.precision, "compiled": compiled, "batch": rows, "frames": frames,
                "audio_s": round(audio_s, 1), "median_s": round(med, 5), "x_realtime": round(audio_s / med, 1)}
         self.rows.append(row)
         self.save()
-        print(f"{row['config']:34} {rows}x{frames} frames  median {med * 1000:.3f} ms  {row['x_realtime']:.1f} x RT",
+        print(f"{row['config']:44} {rows}x{frames} frames  median {med * 1000:.3f} ms  {row['x_realtime']:.1f} x RT",
               flush=True)
         return row
 
     # ----------------------------------------------------------------------- profile
     def profile(self, eng, b: int) -> dict:
-        """CUDA events around each stage of synthesize, summed over the workload (eager stage B split)."""
+        """CUDA events around each stage of the engine's pipeline (eager; flow and decoder
+        timed separately), summed over the workload; second of two passes."""
         torch = self.torch
         from engines.base import Scales
-        from engines.torch_engine import _pow2_at_least, bucket_for
 
         sc = Scales(self.voice.noise_scale, self.voice.length_scale, self.voice.noise_w)
-        tot = {k: 0.0 for k in ("h2d+encoder", "duration", "sync frames", "expand+noise", "flow", "decoder", "d2h")}
+        keys = ("h2d+encoder", "duration", "sync+bucketing", "expand+noise", "flow", "decoder+int16", "d2h+assembly")
         m = eng.model
-        for rep in range(2):
-            acc = {k: 0.0 for k in tot}
+        ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+        for _ in range(2):
+            acc = {k: 0.0 for k in keys}
             for i in range(0, len(self.seqs), b):
                 seqs = self.seqs[i:i + b]
+                n = len(seqs)
                 lens_np = np.array([len(s) for s in seqs])
-                ids_np = np.zeros((len(seqs), lens_np.max()), np.int64)
+                ids_np = np.zeros((n, lens_np.max()), np.int64)
                 for j, s in enumerate(seqs):
                     ids_np[j, :len(s)] = s
-                ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+                t = ids_np.shape[1]
                 with torch.inference_mode(), eng._flags():
                     gen = torch.Generator(device=eng.device).manual_seed(i)
-                    ev[0].record()
+                    e0, e1, e2 = ev(), ev(), ev()
+                    e0.record()
                     ids = torch.from_numpy(ids_np).pin_memory().to(eng.device, non_blocking=True)
                     lens = torch.from_numpy(lens_np).pin_memory().to(eng.device, non_blocking=True)
-                    mask = (torch.arange(ids.shape[1], device=eng.device)[None] < lens[:, None])[:, None].float()
-                    x, m_p, logs_p = m.enc_p(ids, mask)
-                    ev[1].record()
-                    noise = torch.randn(len(seqs), 2, ids.shape[1], generator=gen, device=eng.device) * sc.noise_w
-                    logw = m.dp.reverse(x, mask, noise * mask)
-                    dur = torch.ceil(torch.exp(logw) * mask * sc.length_scale)[:, 0]
-                    frames = torch.clamp_min(dur.sum(1), 1).long()
-                    ev[2].record()
-                    ev[2].synchronize()
+                    noise = torch.randn(n, 2, t, generator=gen, device=eng.device) * sc.noise_w
+                    c = eng.hparams.inter_channels
+                    m_p = torch.zeros(n, c, t, device=eng.device)
+                    logs_p = torch.zeros(n, c, t, device=eng.device)
+                    dur = torch.zeros(n, t, device=eng.device)
+                    frames = torch.zeros(n, dtype=torch.long, device=eng.device)
+                    order = np.argsort(lens_np, kind="stable")
+                    t_enc = t_dp = 0.0
+                    s0 = 0
+                    while s0 < n:  # the engine's stage-A chunking
+                        tc = min(t, -(-int(lens_np[order[s0]]) // 32) * 32)
+                        e_ = s0
+                        while e_ < n and lens_np[order[e_]] <= tc and (e_ - s0 + 1) * tc <= eng.max_phonemes_per_chunk:
+                            e_ += 1
+                        e_ = max(e_, s0 + 1)
+                        tc = max(tc, int(lens_np[order[e_ - 1]]))
+                        idx = torch.from_numpy(order[s0:e_].astype(np.int64)).to(eng.device)
+                        a0, a1, a2 = ev(), ev(), ev()
+                        a0.record()
+                        mask = (torch.arange(tc, device=eng.device)[None] < lens[idx][:, None])[:, None].float()
+                        x, mp, lp = m.enc_p(ids[idx, :tc], mask)
+                        a1.record()
+                        logw = m.dp.reverse(x, mask, noise[idx, :, :tc] * mask)
+                        du = torch.ceil(torch.exp(logw) * mask * sc.length_scale)[:, 0]
+                        m_p[idx, :, :tc], logs_p[idx, :, :tc], dur[idx, :tc] = mp, lp, du
+                        frames[idx] = torch.clamp_min(du.sum(1), 1).long()
+                        a2.record()
+                        a2.synchronize()
+                        t_enc += a0.elapsed_time(a1) / 1000
+                        t_dp += a1.elapsed_time(a2) / 1000
+                        s0 = e_
+                    e1.record()
+                    e1.synchronize()
+                    acc["h2d+encoder"] += e0.elapsed_time(e1) / 1000 - t_dp
+                    acc["duration"] += t_dp
+                    w0 = time.perf_counter()
                     fh = frames.cpu().numpy()
-                    t_sync = time.perf_counter()
-                    acc["h2d+encoder"] += ev[0].elapsed_time(ev[1]) / 1000
-                    acc["duration"] += ev[1].elapsed_time(ev[2]) / 1000
-                    out = torch.empty(len(seqs), int(fh.max()) * eng.hop, dtype=torch.int16, device=eng.device)
-                    groups: dict[int, list[int]] = {}
-                    for j in np.argsort(fh, kind="stable"):
-                        groups.setdefault(bucket_for(int(fh[j]), eng.buckets), []).append(int(j))
-                    acc["sync frames"] += time.perf_counter() - t_sync
-                    for f, items in groups.items():
+                    chunks = []
+                    for f, items in eng._bucketize(fh).items():
                         cap = eng.chunk_rows(f)
-                        for s0 in range(0, len(items), cap):
-                            rows = items[s0:s0 + cap]
-                            e = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-                            e[0].record()
-                            idx = torch.tensor(rows, device=eng.device)
-                            mf, lf = m.expand_prior(m_p[idx], logs_p[idx], dur[idx], f)
-                            eps = torch.randn(mf.shape, generator=gen, device=eng.device)
-                            z = (mf + eps * torch.exp(lf) * sc.noise_scale).to(eng.dtype)
-                            fr = frames[idx]
-                            ymask = (torch.arange(f, device=eng.device)[None] < fr[:, None])[:, None].to(eng.dtype)
-                            e[1].record()
-                            zz = eng.flow.reverse(z, ymask)
-                            e[2].record()
-                            pcm = eng.dec(zz * ymask, fr)
-                            pcm = (pcm.float() * 32767).clamp(-32767, 32767).to(torch.int16)
-                            out[idx, :pcm.shape[1]] = pcm[:, :out.shape[1]]
-                            e[3].record()
-                            e[3].synchronize()
-                            acc["expand+noise"] += e[0].elapsed_time(e[1]) / 1000
-                            acc["flow"] += e[1].elapsed_time(e[2]) / 1000
-                            acc["decoder"] += e[2].elapsed_time(e[3]) / 1000
-                    t0 = time.perf_counter()
-                    host = torch.empty(out.shape, dtype=torch.int16, pin_memory=True)
-                    host.copy_(out, non_blocking=True)
+                        for s1 in range(0, len(items), cap):
+                            chunks.append((items[s1:s1 + cap], f))
+                    acc["sync+bucketing"] += time.perf_counter() - w0
+                    eps = torch.randn(n, c, int(fh.max()), generator=gen, device=eng.device)
+                    blocks = []
+                    for rows, f in chunks:
+                        q = [ev() for _ in range(4)]
+                        q[0].record()
+                        idx = torch.tensor(rows, device=eng.device)
+                        mf, lf = m.expand_prior(m_p[idx], logs_p[idx], dur[idx], f)
+                        ee = eps[idx][..., :f]
+                        ee = torch.nn.functional.pad(ee, (0, f - ee.shape[-1]))
+                        z = mf + ee * torch.exp(lf) * sc.noise_scale
+                        fr = frames[idx]
+                        ymask = (torch.arange(f, device=eng.device)[None] < fr[:, None])[:, None].float()
+                        q[1].record()
+                        zz = eng.flow.reverse(z, ymask)
+                        q[2].record()
+                        pcm = eng.dec((zz * ymask).to(eng.dtype), fr)
+                        pcm = (pcm.float() * 32767).clamp(-32767, 32767).to(torch.int16)
+                        q[3].record()
+                        q[3].synchronize()
+                        acc["expand+noise"] += q[0].elapsed_time(q[1]) / 1000
+                        acc["flow"] += q[1].elapsed_time(q[2]) / 1000
+                        acc["decoder+int16"] += q[2].elapsed_time(q[3]) / 1000
+                        blocks.append((rows, pcm))
+                    w0 = time.perf_counter()
+                    need = sum(p.numel() for _, p in blocks)
+                    if eng._staging is None or eng._staging.numel() < need:
+                        eng._staging = torch.empty(need, dtype=torch.int16, pin_memory=True)
+                    off, placed = 0, []
+                    for rows, p in blocks:
+                        eng._staging[off:off + p.numel()].view(p.shape).copy_(p, non_blocking=True)
+                        placed.append((rows, p.shape, off))
+                        off += p.numel()
                     torch.cuda.synchronize()
-                    acc["d2h"] += time.perf_counter() - t0
-            tot = acc  # keep the second (warm) pass
-        total = sum(tot.values())
-        row = {"config": f"profile eager {eng.info.precision} b={b}", "stages_s": {k: round(v, 4) for k, v in tot.items()},
-               "share": {k: round(v / total, 3) for k, v in tot.items()}}
+                    ns = int(fh.max()) * eng.hop
+                    audio = np.zeros((n, ns), np.int16)
+                    host = eng._staging.numpy()
+                    for rows, shp, off in placed:
+                        wd = min(shp[1], ns)
+                        audio[rows, :wd] = host[off:off + shp[0] * shp[1]].reshape(shp)[:, :wd]
+                    acc["d2h+assembly"] += time.perf_counter() - w0
+        total = sum(acc.values())
+        row = {"config": f"profile eager {eng.info.precision} b={b}", "stages_s": {k: round(v, 4) for k, v in acc.items()},
+               "share": {k: round(v / total, 3) for k, v in acc.items()}, "total_s": round(total, 4)}
         self.out["profile"] = row
         self.save()
-        print(f"profile (eager {eng.info.precision}, b={b}, stage by stage with syncs):")
-        for k, v in tot.items():
-            print(f"  {k:14} {v * 1000:9.1f} ms  {100 * v / total:5.1f} %")
+        print(f"profile (eager {eng.info.precision}{' NHWC' if eng.channels_last else ''}, b={b}, stage by stage "
+              f"with syncs, {total:.3f} s total):")
+        for k, v in acc.items():
+            print(f"  {k:16} {v * 1000:9.1f} ms  {100 * v / total:5.1f} %")
         return row
 
 
@@ -272,7 +315,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n1", type=int, default=128, help="sentences for batch-1 configurations")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batches", default="64,256,1024")
-    ap.add_argument("--sections", default="baseline,eager,compiled16,decoder,profile,compiled_bf16")
+    ap.add_argument("--sections", default="baseline,decoder,compiled16,profile,compiled_bf16,eager")
     ap.add_argument("--budget-s", type=float, default=520.0)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -304,33 +347,46 @@ def main(argv=None) -> int:
             bench.out.setdefault("errors", []).append(msg)
             bench.save()
 
+    big = max(batches)
+    best_cl = True
     if go("baseline"):
         e32, _ = bench.engine("fp32", False, 1)
         guarded(bench.whole, e32, 1, "eager fp32 (baseline)", s1)
         del e32
+    if go("decoder"):
+        res = {}
+        for cl in (False, True):
+            e, _ = bench.engine("fp16", False, big, channels_last=cl)
+            r = guarded(bench.decoder_alone, e, 64, 512, False)
+            res[cl] = r["median_s"] if r else float("inf")
+            del e
+        best_cl = res[True] <= res[False]
+        bench.out["decoder_layout"] = "NHWC" if best_cl else "NCL"
+        e, _ = bench.engine("fp16", False, big, channels_last=best_cl)
+        guarded(bench.decoder_alone, e, 64, 512, True)
+        del e
+    if go("compiled16"):
+        e, build_s = bench.engine("fp16", True, big, channels_last=best_cl)
+        for b in [1] + batches:
+            if go("compiled16"):
+                guarded(bench.whole, e, b, "compiled fp16 + CUDA graphs", s1 if b == 1 else None)
+        del e
+    if go("profile"):
+        e, _ = bench.engine("fp16", False, big, channels_last=best_cl)
+        guarded(bench.profile, e, big)
+        guarded(bench.whole, e, big, "eager fp16")
+        del e
+    if go("compiled_bf16"):
+        e, _ = bench.engine("bf16", True, big, channels_last=best_cl)
+        guarded(bench.whole, e, big, "compiled bf16 + CUDA graphs")
+        del e
     if go("eager"):
-        for prec in ("fp16", "bf16"):
-            e, _ = bench.engine(prec, False, max(batches))
-            if prec == "fp16":
-                guarded(bench.whole, e, 1, f"eager {prec}", s1)
-            for b in batches:
-                if go("eager"):
-                    guarded(bench.whole, e, b, f"eager {prec}")
-            if prec == "fp16" and go("profile"):
-                guarded(bench.profile, e, max(batches))
-            if prec == "fp16" and go("decoder"):
-                guarded(bench.decoder_alone, e, 64, 512, False)
-            del e
-    for prec, sec in (("fp16", "compiled16"), ("bf16", "compiled_bf16")):
-        if go(sec):
-            e, build_s = bench.engine(prec, True, max(batches))
-            bench.out[f"build_{prec}_compiled_s"] = round(build_s, 1)
-            for b in ([1] + batches if prec == "fp16" else batches[::-1]):
-                if go(sec):
-                    guarded(bench.whole, e, b, f"compiled {prec} + CUDA graphs", s1 if b == 1 else None)
-            if prec == "fp16" and go("decoder"):
-                guarded(bench.decoder_alone, e, 64, 512, True)
-            del e
+        e, _ = bench.engine("fp16", False, big, channels_last=not best_cl)
+        guarded(bench.whole, e, big, "eager fp16")
+        del e
+        e, _ = bench.engine("bf16", False, big, channels_last=best_cl)
+        guarded(bench.whole, e, big, "eager bf16")
+        del e
     bench.out["elapsed_s"] = round(bench.elapsed(), 1)
     bench.save()
     table(bench.rows)

@@ -125,7 +125,8 @@ def quality_sentences(n: int = 20) -> list[list[int]]:
     return [s for s in load_alice() if 40 <= len(s) <= 300][:n]
 
 
-def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf16"), seed: int = 2024) -> dict:
+def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf16"), seed: int = 2024,
+        compiled: bool = False, channels_last: bool = False) -> dict:
     import torch
 
     from engines import EngineSpec
@@ -138,18 +139,19 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
     seqs = quality_sentences(n)
     batch = SynthesisBatch.from_sequences(seqs, Scales(voice.noise_scale, voice.length_scale, voice.noise_w), seed=seed)
 
-    def engine(prec):
+    def engine(prec, test=True):
         spec = EngineSpec(name="torch", precision=prec, device=device, max_batch=len(seqs))
-        return TorchEngine(voice, spec, weights_path=weights, compile=False, warmup=False,
-                           allow_cpu_half=device == "cpu")
+        return TorchEngine(voice, spec, weights_path=weights, compile=compiled and test, warmup=False,
+                           allow_cpu_half=device == "cpu", channels_last=channels_last and test)
 
-    ref = engine("fp32").synthesize(batch)
+    ref = engine("fp32", test=False).synthesize(batch)  # the reference: eager fp32, plain layout
     rng = np.random.default_rng(0)
     floor = [mcd(ref.item(i), ref.item(i) + rng.uniform(-0.5, 0.5, int(ref.sample_lengths[i])))
              for i in range(len(seqs))]
     out = {"device": device if device == "cpu" else torch.cuda.get_device_name(torch.device(device)),
            "n_utterances": len(seqs), "audio_s": float(ref.sample_lengths.sum() / voice.sample_rate),
-           "reference": "torch engine fp32 (no TF32), same batch, same seed",
+           "reference": "torch engine fp32 eager (no TF32), same batch, same seed",
+           "tested": f"{'compiled' if compiled else 'eager'}{' NHWC decoder' if channels_last else ''}",
            "mcd_floor_db": float(np.mean(floor)), "results": {}}
     for prec in precisions:
         t0 = time.perf_counter()
@@ -175,7 +177,7 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
 
 
 def print_table(q: dict) -> None:
-    print(f"quality vs fp32 on {q['device']}: {q['n_utterances']} utterances, {q['audio_s']:.1f} s of audio")
+    print(f"quality of {q['tested']} vs fp32 on {q['device']}: {q['n_utterances']} utterances, {q['audio_s']:.1f} s of audio")
     print(f"MCD floor of the measure (fp32 vs fp32 + 0.5 LSB uniform noise): {q['mcd_floor_db']:.3f} dB")
     print(f"{'precision':10} {'SNR mean':>9} {'SNR min':>8} {'MCD mean':>9} {'MCD max':>8} {'MCD 0-11k':>10}"
           "  target: SNR>=42.5 dB, MCD<=1.2 dB")
@@ -194,8 +196,10 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--precisions", default="fp16,bf16")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--compile", action="store_true", help="test the compiled engines (CUDA graphs on CUDA)")
+    ap.add_argument("--channels-last", action="store_true", help="test the NHWC decoder layout")
     a = ap.parse_args(argv)
-    q = run(a.device, a.weights, a.n, tuple(a.precisions.split(",")))
+    q = run(a.device, a.weights, a.n, tuple(a.precisions.split(",")), compiled=a.compile, channels_last=a.channels_last)
     print_table(q)
     if a.json:
         Path(a.json).write_text(json.dumps(q, indent=2))

@@ -95,7 +95,8 @@ class TorchEngine:
 
     def __init__(self, voice, spec: EngineSpec | None = None, *, weights_path=None, compile: bool | None = None,
                  warmup: bool | list = True, buckets: list[int] | None = None,
-                 max_frames_per_chunk: int | None = None, allow_cpu_half: bool = False) -> None:
+                 max_frames_per_chunk: int | None = None, max_phonemes_per_chunk: int = 65536,
+                 channels_last: bool | None = None, allow_cpu_half: bool = False) -> None:
         spec = spec or EngineSpec(name="torch")
         torch = _import_torch()
         self.torch = torch
@@ -151,10 +152,19 @@ class TorchEngine:
 
                 self.flow = mixed_precision_flow(copy.deepcopy(self.model.flow), self.dtype)
                 self.dec = copy.deepcopy(self.model.dec).to(self.dtype)
+            self.channels_last = bool(channels_last if channels_last is not None else False)
+            if self.channels_last:
+                if self.dec is self.model.dec:
+                    import copy
+
+                    self.dec = copy.deepcopy(self.model.dec)
+                self.dec.use_channels_last()
         self.hop = self.hparams.hop_length
         self.n_vocab = self.hparams.n_vocab
         self.buckets = sorted(buckets or DEFAULT_BUCKETS)
         self.max_frames_per_chunk = int(max_frames_per_chunk or (131072 if self.is_cuda else 8192))
+        self.max_phonemes_per_chunk = int(max_phonemes_per_chunk)
+        self._staging = None  # persistent pinned host buffer for the device -> host copies
         self.compiled = bool(self.is_cuda if compile is None else compile)
         self._stage_b = self._stage_b_pcm
         if self.compiled:
@@ -176,7 +186,7 @@ class TorchEngine:
             t1 = time.perf_counter()
             shapes = warmup if isinstance(warmup, list) else self.warmup_shapes(spec.max_batch)
             try:
-                with self._flags():
+                with self._flags(benchmark=True):
                     self._warm(shapes)
             except Exception as exc:
                 if not self.compiled:
@@ -190,6 +200,7 @@ class TorchEngine:
         self.info = EngineInfo(
             "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
+             "channels_last": self.channels_last,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
         )
@@ -255,14 +266,15 @@ class TorchEngine:
                     self._stage_b(z, fr)
             torch.cuda.synchronize(self.device)
 
-    def _flags(self):
-        """cuDNN settings for this engine's calls: autotuned algorithms for the fixed bucket shapes,
-        no TF32 (stage A is true fp32 at every precision, so durations do not depend on it)."""
+    def _flags(self, benchmark: bool = False):
+        """cuDNN settings: autotuning only where shapes repeat (stage B when compiled: fixed
+        bucket shapes; stage A's shapes vary per batch and would be re-tuned every time); no
+        TF32 (stage A is true fp32 at every precision, so durations do not depend on it)."""
         import contextlib
 
         if not self.is_cuda:
             return contextlib.nullcontext()
-        return self.torch.backends.cudnn.flags(enabled=True, benchmark=True, deterministic=False,
+        return self.torch.backends.cudnn.flags(enabled=True, benchmark=benchmark, deterministic=False,
                                                allow_tf32=False)
 
     # ------------------------------------------------------------------ errors
@@ -296,8 +308,7 @@ class TorchEngine:
         self._check(batch)
         t0 = time.perf_counter()
         try:
-            with self._flags():
-                audio, lengths = self._synthesize(batch)
+            audio, lengths = self._synthesize(batch)
         except Exception as exc:
             raise self._map_error(exc, f"a batch of {len(batch)}") from exc
         return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
@@ -311,40 +322,86 @@ class TorchEngine:
         gen.manual_seed(int(seed))
         b, t = batch.phoneme_ids.shape
         with torch.inference_mode():
-            ids = torch.from_numpy(batch.phoneme_ids)
-            lens = torch.from_numpy(batch.lengths)
+            ids_all = torch.from_numpy(batch.phoneme_ids)
+            lens_all = torch.from_numpy(batch.lengths)
             if self.is_cuda:
-                ids = ids.pin_memory().to(dev, non_blocking=True)
-                lens = lens.pin_memory().to(dev, non_blocking=True)
+                ids_all = ids_all.pin_memory().to(dev, non_blocking=True)
+                lens_all = lens_all.pin_memory().to(dev, non_blocking=True)
+            # one noise draw for the whole batch: item i's noise does not depend on the chunking
             dp_noise = torch.randn(b, 2, t, generator=gen, device=dev) * float(sc.noise_w)
-            m_p, logs_p, durations, frames = self.model.stage_a(ids, lens, dp_noise, float(sc.length_scale))
+            c = self.hparams.inter_channels
+            m_p = torch.zeros(b, c, t, device=dev)
+            logs_p = torch.zeros(b, c, t, device=dev)
+            durations = torch.zeros(b, t, device=dev)
+            frames = torch.zeros(b, dtype=torch.long, device=dev)
+            # stage A by phoneme-length buckets (multiples of 32): little padding, bounded attention memory
+            lens_np = batch.lengths
+            order = np.argsort(lens_np, kind="stable")
+            with self._flags(benchmark=False):
+                s0 = 0
+                while s0 < b:
+                    tc = min(t, -(-int(lens_np[order[s0]]) // 32) * 32)
+                    e0 = s0
+                    while e0 < b and lens_np[order[e0]] <= tc and (e0 - s0 + 1) * tc <= self.max_phonemes_per_chunk:
+                        e0 += 1
+                    e0 = max(e0, s0 + 1)
+                    tc = max(tc, int(lens_np[order[e0 - 1]]))
+                    rows = order[s0:e0]
+                    idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
+                    mp, lp, du, fr = self.model.stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
+                                                        float(sc.length_scale))
+                    m_p[idx, :, :tc] = mp
+                    logs_p[idx, :, :tc] = lp
+                    durations[idx, :tc] = du
+                    frames[idx] = fr
+                    s0 = e0
             frames_host = frames.cpu().numpy().astype(np.int64)  # sync: shapes of stage B depend on it
             max_frames = int(frames_host.max())
             n_samples = max_frames * self.hop
             eps = None
             if sc.noise_scale != 0:
-                eps = torch.randn(b, m_p.shape[1], max_frames, generator=gen, device=dev)
-            out = torch.empty(b, n_samples, dtype=torch.int16, device=dev)
+                eps = torch.randn(b, c, max_frames, generator=gen, device=dev)
 
-            order = np.argsort(frames_host, kind="stable")
-            groups: dict[int, list[int]] = {}
-            for i in order:
-                groups.setdefault(bucket_for(int(frames_host[i]), self.buckets), []).append(int(i))
-            for f, items in groups.items():
+            chunks = []
+            for f, items in self._bucketize(frames_host).items():
                 cap = self.chunk_rows(f)
-                for s in range(0, len(items), cap):
-                    rows = items[s:s + cap]
-                    self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale), out)
-            if self.is_cuda:
-                host = torch.empty(out.shape, dtype=torch.int16, pin_memory=True)
-                host.copy_(out, non_blocking=True)
-                torch.cuda.current_stream(dev).synchronize()
-                audio = host.numpy()
-            else:
-                audio = out.numpy()
+                for s1 in range(0, len(items), cap):
+                    chunks.append((items[s1:s1 + cap], f))
+            audio = np.zeros((b, n_samples), dtype=np.int16)
+            with self._flags(benchmark=self.compiled):
+                if self.is_cuda:
+                    need = sum(len(r) * f * self.hop for r, f in chunks)
+                    if self._staging is None or self._staging.numel() < need:
+                        self._staging = None
+                        self._staging = torch.empty(need, dtype=torch.int16, pin_memory=True)
+                    off, placed = 0, []
+                    for rows, f in chunks:
+                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale))
+                        n, w = len(rows), f * self.hop
+                        # async copy, ordered before the next chunk's (graph) kernels overwrite pcm
+                        self._staging[off:off + n * w].view(n, w).copy_(pcm[:n], non_blocking=True)
+                        placed.append((rows, w, off))
+                        off += n * w
+                    torch.cuda.current_stream(dev).synchronize()
+                    host = self._staging.numpy()
+                    for rows, w, off in placed:
+                        width = min(w, n_samples)
+                        audio[rows, :width] = host[off:off + len(rows) * w].reshape(len(rows), w)[:, :width]
+                else:
+                    for rows, f in chunks:
+                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale))
+                        width = min(pcm.shape[1], n_samples)
+                        audio[rows, :width] = pcm[:len(rows), :width].numpy()
         return audio, frames_host * self.hop
 
-    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, out) -> None:
+    def _bucketize(self, frames_host) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = {}
+        for i in np.argsort(frames_host, kind="stable"):
+            groups.setdefault(bucket_for(int(frames_host[i]), self.buckets), []).append(int(i))
+        return groups
+
+    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale):
+        """Stage B on one chunk: int16 PCM ``[padded rows, f*hop]`` on the device (rows past ``len(rows)`` are padding)."""
         torch = self.torch
         n = len(rows)
         idx = torch.tensor(rows, device=self.device)
@@ -363,8 +420,4 @@ class TorchEngine:
             fr = torch.cat([fr, fr.new_zeros(padded - n)])
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
-        pcm = self._stage_b(m, fr)
-        width = min(pcm.shape[1], out.shape[1])
-        out[idx, :width] = pcm[:n, :width]
-        if width < out.shape[1]:
-            out[idx, width:] = 0
+        return self._stage_b(m, fr)

@@ -393,10 +393,11 @@ class ResBlock1(nn.Module):
         self.convs2 = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, padding=kernel_size // 2)
                                     for _ in dilations)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, conv=None):
+        conv = conv or (lambda m, t: m(t))
         for c1, c2 in zip(self.convs1, self.convs2):
-            xt = c1(F.leaky_relu(x, LRELU_SLOPE) * mask)
-            xt = c2(F.leaky_relu(xt, LRELU_SLOPE) * mask)
+            xt = conv(c1, F.leaky_relu(x, LRELU_SLOPE) * mask)
+            xt = conv(c2, F.leaky_relu(xt, LRELU_SLOPE) * mask)
             x = x + xt
         return x
 
@@ -407,16 +408,21 @@ class ResBlock2(nn.Module):
         self.convs = nn.ModuleList(nn.Conv1d(channels, channels, kernel_size, dilation=d,
                                              padding=(kernel_size * d - d) // 2) for d in dilations)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, conv=None):
+        conv = conv or (lambda m, t: m(t))
         for c in self.convs:
-            x = x + c(F.leaky_relu(x, LRELU_SLOPE) * mask)
+            x = x + conv(c, F.leaky_relu(x, LRELU_SLOPE) * mask)
         return x
 
 
 class Generator(nn.Module):
     """HiFi-GAN generator. Every convolution's input is multiplied by the time mask at its
     resolution, so an item's samples inside its true length do not depend on the padding
-    after it (a padded item equals the same item run alone, up to rounding)."""
+    after it (a padded item equals the same item run alone, up to rounding).
+
+    :meth:`use_channels_last` switches to 2-D convolutions on ``[B, C, 1, T]`` tensors in
+    channels-last (NHWC) memory layout, the layout of cuDNN's half-precision tensor-core
+    kernels (same weights, same arithmetic)."""
 
     def __init__(self, hp: VitsHParams):
         super().__init__()
@@ -432,22 +438,48 @@ class Generator(nn.Module):
             for rk, rd in zip(hp.resblock_kernel_sizes, hp.resblock_dilations):
                 self.resblocks.append(block(ch // 2 ** (i + 1), rk, rd))
         self.conv_post = nn.Conv1d(ch // 2 ** len(self.ups), 1, 7, padding=3, bias=False)
+        self.channels_last = False
+
+    def use_channels_last(self, on: bool = True) -> "Generator":
+        """Run as 2-D NHWC convolutions. Call after any dtype/device move: the 4-D weights
+        (attribute ``weight_nhwc`` of each convolution) are laid out once, here."""
+        self.channels_last = on
+        for m in self.modules():
+            if isinstance(m, (nn.Conv1d, nn.ConvTranspose1d)):
+                m.weight_nhwc = (m.weight.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)
+                                 if on else None)
+        return self
+
+    def _conv(self, m, x):
+        if x.dim() == 3:
+            return m(x)
+        w = m.weight_nhwc
+        if isinstance(m, nn.ConvTranspose1d):
+            return F.conv_transpose2d(x, w, m.bias, stride=(1, m.stride[0]), padding=(0, m.padding[0]))
+        return F.conv2d(x, w, m.bias, stride=(1, m.stride[0]), padding=(0, m.padding[0]),
+                        dilation=(1, m.dilation[0]), groups=m.groups)
+
+    def _mask(self, lengths, n, like):
+        mask = sequence_mask(lengths, n).to(like.dtype)
+        return mask[:, None, None, :] if like.dim() == 4 else mask[:, None, :]
 
     def forward(self, x, lengths):
         """``x``: ``[b, c, frames]`` (zero past each length); ``lengths``: ``[b]`` frames -> ``[b, frames*hop]``."""
         t = x.shape[-1]
-        x = self.conv_pre(x)
+        if self.channels_last:
+            x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        x = self._conv(self.conv_pre, x)
         scale = 1
         for i, up in enumerate(self.ups):
-            mask = sequence_mask(lengths * scale, t * scale).unsqueeze(1).to(x.dtype)
-            x = up(F.leaky_relu(x, LRELU_SLOPE) * mask)
+            x = self._conv(up, F.leaky_relu(x, LRELU_SLOPE) * self._mask(lengths * scale, t * scale, x))
             scale *= self.upsample_rates[i]
-            mask = sequence_mask(lengths * scale, t * scale).unsqueeze(1).to(x.dtype)
+            mask = self._mask(lengths * scale, t * scale, x)
             xs = None
             for j in range(self.num_kernels):
-                y = self.resblocks[i * self.num_kernels + j](x, mask)
+                y = self.resblocks[i * self.num_kernels + j](x, mask, self._conv)
                 xs = y if xs is None else xs + y
             x = xs / self.num_kernels
-        mask = sequence_mask(lengths * scale, t * scale).unsqueeze(1).to(x.dtype)
-        x = self.conv_post(F.leaky_relu(x) * mask)  # default slope 0.01, as in VITS
-        return torch.tanh(x)[:, 0] * mask[:, 0]
+        mask = self._mask(lengths * scale, t * scale, x)
+        x = self._conv(self.conv_post, F.leaky_relu(x) * mask)  # default slope 0.01, as in VITS
+        x = torch.tanh(x) * mask
+        return x.reshape(x.shape[0], -1)

@@ -1,0 +1,558 @@
+"""INT8 by calibration: an explicitly quantized (Q/DQ) ONNX graph of stage B (flow + decoder).
+
+Written with ``onnx`` + numpy (not ``onnxruntime.quantization``), so that the placement of
+every QuantizeLinear/DequantizeLinear pair is ours and the per-layer sensitivity scan can run
+all layers through ONE ONNX Runtime session (see *Sensitivity* below).
+
+What is quantized (symmetric int8, zero point 0, the form TensorRT's explicit quantization
+takes)::
+
+    weights      per output channel (Conv: axis 0; ConvTranspose: axis 1): scale = max|w| / 127
+    activations  per tensor, from calibration: scale = clip / 127 with clip chosen from a
+                 histogram of |x| over the calibration corpus (``mse``: the clip that minimises
+                 the expected squared error of rounding + clipping; or ``max``, ``percentile``)
+
+A *site* is one quantizable place of the graph: a convolution (its input activation + its
+weights; the bias stays float, as TensorRT keeps it) or a residual addition (both of its
+inputs). Each site gets Q/DQ on the input side only (TensorRT's recommended placement: it
+fuses the pairs into the neighbouring int8 kernels).
+
+Calibration: the fp32 stage A runs over a corpus of real utterances (the voice's default
+scales, a fixed seed), the prior on frames is formed as at synthesis, and stage B runs on it
+one utterance at a time (no padding to skew the statistics) with every site's input tensor
+exposed as an extra output.
+
+Sensitivity: a *simulation* graph holds, for each site ``i``, the fake-quantized form of its
+inputs and weights behind a gate ``g[i]`` (a graph input): ``x' = x + g[i] * (DQ(Q(x)) - x)``,
+``w' = w + g[i] * (w_q - w)``. With all gates 0 it is the fp32 graph exactly; with gate ``i``
+alone at 1 it is the graph with site ``i`` alone quantized. The scan runs each site alone over
+a few held-out utterances and records the noise it adds to the output (SNR of the audio
+against fp32). Then, starting from everything quantized, the most sensitive sites are moved
+back to float, one at a time, until the whole graph's SNR reaches ``target_snr_db``. Only the
+chosen sites get real Q/DQ nodes in the written model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from engines.export import STAGE_A_INPUTS, STAGE_B_INPUTS, atomic_write_bytes, notice, ort_session, prior_on_frames
+from jobs.errors import DeterministicEngineError, InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The calibration corpus shipped with the project (public-domain text).
+CALIBRATION_DIR = ROOT / "data" / "calibration"
+GATE_INPUT = "booktts_qgate"
+QMAX = 127.0
+#: Calibration defaults: utterances of the corpus, utterances of the sensitivity scan.
+DEFAULT_UTTERANCES = 300
+DEFAULT_SCAN_UTTERANCES = 4
+#: Stop moving sites back to float once the whole graph's output SNR against fp32 reaches this.
+DEFAULT_TARGET_SNR_DB = 19.0
+CALIBRATION_SEED = 1234
+#: Histogram of |x| for activation ranges: log-spaced bins over [1e-6, 1e5).
+_LOG_LO, _LOG_HI, _BINS_PER_DECADE = -6.0, 5.0, 200
+_NBINS = int((_LOG_HI - _LOG_LO) * _BINS_PER_DECADE)
+_EDGES = 10.0 ** (_LOG_LO + np.arange(_NBINS + 1) / _BINS_PER_DECADE)
+
+
+# --------------------------------------------------------------------------- corpus
+def corpus_files(paths=None) -> list[Path]:
+    """The text files of a corpus: given files / directories, or the shipped :data:`CALIBRATION_DIR`."""
+    paths = [Path(p) for p in (paths or [CALIBRATION_DIR])]
+    files: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            files += sorted(q for q in p.glob("*.txt") if q.is_file())
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise InputError(f"calibration corpus {p} does not exist; pass a text file or a directory of .txt files")
+    if not files:
+        raise InputError(f"calibration corpus {', '.join(map(str, paths))} holds no .txt file")
+    return files
+
+
+def corpus_sentences(paths=None) -> list[str]:
+    """Sentences of the corpus, in order (paragraphs split at blank lines, then into sentences)."""
+    from jobs.segment import split_sentences
+
+    out: list[str] = []
+    for f in corpus_files(paths):
+        text = f.read_text(encoding="utf-8-sig")
+        for para in re.split(r"\n\s*\n", text):
+            para = " ".join(para.split())
+            if para and not para.startswith("#"):
+                out += split_sentences(para)
+    return out
+
+
+def corpus_ids(voice, paths=None, n: int = DEFAULT_UTTERANCES, min_ids: int = 12, max_ids: int = 300,
+               skip: int = 0) -> list[list[int]]:
+    """Phoneme ids of ``n`` corpus sentences (12..300 ids), spread evenly over the corpus.
+
+    ``skip`` drops every sentence chosen by ``corpus_ids(..., n=skip)`` first, so a scan set
+    can be held out from the calibration set."""
+    from jobs.phonemize import Phonemizer
+
+    sents = corpus_sentences(paths)
+    ph = Phonemizer(voice)
+    pool = []
+    for s in sents:
+        p = ph(s)
+        if p.speakable and min_ids <= len(p.ids) <= max_ids:
+            pool.append(p.ids)
+    if not pool:
+        raise InputError("the calibration corpus has no sentence of 12..300 phoneme ids")
+    return _spread(pool, n, skip)
+
+
+def _spread(pool: list, n: int, skip: int = 0) -> list:
+    taken = set(np.linspace(0, len(pool) - 1, num=min(skip, len(pool))).astype(int).tolist()) if skip else set()
+    rest = [x for i, x in enumerate(pool) if i not in taken] or pool
+    idx = np.linspace(0, len(rest) - 1, num=min(n, len(rest))).astype(int)
+    return [rest[i] for i in sorted(set(idx.tolist()))]
+
+
+class PriorFeeder:
+    """Stage-B inputs for utterances: fp32 stage A (ONNX Runtime), then the prior on frames with
+    the voice's default scales and a seeded generator (as the staged engine does at synthesis)."""
+
+    def __init__(self, stage_a_path: Path, voice, threads: int | None = None, seed: int = CALIBRATION_SEED):
+        self.session = ort_session(Path(stage_a_path), threads)
+        self.scales = np.array([voice.noise_scale, voice.length_scale, voice.noise_w], dtype=np.float32)
+        self.seed = seed
+
+    def feeds(self, seqs: list[list[int]]):
+        rng = np.random.default_rng(self.seed)
+        for s in seqs:
+            ids = np.asarray([s], dtype=np.int64)
+            lengths = np.asarray([len(s)], dtype=np.int64)
+            dp = rng.standard_normal((1, 2, len(s)), dtype=np.float32)
+            m_p, logs_p, dur, frames = self.session.run(None, dict(zip(STAGE_A_INPUTS, (ids, lengths, self.scales, dp))))
+            n = int(frames.max())
+            eps = rng.standard_normal((1, m_p.shape[1], n), dtype=np.float32)
+            z = prior_on_frames(m_p, logs_p, dur, n, eps, float(self.scales[0]))
+            yield dict(zip(STAGE_B_INPUTS, (z, frames.astype(np.int64))))
+
+
+# --------------------------------------------------------------------------- sites
+@dataclass
+class Site:
+    """One quantizable place of the graph."""
+
+    name: str
+    """Readable name: the module (``dec.resblocks.3.convs.1``) or ``<module>+residual``."""
+    kind: str
+    """``conv`` or ``add``."""
+    node: str
+    """ONNX node name."""
+    acts: list
+    """Activation tensors quantized at this site's inputs (input index, tensor name)."""
+    weight: str | None = None
+    """Weight initializer (conv sites)."""
+    axis: int = 0
+    """Output-channel axis of the weight (0 for Conv, 1 for ConvTranspose)."""
+
+
+def find_sites(model) -> list[Site]:
+    """Every Conv/ConvTranspose with initializer weights, and every residual Add (two activation
+    inputs, one of them a convolution's output or another residual sum)."""
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    consts = inits | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    prod = {o: n for n in graph.node for o in n.output}
+    conv_name = {}
+    sites: list[Site] = []
+    for n in graph.node:
+        if n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1 and n.input[1] in inits:
+            name = n.input[1][: -len(".weight")] if n.input[1].endswith(".weight") else n.name
+            conv_name[n.output[0]] = name
+            sites.append(Site(name, "conv", n.name, [(0, n.input[0])], n.input[1],
+                              1 if n.op_type == "ConvTranspose" else 0))
+    for n in graph.node:
+        if n.op_type != "Add" or len(n.input) != 2 or any(i in consts for i in n.input):
+            continue
+        srcs = [prod.get(i) for i in n.input]
+        if not any(s is not None and s.op_type in ("Conv", "ConvTranspose", "Add") for s in srcs):
+            continue
+        label = next((conv_name[i] for i in n.input[::-1] if i in conv_name), None)
+        sites.append(Site(f"{label}+residual" if label else f"{n.name}(add)", "add", n.name,
+                          [(0, n.input[0]), (1, n.input[1])]))
+    return sites
+
+
+def site_tensors(sites: list[Site]) -> list[str]:
+    return sorted({t for s in sites for _, t in s.acts})
+
+
+# --------------------------------------------------------------------------- calibration statistics
+class RangeStats:
+    """Per tensor: exact max |x| and a log-spaced histogram of |x| (zeros counted apart)."""
+
+    def __init__(self, tensors: list[str]):
+        self.tensors = list(tensors)
+        self.absmax = {t: 0.0 for t in tensors}
+        self.hist = {t: np.zeros(_NBINS, dtype=np.int64) for t in tensors}
+        self.count = {t: 0 for t in tensors}
+
+    def update(self, name: str, x: np.ndarray) -> None:
+        a = np.abs(np.asarray(x, dtype=np.float32).reshape(-1))
+        if not np.all(np.isfinite(a)):
+            raise DeterministicEngineError(f"calibration: tensor {name} holds NaN/inf in the fp32 model")
+        self.absmax[name] = max(self.absmax[name], float(a.max(initial=0.0)))
+        nz = a[a > 0]
+        self.count[name] += a.size
+        if nz.size:
+            b = np.floor((np.log10(nz) - _LOG_LO) * _BINS_PER_DECADE).astype(np.int64)
+            self.hist[name] += np.bincount(np.clip(b, 0, _NBINS - 1), minlength=_NBINS)
+
+    def clip(self, name: str, method: str = "mse", percentile: float = 99.999) -> float:
+        amax = self.absmax[name]
+        if amax <= 0:
+            return 1.0
+        h = self.hist[name].astype(np.float64)
+        if method == "max" or h.sum() == 0:
+            return amax
+        centers = np.sqrt(_EDGES[:-1] * _EDGES[1:])
+        if method == "percentile":
+            cum = np.cumsum(h) + (self.count[name] - h.sum())  # zeros sit below every bin
+            k = int(np.searchsorted(cum, percentile / 100.0 * self.count[name]))
+            return float(min(amax, _EDGES[min(k + 1, _NBINS)]))
+        if method != "mse":
+            raise InputError(f"unknown calibration method {method!r}; choose mse, max or percentile")
+        # expected squared error for clip c: rounding noise (c/127)^2/12 on every value, plus
+        # (|x| - c)^2 for the clipped ones; candidates: bin edges from amax/64 to amax.
+        lo = np.searchsorted(_EDGES, amax / 64.0)
+        hi = np.searchsorted(_EDGES, amax)
+        cand = np.append(_EDGES[lo:hi], amax)
+        n_total = float(self.count[name])
+        best, best_err = amax, math.inf
+        for c in cand:
+            over = centers > c
+            err = n_total * (c / QMAX) ** 2 / 12.0 + float((h[over] * (centers[over] - c) ** 2).sum())
+            if err < best_err:
+                best, best_err = float(c), err
+        return best
+
+    def to_dict(self, method: str) -> dict:
+        return {t: {"absmax": self.absmax[t], "clip": self.clip(t, method)} for t in self.tensors}
+
+
+def collect_ranges(stage_b_model, sites: list[Site], feeds, threads: int | None = None) -> RangeStats:
+    """Run the fp32 stage B over ``feeds`` with every site input exposed; gather :class:`RangeStats`."""
+    import onnx
+
+    tensors = site_tensors(sites)
+    model = onnx.ModelProto()
+    model.CopyFrom(stage_b_model)
+    have = {o.name for o in model.graph.output}
+    for t in tensors:
+        if t not in have:
+            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(t))
+    sess = ort_session(model.SerializeToString(), threads)
+    stats = RangeStats(tensors)
+    for fd in feeds:
+        outs = sess.run(tensors, fd)
+        for t, x in zip(tensors, outs):
+            stats.update(t, x)
+    return stats
+
+
+# --------------------------------------------------------------------------- graph building
+def quantize_weight(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-channel int8: (int8 weights, float32 scales along ``axis``)."""
+    w = np.asarray(w, dtype=np.float32)
+    red = tuple(i for i in range(w.ndim) if i != axis)
+    amax = np.abs(w).max(axis=red)
+    scale = np.where(amax > 0, amax / QMAX, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -QMAX, QMAX).astype(np.int8)
+    return q, scale
+
+
+def _init_map(model) -> dict:
+    from onnx import numpy_helper
+
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def _rewire(graph, node_name: str, input_index: int, new_tensor: str) -> None:
+    for n in graph.node:
+        if n.name == node_name:
+            n.input[input_index] = new_tensor
+            return
+    raise KeyError(node_name)
+
+
+def _topo_insert(graph, new_nodes: list) -> None:
+    """Append ``new_nodes`` and re-sort the graph topologically (ONNX requires it)."""
+    nodes = list(graph.node) + list(new_nodes)
+    avail = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending = nodes
+    ordered = []
+    while pending:
+        rest = []
+        for n in pending:
+            if all(i in avail for i in n.input):
+                ordered.append(n)
+                avail.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            raise DeterministicEngineError("quantize: graph is not a DAG after inserting Q/DQ nodes")
+        pending = rest
+    del graph.node[:]
+    graph.node.extend(ordered)
+
+
+def build_qdq_model(model, sites: list[Site], clips: dict[str, float], chosen: set[str]):
+    """A copy of ``model`` with real Q/DQ pairs at the ``chosen`` sites (names)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    inits = _init_map(model)
+    new_nodes, new_inits = [], []
+    act_qdq: dict[str, str] = {}  # tensor -> its dequantized twin (shared by every chosen consumer)
+    w_done: dict[str, str] = {}
+
+    def act(t: str) -> str:
+        if t not in act_qdq:
+            s = f"{t}__qscale"
+            zp = f"{t}__qzp"
+            new_inits.append(numpy_helper.from_array(np.array(clips[t] / QMAX, dtype=np.float32), s))
+            new_inits.append(numpy_helper.from_array(np.array(0, dtype=np.int8), zp))
+            new_nodes.append(helper.make_node("QuantizeLinear", [t, s, zp], [f"{t}__q"], name=f"{t}__Q"))
+            new_nodes.append(helper.make_node("DequantizeLinear", [f"{t}__q", s, zp], [f"{t}__dq"], name=f"{t}__DQ"))
+            act_qdq[t] = f"{t}__dq"
+        return act_qdq[t]
+
+    drop = set()
+    for site in sites:
+        if site.name not in chosen:
+            continue
+        for idx, t in site.acts:
+            _rewire(g, site.node, idx, act(t))
+        if site.weight is not None and site.weight not in w_done:
+            w = inits[site.weight]
+            q, scale = quantize_weight(w, site.axis)
+            wq, ws, wz = f"{site.weight}__int8", f"{site.weight}__wscale", f"{site.weight}__wzp"
+            new_inits += [numpy_helper.from_array(q, wq), numpy_helper.from_array(scale, ws),
+                          numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), wz)]
+            new_nodes.append(helper.make_node("DequantizeLinear", [wq, ws, wz], [f"{site.weight}__dq"],
+                                              name=f"{site.weight}__DQ", axis=site.axis))
+            w_done[site.weight] = f"{site.weight}__dq"
+            drop.add(site.weight)
+        if site.weight is not None:
+            _rewire(g, site.node, 1, w_done[site.weight])
+    still_used = {i for n in list(g.node) + new_nodes for i in n.input}
+    keep = [i for i in g.initializer if not (i.name in drop and i.name not in still_used)]
+    del g.initializer[:]
+    g.initializer.extend(keep + new_inits)
+    _topo_insert(g, new_nodes)
+    return out
+
+
+def build_sim_model(model, sites: list[Site], clips: dict[str, float]):
+    """The fp32 graph plus, per site i, fake quantization of its inputs and weights behind gate
+    ``booktts_qgate[i]`` (a float input of shape [n_sites])."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    inits = _init_map(model)
+    g.input.append(helper.make_tensor_value_info(GATE_INPUT, TensorProto.FLOAT, [len(sites)]))
+    nodes, new_inits = [], []
+    fq: dict[str, str] = {}
+    for i, site in enumerate(sites):
+        p = f"qsim{i}"
+        new_inits.append(numpy_helper.from_array(np.array([i], dtype=np.int64), f"{p}_idx"))
+        nodes.append(helper.make_node("Gather", [GATE_INPUT, f"{p}_idx"], [f"{p}_g"], axis=0))
+        for idx, t in site.acts:
+            if t not in fq:  # DQ(Q(x)) once per tensor
+                s, zp = f"{t}__simscale", f"{t}__simzp"
+                new_inits += [numpy_helper.from_array(np.array(clips[t] / QMAX, dtype=np.float32), s),
+                              numpy_helper.from_array(np.array(0, dtype=np.int8), zp)]
+                nodes += [helper.make_node("QuantizeLinear", [t, s, zp], [f"{t}__simq"]),
+                          helper.make_node("DequantizeLinear", [f"{t}__simq", s, zp], [f"{t}__simdq"]),
+                          helper.make_node("Sub", [f"{t}__simdq", t], [f"{t}__simdelta"])]
+                fq[t] = f"{t}__simdelta"
+            nodes += [helper.make_node("Mul", [fq[t], f"{p}_g"], [f"{p}_a{idx}_d"]),
+                      helper.make_node("Add", [t, f"{p}_a{idx}_d"], [f"{p}_a{idx}"])]
+            _rewire(g, site.node, idx, f"{p}_a{idx}")
+        if site.weight is not None:
+            w = inits[site.weight].astype(np.float32)
+            q, scale = quantize_weight(w, site.axis)
+            shape = [1] * w.ndim
+            shape[site.axis] = -1
+            delta = q.astype(np.float32) * scale.reshape(shape) - w
+            new_inits.append(numpy_helper.from_array(delta.astype(np.float32), f"{p}_wdelta"))
+            nodes += [helper.make_node("Mul", [f"{p}_wdelta", f"{p}_g"], [f"{p}_wd"]),
+                      helper.make_node("Add", [site.weight, f"{p}_wd"], [f"{p}_w"])]
+            _rewire(g, site.node, 1, f"{p}_w")
+    g.initializer.extend(new_inits)
+    _topo_insert(g, nodes)
+    return out
+
+
+# --------------------------------------------------------------------------- measurement
+def snr_db(ref: np.ndarray, test: np.ndarray) -> float:
+    """10 log10(sum ref^2 / sum (test - ref)^2) over all samples (float64)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    err = np.asarray(test, dtype=np.float64) - ref
+    return float(10 * np.log10(max((ref ** 2).sum(), 1e-30) / max((err ** 2).sum(), 1e-30)))
+
+
+def audio_checks(audio: np.ndarray) -> dict:
+    """Artefact measures of float audio in [-1, 1]: NaN/inf, clipped samples, DC offset."""
+    a = np.asarray(audio, dtype=np.float64).reshape(-1)
+    finite = bool(np.all(np.isfinite(a)))
+    a = np.nan_to_num(a)
+    return {"finite": finite, "clipped_fraction": float(np.mean(np.abs(a) >= 32767.0 / 32768.0)) if a.size else 0.0,
+            "dc": float(a.mean()) if a.size else 0.0, "rms": float(np.sqrt((a ** 2).mean())) if a.size else 0.0}
+
+
+class Scanner:
+    """Runs the simulation graph over fixed stage-B inputs for any gate vector."""
+
+    def __init__(self, sim_model, feeds: list[dict], n_sites: int, threads: int | None = None):
+        self.session = ort_session(sim_model.SerializeToString(), threads)
+        self.feeds = feeds
+        self.n = n_sites
+        self.ref = self.run(np.zeros(n_sites, dtype=np.float32))
+
+    def run(self, gates: np.ndarray) -> list[np.ndarray]:
+        g = np.asarray(gates, dtype=np.float32)
+        return [self.session.run(["audio"], {**fd, GATE_INPUT: g})[0] for fd in self.feeds]
+
+    def snr(self, gates: np.ndarray) -> float:
+        outs = self.run(gates)
+        return snr_db(np.concatenate([r.reshape(-1) for r in self.ref]), np.concatenate([o.reshape(-1) for o in outs]))
+
+
+@dataclass
+class CalibrationReport:
+    voice_sha256: str
+    method: str
+    utterances: int
+    scan_utterances: int
+    target_snr_db: float
+    sites: list = field(default_factory=list)
+    """Per site: name, kind, alone_snr_db (output SNR with this site alone quantized), int8 (bool)."""
+    snr_all_int8_db: float = 0.0
+    snr_final_db: float = 0.0
+    seconds: dict = field(default_factory=dict)
+    corpus: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def choose_sites(scanner: Scanner, sites: list[Site], target_snr_db: float, log=None) -> tuple[dict, set, float, float]:
+    """Scan each site alone, then move the most sensitive back to float until the target is met."""
+    n = len(sites)
+    alone = {}
+    for i, s in enumerate(sites):
+        g = np.zeros(n, dtype=np.float32)
+        g[i] = 1.0
+        alone[s.name] = scanner.snr(g)
+    order = sorted(range(n), key=lambda i: alone[sites[i].name])  # most sensitive first
+    gates = np.ones(n, dtype=np.float32)
+    snr_all = scanner.snr(gates)
+    snr = snr_all
+    for i in order:
+        if snr >= target_snr_db:
+            break
+        gates[i] = 0.0
+        snr = scanner.snr(gates)
+        if log:
+            log(f"  keep {sites[i].name} in float (alone: {alone[sites[i].name]:.1f} dB) -> {snr:.1f} dB")
+    chosen = {sites[i].name for i in range(n) if gates[i] > 0}
+    return alone, chosen, snr_all, snr
+
+
+def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: Path, corpus=None,
+                      n_utterances: int = DEFAULT_UTTERANCES, scan_utterances: int = DEFAULT_SCAN_UTTERANCES,
+                      method: str = "mse", target_snr_db: float = DEFAULT_TARGET_SNR_DB,
+                      threads: int | None = None, progress=None) -> CalibrationReport:
+    """Calibrate, scan, choose and write ``out_path`` (Q/DQ stage B) plus ``<out_path>.json`` (the report)."""
+    import onnx
+
+    say = progress or (lambda msg: None)
+    t0 = time.perf_counter()
+    model = onnx.load(str(stage_b_path))
+    sites = find_sites(model)
+    scan_ids = corpus_ids(voice, corpus, n=scan_utterances)
+    cal_ids = corpus_ids(voice, corpus, n=n_utterances, skip=scan_utterances)
+    feeder = PriorFeeder(stage_a_path, voice, threads)
+    say(f"calibrating {len(sites)} sites on {len(cal_ids)} utterances ({method})")
+    stats = collect_ranges(model, sites, feeder.feeds(cal_ids), threads)
+    clips = {t: stats.clip(t, method) for t in stats.tensors}
+    t1 = time.perf_counter()
+    say(f"sensitivity scan: each of {len(sites)} sites alone on {len(scan_ids)} held-out utterances")
+    scan_feeds = list(PriorFeeder(stage_a_path, voice, threads, seed=CALIBRATION_SEED + 1).feeds(scan_ids))
+    scanner = Scanner(build_sim_model(model, sites, clips), scan_feeds, len(sites), threads)
+    alone, chosen, snr_all, snr_final = choose_sites(scanner, sites, target_snr_db, say)
+    t2 = time.perf_counter()
+    qdq = build_qdq_model(model, sites, clips, chosen)
+    qdq.producer_name = "booktts-quantize"
+    meta = {"booktts.int8.sites": str(len(chosen)), "booktts.int8.method": method,
+            "booktts.source_sha256": voice.model_sha256()}
+    for k, v in meta.items():
+        e = qdq.metadata_props.add()
+        e.key, e.value = k, v
+    out_path = Path(out_path)
+    atomic_write_bytes(out_path, qdq.SerializeToString())
+    report = CalibrationReport(
+        voice_sha256=voice.model_sha256(), method=method, utterances=len(cal_ids), scan_utterances=len(scan_ids),
+        target_snr_db=target_snr_db,
+        sites=[{"name": s.name, "kind": s.kind, "alone_snr_db": round(alone[s.name], 2), "int8": s.name in chosen,
+                **({"clip": [round(clips[t], 5) for _, t in s.acts]})} for s in sites],
+        snr_all_int8_db=round(snr_all, 2), snr_final_db=round(snr_final, 2),
+        seconds={"calibration": round(t1 - t0, 1), "scan": round(t2 - t1, 1), "write": round(time.perf_counter() - t2, 1)},
+        corpus=[str(p) for p in corpus_files(corpus)],
+    )
+    atomic_write_bytes(out_path.with_suffix(".json"), json.dumps(report.to_dict(), indent=1).encode())
+    return report
+
+
+def ensure_int8(voice, cache_dir: Path | None = None, corpus=None, n_utterances: int = DEFAULT_UTTERANCES,
+                scan_utterances: int = DEFAULT_SCAN_UTTERANCES, threads: int | None = None, **kw) -> Path:
+    """The voice's cached INT8 stage B, created on first use from the shipped calibration corpus."""
+    from engines.export import FILES, cache_lock, ensure_exported
+
+    staged = ensure_exported(voice, ("fp32",), cache_dir)
+    path = staged.directory / FILES["int8"]
+    if _int8_ok(path, voice):
+        return path
+    with cache_lock(staged.directory):
+        if _int8_ok(path, voice):
+            return path
+        notice(f"creating the INT8 model of voice {voice.name} in {staged.directory} from the calibration corpus "
+               f"({n_utterances} utterances; one time, a few minutes on CPU)")
+        calibrate_stage_b(voice, staged.stage_a, staged.stage_b["fp32"], path, corpus, n_utterances,
+                          scan_utterances, threads=threads, progress=notice, **kw)
+    return path
+
+
+def _int8_ok(path: Path, voice) -> bool:
+    rep = path.with_suffix(".json")
+    if not (path.is_file() and rep.is_file()):
+        return False
+    try:
+        return json.loads(rep.read_text()).get("voice_sha256") == voice.model_sha256()
+    except (OSError, ValueError):
+        return False
