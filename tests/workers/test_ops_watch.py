@@ -251,8 +251,8 @@ def test_watcher_submits_each_file_once_across_restart_and_redrop(redis_url, sta
 # ------------------------------------------------------------------ beat
 
 
-def test_beat_schedule_loads_sends_scans_and_the_scan_task_submits(redis_url, tmp_path, procs):
-    from workers.watch import OPS_QUEUE, TASK_WATCH_SCAN, beat_schedule, load_config, watch_scan
+def test_beat_schedule_loads_sends_scans_and_a_worker_runs_them(redis_url, start_worker, tmp_path, procs):
+    from workers.watch import OPS_QUEUE, TASK_WATCH_SCAN, beat_schedule, load_config
     from jobs.errors import InputError
 
     inbox, out = tmp_path / "inbox", tmp_path / "out"
@@ -277,19 +277,19 @@ def test_beat_schedule_loads_sends_scans_and_the_scan_task_submits(redis_url, tm
                  str(tmp_path / "beat-schedule")], tmp_path / "beat.log")
     procs.append(beat)
     wait_for(lambda: store.r.llen(OPS_QUEUE) >= 1, 30, "a scan task sent by beat", beat, beat.log)
-    beat.kill()
     msg = json.loads(store.r.lindex(OPS_QUEUE, -1))
     assert msg["headers"]["task"] == TASK_WATCH_SCAN
     import base64
 
     args, kwargs, _embed = json.loads(base64.b64decode(msg["body"]))
     assert args == [] and kwargs == entry["kwargs"]
-    # ... and that task, run here with the message's arguments, scans the inbox
-    use_redis(redis_url)
+    # ... and a worker on the ops queue runs those scans: a dropped book is submitted (high priority)
     drop(inbox, "tea.txt", BOOKS["tea.txt"])
-    assert watch_scan.run(**kwargs)["waiting"] == 1
-    res = watch_scan.run(**kwargs)
-    assert res["submitted"] == 1 and res["error"] is None
+    w = start_worker(redis_url, "ops", args=["--queues", OPS_QUEUE])
+    wait_for(lambda: (inbox / "done" / "tea.txt.reason.txt").exists(), 30, "the book submitted by a beat scan",
+             beat, beat.log)
+    beat.kill()
     (job,) = store.recent_jobs()
     assert job.priority == "high" and store.r.llen("tts.high") == job.batches
-    assert (inbox / "done" / "tea.txt").exists()
+    assert reason(inbox, "done", "tea.txt").startswith(f"submitted as job {job.id} on tts.high")
+    assert f"Task {TASK_WATCH_SCAN}[" in w.output()
