@@ -41,6 +41,8 @@ from pathlib import Path
 
 from celery import signals
 
+from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE
+
 log = logging.getLogger("booktts.metrics")
 
 LABELS = ("engine", "precision", "device", "queue")
@@ -135,10 +137,13 @@ def _spec_labels(task) -> dict:
     return _labels(spec.name, spec.precision, spec.device, info.get("routing_key"))
 
 
+_BATCH_TASKS = (TASK_SYNTHESIZE, TASK_FINALIZE)
+
+
 @signals.task_failure.connect
 @_safe
 def _on_failure(sender=None, exception=None, **_) -> None:
-    if sender is None or not str(getattr(sender, "name", "")).startswith("booktts."):
+    if getattr(sender, "name", None) not in _BATCH_TASKS:
         return
     _m()["failures"].labels(**_spec_labels(sender), error=type(exception).__name__).inc()
 
@@ -146,7 +151,7 @@ def _on_failure(sender=None, exception=None, **_) -> None:
 @signals.task_retry.connect
 @_safe
 def _on_retry(sender=None, request=None, **_) -> None:
-    if sender is None or not str(getattr(sender, "name", "")).startswith("booktts."):
+    if getattr(sender, "name", None) not in _BATCH_TASKS:
         return
     _m()["retries"].labels(**_spec_labels(sender)).inc()
 

@@ -321,7 +321,7 @@ def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str]
                 if rc is not None and not stopping.is_set():
                     click.echo(f"supervisor: the worker on GPU {gpu} exited with code {rc}; stopping the others "
                                f"(warm shutdown)", err=True)
-                    code = rc or 1
+                    code = (128 - rc if rc < 0 else rc) or 1
                     forward(signal.SIGTERM)
             time.sleep(0.2)
         if not code:
