@@ -229,3 +229,21 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
             except (ProcessLookupError, PermissionError):
                 pass
 
+
+
+def test_cpu_worker_autoscale_grows_its_pool_while_work_waits(redis_url, start_worker, short_book, tmp_path):
+    store = JobStore(redis_url)
+    w = start_worker(redis_url, "auto", env={"BOOKTTS_FAKE_DELAY_S": "0.6"}, args=["--autoscale", "2,1"])
+    assert len(w.children()) == 1, "starts with MIN processes"
+    assert "autoscale 2,1" in w.output()
+    out = tmp_path / "out"
+    job_id = submit(redis_url, short_book, out, "--max-batch", "1")
+    most = 1
+    deadline = time.monotonic() + 60
+    while store.get_job(job_id).status is not JobStatus.DONE:
+        most = max(most, len(w.children()))
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert most == 2, "grew to MAX while batches waited"
+    holders = {r["worker"] for r in store.records(job_id).values()}
+    assert holders == {w.name}

@@ -293,3 +293,26 @@ def test_beat_schedule_loads_sends_scans_and_a_worker_runs_them(redis_url, start
     assert job.priority == "high" and store.r.llen("tts.high") == job.batches
     assert reason(inbox, "done", "tea.txt").startswith(f"submitted as job {job.id} on tts.high")
     assert f"Task {TASK_WATCH_SCAN}[" in w.output()
+
+
+def test_watch_once_takes_new_files_after_one_settle_period_and_exits(redis_url, tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    drop(inbox, "tea.txt", BOOKS["tea.txt"])
+    (inbox / "bad.epub").write_bytes(b"PK\x03\x04 not really a zip")
+    t0 = time.monotonic()
+    res = CliRunner().invoke(main, ["watch", str(inbox), "-o", str(out), "--once", "--settle", "0.3",
+                                    "--max-batch", "2", "--redis-url", redis_url])
+    assert res.exit_code == 0, res.output
+    assert time.monotonic() - t0 < 20
+    lines = res.stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["submitted tea.txt", "failed bad.epub"], lines
+    assert (inbox / "done" / "tea.txt").exists() and (inbox / "failed" / "bad.epub").exists()
+    assert len(JobStore(redis_url).recent_jobs()) == 1
+    res = CliRunner().invoke(main, ["watch", str(tmp_path / "nope"), "-o", str(out), "--once", "--redis-url",
+                                    redis_url])
+    assert res.exit_code == 2 and res.stderr.strip().startswith("error: inbox ") and "no such directory" in res.stderr
