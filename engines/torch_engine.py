@@ -10,8 +10,9 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    of 256 up to 2048, of 512 up to 4096, then of 1024). A bucket is split into
    chunks of at most ``max_frames_per_chunk // bucket`` items. On CUDA a chunk's
    batch axis is padded to a power of two, so stage B only ever sees a few fixed
-   shapes: those are compiled (``torch.compile``, mode ``reduce-overhead``:
-   Inductor kernels replayed as CUDA graphs) and warmed up when the engine is built.
+   shapes: cuDNN autotunes each once, and they are compiled (``torch.compile``, mode
+   ``reduce-overhead``: Inductor kernels replayed as CUDA graphs) and warmed up when
+   the engine is built. Stage A is chunked by phoneme length (multiples of 32).
 3. **Stage B** (flow + HiFi-GAN at the engine's precision) turns each chunk's prior
    ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device, written
    into one padded ``[B, S]`` buffer; one copy brings it to (pinned) host memory.
@@ -152,7 +153,9 @@ class TorchEngine:
 
                 self.flow = mixed_precision_flow(copy.deepcopy(self.model.flow), self.dtype)
                 self.dec = copy.deepcopy(self.model.dec).to(self.dtype)
-            self.channels_last = bool(channels_last if channels_last is not None else False)
+            # NHWC decoder by default on CUDA at half precision (cuDNN's tensor-core layout)
+            self.channels_last = bool(channels_last if channels_last is not None
+                                      else self.is_cuda and self.dtype != torch.float32)
             if self.channels_last:
                 if self.dec is self.model.dec:
                     import copy
@@ -171,7 +174,9 @@ class TorchEngine:
             import torch._dynamo
 
             # one graph per (batch rows, frames) family; do not fall back to eager after 8 shapes
-            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            for name in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
         compile_error = None
         if self.compiled:
             try:
@@ -267,8 +272,8 @@ class TorchEngine:
             torch.cuda.synchronize(self.device)
 
     def _flags(self, benchmark: bool = False):
-        """cuDNN settings: autotuning only where shapes repeat (stage B when compiled: fixed
-        bucket shapes; stage A's shapes vary per batch and would be re-tuned every time); no
+        """cuDNN settings: autotuning only where shapes repeat (stage B on CUDA: bucket frames x
+        power-of-two rows; stage A's shapes vary per batch and would be re-tuned every time); no
         TF32 (stage A is true fp32 at every precision, so durations do not depend on it)."""
         import contextlib
 
@@ -368,7 +373,7 @@ class TorchEngine:
                 for s1 in range(0, len(items), cap):
                     chunks.append((items[s1:s1 + cap], f))
             audio = np.zeros((b, n_samples), dtype=np.int16)
-            with self._flags(benchmark=self.compiled):
+            with self._flags(benchmark=self.is_cuda):
                 if self.is_cuda:
                     need = sum(len(r) * f * self.hop for r, f in chunks)
                     if self._staging is None or self._staging.numel() < need:
@@ -414,7 +419,7 @@ class TorchEngine:
                 e = e[..., :f]
             m = m + e * torch.exp(logs) * noise_scale
         fr = frames[idx]
-        padded = _pow2_at_least(n) if self.compiled else n
+        padded = _pow2_at_least(n) if self.is_cuda else n  # few shapes: graphs and cuDNN autotuning repeat
         if padded > n:
             m = torch.cat([m, m.new_zeros(padded - n, *m.shape[1:])])
             fr = torch.cat([fr, fr.new_zeros(padded - n)])
