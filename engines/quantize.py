@@ -25,11 +25,23 @@ exposed as an extra output.
 Sensitivity: a *simulation* graph holds, for each site ``i``, the fake-quantized form of its
 inputs and weights behind a gate ``g[i]`` (a graph input): ``x' = x + g[i] * (DQ(Q(x)) - x)``,
 ``w' = w + g[i] * (w_q - w)``. With all gates 0 it is the fp32 graph exactly; with gate ``i``
-alone at 1 it is the graph with site ``i`` alone quantized. The scan runs each site alone over
-a few held-out utterances and records the noise it adds to the output (SNR of the audio
-against fp32). Then, starting from everything quantized, the most sensitive sites are moved
-back to float, one at a time, until the whole graph's SNR reaches ``target_snr_db``. Only the
-chosen sites get real Q/DQ nodes in the written model.
+alone at 1 it is the graph with site ``i`` alone quantized (the real Q/DQ graph gives the same
+numbers: ONNX Runtime dequantizes and runs the float kernel). The scan runs each site alone
+over a few utterances held out from calibration and measures the distortion it adds to the
+audio: mel-cepstral distortion against fp32 (``bench/quality.py``'s MCD) and SNR. Then sites
+are admitted from the least sensitive on, each kept only if the whole graph stays within
+``target_mcd_db``. Only the admitted sites get Q/DQ nodes in the written model.
+
+Measured on the medium Piper voice (docs/PERFORMANCE.md): the flow and the first decoder stage
+tolerate int8 one layer at a time (MCD 0.4-1.3 dB each), the 64x stage less (1.7-3.9 dB), the
+full-rate stage (``ups.2``, ``resblocks.6-8``, ``conv_post``) and its residual sums not at all
+(6-21 dB: their rounding noise is white, and speech has little energy at 4-8 kHz). SNR ranks
+the layers differently (a flow layer can cost 20 dB of SNR and 0.5 dB of MCD: the decoder maps
+small changes of its input to phase changes), so the choice is made on MCD.
+
+Stage B has no normalisation layer (the 36 LayerNorms are in stage A, which stays float32 so
+that durations do not depend on the precision). The residual additions are sites of their own
+and are measured like the convolutions.
 """
 
 from __future__ import annotations
@@ -52,13 +64,15 @@ CALIBRATION_DIR = ROOT / "data" / "calibration"
 GATE_INPUT = "booktts_qgate"
 QMAX = 127.0
 #: Calibration defaults: utterances of the corpus, utterances of the sensitivity scan.
-DEFAULT_UTTERANCES = 300
+DEFAULT_UTTERANCES = 200
 DEFAULT_SCAN_UTTERANCES = 4
-#: Stop moving sites back to float once the whole graph's output SNR against fp32 reaches this.
-DEFAULT_TARGET_SNR_DB = 19.0
+#: The sensitivity search admits int8 sites while the scan utterances stay within this MCD against
+#: fp32 (the quality gate is MCD <= 1.8 dB on held-out text; this leaves a margin).
+DEFAULT_TARGET_MCD_DB = 1.4
 CALIBRATION_SEED = 1234
 #: Histogram of |x| for activation ranges: log-spaced bins over [1e-6, 1e5).
 _LOG_LO, _LOG_HI, _BINS_PER_DECADE = -6.0, 5.0, 200
+_HIST_STRIDE = 4
 _NBINS = int((_LOG_HI - _LOG_LO) * _BINS_PER_DECADE)
 _EDGES = 10.0 ** (_LOG_LO + np.arange(_NBINS + 1) / _BINS_PER_DECADE)
 
@@ -202,12 +216,14 @@ class RangeStats:
         self.absmax = {t: 0.0 for t in tensors}
         self.hist = {t: np.zeros(_NBINS, dtype=np.int64) for t in tensors}
         self.count = {t: 0 for t in tensors}
+        self.steps_per_frame: dict[str, float] = {}
 
     def update(self, name: str, x: np.ndarray) -> None:
         a = np.abs(np.asarray(x, dtype=np.float32).reshape(-1))
         if not np.all(np.isfinite(a)):
             raise DeterministicEngineError(f"calibration: tensor {name} holds NaN/inf in the fp32 model")
         self.absmax[name] = max(self.absmax[name], float(a.max(initial=0.0)))
+        a = a[::_HIST_STRIDE]  # the histogram of every 4th value: millions per tensor, 4x cheaper
         nz = a[a > 0]
         self.count[name] += a.size
         if nz.size:
@@ -261,8 +277,10 @@ def collect_ranges(stage_b_model, sites: list[Site], feeds, threads: int | None 
     stats = RangeStats(tensors)
     for fd in feeds:
         outs = sess.run(tensors, fd)
+        frames = float(fd["z_p"].shape[-1])
         for t, x in zip(tensors, outs):
             stats.update(t, x)
+            stats.steps_per_frame[t] = x.shape[-1] / frames
     return stats
 
 
@@ -416,6 +434,24 @@ def snr_db(ref: np.ndarray, test: np.ndarray) -> float:
     return float(10 * np.log10(max((ref ** 2).sum(), 1e-30) / max((err ** 2).sum(), 1e-30)))
 
 
+def mcd_function():
+    """The project's mel-cepstral distortion (``bench/quality.py``: 0-8 kHz, c1..c24, speech frames)."""
+    import sys
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    try:
+        from bench.quality import mcd
+    except ImportError as exc:  # pragma: no cover - a checkout without bench/
+        raise InputError(f"the INT8 sensitivity scan measures MCD with bench/quality.py, which is missing under "
+                         f"{ROOT}; run from a full checkout of the project") from exc
+    return mcd
+
+
+def to_int16(audio: np.ndarray) -> np.ndarray:
+    return np.clip(np.asarray(audio, dtype=np.float32) * 32767.0, -32767.0, 32767.0).astype(np.int16).reshape(-1)
+
+
 def audio_checks(audio: np.ndarray) -> dict:
     """Artefact measures of float audio in [-1, 1]: NaN/inf, clipped samples, DC offset."""
     a = np.asarray(audio, dtype=np.float64).reshape(-1)
@@ -426,21 +462,27 @@ def audio_checks(audio: np.ndarray) -> dict:
 
 
 class Scanner:
-    """Runs the simulation graph over fixed stage-B inputs for any gate vector."""
+    """Runs the simulation graph over fixed stage-B inputs for any gate vector; scores against fp32
+    (all gates 0) by MCD (mean over the utterances) and SNR (all samples)."""
 
     def __init__(self, sim_model, feeds: list[dict], n_sites: int, threads: int | None = None):
         self.session = ort_session(sim_model.SerializeToString(), threads)
         self.feeds = feeds
         self.n = n_sites
-        self.ref = self.run(np.zeros(n_sites, dtype=np.float32))
+        self.mcd = mcd_function()
+        self.ref = [to_int16(a) for a in self.run(np.zeros(n_sites, dtype=np.float32))]
+        self.evals = 0
 
     def run(self, gates: np.ndarray) -> list[np.ndarray]:
         g = np.asarray(gates, dtype=np.float32)
         return [self.session.run(["audio"], {**fd, GATE_INPUT: g})[0] for fd in self.feeds]
 
-    def snr(self, gates: np.ndarray) -> float:
-        outs = self.run(gates)
-        return snr_db(np.concatenate([r.reshape(-1) for r in self.ref]), np.concatenate([o.reshape(-1) for o in outs]))
+    def score(self, gates: np.ndarray) -> tuple[float, float]:
+        """(MCD dB, SNR dB) of the graph with these gates against fp32."""
+        self.evals += 1
+        outs = [to_int16(a) for a in self.run(gates)]
+        mcds = [self.mcd(r, o) for r, o in zip(self.ref, outs)]
+        return float(np.mean(mcds)), snr_db(np.concatenate(self.ref), np.concatenate(outs))
 
 
 @dataclass
@@ -449,11 +491,15 @@ class CalibrationReport:
     method: str
     utterances: int
     scan_utterances: int
-    target_snr_db: float
+    target_mcd_db: float
     sites: list = field(default_factory=list)
-    """Per site: name, kind, alone_snr_db (output SNR with this site alone quantized), int8 (bool)."""
-    snr_all_int8_db: float = 0.0
-    snr_final_db: float = 0.0
+    """Per site: name, kind, alone (MCD, SNR with this site alone quantized), int8 (chosen), macs share."""
+    int8_sites: int = 0
+    int8_mac_share: float = 0.0
+    """Share of stage B's multiply-accumulates whose inputs and weights are int8."""
+    scan_final: dict = field(default_factory=dict)
+    """MCD / SNR of the written model against fp32 on the scan utterances."""
+    scan_evals: int = 0
     seconds: dict = field(default_factory=dict)
     corpus: list = field(default_factory=list)
 
@@ -461,32 +507,49 @@ class CalibrationReport:
         return asdict(self)
 
 
-def choose_sites(scanner: Scanner, sites: list[Site], target_snr_db: float, log=None) -> tuple[dict, set, float, float]:
-    """Scan each site alone, then move the most sensitive back to float until the target is met."""
+def choose_sites(scanner: Scanner, sites: list[Site], target_mcd_db: float, patience: int = 12,
+                 log=None) -> tuple[dict, set, tuple[float, float]]:
+    """Measure each site alone, then admit sites from the least sensitive on while the whole
+    graph stays within ``target_mcd_db`` (a site alone above the target is never admitted; the
+    search stops after ``patience`` rejections in a row)."""
     n = len(sites)
     alone = {}
     for i, s in enumerate(sites):
         g = np.zeros(n, dtype=np.float32)
         g[i] = 1.0
-        alone[s.name] = scanner.snr(g)
-    order = sorted(range(n), key=lambda i: alone[sites[i].name])  # most sensitive first
-    gates = np.ones(n, dtype=np.float32)
-    snr_all = scanner.snr(gates)
-    snr = snr_all
+        alone[s.name] = scanner.score(g)
+    order = sorted(range(n), key=lambda i: alone[sites[i].name][0])
+    gates = np.zeros(n, dtype=np.float32)
+    current = (0.0, math.inf)
+    misses = 0
     for i in order:
-        if snr >= target_snr_db:
+        if alone[sites[i].name][0] > target_mcd_db or misses >= patience:
             break
-        gates[i] = 0.0
-        snr = scanner.snr(gates)
-        if log:
-            log(f"  keep {sites[i].name} in float (alone: {alone[sites[i].name]:.1f} dB) -> {snr:.1f} dB")
+        gates[i] = 1.0
+        score = scanner.score(gates)
+        if score[0] <= target_mcd_db:
+            current, misses = score, 0
+            if log:
+                log(f"  int8 {sites[i].name}: MCD {score[0]:.2f} dB, SNR {score[1]:.1f} dB")
+        else:
+            gates[i] = 0.0
+            misses += 1
     chosen = {sites[i].name for i in range(n) if gates[i] > 0}
-    return alone, chosen, snr_all, snr
+    return alone, chosen, current
+
+
+def site_macs(model, sites: list[Site], steps_per_frame: dict[str, float]) -> dict[str, float]:
+    """Multiply-accumulates per stage-B frame of each conv site (0 for additions): input time steps
+    per frame x the weight's size (Conv [out, in/groups, k] per output step = per input step at
+    stride 1; ConvTranspose [in, out/groups, k] per input step)."""
+    inits = _init_map(model)
+    return {s.name: 0.0 if s.weight is None else
+            float(steps_per_frame.get(s.acts[0][1], 1.0) * np.prod(inits[s.weight].shape)) for s in sites}
 
 
 def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: Path, corpus=None,
                       n_utterances: int = DEFAULT_UTTERANCES, scan_utterances: int = DEFAULT_SCAN_UTTERANCES,
-                      method: str = "mse", target_snr_db: float = DEFAULT_TARGET_SNR_DB,
+                      method: str = "mse", target_mcd_db: float = DEFAULT_TARGET_MCD_DB,
                       threads: int | None = None, progress=None) -> CalibrationReport:
     """Calibrate, scan, choose and write ``out_path`` (Q/DQ stage B) plus ``<out_path>.json`` (the report)."""
     import onnx
@@ -498,34 +561,41 @@ def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: P
     scan_ids = corpus_ids(voice, corpus, n=scan_utterances)
     cal_ids = corpus_ids(voice, corpus, n=n_utterances, skip=scan_utterances)
     feeder = PriorFeeder(stage_a_path, voice, threads)
-    say(f"calibrating {len(sites)} sites on {len(cal_ids)} utterances ({method})")
+    say(f"calibration: activation ranges of {len(sites)} sites over {len(cal_ids)} utterances ({method})")
     stats = collect_ranges(model, sites, feeder.feeds(cal_ids), threads)
     clips = {t: stats.clip(t, method) for t in stats.tensors}
     t1 = time.perf_counter()
-    say(f"sensitivity scan: each of {len(sites)} sites alone on {len(scan_ids)} held-out utterances")
+    say(f"sensitivity scan: each of {len(sites)} sites alone, then the least sensitive together, "
+        f"on {len(scan_ids)} held-out utterances (target MCD <= {target_mcd_db} dB)")
     scan_feeds = list(PriorFeeder(stage_a_path, voice, threads, seed=CALIBRATION_SEED + 1).feeds(scan_ids))
     scanner = Scanner(build_sim_model(model, sites, clips), scan_feeds, len(sites), threads)
-    alone, chosen, snr_all, snr_final = choose_sites(scanner, sites, target_snr_db, say)
+    alone, chosen, final = choose_sites(scanner, sites, target_mcd_db, log=say)
     t2 = time.perf_counter()
     qdq = build_qdq_model(model, sites, clips, chosen)
     qdq.producer_name = "booktts-quantize"
-    meta = {"booktts.int8.sites": str(len(chosen)), "booktts.int8.method": method,
-            "booktts.source_sha256": voice.model_sha256()}
-    for k, v in meta.items():
+    for k, v in {"booktts.int8.sites": ",".join(sorted(chosen)), "booktts.int8.method": method,
+                 "booktts.source_sha256": voice.model_sha256()}.items():
         e = qdq.metadata_props.add()
         e.key, e.value = k, v
     out_path = Path(out_path)
     atomic_write_bytes(out_path, qdq.SerializeToString())
+    macs = site_macs(model, sites, stats.steps_per_frame)
+    total = sum(macs.values()) or 1.0
     report = CalibrationReport(
         voice_sha256=voice.model_sha256(), method=method, utterances=len(cal_ids), scan_utterances=len(scan_ids),
-        target_snr_db=target_snr_db,
-        sites=[{"name": s.name, "kind": s.kind, "alone_snr_db": round(alone[s.name], 2), "int8": s.name in chosen,
-                **({"clip": [round(clips[t], 5) for _, t in s.acts]})} for s in sites],
-        snr_all_int8_db=round(snr_all, 2), snr_final_db=round(snr_final, 2),
+        target_mcd_db=target_mcd_db,
+        sites=[{"name": s.name, "kind": s.kind, "alone_mcd_db": round(alone[s.name][0], 3),
+                "alone_snr_db": round(alone[s.name][1], 2), "int8": s.name in chosen,
+                "mac_share": round(macs[s.name] / total, 4),
+                "clip": [round(clips[t], 5) for _, t in s.acts]} for s in sites],
+        int8_sites=len(chosen), int8_mac_share=round(sum(macs[n] for n in chosen) / total, 4),
+        scan_final={"mcd_db": round(final[0], 3), "snr_db": round(final[1], 2)}, scan_evals=scanner.evals,
         seconds={"calibration": round(t1 - t0, 1), "scan": round(t2 - t1, 1), "write": round(time.perf_counter() - t2, 1)},
         corpus=[str(p) for p in corpus_files(corpus)],
     )
     atomic_write_bytes(out_path.with_suffix(".json"), json.dumps(report.to_dict(), indent=1).encode())
+    say(f"INT8 model: {len(chosen)} of {len(sites)} sites in int8 ({100 * report.int8_mac_share:.0f}% of stage-B "
+        f"MACs), scan MCD {final[0]:.2f} dB; written to {out_path}")
     return report
 
 
