@@ -94,7 +94,7 @@ def plan(books, out_dir, config) -> None:
 
 
 @main.command()
-@click.argument("books", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("books", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Output directory (chapter audio, manifest.parquet). Re-running resumes.")
 @engine_options
@@ -104,16 +104,22 @@ def run(books, out_dir, config, engine_spec) -> None:
     """Synthesize BOOKS in this process (no broker): chapter audio + manifest.parquet in OUT.
 
     Re-running the same command on the same OUT resumes: finished batches are not synthesized again.
+    Without BOOKS, runs the job already planned in OUT (by `plan -o OUT` on another host, say); there
+    `--voice` may name the voice's exported .safetensors weights, so that a GPU host needs neither
+    piper-tts nor the ONNX file.
     """
     from tqdm import tqdm
 
     from engines import load_engine
-    from jobs.pipeline import prepare_job
+    from jobs.pipeline import open_planned_job, prepare_job
     from jobs.runner import run_local
 
     config.engine = engine_spec
-    click.echo("planning...", err=True)
-    job = prepare_job(list(books), out_dir, config)
+    if books:
+        click.echo("planning...", err=True)
+        job = prepare_job(list(books), out_dir, config)
+    else:
+        job = open_planned_job(out_dir, config.voice)
     s = job.meta["summary"]
     done = len(job.batches) - len(job.pending_batches())
     click.echo(f"job {job.job_id}: {s['utterances']} utterances in {s['batches']} batches "

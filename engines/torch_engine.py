@@ -54,6 +54,8 @@ from jobs.errors import (
 )
 
 WEIGHTS_ENV = "BOOKTTS_TORCH_WEIGHTS"
+#: "0" runs eager on CUDA (no torch.compile / CUDA graphs: fast start), "1" compiles; unset: compile on CUDA.
+COMPILE_ENV = "BOOKTTS_TORCH_COMPILE"
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -168,6 +170,8 @@ class TorchEngine:
         self.max_frames_per_chunk = int(max_frames_per_chunk or (131072 if self.is_cuda else 8192))
         self.max_phonemes_per_chunk = int(max_phonemes_per_chunk)
         self._staging = None  # persistent pinned host buffer for the device -> host copies
+        if compile is None and os.environ.get(COMPILE_ENV, "") in ("0", "1"):
+            compile = os.environ[COMPILE_ENV] == "1"
         self.compiled = bool(self.is_cuda if compile is None else compile)
         self._stage_b = self._stage_b_pcm
         if self.compiled:

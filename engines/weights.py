@@ -288,6 +288,7 @@ def voice_from_weights(path):
             length_scale=float(inference.get("length_scale", 1.0)),
             noise_w=float(inference.get("noise_w", 0.8)),
             num_speakers=int(cfg.get("num_speakers", 1)),
+            source_sha256=meta.get("source_sha256"),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise VoiceError(f"{path} lacks the voice config in its metadata ({exc!r}); export it again") from exc

