@@ -10,6 +10,7 @@ Errors are one line on stderr with a non-zero exit code; set BOOKTTS_DEBUG=1 for
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -120,6 +121,8 @@ def run(books, out_dir, config, engine_spec) -> None:
         job = prepare_job(list(books), out_dir, config)
     else:
         job = open_planned_job(out_dir, config.voice)
+        # the job's own settings hold; the engine takes the batches the job was planned with
+        engine_spec = dataclasses.replace(engine_spec, max_batch=job.config.max_batch)
     s = job.meta["summary"]
     done = len(job.batches) - len(job.pending_batches())
     click.echo(f"job {job.job_id}: {s['utterances']} utterances in {s['batches']} batches "
