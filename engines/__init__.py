@@ -51,6 +51,10 @@ def load_engine(spec: EngineSpec, voice):
 
 def _build(spec: EngineSpec, voice):
     if spec.name == "onnx":
+        if spec.precision == "int8":  # the exported stages with a calibrated Q/DQ stage B
+            from engines.onnx_staged import OnnxStagedEngine
+
+            return OnnxStagedEngine(voice, spec)
         from engines.onnx_cpu import OnnxEngine
 
         return OnnxEngine(voice, spec)

