@@ -170,18 +170,28 @@ def export_weights_cmd(voice, out, dtype) -> None:
 
 
 def _register_optional_commands() -> None:
-    """Commands of the distributed runner, operations and engine building (their own modules)."""
+    """Commands of the distributed runner, operations and engine building (their own modules).
+
+    A host without their packages (a GPU box with only torch, say) still gets `run` and `plan`;
+    the missing commands are named in `--help`.
+    """
     import importlib
 
+    missing = []
     for module in ("workers.commands", "workers.ops_commands", "engines.commands"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
-            if exc.name != module:
+            if exc.name == module:
+                continue
+            if exc.name and exc.name.split(".")[0] in ("jobs", "engines", "workers"):
                 raise
+            missing.append(f"{module} (needs {exc.name}: pip install the project)")
             continue
         for cmd in mod.COMMANDS:
             main.add_command(cmd)
+    if missing:
+        main.epilog = "Not available on this host: " + "; ".join(missing)
 
 
 _register_optional_commands()
