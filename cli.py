@@ -11,42 +11,14 @@ Errors are one line on stderr with a non-zero exit code; set BOOKTTS_DEBUG=1 for
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 import click
 
-from jobs.cli_options import engine_options, job_options
-from jobs.errors import TTSError
-
-
-def friendly_errors(f):
-    """Turn project errors into one line and an exit code; never show a traceback for them."""
-
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        try:
-            return f(*args, **kwargs)
-        except TTSError as exc:
-            if os.environ.get("BOOKTTS_DEBUG"):
-                raise
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted: finished batches are kept; run the same command again to resume", err=True)
-            sys.exit(130)
-        except OSError as exc:
-            if os.environ.get("BOOKTTS_DEBUG"):
-                raise
-            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-            click.echo(f"error: {exc.strerror or exc}{where}; check the path, permissions and free disk space", err=True)
-            sys.exit(1)
-
-    return wrapper
+from jobs.cli_options import engine_options, friendly_errors, job_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

@@ -6,11 +6,58 @@ One definition, so the local and the distributed runner accept the same job sett
 from __future__ import annotations
 
 import functools
+import os
+import sys
 
 import click
 
 from engines import EngineSpec
 from jobs.config import AUDIO_FORMATS, DEFAULT_MAX_BATCH_PHONEMES, DEFAULT_MAX_PHONEMES, JobConfig
+from jobs.errors import TTSError
+
+
+def friendly_errors(f=None, *, translate=None):
+    """The CLI's error contract: project errors become one ``error:`` line and their exit code.
+
+    ``translate(exc, kwargs)`` may turn other exceptions (a broker's, say) into a :class:`TTSError`;
+    it returns None for those it does not know, which then propagate. ``BOOKTTS_DEBUG=1`` shows
+    tracebacks instead.
+    """
+    if f is None:
+        return functools.partial(friendly_errors, translate=translate)
+
+    def fail(exc: TTSError):
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        debug = bool(os.environ.get("BOOKTTS_DEBUG"))
+        try:
+            return f(*args, **kwargs)
+        except TTSError as exc:
+            if debug:
+                raise
+            fail(exc)
+        except KeyboardInterrupt:
+            click.echo("interrupted: finished batches are kept; run the same command again to resume", err=True)
+            sys.exit(130)
+        except OSError as exc:
+            mapped = translate(exc, kwargs) if translate else None
+            if debug:
+                raise
+            if mapped is not None:
+                fail(mapped)
+            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+            click.echo(f"error: {exc.strerror or exc}{where}; check the path, permissions and free disk space", err=True)
+            sys.exit(1)
+        except Exception as exc:
+            mapped = translate(exc, kwargs) if translate else None
+            if mapped is None or debug:
+                raise
+            fail(mapped)
+
+    return wrapper
 
 
 def job_options(f):

@@ -13,7 +13,6 @@ import hashlib
 import json
 import socket
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path

@@ -13,7 +13,6 @@ Errors are one line (``error: ...``) and a non-zero exit code.
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import sys
@@ -22,8 +21,8 @@ from pathlib import Path
 
 import click
 
-from jobs.cli_options import engine_options, job_options
-from jobs.errors import BrokerError, EngineError, JobError, TTSError
+from jobs.cli_options import engine_options, friendly_errors, job_options
+from jobs.errors import BrokerError, EngineError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues, queue_name,
                                 redact_url, use_redis)
@@ -39,30 +38,16 @@ def _redis_errors():
     return (redis.exceptions.RedisError, OperationalError)
 
 
-def one_line_errors(f):
-    """Project errors and broker failures become one ``error:`` line and a non-zero exit."""
+def _broker_error(exc: BaseException, kwargs: dict) -> BrokerError | None:
+    """Redis/kombu failures as one line naming the URL (password hidden)."""
+    if not isinstance(exc, _redis_errors()):
+        return None
+    url = redact_url(default_redis_url(kwargs.get("redis_url")))
+    return BrokerError(f"Redis at {url} failed: {type(exc).__name__}: {exc}; check that it is running and reachable")
 
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        url = kwargs.get("redis_url")
-        try:
-            return f(*args, **kwargs)
-        except TTSError as exc:
-            if os.environ.get("BOOKTTS_DEBUG"):
-                raise
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except _redis_errors() as exc:
-            if os.environ.get("BOOKTTS_DEBUG"):
-                raise
-            click.echo(f"error: Redis at {redact_url(default_redis_url(url))} failed: "
-                       f"{type(exc).__name__}: {exc}; check that it is running and reachable", err=True)
-            sys.exit(BrokerError.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
 
-    return wrapper
+#: Project errors and broker failures become one ``error:`` line and a non-zero exit.
+one_line_errors = friendly_errors(translate=_broker_error)
 
 
 def redis_option(f):
