@@ -268,8 +268,10 @@ def example_inputs(hp, batch: int = 2, phonemes: int = 24, frames: int = 40, see
     return (ids, lengths, scales, dp_noise), (z_p, frame_lengths)
 
 
-def export_voice(voice, out_dir: Path, precisions=("fp32",), model=None, verify: bool = True) -> dict[str, Path]:
-    """Export stage A and stage B (one file per precision in ``precisions``) into ``out_dir``.
+def export_voice(voice, out_dir: Path, precisions=("fp32",), model=None, verify: bool = True,
+                 stage_a: bool = True) -> dict[str, Path]:
+    """Export stage A (unless ``stage_a`` is False) and stage B (one file per precision in
+    ``precisions``) into ``out_dir``.
 
     Returns ``{"stage_a": path, "fp32": path, "fp16": path, "meta": path}`` for what was written.
     With ``verify``, each fp32 graph is run in ONNX Runtime against the port (relative L2 <=
@@ -293,13 +295,14 @@ def export_voice(voice, out_dir: Path, precisions=("fp32",), model=None, verify:
     written: dict[str, Path] = {}
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    stage_a, _ = _stage_modules(model, "fp32")
-    path = out_dir / FILES["stage_a"]
-    _export(stage_a, tuple(torch.from_numpy(x) for x in a_in),
-            {"ids": {0: batch, 1: phon}, "lengths": {0: batch}, "scales": None, "dp_noise": {0: batch, 2: phon}},
-            STAGE_A_INPUTS, STAGE_A_OUTPUTS, path)
-    written["stage_a"] = path
-    timings["stage_a"] = round(time.perf_counter() - t0, 1)
+    if stage_a:
+        module_a, _ = _stage_modules(model, "fp32")
+        path = out_dir / FILES["stage_a"]
+        _export(module_a, tuple(torch.from_numpy(x) for x in a_in),
+                {"ids": {0: batch, 1: phon}, "lengths": {0: batch}, "scales": None, "dp_noise": {0: batch, 2: phon}},
+                STAGE_A_INPUTS, STAGE_A_OUTPUTS, path)
+        written["stage_a"] = path
+        timings["stage_a"] = round(time.perf_counter() - t0, 1)
     for prec in precisions:
         t0 = time.perf_counter()
         _, stage_b = _stage_modules(model, prec)
@@ -323,6 +326,7 @@ def export_voice(voice, out_dir: Path, precisions=("fp32",), model=None, verify:
     if old.get("source_sha256") == meta["source_sha256"] and old.get("format_version") == FORMAT_VERSION:
         meta["files"] = {**old.get("files", {}), **meta["files"]}
         meta["verification"] = {**old.get("verification", {}), **checks}
+        meta["export_s"] = {**old.get("export_s", {}), **timings}
     atomic_write_bytes(mpath, json.dumps(meta, indent=2).encode())
     written["meta"] = mpath
     return written
@@ -425,14 +429,16 @@ class StagedModels:
 def ensure_exported(voice, precisions=("fp32",), cache_dir: Path | None = None) -> StagedModels:
     """The voice's staged graphs for ``precisions`` (fp32 / fp16), exported into the cache on first use."""
     directory = Path(cache_dir) if cache_dir else voice_cache_dir(voice)
-    need = lambda: [p for p in precisions if not _cached(directory, p, voice)]  # noqa: E731
-    if need() or not _cached(directory, "stage_a", voice):
+    wanted = ("stage_a", *dict.fromkeys(["fp32", *precisions]))
+    need = lambda: [p for p in wanted if not _cached(directory, p, voice)]  # noqa: E731
+    if need():
         with cache_lock(directory):
             missing = need()
-            if missing or not _cached(directory, "stage_a", voice):
-                notice(f"exporting the staged ONNX graphs of voice {voice.name} ({', '.join(missing or ['fp32'])}) "
-                       f"into {directory} (one time, about a minute)")
-                export_voice(voice, directory, tuple(dict.fromkeys(["fp32", *missing])))
+            if missing:
+                notice(f"exporting the staged ONNX graphs of voice {voice.name} ({', '.join(missing)}) from the "
+                       f"PyTorch port into {directory} (one time, about a minute)")
+                export_voice(voice, directory, tuple(p for p in missing if p != "stage_a"),
+                             stage_a="stage_a" in missing)
     meta = read_meta(directory) or {}
     return StagedModels(directory, directory / FILES["stage_a"],
                         {p: directory / FILES[p] for p in ("fp32", "fp16", "int8") if (directory / FILES[p]).is_file()},

@@ -550,7 +550,7 @@ def site_macs(model, sites: list[Site], steps_per_frame: dict[str, float]) -> di
 def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: Path, corpus=None,
                       n_utterances: int = DEFAULT_UTTERANCES, scan_utterances: int = DEFAULT_SCAN_UTTERANCES,
                       method: str = "mse", target_mcd_db: float = DEFAULT_TARGET_MCD_DB,
-                      threads: int | None = None, progress=None) -> CalibrationReport:
+                      threads: int | None = None, progress=None, max_ids: int = 300) -> CalibrationReport:
     """Calibrate, scan, choose and write ``out_path`` (Q/DQ stage B) plus ``<out_path>.json`` (the report)."""
     import onnx
 
@@ -558,8 +558,8 @@ def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: P
     t0 = time.perf_counter()
     model = onnx.load(str(stage_b_path))
     sites = find_sites(model)
-    scan_ids = corpus_ids(voice, corpus, n=scan_utterances)
-    cal_ids = corpus_ids(voice, corpus, n=n_utterances, skip=scan_utterances)
+    scan_ids = corpus_ids(voice, corpus, n=scan_utterances, max_ids=max_ids)
+    cal_ids = corpus_ids(voice, corpus, n=n_utterances, skip=scan_utterances, max_ids=max_ids)
     feeder = PriorFeeder(stage_a_path, voice, threads)
     say(f"calibration: activation ranges of {len(sites)} sites over {len(cal_ids)} utterances ({method})")
     stats = collect_ranges(model, sites, feeder.feeds(cal_ids), threads)
