@@ -44,7 +44,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -125,10 +124,10 @@ def save_model(model, path: Path) -> None:
 
 
 def notice(msg: str) -> None:
-    """A one-time, user-visible step (exporting, calibrating): a log line and a stderr line."""
+    """A one-time, user-visible step (exporting, calibrating): a WARNING log line, which reaches
+    stderr through the CLI's logging setup, or through Python's last-resort handler where logging
+    is not configured."""
     log.warning(msg)
-    if not logging.getLogger().handlers or logging.getLogger().level > logging.WARNING:
-        print(f"booktts: {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- the PyTorch port
