@@ -177,8 +177,8 @@ class Site:
 
 
 def find_sites(model) -> list[Site]:
-    """Every Conv/ConvTranspose with initializer weights, and every residual Add (two activation
-    inputs, one of them a convolution's output or another residual sum)."""
+    """Every Conv/ConvTranspose with initializer weights, and every Add of two activations that
+    come from convolutions (residual additions, skip sums; named after the nearest convolution)."""
     graph = model.graph
     inits = {i.name for i in graph.initializer}
     consts = inits | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
@@ -191,15 +191,28 @@ def find_sites(model) -> list[Site]:
             conv_name[n.output[0]] = name
             sites.append(Site(name, "conv", n.name, [(0, n.input[0])], n.input[1],
                               1 if n.op_type == "ConvTranspose" else 0))
+    def upstream_conv(t: str, depth: int = 6) -> str | None:
+        """The convolution a tensor comes from, through slices, masks, sums and activations."""
+        while depth > 0:
+            if t in conv_name:
+                return conv_name[t]
+            n = prod.get(t)
+            if n is None or not n.input:
+                return None
+            t = next((i for i in n.input[::-1] if i in conv_name), n.input[0])
+            depth -= 1
+        return None
+
     for n in graph.node:
         if n.op_type != "Add" or len(n.input) != 2 or any(i in consts for i in n.input):
             continue
-        srcs = [prod.get(i) for i in n.input]
-        if not any(s is not None and s.op_type in ("Conv", "ConvTranspose", "Add") for s in srcs):
+        if not any(upstream_conv(i) for i in n.input):
             continue
-        label = next((conv_name[i] for i in n.input[::-1] if i in conv_name), None)
-        sites.append(Site(f"{label}+residual" if label else f"{n.name}(add)", "add", n.name,
-                          [(0, n.input[0]), (1, n.input[1])]))
+        direct = next((conv_name[i] for i in n.input[::-1] if i in conv_name), None)
+        label = f"{direct}+residual" if direct else f"{upstream_conv(n.input[1]) or upstream_conv(n.input[0])}+add"
+        if any(x.name == label for x in sites):
+            label = f"{label}@{n.name}"
+        sites.append(Site(label, "add", n.name, [(0, n.input[0]), (1, n.input[1])]))
     return sites
 
 
