@@ -1,45 +1,19 @@
 """Click commands for the precisions: ``export-onnx``, ``calibrate``, ``build-engine``.
 
 ``cli.py`` registers :data:`COMMANDS`. Project errors become one line ``error: <message>`` and
-the error's exit code, as everywhere in the CLI (``BOOKTTS_DEBUG=1`` shows tracebacks).
+the error's exit code through the CLI's shared contract (:func:`jobs.cli_options.friendly_errors`;
+``BOOKTTS_DEBUG=1`` shows tracebacks).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import click
 
-from jobs.errors import TTSError
-
-
-def _errors(f):
-    """The CLI's error contract (``cli.friendly_errors``), without importing ``cli``."""
-
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        try:
-            return f(*args, **kwargs)
-        except TTSError as exc:
-            if os.environ.get("BOOKTTS_DEBUG"):
-                raise
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-        except OSError as exc:
-            if os.environ.get("BOOKTTS_DEBUG"):
-                raise
-            where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-            click.echo(f"error: {exc.strerror or exc}{where}; check the path, permissions and free disk space", err=True)
-            sys.exit(1)
-
-    return wrapper
+from jobs.cli_options import friendly_errors as _errors
 
 
 def _voice_option(f):
