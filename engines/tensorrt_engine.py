@@ -42,8 +42,7 @@ import numpy as np
 
 from engines import EngineSpec
 from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
-from engines.export import (FILES, STAGE_A_INPUTS, STAGE_A_OUTPUTS, STAGE_B_INPUTS, STAGE_B_OUTPUTS,
-                            atomic_write_bytes, cache_lock, notice, voice_cache_dir)
+from engines.export import FILES, atomic_write_bytes, cache_lock, notice, voice_cache_dir
 from jobs.errors import (DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable,
                          InputError, TransientEngineError)
 
