@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=700)
     ap.add_argument("--repeats", type=int, default=2, help="runs of each tool; the median is reported")
     ap.add_argument("--cpus", default=None, help="taskset CPU list for both tools (default: all cores)")
-    ap.add_argument("--max-batch", type=int, default=16)
+    ap.add_argument("--max-batch", type=int, default=32, help="the CLI's default")
     args = ap.parse_args()
 
     import pyarrow.parquet as pq

@@ -8,7 +8,10 @@ Nothing is guessed from silence.
 
 from __future__ import annotations
 
+import os
+import queue
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -17,10 +20,13 @@ from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_i
 from jobs.errors import DeterministicEngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
 
 LENGTHS_OUTPUT = "booktts_frame_lengths"
-#: Items run through ONNX Runtime at once on CPU. Measured on 2 cores (docs/PERFORMANCE.md): the
-#: convolutions already fill the cores with one utterance, and larger batches of this graph only add
-#: padding and memory traffic, so a batch from the plan is run in length-sorted slices of this size.
-CPU_MICRO_BATCH = 2
+#: Items run through one ONNX Runtime session at once. Measured on 2 cores (docs/PERFORMANCE.md):
+#: this graph's convolutions already fill a core with one utterance, and larger batches only add
+#: padding and memory traffic (micro-batches of 1/2/4 gave 21-23x / 21x / 18-19x real-time).
+CPU_MICRO_BATCH = 1
+#: Most parallel sessions. The cores are shared between sessions of one intra-op thread each
+#: (utterance-level parallelism), which beat one session using every core by 10-14 % on 2 cores.
+MAX_SESSIONS = 8
 
 
 def _find_frame_lengths_tensor(graph) -> str:
@@ -55,7 +61,7 @@ class OnnxEngine:
     """ONNX Runtime on CPU (fp32; int8 where a quantized model is given). Text-blind."""
 
     def __init__(self, voice, spec: EngineSpec | None = None, model_bytes: bytes | None = None,
-                 micro_batch: int = CPU_MICRO_BATCH) -> None:
+                 micro_batch: int = CPU_MICRO_BATCH, sessions: int | None = None) -> None:
         spec = spec or EngineSpec()
         if spec.device != "cpu":
             raise EngineUnavailable(f"the onnx engine runs on cpu only (asked for {spec.device}); use --engine torch for GPUs")
@@ -68,37 +74,48 @@ class OnnxEngine:
         self.voice = voice
         self.micro_batch = micro_batch
         self.hop_length = voice.hop_length
+        threads = int(spec.threads or os.cpu_count() or 1)
+        n_sessions = max(1, min(sessions or threads, MAX_SESSIONS, threads))
         opts = ort.SessionOptions()
-        if spec.threads:
-            opts.intra_op_num_threads = int(spec.threads)
-            opts.inter_op_num_threads = 1
+        opts.intra_op_num_threads = max(1, threads // n_sessions)
+        opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         t0 = time.perf_counter()
-        self.session = ort.InferenceSession(model_bytes or patched_model_bytes(voice.model_path), opts,
-                                            providers=["CPUExecutionProvider"])
+        model = model_bytes or patched_model_bytes(voice.model_path)
+        self._sessions: queue.SimpleQueue = queue.SimpleQueue()
+        self._pool = ThreadPoolExecutor(n_sessions, thread_name_prefix="onnx") if n_sessions > 1 else None
+
+        def make_session(_):
+            return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+        for sess in (self._pool.map(make_session, range(n_sessions)) if self._pool else [make_session(0)]):
+            self._sessions.put(sess)
         self.load_s = time.perf_counter() - t0
         self.info = EngineInfo("onnx", spec.precision, "cpu", voice.sample_rate, spec.max_batch,
-                               {"threads": spec.threads or 0})
-        self._ort = ort
+                               {"threads": threads, "sessions": n_sessions, "micro_batch": micro_batch})
 
     def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
         t0 = time.perf_counter()
-        step = max(1, min(self.micro_batch, len(batch)))
-        if step >= len(batch):
-            audio, lengths = self._run(batch)
+        step = max(1, self.micro_batch)
+        slices = [(i, min(i + step, len(batch))) for i in range(0, len(batch), step)]
+        if len(slices) == 1:
+            parts = [self._run(batch)]
+        elif self._pool is None:
+            parts = [self._run(batch.slice(a, b)) for a, b in slices]
         else:
-            parts = [self._run(batch.slice(i, i + step)) for i in range(0, len(batch), step)]
-            lengths = np.concatenate([l for _, l in parts])
-            audio = np.zeros((len(batch), int(lengths.max())), dtype=np.int16)
-            row = 0
-            for a, l in parts:
-                audio[row : row + len(l), : a.shape[1]] = a[:, : audio.shape[1]]
-                row += len(l)
+            parts = list(self._pool.map(lambda ab: self._run(batch.slice(*ab)), slices))
+        lengths = np.concatenate([l for _, l in parts])
+        audio = np.zeros((len(batch), int(max(a.shape[1] for a, _ in parts))), dtype=np.int16)
+        row = 0
+        for a, l in parts:
+            audio[row : row + len(l), : a.shape[1]] = a
+            row += len(l)
         return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
 
     def _run(self, batch: SynthesisBatch) -> tuple[np.ndarray, np.ndarray]:
+        session = self._sessions.get()
         try:
-            audio, frames = self.session.run(
+            audio, frames = session.run(
                 ["output", LENGTHS_OUTPUT],
                 {"input": batch.phoneme_ids, "input_lengths": batch.lengths, "scales": batch.scales.as_array()},
             )
@@ -109,6 +126,8 @@ class OnnxEngine:
             if "alloc" in msg.lower() or "memory" in msg.lower():
                 raise EngineOutOfMemory(f"onnxruntime: {msg}") from exc
             raise DeterministicEngineError(f"onnxruntime failed on a batch of {len(batch)}: {msg}") from exc
+        finally:
+            self._sessions.put(session)
         audio = audio.reshape(len(batch), -1)
         lengths = np.minimum(np.rint(frames).astype(np.int64) * self.hop_length, audio.shape[1])
         return float_to_int16(audio), lengths

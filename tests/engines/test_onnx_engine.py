@@ -35,10 +35,21 @@ def test_engine_implements_protocol(onnx_engine):
     assert onnx_engine.info.sample_rate == 22050
 
 
-def test_batched_output_matches_piper_single_utterance(onnx_engine, piper_voice, ids):
+@pytest.fixture(scope="module")
+def batched_engine(voice):
+    """Real batches through one session (the default runs items one per session, in parallel)."""
+    from engines import EngineSpec
+    from engines.onnx_cpu import OnnxEngine
+
+    return OnnxEngine(voice, EngineSpec(threads=2), micro_batch=len(SENTENCES), sessions=1)
+
+
+@pytest.mark.parametrize("which", ["batched", "default"], ids=["one-padded-batch", "parallel-sessions"])
+def test_batched_output_matches_piper_single_utterance(which, batched_engine, onnx_engine, piper_voice, ids):
     from piper.config import SynthesisConfig
 
-    res = onnx_engine.synthesize(SynthesisBatch.from_sequences(ids, DETERMINISTIC))
+    engine = batched_engine if which == "batched" else onnx_engine
+    res = engine.synthesize(SynthesisBatch.from_sequences(ids, DETERMINISTIC))
     assert res.audio.dtype == np.int16 and res.audio.shape[0] == len(ids)
     cfg = SynthesisConfig(noise_scale=0.0, length_scale=1.0, noise_w_scale=0.0, normalize_audio=False)
     for i, seq in enumerate(ids):
