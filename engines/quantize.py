@@ -440,24 +440,13 @@ def build_sim_model(model, sites: list[Site], clips: dict[str, float]):
 
 
 # --------------------------------------------------------------------------- measurement
-def snr_db(ref: np.ndarray, test: np.ndarray) -> float:
-    """10 log10(sum ref^2 / sum (test - ref)^2) over all samples (float64)."""
-    ref = np.asarray(ref, dtype=np.float64)
-    err = np.asarray(test, dtype=np.float64) - ref
-    return float(10 * np.log10(max((ref ** 2).sum(), 1e-30) / max((err ** 2).sum(), 1e-30)))
+from engines.audio_quality import snr_db  # noqa: E402  (one definition, re-exported for the bench)
 
 
 def mcd_function():
-    """The project's mel-cepstral distortion (``bench/quality.py``: 0-8 kHz, c1..c24, speech frames)."""
-    import sys
+    """The project's mel-cepstral distortion (:mod:`engines.audio_quality`: 0-8 kHz, c1..c24, speech frames)."""
+    from engines.audio_quality import mcd
 
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    try:
-        from bench.quality import mcd
-    except ImportError as exc:  # pragma: no cover - a checkout without bench/
-        raise InputError(f"the INT8 sensitivity scan measures MCD with bench/quality.py, which is missing under "
-                         f"{ROOT}; run from a full checkout of the project") from exc
     return mcd
 
 
