@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
-from jobs.errors import DeterministicEngineError, EngineOutOfMemory
+from jobs.errors import DeterministicEngineError, EngineOutOfMemory, TransientEngineError
 
 
 class FakeEngine:
@@ -22,23 +22,29 @@ class FakeEngine:
 
     ``fail_on_id``: raise :class:`DeterministicEngineError` for a batch containing this phoneme id.
     ``oom_over``: raise :class:`EngineOutOfMemory` for batches larger than this.
+    ``transient_first``: the first N calls in this process raise :class:`TransientEngineError` (a lost
+    device, say), to exercise retries.
     ``delay_s``: sleep this long per batch (env ``BOOKTTS_FAKE_DELAY_S`` also sets it), to let tests kill workers mid-batch.
     """
 
     def __init__(self, sample_rate: int = 22050, hop_length: int = 256, frames_per_phoneme: int = 2,
                  max_batch: int = 64, fail_on_id: int | None = None, oom_over: int | None = None,
-                 delay_s: float | None = None) -> None:
+                 delay_s: float | None = None, transient_first: int = 0) -> None:
         self.hop_length = hop_length
         self.frames_per_phoneme = frames_per_phoneme
         self.fail_on_id = fail_on_id
         self.oom_over = oom_over
         self.delay_s = float(os.environ.get("BOOKTTS_FAKE_DELAY_S", "0")) if delay_s is None else delay_s
+        self.transient_left = transient_first
         self.info = EngineInfo("fake", "fp32", "cpu", sample_rate, max_batch)
 
     def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
         t0 = time.perf_counter()
         if self.delay_s:
             time.sleep(self.delay_s)
+        if self.transient_left > 0:
+            self.transient_left -= 1
+            raise TransientEngineError("fake engine: the device went away (transient)")
         if self.oom_over is not None and len(batch) > self.oom_over:
             raise EngineOutOfMemory(f"fake engine: batch of {len(batch)} exceeds {self.oom_over}")
         if self.fail_on_id is not None and bool((batch.phoneme_ids == self.fail_on_id).any()):

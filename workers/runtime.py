@@ -16,6 +16,7 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_MAX_DELIVERIES``     deliveries of one batch before it is declared failed (default 6)
 ``BOOKTTS_FAKE_FAIL_ID``       fake engine only: refuse batches containing this phoneme id
 ``BOOKTTS_FAKE_OOM_OVER``      fake engine only: raise out-of-memory above this batch size
+``BOOKTTS_FAKE_TRANSIENT_FIRST`` fake engine only: the first N batches of each process fail transiently
 ``BOOKTTS_FAKE_DELAY_S``       fake engine only: seconds per batch (read by the engine itself)
 =============================  ==============================================================
 """
@@ -106,7 +107,8 @@ def build_engine(spec: EngineSpec, voice):
         from engines.fake import FakeEngine
 
         return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length, max_batch=spec.max_batch,
-                          fail_on_id=_env_int("BOOKTTS_FAKE_FAIL_ID"), oom_over=_env_int("BOOKTTS_FAKE_OOM_OVER"))
+                          fail_on_id=_env_int("BOOKTTS_FAKE_FAIL_ID"), oom_over=_env_int("BOOKTTS_FAKE_OOM_OVER"),
+                          transient_first=_env_int("BOOKTTS_FAKE_TRANSIENT_FIRST") or 0)
     from engines import load_engine
 
     return load_engine(spec, voice)

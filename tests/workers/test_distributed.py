@@ -455,3 +455,17 @@ def test_worker_that_cannot_build_its_engine_stops_with_one_line(redis_url, tmp_
     assert proc.returncode == 6, err.decode()[-2000:]
     last = err.decode().strip().splitlines()[-1]
     assert last.startswith("error: cannot build the fake engine on cpu: voice model ") and "this worker stopped" in last
+
+
+def test_transient_failures_are_retried_and_the_job_completes(redis_url, start_worker, short_book, tmp_path, voice):
+    """A lost device (TransientEngineError) is retried by Celery (declared on the task), not failed."""
+    store = JobStore(redis_url)
+    start_worker(redis_url, "w1", env={"BOOKTTS_FAKE_TRANSIENT_FIRST": "2"})
+    out = tmp_path / "dist"
+    job_id = submit(redis_url, short_book, out, "--max-batch", "2")
+    info = wait_status(store, job_id, timeout=90)
+    assert info.status is JobStatus.DONE and not store.failures(job_id)
+    retried = [b for b, n in store.deliveries(job_id).items() if isinstance(b, int) and n > 1]
+    assert len(retried) >= 1, "the transient failures were retried (a second delivery of the same batch)"
+    rows = manifest(out)
+    assert_same_output(rows, local_manifest(short_book, tmp_path / "local", voice, max_batch=2))
