@@ -164,3 +164,22 @@ def test_real_voice_end_to_end_is_deterministic_with_zero_noise(short_book, tmp_
         assert np.sqrt(np.mean(x ** 2)) > 0.05, "speech, not silence"
         assert np.linalg.norm(x - y) / np.linalg.norm(y) < 2e-2
     assert a.audio_s > 10
+
+
+@pytest.mark.parametrize("name", ["alice-pg11.txt", "alice-pg11.epub"])
+def test_whole_book_plan_keeps_every_word_of_every_chapter(tmp_path, name):
+    """Segmentation without loss on a real book: each chapter's words come back from its utterances."""
+    from pathlib import Path
+
+    from jobs.ingest import load_book
+
+    book_path = Path(__file__).resolve().parent.parent / "data" / name
+    job = prepare_job([book_path], tmp_path / "o", JobConfig())
+    book = load_book(book_path)
+    assert len(book.chapters) == 12
+    for ch in book.chapters:
+        utts = [r.utt for r in job.rows if r.utt.chapter_index == ch.index]
+        assert [u.utterance_index for u in utts] == list(range(len(utts)))
+        assert " ".join(u.text for u in utts).split() == (ch.title + " " + " ".join(ch.paragraphs)).split()
+        assert all(len(u.phoneme_ids) <= 2 * job.config.max_phonemes + 3 for u in utts)
+    assert job.meta["summary"]["padding_efficiency"] > 0.9
