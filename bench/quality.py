@@ -9,22 +9,8 @@ synthesized in one batch with the voice's default scales and one fixed seed. Sta
 precision yields the same sample counts and the same noise: the comparison is
 sample by sample, no alignment needed. Compared on the engine's int16 output.
 
-SNR (dB), per utterance: ``10 log10( sum ref^2 / sum (x - ref)^2 )`` over the item's samples.
-
-MCD (dB), per utterance (mel-cepstral distortion, Kubichek 1993 form), exactly:
-
-* audio: int16 / 32768, 22050 Hz;
-* frames: 1024-sample periodic Hann window, hop 256, no padding (frame k covers
-  samples ``[256k, 256k + 1024)``); power spectrum ``|rfft(frame, 1024)|^2``;
-* mel filterbank: 80 triangular filters, HTK mel scale ``2595 log10(1 + f/700)``,
-  edges equally spaced in mel between 0 Hz and 8000 Hz (HiFi-GAN's mel range at
-  22.05 kHz), each with peak 1;
-* log-amplitude mel spectrum: ``0.5 * ln(max(mel_power, 1e-10))``;
-* mel-cepstrum: orthonormal DCT-II of that, coefficients ``c_0..c_24``;
-  ``c_0`` (energy) is excluded, ``c_1..c_24`` (24 coefficients) are used;
-* frame distance: ``(10 * sqrt(2) / ln 10) * sqrt( sum_{d=1..24} (c_d - c'_d)^2 )``;
-* MCD = mean frame distance over speech frames: frames whose reference mel energy
-  (sum of mel power) is within 40 dB of the utterance's loudest frame.
+SNR and MCD per utterance: exact definitions in ``engines/audio_quality.py`` (one definition for
+the project; the MCD uses a 0-8 kHz mel filterbank and c_1..c_24 over speech frames).
 
 Also reported: ``mcd_full_band`` (the same with the filterbank up to 11025 Hz; the voice has
 almost no energy above 8 kHz, and there int16 rounding alone moves the cepstrum: +-0.5 LSB

@@ -45,6 +45,7 @@ from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisRes
 from engines.export import FILES, atomic_write_bytes, cache_lock, notice, voice_cache_dir
 from jobs.errors import (DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable,
                          InputError, TransientEngineError)
+from jobs.files import sha256_file as _sha256
 
 log = logging.getLogger("booktts.tensorrt")
 
@@ -134,12 +135,6 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", s).strip("-")[:60] or "gpu"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def plan_key(graph_sha256: str, gpu: str, trt_version: str, precision: str, profile: Profile) -> str:

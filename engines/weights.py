@@ -26,7 +26,6 @@ This module imports no torch: ``numpy``, ``onnx`` (reading ONNX only) and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from jobs.errors import InputError, VoiceError
+from jobs.files import sha256_file as _sha256
 
 #: Version of the metadata layout written by :func:`export_weights`.
 FORMAT_VERSION = "1"
@@ -162,12 +162,6 @@ def onnx_to_state_dict(onnx_path) -> dict[str, np.ndarray]:
     return onnx_state_and_hparams(onnx_path)[0]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def export_weights(voice, out_path, dtype: str = "fp16") -> Path:

@@ -9,6 +9,7 @@ that would leave the output directory.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -20,6 +21,15 @@ from typing import Iterator
 from jobs.errors import UnsafePathError
 
 TMP_MARK = ".tmp-"
+
+
+def sha256_file(path) -> str:
+    """Hex SHA-256 of a file's contents, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table
                        padding_efficiency, to_table)
 from jobs.segment import PauseKind, Segmenter
 from jobs.voice import VoiceConfig, resolve_voice
+from jobs.files import sha256_file as file_sha256
 
 JOB_FILE = "job.json"
 PLAN_FILE = "plan.parquet"
@@ -47,12 +48,6 @@ def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def parse_chapter_selection(spec: str | None, count: int, where: str) -> list[int]:

@@ -8,7 +8,6 @@ ever downloaded.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 from dataclasses import dataclass, field
@@ -90,11 +89,9 @@ _HASHES: dict[str, str] = {}
 
 def _file_sha256(path: str) -> str:
     if path not in _HASHES:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _HASHES[path] = h.hexdigest()
+        from jobs.files import sha256_file
+
+        _HASHES[path] = sha256_file(path)
     return _HASHES[path]
 
 

@@ -55,6 +55,7 @@ from jobs.config import JobConfig
 from jobs.errors import BrokerError, InputError, JobError, TTSError
 from jobs.files import atomic_path, read_json, slug, write_json
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, app, queue_name
+from jobs.files import sha256_file as file_sha256
 
 log = logging.getLogger("booktts.watch")
 
@@ -71,12 +72,6 @@ OPS_QUEUE = "booktts.ops"
 REDIS_LOCK_S = 30 * 60
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def one_line(text: str) -> str:
