@@ -75,6 +75,20 @@ class SynthesisBatch:
     def __len__(self) -> int:
         return int(self.phoneme_ids.shape[0])
 
+    def validate(self, n_vocab: int) -> None:
+        """Refuse what no engine can synthesize: an empty batch, lengths outside the padded width,
+        ids outside the voice's vocabulary (:class:`DeterministicEngineError`: retrying won't help)."""
+        from jobs.errors import DeterministicEngineError
+
+        ids, lengths = self.phoneme_ids, self.lengths
+        if len(self) == 0:
+            raise DeterministicEngineError("empty batch: nothing to synthesize")
+        if lengths.min() < 1 or lengths.max() > ids.shape[1]:
+            raise DeterministicEngineError(f"phoneme lengths must be in 1..{ids.shape[1]}, got {lengths.min()}..{lengths.max()}")
+        if ids.min() < 0 or ids.max() >= n_vocab:
+            raise DeterministicEngineError(f"phoneme ids must be in 0..{n_vocab - 1} for this voice, "
+                                           f"got {ids.min()}..{ids.max()}")
+
     def slice(self, start: int, stop: int) -> "SynthesisBatch":
         """Items ``start:stop``, re-padded to their own longest row."""
         lengths = self.lengths[start:stop]

@@ -17,7 +17,7 @@ import numpy as np
 
 from engines import EngineSpec
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
-from jobs.errors import DeterministicEngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
+from jobs.errors import DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
 
 LENGTHS_OUTPUT = "booktts_frame_lengths"
 #: Items run through one ONNX Runtime session at once. Measured on 2 cores (docs/PERFORMANCE.md):
@@ -27,6 +27,18 @@ CPU_MICRO_BATCH = 1
 #: Most parallel sessions. The cores are shared between sessions of one intra-op thread each
 #: (utterance-level parallelism), which beat one session using every core by 10-14 % on 2 cores.
 MAX_SESSIONS = 8
+
+
+def map_ort_error(exc: BaseException, what: str) -> EngineError:
+    """An onnxruntime failure (its own pybind exception types) as a project engine error."""
+    if isinstance(exc, EngineError):
+        return exc
+    if isinstance(exc, MemoryError):
+        return EngineOutOfMemory(f"onnxruntime ran out of host memory on {what}")
+    msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "alloc" in msg.lower() or "memory" in msg.lower():
+        return EngineOutOfMemory(f"onnxruntime: {msg}")
+    return DeterministicEngineError(f"onnxruntime failed on {what}: {msg}")
 
 
 def _find_frame_lengths_tensor(graph) -> str:
@@ -119,13 +131,8 @@ class OnnxEngine:
                 ["output", LENGTHS_OUTPUT],
                 {"input": batch.phoneme_ids, "input_lengths": batch.lengths, "scales": batch.scales.as_array()},
             )
-        except MemoryError as exc:
-            raise EngineOutOfMemory(f"onnxruntime ran out of memory on a batch of {len(batch)}") from exc
-        except Exception as exc:  # onnxruntime raises its own pybind exception types
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "alloc" in msg.lower() or "memory" in msg.lower():
-                raise EngineOutOfMemory(f"onnxruntime: {msg}") from exc
-            raise DeterministicEngineError(f"onnxruntime failed on a batch of {len(batch)}: {msg}") from exc
+        except Exception as exc:
+            raise map_ort_error(exc, f"a batch of {len(batch)}") from exc
         finally:
             self._sessions.put(session)
         audio = audio.reshape(len(batch), -1)

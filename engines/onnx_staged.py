@@ -25,8 +25,9 @@ import numpy as np
 
 from engines import EngineSpec
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
+from engines.onnx_cpu import map_ort_error
 from engines.export import STAGE_A_INPUTS, STAGE_B_INPUTS, ensure_exported, ort_session, prior_on_frames
-from jobs.errors import DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable
+from jobs.errors import EngineUnavailable
 
 PRECISIONS = ("fp32", "fp16", "int8")
 #: Items of stage B run at once on CPU (as :data:`engines.onnx_cpu.CPU_MICRO_BATCH`: larger CPU
@@ -72,31 +73,13 @@ class OnnxStagedEngine:
         self.info = EngineInfo("onnx", spec.precision, "cpu", voice.sample_rate, spec.max_batch, extra)
 
     # ------------------------------------------------------------------ synthesis
-    def _check(self, batch: SynthesisBatch) -> None:
-        if len(batch) == 0:
-            raise DeterministicEngineError("empty batch: nothing to synthesize")
-        ids, lengths = batch.phoneme_ids, batch.lengths
-        if lengths.min() < 1 or lengths.max() > ids.shape[1]:
-            raise DeterministicEngineError(f"phoneme lengths must be in 1..{ids.shape[1]}, got {lengths.min()}..{lengths.max()}")
-        if ids.min() < 0 or ids.max() >= self.n_vocab:
-            raise DeterministicEngineError(f"phoneme ids must be in 0..{self.n_vocab - 1} for this voice, "
-                                           f"got {ids.min()}..{ids.max()}")
-
     def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
-        self._check(batch)
+        batch.validate(self.n_vocab)
         t0 = time.perf_counter()
         try:
             audio, lengths = self._synthesize(batch)
-        except EngineError:
-            raise
-        except MemoryError as exc:
-            raise EngineOutOfMemory(f"onnxruntime ran out of host memory on a batch of {len(batch)}") from exc
-        except Exception as exc:  # onnxruntime raises its own pybind exception types
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "alloc" in msg.lower() or "memory" in msg.lower():
-                raise EngineOutOfMemory(f"onnxruntime: {msg}") from exc
-            raise DeterministicEngineError(f"onnxruntime (staged, {self.info.precision}) failed on a batch of "
-                                           f"{len(batch)}: {msg}") from exc
+        except Exception as exc:
+            raise map_ort_error(exc, f"a batch of {len(batch)} (staged, {self.info.precision})") from exc
         return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
 
     def _synthesize(self, batch: SynthesisBatch) -> tuple[np.ndarray, np.ndarray]:

@@ -303,18 +303,8 @@ class TorchEngine:
         return DeterministicEngineError(f"torch engine failed in {where}: {type(exc).__name__}: {msg}")
 
     # ------------------------------------------------------------------ synthesis
-    def _check(self, batch: SynthesisBatch) -> None:
-        ids, lengths = batch.phoneme_ids, batch.lengths
-        if len(batch) == 0:
-            raise DeterministicEngineError("empty batch: nothing to synthesize")
-        if lengths.min() < 1 or lengths.max() > ids.shape[1]:
-            raise DeterministicEngineError(f"phoneme lengths must be in 1..{ids.shape[1]}, got {lengths.min()}..{lengths.max()}")
-        if ids.min() < 0 or ids.max() >= self.n_vocab:
-            raise DeterministicEngineError(f"phoneme ids must be in 0..{self.n_vocab - 1} for this voice, "
-                                           f"got {ids.min()}..{ids.max()}")
-
     def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
-        self._check(batch)
+        batch.validate(self.n_vocab)
         t0 = time.perf_counter()
         try:
             audio, lengths = self._synthesize(batch)
