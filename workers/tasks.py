@@ -223,6 +223,15 @@ class BatchTask(Task):
         _HOLDERS.pop(str(task_id), None)
 
 
+def _hold_for_retry(store: JobStore, job_id: str, key, holder, lease_seconds: float) -> None:
+    """Keep the lease through Celery's retry backoff (same task id). If the retry never starts,
+    the lease expires and the reaper re-enqueues the work; a Redis that is down changes nothing."""
+    try:
+        store.hold(job_id, key, holder, RETRY_BACKOFF_MAX + lease_seconds)
+    except redis.exceptions.RedisError:
+        pass
+
+
 @app.task(bind=True, base=BatchTask, name=TASK_SYNTHESIZE, autoretry_for=RETRYABLE, max_retries=MAX_RETRIES,
           retry_backoff=RETRY_BACKOFF, retry_backoff_max=RETRY_BACKOFF_MAX, retry_jitter=True,
           acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -266,12 +275,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
         _request_worker_shutdown()
         raise Reject(str(exc.inner), requeue=True) from exc
     except RETRYABLE:
-        # Keep the lease for the retry (same task id): if the retry never starts, it expires and
-        # the reaper re-enqueues the batch.
-        try:
-            store.hold(job_id, batch_id, holder, RETRY_BACKOFF_MAX + s.lease_seconds)
-        except redis.exceptions.RedisError:
-            pass
+        _hold_for_retry(store, job_id, batch_id, holder, s.lease_seconds)
         raise
     audio_s = rec.audio_samples / rec.sample_rate
     summary = {"worker": rec.worker, "attempt": rec.attempt, "audio_s": round(audio_s, 3),
@@ -337,10 +341,7 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
                 return {"job": job_id, "requeued": missing}
             summary = finalize(job)
     except RETRYABLE:
-        try:
-            store.hold(job_id, FINALIZE, holder, RETRY_BACKOFF_MAX + s.lease_seconds)
-        except redis.exceptions.RedisError:
-            pass
+        _hold_for_retry(store, job_id, FINALIZE, holder, s.lease_seconds)
         raise
     store.finish(job_id, asdict(summary))
     runtime.forget_job(job_id)
