@@ -23,7 +23,7 @@ import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
 from jobs.config import AUDIO_FORMATS, JobConfig
-from jobs.errors import InputError, JobError, EngineOutOfMemory
+from jobs.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from jobs.files import atomic_path, inside, read_json, slug, write_json
 from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
@@ -173,8 +173,6 @@ class Job:
     def finalized(self) -> bool:
         return (self.out_dir / WORK_DIR / FINALIZED_FILE).exists() and (self.out_dir / MANIFEST_FILE).exists()
 
-    def chapter_files(self) -> list[str]:
-        return [c["file"] for b in self.meta["books"] for c in b["chapters"] if c["selected"]]
 
 
 def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig) -> str:
@@ -326,8 +324,6 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
         b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed)
         return a + b, ms_a + ms_b, s_a + s_b + 1
     if len(res.sample_lengths) != len(rows):
-        from jobs.errors import DeterministicEngineError
-
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
     return [res.item(i) for i in range(len(rows))], res.infer_ms, 0
 
@@ -343,6 +339,8 @@ def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None
     existing = job.batch_record(batch_id)
     if existing is not None:
         return existing
+    if engine.info.sample_rate != job.sample_rate:  # checked before any audio is written
+        raise DeterministicEngineError(f"engine sample rate {engine.info.sample_rate} differs from the voice's {job.sample_rate}")
     rows = job.batch_rows(batch_id)
     started = now_iso()
     seed = (int(job.job_id[:8], 16) + batch_id) & 0x7FFFFFFF
@@ -367,10 +365,6 @@ def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None
         worker=worker or default_worker_name(), attempt=attempt, queued_at=queued_at,
         sample_rate=engine.info.sample_rate, splits=splits,
     )
-    if rec.sample_rate != job.sample_rate:
-        from jobs.errors import DeterministicEngineError
-
-        raise DeterministicEngineError(f"engine sample rate {rec.sample_rate} differs from the voice's {job.sample_rate}")
     if rec_path.exists():  # another delivery finished first: keep its record, drop our audio
         (rec_path.parent / audio_name).unlink(missing_ok=True)
         return BatchRecord.load(rec_path)
