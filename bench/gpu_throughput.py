@@ -100,14 +100,15 @@ class Bench:
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(self.out, indent=2, default=str))
 
-    def engine(self, precision: str, compiled: bool, max_batch: int, channels_last: bool = False):
+    def engine(self, precision: str, compiled: bool, max_batch: int, channels_last: bool = False,
+               fused: bool = False):
         from engines import EngineSpec
         from engines.torch_engine import TorchEngine
 
         spec = EngineSpec(name="torch", precision=precision, device=self.args.device, max_batch=max_batch)
         t0 = time.perf_counter()
         e = TorchEngine(self.voice, spec, weights_path=self.args.weights, compile=compiled, warmup=False,
-                        channels_last=channels_last)
+                        channels_last=channels_last or fused, fused=fused)
         return e, time.perf_counter() - t0
 
     def whole(self, eng, b: int, label: str, seqs=None) -> dict:
@@ -127,7 +128,7 @@ class Bench:
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
         audio_s = samples / self.sr
-        label = label + (" NHWC" if eng.channels_last else "")
+        label = label + (" fused" if eng.fused else " NHWC" if eng.channels_last else "")
         row = {"config": label, "precision": eng.info.precision, "compiled": eng.compiled, "batch": b,
                "sentences": len(seqs), "audio_s": round(audio_s, 1), "first_pass_s": round(first, 2),
                "median_s": round(med, 4), "spread_s": round(max(times) - min(times), 4),
@@ -145,7 +146,7 @@ class Bench:
         torch = self.torch
         dec = eng.dec
         fn = torch.compile(dec, dynamic=False) if compiled else dec
-        layout = "NHWC" if dec.channels_last else "NCL"
+        layout = "fused" if dec.fused else "NHWC" if dec.channels_last else "NCL"
         c = eng.hparams.inter_channels
         z = torch.randn(rows, c, frames, device=eng.device, dtype=eng.dtype)
         lens = torch.full((rows,), frames, device=eng.device)
@@ -315,8 +316,12 @@ def main(argv=None) -> int:
     ap.add_argument("--n1", type=int, default=128, help="sentences for batch-1 configurations")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batches", default="256,1024")
-    ap.add_argument("--sections", default="baseline,decoder,eager,profile,compiled16,bf16,compiled_bf16,decoder_compiled")
+    ap.add_argument("--sections", default="baseline,decoder,eager,profile,compiled16,nhwc,bf16,compiled_bf16,"
+                                           "decoder_compiled")
     ap.add_argument("--budget-s", type=float, default=520.0)
+    ap.add_argument("--fused", choices=("auto", "0", "1"), default="auto",
+                    help="decoder resblocks through the fused Triton kernel (auto: whichever the decoder section "
+                         "measured faster; without that section, fused)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     if a.make_data:
@@ -348,43 +353,48 @@ def main(argv=None) -> int:
             bench.save()
 
     big = max(batches)
-    best_cl = True
+    mode = {"channels_last": True, "fused": a.fused != "0"}
     if go("baseline"):
         e32, _ = bench.engine("fp32", False, 1)
         guarded(bench.whole, e32, 1, "eager fp32 (baseline)", s1)
         del e32
-    if go("decoder"):
+    if go("decoder"):  # the decoder alone: cuDNN NHWC convolutions against the fused Triton resblocks
         res = {}
-        for cl in (False, True):
-            e, _ = bench.engine("fp16", False, big, channels_last=cl)
-            r = guarded(bench.decoder_alone, e, 64, 512, False)
-            res[cl] = r["median_s"] if r else float("inf")
+        for fused in (False, True):
+            e = guarded(bench.engine, "fp16", False, big, True, fused)
+            r = guarded(bench.decoder_alone, e[0], 64, 512, False) if e else None
+            res[fused] = r["median_s"] if r else float("inf")
             del e
-        best_cl = res[True] <= res[False]
-        bench.out["decoder_layout"] = "NHWC" if best_cl else "NCL"
+        if a.fused == "auto":
+            mode["fused"] = res[True] <= res[False]
+        bench.out["decoder_mode"] = "fused" if mode["fused"] else "NHWC"
     if go("eager"):
-        e, _ = bench.engine("fp16", False, big, channels_last=best_cl)
+        e, _ = bench.engine("fp16", False, big, **mode)
         for b in batches:
             guarded(bench.whole, e, b, "eager fp16")
         if go("profile"):
             guarded(bench.profile, e, big)
         del e
     if go("compiled16"):
-        e, build_s = bench.engine("fp16", True, big, channels_last=best_cl)
+        e, build_s = bench.engine("fp16", True, big, **mode)
         for b in [big, 1]:
             if go("compiled16"):
                 guarded(bench.whole, e, b, "compiled fp16 + CUDA graphs", s1 if b == 1 else None)
         del e
+    if go("nhwc"):  # the previous best configuration, measured in the same run
+        e, _ = bench.engine("fp16", True, big, channels_last=True, fused=False)
+        guarded(bench.whole, e, big, "compiled fp16 + CUDA graphs")
+        del e
     if go("bf16"):
-        e, _ = bench.engine("bf16", False, big, channels_last=best_cl)
+        e, _ = bench.engine("bf16", False, big, **mode)
         guarded(bench.whole, e, big, "eager bf16")
         del e
     if go("compiled_bf16"):
-        e, _ = bench.engine("bf16", True, big, channels_last=best_cl)
+        e, _ = bench.engine("bf16", True, big, **mode)
         guarded(bench.whole, e, big, "compiled bf16 + CUDA graphs")
         del e
     if go("decoder_compiled"):
-        e, _ = bench.engine("fp16", False, big, channels_last=best_cl)
+        e, _ = bench.engine("fp16", False, big, **mode)
         guarded(bench.decoder_alone, e, 64, 512, True)
         del e
     bench.out["elapsed_s"] = round(bench.elapsed(), 1)

@@ -74,7 +74,8 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
     for prec in precisions:
         t0 = time.perf_counter()
         try:
-            res = engine(prec).synthesize(batch)
+            eng = engine(prec)
+            res = eng.synthesize(batch)
         except Exception as exc:  # a precision the host cannot run: say so and go on
             out["results"][prec] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
             continue
@@ -90,6 +91,8 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
             "mcd_db_mean": float(np.mean(mcds)), "mcd_db_max": float(np.max(mcds)),
             "mcd_full_band_db_mean": float(np.mean(full)),
             "seconds": round(time.perf_counter() - t0, 2),
+            "fused_resblocks": bool(eng.info.extra.get("fused_resblocks")),
+            "channels_last": bool(eng.info.extra.get("channels_last")),
         }
     return out
 

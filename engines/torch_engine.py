@@ -56,6 +56,9 @@ from jobs.errors import (
 WEIGHTS_ENV = "BOOKTTS_TORCH_WEIGHTS"
 #: "0" runs eager on CUDA (no torch.compile / CUDA graphs: fast start), "1" compiles; unset: compile on CUDA.
 COMPILE_ENV = "BOOKTTS_TORCH_COMPILE"
+#: "0" runs the decoder's resblocks as PyTorch/cuDNN convolutions, "1" through the fused Triton kernel;
+#: unset: fused on CUDA at fp16/bf16 when Triton is importable.
+FUSED_ENV = "BOOKTTS_TORCH_FUSED"
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -99,7 +102,8 @@ class TorchEngine:
     def __init__(self, voice, spec: EngineSpec | None = None, *, weights_path=None, compile: bool | None = None,
                  warmup: bool | list = True, buckets: list[int] | None = None,
                  max_frames_per_chunk: int | None = None, max_phonemes_per_chunk: int = 65536,
-                 channels_last: bool | None = None, allow_cpu_half: bool = False) -> None:
+                 channels_last: bool | None = None, fused: bool | None = None,
+                 allow_cpu_half: bool = False) -> None:
         spec = spec or EngineSpec(name="torch")
         torch = _import_torch()
         self.torch = torch
@@ -164,6 +168,27 @@ class TorchEngine:
 
                     self.dec = copy.deepcopy(self.model.dec)
                 self.dec.use_channels_last()
+            # fused Triton resblocks (one memory pass per convolution) on CUDA at half precision
+            from engines.torch_vits import fused_conv
+
+            if fused is None and os.environ.get(FUSED_ENV, "") in ("0", "1"):
+                fused = os.environ[FUSED_ENV] == "1"
+            if fused is None:
+                fused = self.channels_last and self.is_cuda and self.dtype != torch.float32 and fused_conv.available()
+            if fused and not fused_conv.available():
+                raise EngineUnavailable("the fused decoder needs Triton (pip install triton); "
+                                        f"or set {FUSED_ENV}=0")
+            if fused and not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+                raise EngineUnavailable(f"the fused decoder runs on CUDA devices (on cpu only under Triton's "
+                                        f"interpreter, TRITON_INTERPRET=1); unset {FUSED_ENV} or use --device cuda:0")
+            self.fused = bool(fused)
+            if self.fused:
+                if self.dec is self.model.dec:
+                    import copy
+
+                    self.dec = copy.deepcopy(self.model.dec)
+                self.channels_last = True
+                self.dec.use_fused_resblocks()
         self.hop = self.hparams.hop_length
         self.n_vocab = self.hparams.n_vocab
         self.buckets = sorted(buckets or DEFAULT_BUCKETS)
@@ -209,7 +234,7 @@ class TorchEngine:
         self.info = EngineInfo(
             "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
-             "channels_last": self.channels_last,
+             "channels_last": self.channels_last, "fused_resblocks": self.fused,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
         )

@@ -439,6 +439,7 @@ class Generator(nn.Module):
                 self.resblocks.append(block(ch // 2 ** (i + 1), rk, rd))
         self.conv_post = nn.Conv1d(ch // 2 ** len(self.ups), 1, 7, padding=3, bias=False)
         self.channels_last = False
+        self.fused = False
 
     def use_channels_last(self, on: bool = True) -> "Generator":
         """Run as 2-D NHWC convolutions. Call after any dtype/device move: the 4-D weights
@@ -449,6 +450,49 @@ class Generator(nn.Module):
                 m.weight_nhwc = (m.weight.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)
                                  if on else None)
         return self
+
+    def use_fused_resblocks(self, on: bool = True) -> "Generator":
+        """Run the resblocks with the fused Triton kernel (:mod:`engines.torch_vits.fused_conv`):
+        one memory pass per convolution instead of six or seven. Implies :meth:`use_channels_last`
+        (the kernel's ``[B, T, C]`` tensors are the NHWC tensors' memory). Call after any
+        dtype/device move: the kernel's weight layout is made here."""
+        from engines.torch_vits import fused_conv
+
+        if on:
+            self.use_channels_last(True)
+            for rb in self.resblocks:
+                for m in rb.modules():
+                    if isinstance(m, nn.Conv1d):
+                        m.weight_kio = fused_conv.pack_weight(m.weight)
+        self.fused = on
+        return self
+
+    def _fused_resblocks(self, x, lengths, scale, stage):
+        """The resblocks of one upsampling stage and their average, on a channels-last
+        ``[B, C, 1, T]`` tensor, through the fused kernel; returns the same layout."""
+        from engines.torch_vits.fused_conv import resconv
+
+        xb = x.squeeze(2).transpose(1, 2)  # [B, T, C], a view of the NHWC memory
+        if not xb.is_contiguous():
+            xb = xb.contiguous()
+        lengths = lengths.contiguous()
+        total = torch.empty_like(xb)
+        for j in range(self.num_kernels):
+            rb = self.resblocks[self.num_kernels * stage + j]
+            last = j == self.num_kernels - 1
+            fin = dict(accumulate=total if j else None, out=total, out_scale=1.0 / self.num_kernels if last else 1.0)
+            if isinstance(rb, ResBlock2):
+                h = xb
+                for n, c in enumerate(rb.convs):
+                    kw = fin if n == len(rb.convs) - 1 else {}
+                    h = resconv(h, c.weight_kio, c.bias, lengths, scale, c.dilation[0], residual=h, **kw)
+            else:
+                h = xb
+                for n, (c1, c2) in enumerate(zip(rb.convs1, rb.convs2)):
+                    kw = fin if n == len(rb.convs1) - 1 else {}
+                    t = resconv(h, c1.weight_kio, c1.bias, lengths, scale, c1.dilation[0])
+                    h = resconv(t, c2.weight_kio, c2.bias, lengths, scale, c2.dilation[0], residual=h, **kw)
+        return total.transpose(1, 2).unsqueeze(2)
 
     def _conv(self, m, x):
         if x.dim() == 3:
@@ -473,6 +517,9 @@ class Generator(nn.Module):
         for i, up in enumerate(self.ups):
             x = self._conv(up, F.leaky_relu(x, LRELU_SLOPE) * self._mask(lengths * scale, t * scale, x))
             scale *= self.upsample_rates[i]
+            if self.fused:
+                x = self._fused_resblocks(x, lengths, scale, i)
+                continue
             mask = self._mask(lengths * scale, t * scale, x)
             xs = None
             for j in range(self.num_kernels):

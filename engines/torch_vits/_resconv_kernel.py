@@ -1,0 +1,39 @@
+"""The Triton kernel behind :func:`engines.torch_vits.fused_conv.resconv` (see that module).
+
+Kept in its own module so that it is jitted when first imported, not when
+:mod:`~engines.torch_vits.fused_conv` is: Triton decides between compiling for the GPU and
+its CPU interpreter (``TRITON_INTERPRET=1``) at that moment.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def resconv_kernel(x_ptr, w_ptr, b_ptr, res_ptr, acc_ptr, out_ptr, len_ptr,
+                    T, len_scale, dilation, out_scale, slope,
+                    C: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr,
+                    HAS_RES: tl.constexpr, HAS_ACC: tl.constexpr):
+    pid_t = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    length = tl.minimum(tl.load(len_ptr + pid_b).to(tl.int32) * len_scale, T)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_c = tl.arange(0, C)
+    base = pid_b * T * C
+    acc = tl.zeros((BLOCK_T, C), dtype=tl.float32)
+    for j in tl.static_range(K):
+        src = offs_t + (j - (K - 1) // 2) * dilation
+        ok = (src >= 0) & (src < length)
+        xt = tl.load(x_ptr + base + src[:, None] * C + offs_c[None, :], mask=ok[:, None], other=0.0)
+        xt = tl.where(xt > 0, xt, xt * slope).to(x_ptr.dtype.element_ty)
+        wj = tl.load(w_ptr + j * C * C + offs_c[:, None] * C + offs_c[None, :])
+        acc += tl.dot(xt, wj)
+    acc += tl.load(b_ptr + offs_c).to(tl.float32)[None, :]
+    inside = (offs_t < T)[:, None]
+    here = base + offs_t[:, None] * C + offs_c[None, :]
+    if HAS_RES:
+        acc += tl.load(res_ptr + here, mask=inside, other=0.0).to(tl.float32)
+    if HAS_ACC:
+        acc += tl.load(acc_ptr + here, mask=inside, other=0.0).to(tl.float32)
+    acc = acc * out_scale
+    tl.store(out_ptr + here, acc.to(out_ptr.dtype.element_ty), mask=inside)

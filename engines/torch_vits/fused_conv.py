@@ -1,0 +1,104 @@
+"""Fused residual-block convolution of the HiFi-GAN decoder, as a Triton kernel.
+
+The decoder's resblocks are chains of ``x -> residual + conv(leaky_relu(x) * mask)`` on
+32 to 128 channels. Run as separate PyTorch operations (activation, mask multiply,
+cuDNN convolution, bias, residual addition, the average of the resblocks), each
+element crosses memory six or seven times, and cuDNN's kernels for these small
+channel counts reach about 49 TFLOP/s on an H200 (docs/PERFORMANCE.md). This module
+does one pass per convolution: a program loads a ``[BLOCK_T, C]`` tile of the input
+for each of the ``K`` taps, applies leaky ReLU and the time mask while loading,
+multiplies it by the tap's ``[C, C]`` weight on the tensor cores (``tl.dot``) and
+adds bias, residual and (for the last convolution of a resblock) the running sum of
+the resblocks before one store.
+
+Layout: activations are ``[B, T, C]`` contiguous, which is the memory of the
+decoder's channels-last ``[B, C, 1, T]`` tensors, so no copy is needed to switch
+between this kernel and cuDNN's NHWC convolutions.
+
+What it does not know: where the weights came from, the model, or text. It needs
+Triton and a CUDA tensor (or ``TRITON_INTERPRET=1`` and CPU tensors, which is how
+the tests run it without a GPU); :func:`available` says whether it can run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+import importlib.util
+
+#: Channel counts the kernel handles (``tl.dot`` needs at least 16; powers of two).
+SUPPORTED_CHANNELS = (16, 32, 64, 128, 256)
+
+
+def available() -> bool:
+    """True when Triton is importable (a CUDA device, or the interpreter, is still needed to run)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def _block_config(channels: int) -> tuple[int, int]:
+    """(time positions per program, warps) for a channel count: an fp32 accumulator of
+    ``BLOCK_T x C`` lives in registers, so wider layers take shorter tiles."""
+    if channels <= 32:
+        return 128, 4
+    if channels <= 64:
+        return 128, 4
+    return 64, 4
+
+
+def _kernel():
+    """The jitted kernel, imported on first use. Triton is not imported before: it reads
+    ``TRITON_INTERPRET`` when it is first imported, so a process (a test) can still choose
+    the interpreter after importing this module."""
+    from engines.torch_vits._resconv_kernel import resconv_kernel
+
+    return resconv_kernel
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A Conv1d weight ``[C_out, C_in, K]`` as the kernel reads it: ``[K, C_in, C_out]`` contiguous."""
+    return weight.detach().permute(2, 1, 0).contiguous()
+
+
+def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: torch.Tensor, len_scale: int,
+            dilation: int, *, residual: torch.Tensor | None = None, accumulate: torch.Tensor | None = None,
+            out_scale: float = 1.0, slope: float = 0.1, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out = (conv(leaky_relu(x) * mask) + bias + residual + accumulate) * out_scale`` on ``[B, T, C]``.
+
+    ``mask`` keeps time positions ``< lengths[b] * len_scale`` (the convolution's zero
+    padding and the item's padded tail read as 0). The convolution has odd kernel size
+    ``K`` (from ``w_kio``), stride 1, the given dilation and "same" padding.
+    ``out`` may be ``accumulate`` (each element is read before it is written) but not ``x``.
+    """
+    b, t, c = x.shape
+    k = w_kio.shape[0]
+    if not x.is_contiguous() or tuple(w_kio.shape) != (k, c, c) or k % 2 == 0:
+        raise ValueError(f"resconv needs a contiguous [B, T, C] input and a [K, C, C] weight with odd K; "
+                         f"got {tuple(x.shape)} and {tuple(w_kio.shape)}")
+    if out is None:
+        out = torch.empty_like(x)
+    block_t, warps = _block_config(c)
+    grid = (-(-t // block_t), b)
+    dummy = x  # never read when the flag is off
+    _kernel()[grid](
+        x, w_kio, bias, residual if residual is not None else dummy, accumulate if accumulate is not None else dummy,
+        out, lengths, t, int(len_scale), int(dilation), float(out_scale), float(slope),
+        C=c, K=k, BLOCK_T=block_t, HAS_RES=residual is not None, HAS_ACC=accumulate is not None,
+        num_warps=warps,
+    )
+    return out
+
+
+def resconv_reference(x, weight, bias, lengths, len_scale, dilation, *, residual=None, accumulate=None,
+                      out_scale=1.0, slope=0.1):
+    """What :func:`resconv` computes, in plain PyTorch (``weight`` in Conv1d layout ``[C_out, C_in, K]``)."""
+    b, t, c = x.shape
+    k = weight.shape[-1]
+    mask = (torch.arange(t, device=x.device)[None, :] < (lengths.long() * len_scale)[:, None]).to(x.dtype)
+    h = torch.nn.functional.leaky_relu(x, slope) * mask[:, :, None]
+    y = torch.nn.functional.conv1d(h.transpose(1, 2).float(), weight.float(), bias.float(),
+                                   padding=dilation * (k - 1) // 2, dilation=dilation).transpose(1, 2)
+    if residual is not None:
+        y = y + residual.float()
+    if accumulate is not None:
+        y = y + accumulate.float()
+    return (y * out_scale).to(x.dtype)

@@ -1,0 +1,102 @@
+"""Cases for test_fused_conv.py, run in a child process (see there why) or in-process on CUDA.
+
+``python tests/engines/fused_conv_cases.py [cpu|cuda]`` prints one JSON object:
+case id -> {"err": max |kernel - reference|, "scale": max |reference|, ...}.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from engines.torch_vits import fused_conv as F  # noqa: E402
+
+# (id, channels, kernel, dilation, dtype, residual, accumulate, out_scale)
+KERNEL_CASES = [
+    ("c32-k3-d1-fp16-plain", 32, 3, 1, "float16", False, False, 1.0),
+    ("c32-k5-d2-fp16-residual", 32, 5, 2, "float16", True, False, 1.0),
+    ("c64-k7-d12-fp16-residual+sum/3", 64, 7, 12, "float16", True, True, 1 / 3),
+    ("c128-k3-d6-bf16-residual", 128, 3, 6, "bfloat16", True, False, 1.0),
+    ("c16-k1-d1-fp32-sum", 16, 1, 1, "float32", False, True, 0.5),
+]
+
+
+def kernel_cases(device: str) -> dict:
+    out = {}
+    g = torch.Generator().manual_seed(0)
+    for cid, c, k, d, dt, has_res, has_acc, scale in KERNEL_CASES:
+        if device == "cuda" and dt == "float32":
+            continue  # tl.dot rounds fp32 to tf32 on the GPU; the engine never runs the kernel in fp32
+        if device == "cpu" and dt == "bfloat16":
+            continue  # Triton's CPU interpreter returns garbage for bf16 (numpy has no bf16), even for 1x1
+        dtype = getattr(torch, dt)
+        b, t = 3, 200
+        x = torch.randn(b, t, c, generator=g).to(dtype)
+        w = (torch.randn(c, c, k, generator=g) / (c * k) ** 0.5).to(dtype)
+        bias = torch.randn(c, generator=g).to(dtype)
+        # a full item, a short one, and one whose scaled length runs past T (clipped to T)
+        lengths = torch.tensor([t // 2, 19, t // 2 + 7])
+        res = torch.randn(b, t, c, generator=g).to(dtype) if has_res else None
+        acc = torch.randn(b, t, c, generator=g).to(dtype) if has_acc else None
+        ref = F.resconv_reference(x, w, bias, lengths, 2, d, residual=res, accumulate=acc, out_scale=scale)
+        mv = lambda z: None if z is None else z.to(device)  # noqa: E731
+        y = F.resconv(x.to(device), F.pack_weight(w).to(device), bias.to(device), lengths.to(device), 2, d,
+                      residual=mv(res), accumulate=mv(acc), out_scale=scale).cpu()
+        out[cid] = {"err": float((y.float() - ref.float()).abs().max()), "scale": float(ref.float().abs().max()),
+                    "dtype": dt}
+    return out
+
+
+def _decoder():
+    from engines.torch_vits.hparams import VitsHParams
+    from engines.torch_vits.modules import Generator
+    from engines.weights import onnx_state_and_hparams
+    from jobs.voice import resolve_voice
+
+    state, hp = onnx_state_and_hparams(resolve_voice().model_path)
+    gen = Generator(VitsHParams.from_dict(hp))
+    gen.load_state_dict({k[4:]: torch.from_numpy(np.array(v, dtype=np.float32))
+                         for k, v in state.items() if k.startswith("dec.")})
+    return gen.eval()
+
+
+def generator_cases(device: str) -> dict:
+    """The voice's own decoder, fused against plain, fp32 on CPU (fp16 on CUDA, both sides)."""
+    dtype = torch.float32 if device == "cpu" else torch.float16
+    plain = _decoder().to(device, dtype)
+    fused = copy.deepcopy(plain).use_fused_resblocks()
+    g = torch.Generator().manual_seed(1)
+    frames = 12 if device == "cpu" else 300
+    short = frames * 7 // 12
+    x = torch.randn(2, plain.conv_pre.in_channels, frames, generator=g)
+    x[1, :, short:] = 0
+    x = x.to(device, dtype)
+    lengths = torch.tensor([frames, short], device=device)
+    hop = int(np.prod(plain.upsample_rates))
+    with torch.no_grad():
+        ref = plain(x, lengths).float().cpu()
+        y = fused(x, lengths).float().cpu()
+        alone = fused(x[1:, :, :short].contiguous(), lengths[1:]).float().cpu()
+    rel = float((y - ref).norm() / ref.norm())
+    return {
+        "decoder-fused-vs-plain": {"rel_l2": rel, "dtype": str(dtype)},
+        "decoder-fused-tail-zero": {"err": float(y[1, short * hop:].abs().max()), "scale": 1.0},
+        "decoder-fused-padding-independent": {
+            "rel_l2": float((y[1, :short * hop] - alone[0]).norm() / alone[0].norm())},
+    }
+
+
+def main(device: str) -> None:
+    print(json.dumps({**kernel_cases(device), **generator_cases(device)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
