@@ -61,13 +61,15 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
 
 def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: torch.Tensor, len_scale: int,
             dilation: int, *, residual: torch.Tensor | None = None, accumulate: torch.Tensor | None = None,
-            out_scale: float = 1.0, slope: float = 0.1, out: torch.Tensor | None = None) -> torch.Tensor:
+            out_scale: float = 1.0, slope: float = 0.1, out: torch.Tensor | None = None,
+            block: tuple[int, int] | None = None) -> torch.Tensor:
     """``out = (conv(leaky_relu(x) * mask) + bias + residual + accumulate) * out_scale`` on ``[B, T, C]``.
 
     ``mask`` keeps time positions ``< lengths[b] * len_scale`` (the convolution's zero
     padding and the item's padded tail read as 0). The convolution has odd kernel size
     ``K`` (from ``w_kio``), stride 1, the given dilation and "same" padding.
     ``out`` may be ``accumulate`` (each element is read before it is written) but not ``x``.
+    ``block``: (time positions per program, warps), for tuning; default :func:`_block_config`.
     """
     b, t, c = x.shape
     k = w_kio.shape[0]
@@ -76,7 +78,7 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
                          f"got {tuple(x.shape)} and {tuple(w_kio.shape)}")
     if out is None:
         out = torch.empty_like(x)
-    block_t, warps = _block_config(c)
+    block_t, warps = block or _block_config(c)
     grid = (-(-t // block_t), b)
     dummy = x  # never read when the flag is off
     _kernel()[grid](

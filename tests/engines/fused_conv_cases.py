@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -58,10 +59,15 @@ def kernel_cases(device: str) -> dict:
 def _decoder():
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.modules import Generator
-    from engines.weights import onnx_state_and_hparams
-    from jobs.voice import resolve_voice
+    if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package
+        from engines.weights import read_weights
 
-    state, hp = onnx_state_and_hparams(resolve_voice().model_path)
+        state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
+    else:
+        from engines.weights import onnx_state_and_hparams
+        from jobs.voice import resolve_voice
+
+        state, hp = onnx_state_and_hparams(resolve_voice().model_path)
     gen = Generator(VitsHParams.from_dict(hp))
     gen.load_state_dict({k[4:]: torch.from_numpy(np.array(v, dtype=np.float32))
                          for k, v in state.items() if k.startswith("dec.")})
