@@ -8,14 +8,33 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
 2. Items are sorted by frame count and grouped into **frame buckets**
    (:data:`DEFAULT_BUCKETS`: multiples of 64 frames up to 512, of 128 up to 1024,
    of 256 up to 2048, of 512 up to 4096, then of 1024). A bucket is split into
-   chunks of at most ``max_frames_per_chunk // bucket`` items. On CUDA a chunk's
-   batch axis is padded to a power of two, so stage B only ever sees a few fixed
-   shapes: cuDNN autotunes each once, and they are compiled (``torch.compile``, mode
-   ``reduce-overhead``: Inductor kernels replayed as CUDA graphs) and warmed up when
-   the engine is built. Stage A is chunked by phoneme length (multiples of 32).
+   chunks of at most ``max_frames_per_chunk // bucket`` items (:meth:`TorchEngine.chunk_rows`).
+   On CUDA a chunk's batch axis is padded by :func:`round_rows` to the next of
+   1, 2, 3, 4, 6, 8, 12, 16, 24, ... (``2^k`` and ``3*2^k``, less than 50% padding),
+   never past the bucket's chunk size, so stage B only ever sees a bounded set of
+   shapes (:meth:`TorchEngine.warmup_shapes`): cuDNN autotunes each once, and they
+   are compiled (``torch.compile``, mode ``reduce-overhead``: Inductor kernels
+   replayed as CUDA graphs). Stage A is chunked by phoneme length (multiples of 32).
 3. **Stage B** (flow + HiFi-GAN at the engine's precision) turns each chunk's prior
-   ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device, written
-   into one padded ``[B, S]`` buffer; one copy brings it to (pinned) host memory.
+   ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device. On CUDA
+   each chunk's rows are written into one zeroed ``[B, S]`` int16 tensor on the
+   device, and one asynchronous copy brings it into a freshly allocated pinned host
+   tensor whose memory the returned numpy array uses (PyTorch's caching host
+   allocator recycles the pinned blocks of freed results; no result is ever
+   overwritten by a later call). On CPU the chunks are copied into a numpy array.
+
+Warm-up (CUDA only; ``warmup`` argument, else ``$BOOKTTS_TORCH_WARMUP``):
+
+* ``"full"``: every stage-B shape a batch of up to ``spec.max_batch`` items can
+  produce is run at construction (cuDNN autotuning; CUDA graph recording when
+  compiled). The default for compiled engines; minutes for large ``max_batch``.
+* ``"lazy"``: nothing at construction; each shape is autotuned (and, compiled,
+  recorded) the first time a batch uses it. The default for eager engines
+  (``compile=False``): a one-off ``cli.py run`` only pays for the shapes it uses.
+* a list of ``(rows, frames)`` shapes: those only.
+
+``True`` means ``"full"`` and ``False`` ``"lazy"``. ``info.extra["warmup"]`` says
+which mode the engine was built with (``"none"`` on CPU, where nothing is warmed).
 
 Padding: every convolution of stage B sees its input multiplied by the item's time
 mask, so samples inside an item's length do not depend on what else is in the
@@ -59,6 +78,10 @@ COMPILE_ENV = "BOOKTTS_TORCH_COMPILE"
 #: "0" runs the decoder's resblocks as PyTorch/cuDNN convolutions, "1" through the fused Triton kernel;
 #: unset: fused on CUDA at fp16/bf16 when Triton is importable.
 FUSED_ENV = "BOOKTTS_TORCH_FUSED"
+#: "full" warms every stage-B shape up at construction, "lazy" none (each is tuned on first use);
+#: unset: full when compiled, lazy when eager. An explicit ``warmup`` argument wins.
+WARMUP_ENV = "BOOKTTS_TORCH_WARMUP"
+WARMUP_MODES = ("full", "lazy")
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -81,11 +104,36 @@ def bucket_for(frames: int, buckets=DEFAULT_BUCKETS) -> int:
     return -(-frames // 1024) * 1024
 
 
-def _pow2_at_least(n: int) -> int:
+def round_rows(n: int, cap: int | None = None) -> int:
+    """Rows a chunk of ``n`` items is padded to on CUDA: the smallest of 1, 2, 3, 4, 6, 8, 12,
+    16, 24, 32, 48, ... (``2^k`` and ``3*2^k``) that is >= ``n``, but at most ``cap`` (the chunk
+    size of the bucket, >= ``n``). Padding is under 50% of ``n``; the sizes repeat across
+    batches, so cuDNN autotuning and CUDA graphs are reused."""
+    if n < 1 or (cap is not None and n > cap):
+        raise ValueError(f"cannot pad {n} rows (cap {cap})")
     p = 1
     while p < n:
         p *= 2
-    return p
+    r = 3 * p // 4 if 3 * p // 4 >= n else p
+    return r if cap is None else min(r, cap)
+
+
+def resolve_warmup(warmup, compiled: bool, env=None):
+    """The warm-up mode: ``"full"``, ``"lazy"`` or a list of shapes (see the module docstring)."""
+    if warmup is None:
+        raw = (os.environ if env is None else env).get(WARMUP_ENV, "").strip().lower()
+        if raw and raw not in WARMUP_MODES:
+            raise EngineUnavailable(f"{WARMUP_ENV} must be full or lazy, not {raw!r}")
+        warmup = raw or ("full" if compiled else "lazy")
+    if warmup is True:
+        return "full"
+    if warmup is False:
+        return "lazy"
+    if isinstance(warmup, list):
+        return warmup
+    if warmup not in WARMUP_MODES:
+        raise ValueError(f"warmup must be 'full', 'lazy', True, False or a list of shapes, not {warmup!r}")
+    return warmup
 
 
 def _import_torch():
@@ -97,10 +145,15 @@ def _import_torch():
 
 
 class TorchEngine:
-    """The PyTorch port of a Piper VITS voice. Text-blind; see the module docstring."""
+    """The PyTorch port of a Piper VITS voice. Text-blind; see the module docstring.
+
+    ``warmup`` (CUDA only): ``"full"`` runs every stage-B shape at construction, ``"lazy"`` none
+    (each is autotuned on first use), a list of ``(rows, frames)`` only those; None (default):
+    ``$BOOKTTS_TORCH_WARMUP``, else full when compiled and lazy when eager.
+    """
 
     def __init__(self, voice, spec: EngineSpec | None = None, *, weights_path=None, compile: bool | None = None,
-                 warmup: bool | list = True, buckets: list[int] | None = None,
+                 warmup: bool | str | list | None = None, buckets: list[int] | None = None,
                  max_frames_per_chunk: int | None = None, max_phonemes_per_chunk: int = 65536,
                  channels_last: bool | None = None, fused: bool | None = None,
                  allow_cpu_half: bool = False) -> None:
@@ -194,7 +247,8 @@ class TorchEngine:
         self.buckets = sorted(buckets or DEFAULT_BUCKETS)
         self.max_frames_per_chunk = int(max_frames_per_chunk or (131072 if self.is_cuda else 8192))
         self.max_phonemes_per_chunk = int(max_phonemes_per_chunk)
-        self._staging = None  # persistent pinned host buffer for the device -> host copies
+        #: pad a chunk's rows with :func:`round_rows` (CUDA: few shapes for autotuning and CUDA graphs)
+        self.pad_rows = self.is_cuda
         if compile is None and os.environ.get(COMPILE_ENV, "") in ("0", "1"):
             compile = os.environ[COMPILE_ENV] == "1"
         self.compiled = bool(self.is_cuda if compile is None else compile)
@@ -216,7 +270,9 @@ class TorchEngine:
                 self.compiled = False
         self.load_s = time.perf_counter() - t0
         self.warmup_s = 0.0
-        if self.is_cuda and warmup:
+        warmup = resolve_warmup(warmup, self.compiled)
+        self.warmup_mode = ("shapes" if isinstance(warmup, list) else warmup) if self.is_cuda else "none"
+        if self.is_cuda and warmup != "lazy":
             t1 = time.perf_counter()
             shapes = warmup if isinstance(warmup, list) else self.warmup_shapes(spec.max_batch)
             try:
@@ -234,7 +290,7 @@ class TorchEngine:
         self.info = EngineInfo(
             "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
-             "channels_last": self.channels_last, "fused_resblocks": self.fused,
+             "channels_last": self.channels_last, "fused_resblocks": self.fused, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
         )
@@ -273,17 +329,23 @@ class TorchEngine:
         """Largest number of items of a chunk in this frame bucket."""
         return max(1, min(self.max_frames_per_chunk // bucket, max(1, self.spec.max_batch)))
 
+    def padded_rows(self, n: int, bucket: int) -> int:
+        """Rows stage B runs for a chunk of ``n`` items in this frame bucket (``n`` when not padding)."""
+        return round_rows(n, self.chunk_rows(bucket)) if self.pad_rows else n
+
     def warmup_shapes(self, max_batch: int) -> list[tuple[int, int]]:
-        """(padded rows, frames) of every stage-B shape a batch of up to ``max_batch`` items can produce."""
+        """(padded rows, frames) of every stage-B shape a batch of up to ``max_batch`` items can
+        produce on CUDA: for chunks of ``n <= m = min(chunk_rows(f), max_batch)`` items, every
+        size of :func:`round_rows` below ``m``, and the one ``m`` itself pads to."""
         shapes = []
         for f in self.buckets:
-            cap = min(self.chunk_rows(f), max(1, max_batch))
-            b = 1
-            while True:
-                shapes.append((min(b, _pow2_at_least(cap)), f))
-                if b >= cap:
-                    break
-                b *= 2
+            cap = self.chunk_rows(f)
+            m = min(cap, max(1, max_batch))
+            r = 1
+            while r < m:
+                shapes.append((r, f))
+                r = round_rows(r + 1)
+            shapes.append((round_rows(m, cap), f))
         return sorted(set(shapes))
 
     def _warm(self, shapes) -> None:
@@ -302,7 +364,7 @@ class TorchEngine:
 
     def _flags(self, benchmark: bool = False):
         """cuDNN settings: autotuning only where shapes repeat (stage B on CUDA: bucket frames x
-        power-of-two rows; stage A's shapes vary per batch and would be re-tuned every time); no
+        :func:`round_rows` rows; stage A's shapes vary per batch and would be re-tuned every time); no
         TF32 (stage A is true fp32 at every precision, so durations do not depend on it)."""
         import contextlib
 
@@ -391,27 +453,22 @@ class TorchEngine:
                 cap = self.chunk_rows(f)
                 for s1 in range(0, len(items), cap):
                     chunks.append((items[s1:s1 + cap], f))
-            audio = np.zeros((b, n_samples), dtype=np.int16)
             with self._flags(benchmark=self.is_cuda):
                 if self.is_cuda:
-                    need = sum(len(r) * f * self.hop for r, f in chunks)
-                    if self._staging is None or self._staging.numel() < need:
-                        self._staging = None
-                        self._staging = torch.empty(need, dtype=torch.int16, pin_memory=True)
-                    off, placed = 0, []
+                    out = torch.zeros(b, n_samples, dtype=torch.int16, device=dev)
                     for rows, f in chunks:
-                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale))
-                        n, w = len(rows), f * self.hop
-                        # async copy, ordered before the next chunk's (graph) kernels overwrite pcm
-                        self._staging[off:off + n * w].view(n, w).copy_(pcm[:n], non_blocking=True)
-                        placed.append((rows, w, off))
-                        off += n * w
+                        idx = torch.tensor(rows, device=dev)
+                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
+                                              idx=idx)
+                        width = min(pcm.shape[1], n_samples)
+                        # on the stream, before the next chunk's (graph) kernels overwrite pcm
+                        out[:, :width].index_copy_(0, idx, pcm[:len(rows), :width])
+                    host = torch.empty((b, n_samples), dtype=torch.int16, pin_memory=True)
+                    host.copy_(out, non_blocking=True)
                     torch.cuda.current_stream(dev).synchronize()
-                    host = self._staging.numpy()
-                    for rows, w, off in placed:
-                        width = min(w, n_samples)
-                        audio[rows, :width] = host[off:off + len(rows) * w].reshape(len(rows), w)[:, :width]
+                    audio = host.numpy()  # this call's own pinned buffer (kept alive by the array)
                 else:
+                    audio = np.zeros((b, n_samples), dtype=np.int16)
                     for rows, f in chunks:
                         pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale))
                         width = min(pcm.shape[1], n_samples)
@@ -424,11 +481,12 @@ class TorchEngine:
             groups.setdefault(bucket_for(int(frames_host[i]), self.buckets), []).append(int(i))
         return groups
 
-    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale):
+    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, idx=None):
         """Stage B on one chunk: int16 PCM ``[padded rows, f*hop]`` on the device (rows past ``len(rows)`` are padding)."""
         torch = self.torch
         n = len(rows)
-        idx = torch.tensor(rows, device=self.device)
+        if idx is None:
+            idx = torch.tensor(rows, device=self.device)
         m, logs = self.model.expand_prior(m_p[idx], logs_p[idx], durations[idx], f)
         if eps is not None:
             e = eps[idx]
@@ -438,7 +496,7 @@ class TorchEngine:
                 e = e[..., :f]
             m = m + e * torch.exp(logs) * noise_scale
         fr = frames[idx]
-        padded = _pow2_at_least(n) if self.is_cuda else n  # few shapes: graphs and cuDNN autotuning repeat
+        padded = self.padded_rows(n, f)  # few shapes: graphs and cuDNN autotuning repeat
         if padded > n:
             m = torch.cat([m, m.new_zeros(padded - n, *m.shape[1:])])
             fr = torch.cat([fr, fr.new_zeros(padded - n)])
