@@ -269,29 +269,24 @@ class Bench:
                         acc["flow"] += q[1].elapsed_time(q[2]) / 1000
                         acc["decoder+int16"] += q[2].elapsed_time(q[3]) / 1000
                         blocks.append((rows, pcm))
-                    w0 = time.perf_counter()
-                    need = sum(p.numel() for _, p in blocks)
-                    if eng._staging is None or eng._staging.numel() < need:
-                        eng._staging = torch.empty(need, dtype=torch.int16, pin_memory=True)
-                    off, placed = 0, []
-                    for rows, p in blocks:
-                        eng._staging[off:off + p.numel()].view(p.shape).copy_(p, non_blocking=True)
-                        placed.append((rows, p.shape, off))
-                        off += p.numel()
-                    torch.cuda.synchronize()
+                    w0 = time.perf_counter()  # the engine's assembly: rows placed on the device, one D2H copy
                     ns = int(fh.max()) * eng.hop
-                    audio = np.zeros((n, ns), np.int16)
-                    host = eng._staging.numpy()
-                    for rows, shp, off in placed:
-                        wd = min(shp[1], ns)
-                        audio[rows, :wd] = host[off:off + shp[0] * shp[1]].reshape(shp)[:, :wd]
+                    out = torch.zeros(n, ns, dtype=torch.int16, device=eng.device)
+                    for rows, p in blocks:
+                        wd = min(p.shape[1], ns)
+                        out[:, :wd].index_copy_(0, torch.tensor(rows, device=eng.device), p[:len(rows), :wd])
+                    host = torch.empty((n, ns), dtype=torch.int16, pin_memory=True)
+                    host.copy_(out, non_blocking=True)
+                    torch.cuda.synchronize()
+                    audio = host.numpy()
                     acc["d2h+assembly"] += time.perf_counter() - w0
         total = sum(acc.values())
         row = {"config": f"profile eager {eng.info.precision} b={b}", "stages_s": {k: round(v, 4) for k, v in acc.items()},
                "share": {k: round(v / total, 3) for k, v in acc.items()}, "total_s": round(total, 4)}
         self.out["profile"] = row
         self.save()
-        print(f"profile (eager {eng.info.precision}{' NHWC' if eng.channels_last else ''}, b={b}, stage by stage "
+        layout = " fused" if eng.fused else " NHWC" if eng.channels_last else ""
+        print(f"profile (eager {eng.info.precision}{layout}, b={b}, stage by stage "
               f"with syncs, {total:.3f} s total):")
         for k, v in acc.items():
             print(f"  {k:16} {v * 1000:9.1f} ms  {100 * v / total:5.1f} %")
@@ -385,6 +380,14 @@ def main(argv=None) -> int:
         e, _ = bench.engine("fp16", False, big, channels_last=True, fused=False)
         guarded(bench.whole, e, big, "eager fp16")
         del e
+    if go("stage_a_compiled"):  # experiment: stage A through torch.compile (BOOKTTS_TORCH_COMPILE_A=1)
+        os.environ["BOOKTTS_TORCH_COMPILE_A"] = "1"
+        try:
+            e, _ = bench.engine("fp16", False, big, **mode)
+            guarded(bench.whole, e, big, "eager fp16, stage A compiled,")
+            del e
+        finally:
+            os.environ.pop("BOOKTTS_TORCH_COMPILE_A", None)
     if go("bf16"):
         e, _ = bench.engine("bf16", False, big, **mode)
         guarded(bench.whole, e, big, "eager bf16")

@@ -5,6 +5,7 @@ One definition, so the local and the distributed runner accept the same job sett
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -12,7 +13,16 @@ import sys
 import click
 
 from engines import EngineSpec
-from jobs.config import AUDIO_FORMATS, DEFAULT_MAX_BATCH_PHONEMES, DEFAULT_MAX_PHONEMES, JobConfig
+from jobs.config import (
+    AUDIO_FORMATS,
+    CPU_MAX_BATCH,
+    DEFAULT_MAX_BATCH_PHONEMES,
+    DEFAULT_MAX_PHONEMES,
+    GPU_MAX_BATCH,
+    GPU_MAX_BATCH_PHONEMES,
+    JobConfig,
+    batch_defaults,
+)
 from jobs.errors import TTSError
 
 
@@ -70,10 +80,12 @@ def job_options(f):
         click.option("--chapters", default=None, metavar="LIST",
                      help="Chapters to synthesize, 1-based, like 1,3-5 (default: all)."),
         click.option("--encoding", default=None, help="Encoding of TXT/Markdown input (default: UTF-8, BOM allowed)."),
-        click.option("--max-batch", type=click.IntRange(1, 4096), default=32, show_default=True,
-                     help="Most utterances per batch."),
-        click.option("--max-batch-phonemes", type=click.IntRange(16), default=DEFAULT_MAX_BATCH_PHONEMES,
-                     show_default=True, help="Most padded phoneme ids per batch (items x longest)."),
+        click.option("--max-batch", type=click.IntRange(1, 4096), default=None,
+                     help=f"Most utterances per batch [default: {CPU_MAX_BATCH} on CPU, {GPU_MAX_BATCH} with a "
+                          "cuda device or TensorRT]."),
+        click.option("--max-batch-phonemes", type=click.IntRange(16), default=None,
+                     help=f"Most padded phoneme ids per batch (items x longest) [default: {DEFAULT_MAX_BATCH_PHONEMES} "
+                          f"on CPU, {GPU_MAX_BATCH_PHONEMES} with a cuda device or TensorRT]."),
         click.option("--max-phonemes", type=click.IntRange(8), default=DEFAULT_MAX_PHONEMES, show_default=True,
                      help="Longest utterance in phonemes; longer sentences are split at clauses, then words."),
         click.option("--length-scale", type=float, default=None, help="Speaking rate, >1 slower (default: the voice's)."),
@@ -89,6 +101,9 @@ def job_options(f):
     @functools.wraps(f)
     def wrapper(*args, voice, audio_format, chapters, encoding, max_batch, max_batch_phonemes, max_phonemes,
                 length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize, **kw):
+        cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
+        max_batch = cpu_batch if max_batch is None else max_batch
+        max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
         config = JobConfig(voice=voice, audio_format=audio_format, chapters=chapters, encoding=encoding,
                            max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
                            noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
@@ -114,8 +129,14 @@ def engine_options(f):
 
     @functools.wraps(f)
     def wrapper(*args, engine_name, precision, device, threads, **kw):
-        max_batch = kw.get("max_batch") or getattr(kw.get("config"), "max_batch", 32)
-        spec = EngineSpec(name=engine_name, precision=precision, device=device, max_batch=max_batch, threads=threads)
+        spec = EngineSpec(name=engine_name, precision=precision, device=device, threads=threads)
+        gpu_batch, gpu_phonemes = batch_defaults(spec)
+        if "max_batch" in kw and kw["max_batch"] is None:  # the job's batch limits follow the engine's device
+            kw["max_batch"] = gpu_batch
+        if "max_batch_phonemes" in kw and kw["max_batch_phonemes"] is None:
+            kw["max_batch_phonemes"] = gpu_phonemes
+        max_batch = kw.get("max_batch") or getattr(kw.get("config"), "max_batch", CPU_MAX_BATCH)
+        spec = dataclasses.replace(spec, max_batch=max_batch)
         return f(*args, engine_spec=spec, **kw)
 
     for opt in reversed(opts):
