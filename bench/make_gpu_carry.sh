@@ -20,7 +20,7 @@ echo '"""piper, cut down to its espeak-ng phonemizer for a GPU host (bench/make_
   "$OLDPWD/carry/pylib/piper/espeak-ng-data/")
 WHL=$(mktemp -d)
 $PY -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
-  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --no-deps soundfile cffi pycparser -d "$WHL"
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --no-deps soundfile cffi pycparser defusedxml -d "$WHL"
 for w in "$WHL"/*.whl; do $PY -m zipfile -e "$w" carry/pylib/; done
 rm -rf "$WHL"
 du -sh carry/pylib carry/joe-fp16.safetensors

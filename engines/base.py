@@ -95,19 +95,52 @@ class SynthesisBatch:
         return SynthesisBatch(self.phoneme_ids[start:stop, : int(lengths.max(initial=1))], lengths, self.scales, self.seed)
 
 
-@dataclass
 class SynthesisResult:
-    """Padded int16 PCM and the exact sample count of each item."""
+    """int16 PCM of each item of a batch and its exact sample count, in one of two layouts
+    behind one interface (:meth:`item`, :attr:`audio`):
 
-    audio: np.ndarray
-    """int16 [B, S]; samples past ``sample_lengths[i]`` are padding."""
-    sample_lengths: np.ndarray
-    """int64 [B]: item i is ``audio[i, :sample_lengths[i]]``."""
-    infer_ms: float = 0.0
-    """Wall time the engine spent on the batch, in milliseconds."""
+    * padded: ``audio`` int16 ``[B, S]``; item i is ``audio[i, :sample_lengths[i]]`` and the
+      samples past it are padding;
+    * packed: ``packed`` int16 1-D and ``offsets`` int64 ``[B]``; item i is
+      ``packed[offsets[i] : offsets[i] + sample_lengths[i]]``. A GPU engine returns this: one
+      device-to-host copy of the chunks it computed, instead of a ``[B, S]`` array padded to the
+      longest item (five times the audio for a batch of book sentences). ``audio`` is then
+      built on first access.
+    """
+
+    def __init__(self, audio: np.ndarray | None, sample_lengths: np.ndarray, infer_ms: float = 0.0, *,
+                 packed: np.ndarray | None = None, offsets: np.ndarray | None = None) -> None:
+        self.sample_lengths = np.asarray(sample_lengths, dtype=np.int64)
+        """int64 [B]: the exact sample count of each item."""
+        self.infer_ms = float(infer_ms)
+        """Wall time the engine spent on the batch, in milliseconds."""
+        if (audio is None) == (packed is None) or (packed is not None and offsets is None):
+            raise ValueError("SynthesisResult takes either audio [B, S] or packed + offsets")
+        self._audio = audio
+        self.packed = packed
+        self.offsets = None if offsets is None else np.asarray(offsets, dtype=np.int64)
+
+    @property
+    def audio(self) -> np.ndarray:
+        """int16 [B, S] padded with zeros (built from the packed layout on first access)."""
+        if self._audio is None:
+            n = len(self.sample_lengths)
+            audio = np.zeros((n, int(self.sample_lengths.max(initial=0))), dtype=np.int16)
+            for i in range(n):
+                audio[i, : int(self.sample_lengths[i])] = self.item(i)
+            self._audio = audio
+        return self._audio
 
     def item(self, i: int) -> np.ndarray:
-        return self.audio[i, : int(self.sample_lengths[i])]
+        """Item i's samples (a view, not a copy)."""
+        n = int(self.sample_lengths[i])
+        if self.packed is not None:
+            o = int(self.offsets[i])
+            return self.packed[o:o + n]
+        return self._audio[i, :n]
+
+    def __len__(self) -> int:
+        return len(self.sample_lengths)
 
 
 @dataclass(frozen=True)

@@ -411,10 +411,10 @@ class TorchEngine:
         batch.validate(self.n_vocab)
         t0 = time.perf_counter()
         try:
-            audio, lengths = self._synthesize(batch)
+            packed, offsets, lengths = self._synthesize(batch)
         except Exception as exc:
             raise self._map_error(exc, f"a batch of {len(batch)}") from exc
-        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
+        return SynthesisResult(None, lengths, (time.perf_counter() - t0) * 1000.0, packed=packed, offsets=offsets)
 
     def _synthesize(self, batch: SynthesisBatch):
         torch = self.torch
@@ -452,7 +452,7 @@ class TorchEngine:
                     rows = order[s0:e0]
                     idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
                     mp, lp, du, fr = self._stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
-                                                        float(sc.length_scale))
+                                                   float(sc.length_scale))
                     m_p[idx, :, :tc] = mp
                     logs_p[idx, :, :tc] = lp
                     durations[idx, :tc] = du
@@ -460,7 +460,6 @@ class TorchEngine:
                     s0 = e0
             frames_host = frames.cpu().numpy().astype(np.int64)  # sync: shapes of stage B depend on it
             max_frames = int(frames_host.max())
-            n_samples = max_frames * self.hop
             eps = None
             if sc.noise_scale != 0:
                 eps = torch.randn(b, c, max_frames, generator=gen, device=dev)
@@ -470,27 +469,27 @@ class TorchEngine:
                 cap = self.chunk_rows(f)
                 for s1 in range(0, len(items), cap):
                     chunks.append((items[s1:s1 + cap], f))
+            # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to
+            # back in one fresh host buffer (on CUDA pinned, from PyTorch's caching host allocator,
+            # filled by stream-ordered async copies): one copy of the audio, not a [B, S] array padded
+            # to the longest item
+            need = sum(len(r) * f * self.hop for r, f in chunks)
+            host = torch.empty(need, dtype=torch.int16, pin_memory=self.is_cuda)
+            offsets = np.zeros(b, dtype=np.int64)
+            off = 0
             with self._flags(benchmark=self.is_cuda):
-                if self.is_cuda:
-                    out = torch.zeros(b, n_samples, dtype=torch.int16, device=dev)
-                    for rows, f in chunks:
-                        idx = torch.tensor(rows, device=dev)
-                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
-                                              idx=idx)
-                        width = min(pcm.shape[1], n_samples)
-                        # on the stream, before the next chunk's (graph) kernels overwrite pcm
-                        out[:, :width].index_copy_(0, idx, pcm[:len(rows), :width])
-                    host = torch.empty((b, n_samples), dtype=torch.int16, pin_memory=True)
-                    host.copy_(out, non_blocking=True)
-                    torch.cuda.current_stream(dev).synchronize()
-                    audio = host.numpy()  # this call's own pinned buffer (kept alive by the array)
-                else:
-                    audio = np.zeros((b, n_samples), dtype=np.int16)
-                    for rows, f in chunks:
-                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale))
-                        width = min(pcm.shape[1], n_samples)
-                        audio[rows, :width] = pcm[:len(rows), :width].numpy()
-        return audio, frames_host * self.hop
+                for rows, f in chunks:
+                    idx = torch.tensor(rows, device=dev)
+                    pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
+                                          idx=idx)
+                    n, w = len(rows), f * self.hop
+                    # ordered on the stream before the next chunk's (graph) kernels overwrite pcm
+                    host[off:off + n * w].view(n, w).copy_(pcm[:n, :w], non_blocking=self.is_cuda)
+                    offsets[rows] = off + w * np.arange(n)
+                    off += n * w
+            if self.is_cuda:
+                torch.cuda.current_stream(dev).synchronize()
+        return host.numpy(), offsets, frames_host * self.hop  # the buffer is this call's own
 
     def _bucketize(self, frames_host) -> dict[int, list[int]]:
         groups: dict[int, list[int]] = {}

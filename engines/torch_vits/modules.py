@@ -74,21 +74,23 @@ class RelativeAttention(nn.Module):
         q = q / math.sqrt(d)
         scores = torch.matmul(q, k.transpose(-2, -1))  # [b, h, t, t]
 
-        # relative logits: only the 2w+1 diagonals |j - i| <= w get q_i . E_k[j - i + w] (added in place,
-        # diagonal by diagonal; no [t, t] index tensors)
+        pos = torch.arange(t, device=x.device)
+        offset = pos[None, :] - pos[:, None]  # [i, j] -> j - i
+        in_window = offset.abs() <= w
+        rel_idx = (offset + w).clamp(0, 2 * w)
         rel_logits = torch.matmul(q, self.emb_rel_k[0].transpose(0, 1))  # [b, h, t, 2w+1]
-        for r in range(-min(w, t - 1), min(w, t - 1) + 1):
-            diag = torch.diagonal(scores, offset=r, dim1=-2, dim2=-1)  # [b, h, t - |r|]: (i, i + r)
-            diag += rel_logits[:, :, max(0, -r):t - max(0, r), r + w]
+        local = torch.gather(rel_logits, 3, rel_idx.expand(b, h, t, t))
+        scores = scores + local * in_window.to(scores.dtype)
 
         scores = scores.masked_fill(attn_mask == 0, -1e4)
         p = torch.softmax(scores, dim=-1)
         out = torch.matmul(p, v)  # [b, h, t, d]
 
-        # p re-indexed by relative offset: pr[i, r + w] = p[i, i + r] where that key exists, else 0
-        pr = p.new_zeros(b, h, t, 2 * w + 1)
-        for r in range(-min(w, t - 1), min(w, t - 1) + 1):
-            pr[:, :, max(0, -r):t - max(0, r), r + w] = torch.diagonal(p, offset=r, dim1=-2, dim2=-1)
+        # p re-indexed by relative offset: pr[i, r] = p[i, i + r - w] where that key exists.
+        r = torch.arange(2 * w + 1, device=x.device)
+        key = pos[:, None] + r[None, :] - w  # [t, 2w+1]
+        key_ok = (key >= 0) & (key < t)
+        pr = torch.gather(p, 3, key.clamp(0, t - 1).expand(b, h, t, 2 * w + 1)) * key_ok.to(p.dtype)
         out = out + torch.matmul(pr, self.emb_rel_v[0])
         out = out.transpose(2, 3).reshape(b, c, t)
         return self.conv_o(out)
