@@ -81,6 +81,9 @@ COMPILE_ENV = "BOOKTTS_TORCH_COMPILE"
 FUSED_ENV = "BOOKTTS_TORCH_FUSED"
 #: "1" compiles stage A (encoder + duration predictor) with torch.compile (dynamic shapes); unset/"0": eager.
 COMPILE_A_ENV = "BOOKTTS_TORCH_COMPILE_A"
+#: "0" turns cuDNN autotuning of stage B off (cuDNN's heuristics pick the algorithms: no tuning pause on a
+#: new shape); unset/"1": autotune each shape on first use.
+AUTOTUNE_ENV = "BOOKTTS_TORCH_AUTOTUNE"
 #: "full" warms every stage-B shape up at construction, "lazy" none (each is tuned on first use);
 #: unset: full when compiled, lazy when eager. An explicit ``warmup`` argument wins.
 WARMUP_ENV = "BOOKTTS_TORCH_WARMUP"
@@ -265,6 +268,8 @@ class TorchEngine:
             for name in ("recompile_limit", "cache_size_limit"):
                 if hasattr(torch._dynamo.config, name):
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
+        #: cuDNN autotuning of stage B's convolutions on first use of each shape (BOOKTTS_TORCH_AUTOTUNE=0: off)
+        self.autotune = os.environ.get(AUTOTUNE_ENV, "1") != "0"
         compile_error = None
         # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
         # Experimental until measured: BOOKTTS_TORCH_COMPILE_A=1 turns it on.
@@ -292,7 +297,7 @@ class TorchEngine:
             t1 = time.perf_counter()
             shapes = warmup if isinstance(warmup, list) else self.warmup_shapes(spec.max_batch)
             try:
-                with self._flags(benchmark=True):
+                with self._flags(benchmark=self.autotune):
                     self._warm(shapes)
             except Exception as exc:
                 if not self.compiled:
@@ -307,7 +312,7 @@ class TorchEngine:
             "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
              "channels_last": self.channels_last, "fused_resblocks": self.fused,
-             "compiled_stage_a": self.compiled_stage_a, "warmup": self.warmup_mode,
+             "compiled_stage_a": self.compiled_stage_a, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
         )
@@ -477,7 +482,7 @@ class TorchEngine:
             host = torch.empty(need, dtype=torch.int16, pin_memory=self.is_cuda)
             offsets = np.zeros(b, dtype=np.int64)
             off = 0
-            with self._flags(benchmark=self.is_cuda):
+            with self._flags(benchmark=self.is_cuda and self.autotune):
                 for rows, f in chunks:
                     idx = torch.tensor(rows, device=dev)
                     pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
