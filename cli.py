@@ -100,9 +100,10 @@ def run(books, out_dir, config, engine_spec) -> None:
     click.echo(f"job {job.job_id}: {s['utterances']} utterances in {s['batches']} batches "
                f"({100 * s['padding_efficiency']:.0f}% padding efficiency)"
                + (f", resuming: {done} batches already done" if done else ""), err=True)
-    engine = load_engine(engine_spec, job.voice)
-    click.echo(f"engine: {engine.info.name} {engine.info.precision} on {engine.info.device}", err=True)
     pending_est = sum(job.batch_estimated_seconds(b) for b in job.pending_batches())
+    # a one-off run knows how much audio it will make: engines skip start-up work that would not pay
+    engine = load_engine(dataclasses.replace(engine_spec, workload_s=pending_est), job.voice)
+    click.echo(f"engine: {engine.info.name} {engine.info.precision} on {engine.info.device}", err=True)
     bar = tqdm(total=round(pending_est, 1), unit="s audio", unit_scale=False, file=sys.stderr,
                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}{postfix}]",
                disable=None)

@@ -27,6 +27,10 @@ class EngineSpec:
     """Largest batch the engine is asked to take."""
     threads: int | None = None
     """CPU threads for the backend (None: the backend's default)."""
+    workload_s: float | None = None
+    """Seconds of audio this engine is expected to make in its life (None: unknown, as for a worker).
+    A hint for start-up investments that pay off only on long jobs (the torch engine's cuDNN
+    autotuning). Not part of :meth:`to_dict`: it does not change what a job produces."""
 
     def to_dict(self) -> dict:
         return dict(name=self.name, precision=self.precision, device=self.device,

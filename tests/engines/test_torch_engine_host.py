@@ -154,3 +154,21 @@ def test_row_padding_changes_no_sample(small_chunk_engine):
     allowed = set(eng.warmup_shapes(len(seqs)))
     for rows, f, items in seen:
         assert (rows, f) in allowed and rows == round_rows(items, eng.chunk_rows(f)), (rows, f, items)
+
+
+@pytest.mark.parametrize("workload_s, env, want", [
+    (None, None, True),            # a worker: lifetime unknown, autotune (pays off on long runs)
+    (3600.0, None, False),         # a one-off hour of audio: tuning would cost more than it saves
+    (100 * 3600.0, None, True),    # a long one-off job
+    (3600.0, "1", True),           # the environment overrides the hint either way
+    (None, "0", False),
+], ids=["worker", "short-job", "long-job", "env-on", "env-off"])
+def test_autotune_follows_the_workload(voice, monkeypatch, workload_s, env, want):
+    from engines.torch_engine import AUTOTUNE_ENV
+
+    if env is None:
+        monkeypatch.delenv(AUTOTUNE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(AUTOTUNE_ENV, env)
+    eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1, workload_s=workload_s))
+    assert eng.autotune is want and eng.info.extra["autotune"] is want
