@@ -13,6 +13,7 @@ Errors are one line (``error: ...``) and a non-zero exit code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 import click
 
 from jobs.cli_options import engine_options, friendly_errors, job_options
+from jobs.config import batch_defaults
 from jobs.errors import BrokerError, EngineError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues, queue_name,
@@ -181,8 +183,9 @@ def _report_end(store, info) -> None:
 
 @click.command("worker")
 @engine_options
-@click.option("--max-batch", type=click.IntRange(1, 4096), default=32, show_default=True,
-              help="Largest batch the engine is built for (plan jobs with --max-batch at most this).")
+@click.option("--max-batch", type=click.IntRange(1, 4096), default=None,
+              help="Largest batch the engine is built for (plan jobs with --max-batch at most this) "
+                   "[default: 32 on CPU, 1024 with --gpus or a cuda device].")
 @click.option("--queues", "-Q", default=",".join(default_queues()), show_default=True,
               help="Queues to consume, comma-separated, highest priority first (taken strictly in this order).")
 @click.option("--concurrency", "-c", type=click.IntRange(1), default=1, show_default=True,
@@ -215,6 +218,9 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
     from workers.celery_app import app
 
     store = _connect(redis_url)  # fail fast, one line, if Redis is not there
+    if max_batch is None:  # (engine_options has already filled it in for a cuda device)
+        max_batch = batch_defaults(dataclasses.replace(engine_spec, device="cuda:0") if gpus else engine_spec)[0]
+        engine_spec = dataclasses.replace(engine_spec, max_batch=max_batch)
     queue_list = [q.strip() for q in queues.split(",") if q.strip()]
     if not queue_list:
         raise click.BadParameter("give at least one queue", param_hint="--queues")

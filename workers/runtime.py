@@ -18,6 +18,7 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_FAKE_OOM_OVER``      fake engine only: raise out-of-memory above this batch size
 ``BOOKTTS_FAKE_TRANSIENT_FIRST`` fake engine only: the first N batches of each process fail transiently
 ``BOOKTTS_FAKE_DELAY_S``       fake engine only: seconds per batch (read by the engine itself)
+``BOOKTTS_TORCH_*``            the torch engine's start-up settings (docs/operations.md, read by the engine)
 =============================  ==============================================================
 """
 
