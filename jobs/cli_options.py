@@ -130,11 +130,12 @@ def engine_options(f):
     @functools.wraps(f)
     def wrapper(*args, engine_name, precision, device, threads, **kw):
         spec = EngineSpec(name=engine_name, precision=precision, device=device, threads=threads)
-        gpu_batch, gpu_phonemes = batch_defaults(spec)
-        if "max_batch" in kw and kw["max_batch"] is None:  # the job's batch limits follow the engine's device
-            kw["max_batch"] = gpu_batch
-        if "max_batch_phonemes" in kw and kw["max_batch_phonemes"] is None:
-            kw["max_batch_phonemes"] = gpu_phonemes
+        if batch_defaults(spec) != batch_defaults(None):  # a GPU engine: the job's unset limits follow it
+            gpu_batch, gpu_phonemes = batch_defaults(spec)
+            if "max_batch" in kw and kw["max_batch"] is None:
+                kw["max_batch"] = gpu_batch
+            if "max_batch_phonemes" in kw and kw["max_batch_phonemes"] is None:
+                kw["max_batch_phonemes"] = gpu_phonemes
         max_batch = kw.get("max_batch") or getattr(kw.get("config"), "max_batch", CPU_MAX_BATCH)
         spec = dataclasses.replace(spec, max_batch=max_batch)
         return f(*args, engine_spec=spec, **kw)

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
+from jobs.config import GPU_MAX_BATCH
 from workers.state import JobStatus, JobStore
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -193,6 +194,8 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
         for k, e in zip(kids, envs):
             cmd = Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
             assert b"--device" in cmd and cmd[cmd.index(b"--device") + 1] == b"cuda:0"
+            # a GPU worker is built for GPU-sized batches unless --max-batch says otherwise
+            assert cmd[cmd.index(b"--max-batch") + 1] == str(GPU_MAX_BATCH).encode()
             assert redis_url.encode() not in b" ".join(cmd), "the Redis URL travels in the environment"
             assert e["REDIS_URL"] == redis_url and e["BOOKTTS_METRICS_DEVICE"] == f"cuda:{e['CUDA_VISIBLE_DEVICES']}"
         store = JobStore(redis_url)
