@@ -12,16 +12,22 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    On CUDA a chunk's batch axis is padded by :func:`round_rows` to the next of
    1, 2, 3, 4, 6, 8, 12, 16, 24, ... (``2^k`` and ``3*2^k``, less than 50% padding),
    never past the bucket's chunk size, so stage B only ever sees a bounded set of
-   shapes (:meth:`TorchEngine.warmup_shapes`): cuDNN autotunes each once, and they
-   are compiled (``torch.compile``, mode ``reduce-overhead``: Inductor kernels
-   replayed as CUDA graphs). Stage A is chunked by phoneme length (multiples of 32).
+   shapes (:meth:`TorchEngine.warmup_shapes`): cuDNN autotunes each once (unless the
+   workload is too short to pay for it: ``EngineSpec.workload_s``, ``$BOOKTTS_TORCH_AUTOTUNE``),
+   and, when the engine is compiled (``torch.compile``, mode ``reduce-overhead``: Inductor
+   kernels replayed as CUDA graphs), each is recorded once. Stage A is chunked by phoneme
+   length (multiples of 32); ``$BOOKTTS_TORCH_COMPILE_A=1`` compiles it (dynamic shapes).
 3. **Stage B** (flow + HiFi-GAN at the engine's precision) turns each chunk's prior
-   ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device. On CUDA
-   each chunk's rows are written into one zeroed ``[B, S]`` int16 tensor on the
-   device, and one asynchronous copy brings it into a freshly allocated pinned host
-   tensor whose memory the returned numpy array uses (PyTorch's caching host
-   allocator recycles the pinned blocks of freed results; no result is ever
-   overwritten by a later call). On CPU the chunks are copied into a numpy array.
+   ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device. On CUDA at
+   fp16/bf16 the decoder's resblocks run through a fused Triton kernel
+   (:mod:`engines.torch_vits.fused_conv`; ``$BOOKTTS_TORCH_FUSED``), and the engine then
+   runs eager by default (it measured faster than compiled with the kernel inside).
+4. The result is :class:`~engines.base.SynthesisResult`'s packed layout: each chunk's
+   ``[rows, frames * hop]`` block back to back in one freshly allocated host buffer
+   (pinned on CUDA, filled by asynchronous copies; PyTorch's caching host allocator
+   recycles the pinned blocks of freed results, and no result is ever overwritten by a
+   later call), with each item's offset. No ``[B, S]`` array padded to the longest item
+   is made unless a caller asks for ``result.audio``.
 
 Warm-up (CUDA only; ``warmup`` argument, else ``$BOOKTTS_TORCH_WARMUP``):
 
