@@ -243,7 +243,11 @@ class TorchEngine:
             if fused is None and os.environ.get(FUSED_ENV, "") in ("0", "1"):
                 fused = os.environ[FUSED_ENV] == "1"
             if fused is None:
-                fused = self.channels_last and self.is_cuda and self.dtype != torch.float32 and fused_conv.available()
+                fused = (self.channels_last and self.is_cuda and self.dtype != torch.float32
+                         and fused_conv.available() and self.dec.fused_supported())
+            if fused and not self.dec.fused_supported():
+                raise EngineUnavailable(f"this voice's decoder does not fit the fused kernel (it takes 16-128 "
+                                        f"channels); unset {FUSED_ENV}")
             if fused and not fused_conv.available():
                 raise EngineUnavailable("the fused decoder needs Triton (pip install triton); "
                                         f"or set {FUSED_ENV}=0")

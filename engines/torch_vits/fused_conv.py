@@ -26,8 +26,14 @@ import torch
 
 import importlib.util
 
-#: Channel counts the kernel handles (``tl.dot`` needs at least 16; powers of two).
-SUPPORTED_CHANNELS = (16, 32, 64, 128, 256)
+#: Channel counts the kernel is used for (``tl.dot`` needs at least 16 and ``tl.arange`` a power of
+#: two; 32-128 ran on the H200, 16 only under the interpreter; wider layers fall back to cuDNN).
+SUPPORTED_CHANNELS = (16, 32, 64, 128)
+
+
+def supports(channels: int, kernel_size: int) -> bool:
+    """Whether a ``channels -> channels`` convolution of this (odd) kernel size can run fused."""
+    return channels in SUPPORTED_CHANNELS and kernel_size % 2 == 1
 
 
 def available() -> bool:

@@ -458,6 +458,9 @@ class Generator(nn.Module):
         dtype/device move: the kernel's weight layout is made here."""
         from engines.torch_vits import fused_conv
 
+        if on and not self.fused_supported():
+            raise ValueError("the fused resblock kernel takes 16-128 channels (powers of two) and odd kernels; "
+                             "this decoder has others")
         if on:
             self.use_channels_last(True)
             for rb in self.resblocks:
@@ -466,6 +469,13 @@ class Generator(nn.Module):
                         m.weight_kio = fused_conv.pack_weight(m.weight)
         self.fused = on
         return self
+
+    def fused_supported(self) -> bool:
+        """Whether every resblock convolution fits the fused kernel (channel count, odd kernel)."""
+        from engines.torch_vits import fused_conv
+
+        return all(fused_conv.supports(m.in_channels, m.kernel_size[0]) and m.in_channels == m.out_channels
+                   for rb in self.resblocks for m in rb.modules() if isinstance(m, nn.Conv1d))
 
     def _fused_resblocks(self, x, lengths, scale, stage):
         """The resblocks of one upsampling stage and their average, on a channels-last

@@ -63,3 +63,21 @@ def test_fused_decoder_keeps_padding_out(results):
     _, r = results
     assert r["decoder-fused-tail-zero"]["err"] == 0.0
     assert r["decoder-fused-padding-independent"]["rel_l2"] <= 1e-3, r["decoder-fused-padding-independent"]
+
+
+def test_decoders_the_kernel_does_not_fit_are_refused(voice):
+    # a decoder with 256-channel resblocks (upsample_initial_channel 512, as larger Piper voices have)
+    # stays on cuDNN: the kernel was only run for 16-128 channels
+    import dataclasses
+
+    from engines.torch_vits.hparams import VitsHParams
+    from engines.torch_vits.modules import Generator
+    from engines.weights import onnx_state_and_hparams
+
+    _, hp = onnx_state_and_hparams(voice.model_path)
+    ours = Generator(VitsHParams.from_dict(hp))
+    assert ours.fused_supported()
+    wide = Generator(dataclasses.replace(VitsHParams.from_dict(hp), upsample_initial_channel=512))
+    assert not wide.fused_supported()
+    with pytest.raises(ValueError, match="16-128 channels"):
+        wide.use_fused_resblocks()
