@@ -22,9 +22,9 @@ the tests run it without a GPU); :func:`available` says whether it can run.
 
 from __future__ import annotations
 
-import torch
-
 import importlib.util
+
+import torch
 
 #: Channel counts the kernel is used for (``tl.dot`` needs at least 16 and ``tl.arange`` a power of
 #: two; 32-128 ran on the H200, 16 only under the interpreter; wider layers fall back to cuDNN).
@@ -43,12 +43,9 @@ def available() -> bool:
 
 def _block_config(channels: int) -> tuple[int, int]:
     """(time positions per program, warps) for a channel count: an fp32 accumulator of
-    ``BLOCK_T x C`` lives in registers, so wider layers take shorter tiles."""
-    if channels <= 32:
-        return 128, 4
-    if channels <= 64:
-        return 128, 4
-    return 64, 4
+    ``BLOCK_T x C`` lives in registers, so wider layers take shorter tiles. Chosen from
+    ``bench/fused_conv_tune.py`` on the H200 (docs/PERFORMANCE.md)."""
+    return (128, 4) if channels <= 64 else (64, 4)
 
 
 def _kernel():
