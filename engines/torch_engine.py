@@ -289,7 +289,8 @@ class TorchEngine:
                          else spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S)
         compile_error = None
         # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
-        # Experimental until measured: BOOKTTS_TORCH_COMPILE_A=1 turns it on.
+        # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
+        # first batch (docs/PERFORMANCE.md), which only a long-lived worker earns back.
         self.compiled_stage_a = os.environ.get(COMPILE_A_ENV, "") == "1"
         self._stage_a = self.model.stage_a
         if self.compiled_stage_a:
