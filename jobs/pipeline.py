@@ -13,6 +13,7 @@ import hashlib
 import json
 import socket
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -35,6 +36,8 @@ from jobs.files import sha256_file as file_sha256
 JOB_FILE = "job.json"
 PLAN_FILE = "plan.parquet"
 MANIFEST_FILE = "manifest.parquet"
+#: Most chapter files encoded at once by :func:`finalize` (also bounded by the cores).
+FINALIZE_THREADS = 8
 WORK_DIR = ".work"
 FINALIZED_FILE = "finalized.json"
 JOB_FORMAT_VERSION = 1
@@ -439,63 +442,73 @@ def finalize(job: Job) -> FinalizeSummary:
     if missing:
         raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
                        f"(first: {missing[0]}); resume the job")
-    cfg, sr = job.config, job.sample_rate
-    audio = _BatchAudio(job)
     by_chapter: dict[tuple[int, int], list[PlannedUtterance]] = {}
     for r in job.rows:
         by_chapter.setdefault((r.utt.book_index, r.utt.chapter_index), []).append(r)
+    chapters = [(b_i, book, ch, sorted(by_chapter.get((b_i, ch["index"]), []), key=lambda r: r.utt.utterance_index))
+                for b_i, book in enumerate(job.meta["books"]) for ch in book["chapters"] if ch["selected"]]
+    # Chapters are encoded in parallel (libsndfile runs without the GIL); the manifest keeps book order.
+    threads = max(1, min(len(chapters), os.cpu_count() or 1, FINALIZE_THREADS))
+    with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
+        parts = list(pool.map(lambda c: _write_chapter(job, *c), chapters))
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
-    files, total_samples, skipped = [], 0, 0
-    try:
-        for b_i, book in enumerate(job.meta["books"]):
-            for ch in book["chapters"]:
-                rows = sorted(by_chapter.get((b_i, ch["index"]), []), key=lambda r: r.utt.utterance_index)
-                if not ch["selected"]:
-                    continue
-                path = inside(job.out_dir, ch["file"])
-                pos = 0
-                with atomic_path(path) as tmp:
-                    with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype="PCM_16",
-                                      format=cfg.audio_format.upper()) as out:
-                        for r in rows:
-                            u = r.utt
-                            rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
-                            data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
-                            pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
-                            out.write(data)
-                            if pause:
-                                out.write(np.zeros(pause, np.int16))
-                            skipped += rec is None
-                            row = {
-                                "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
-                                "chapter_title": ch["title"], "utterance_index": u.utterance_index,
-                                "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
-                                "text": u.text, "phoneme_count": len(u.phoneme_ids),
-                                "missing_phonemes": u.missing_phonemes,
-                                "status": "synthesized" if rec else "skipped: nothing speakable",
-                                "batch_id": r.batch_id, "batch_size": len(rec.items) if rec else 0,
-                                "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
-                                "pause_after_s": pause / sr,
-                                "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
-                                "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
-                                "started_at": rec.started_at if rec else None,
-                                "finished_at": rec.finished_at if rec else None,
-                                "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
-                                "attempt": rec.attempt if rec else None,
-                            }
-                            for k, v in row.items():
-                                cols[k].append(v)
-                            pos += len(data) + pause
-                files.append(ch["file"])
-                total_samples += pos
-    finally:
-        audio.close()
+    for part, _, _ in parts:
+        for k in cols:
+            cols[k].extend(part[k])
+    files = [ch["file"] for _, _, ch, _ in chapters]
+    total_samples = sum(n for _, n, _ in parts)
+    skipped = sum(k for _, _, k in parts)
     table = pa.table(cols)
     with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
         pq.write_table(table, tmp)
-    summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / sr, MANIFEST_FILE)
+    summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
     write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
     return summary
+
+
+def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list) -> tuple[dict[str, list], int, int]:
+    """Write one chapter file (atomically) from the batch audio; its manifest columns, samples, skipped rows."""
+    cfg, sr = job.config, job.sample_rate
+    cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
+    path = inside(job.out_dir, ch["file"])
+    pos = skipped = 0
+    audio = _BatchAudio(job)  # one per chapter: its open files are not shared between threads
+    try:
+        with atomic_path(path) as tmp:
+            with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype="PCM_16",
+                              format=cfg.audio_format.upper()) as out:
+                for r in rows:
+                    u = r.utt
+                    rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
+                    data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
+                    pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
+                    out.write(data)
+                    if pause:
+                        out.write(np.zeros(pause, np.int16))
+                    skipped += rec is None
+                    row = {
+                        "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
+                        "chapter_title": ch["title"], "utterance_index": u.utterance_index,
+                        "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
+                        "text": u.text, "phoneme_count": len(u.phoneme_ids),
+                        "missing_phonemes": u.missing_phonemes,
+                        "status": "synthesized" if rec else "skipped: nothing speakable",
+                        "batch_id": r.batch_id, "batch_size": len(rec.items) if rec else 0,
+                        "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
+                        "pause_after_s": pause / sr,
+                        "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
+                        "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
+                        "started_at": rec.started_at if rec else None,
+                        "finished_at": rec.finished_at if rec else None,
+                        "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
+                        "attempt": rec.attempt if rec else None,
+                    }
+                    for k, v in row.items():
+                        cols[k].append(v)
+                    pos += len(data) + pause
+    finally:
+        audio.close()
+    return cols, pos, skipped
 
 
 def finalized_summary(job: Job) -> FinalizeSummary:

@@ -183,3 +183,18 @@ def test_whole_book_plan_keeps_every_word_of_every_chapter(tmp_path, name):
         assert " ".join(u.text for u in utts).split() == (ch.title + " " + " ".join(ch.paragraphs)).split()
         assert all(len(u.phoneme_ids) <= 2 * job.config.max_phonemes + 3 for u in utts)
     assert job.meta["summary"]["padding_efficiency"] > 0.9
+
+
+def test_parallel_finalize_equals_one_chapter_at_a_time(short_book, tmp_path, fake_engine, monkeypatch):
+    # finalize encodes chapters in threads; the files and the manifest must not depend on it
+    import jobs.pipeline as pipeline
+
+    job = prepare_job([short_book], tmp_path / "out", JobConfig(**SMALL))
+    run_local(job, fake_engine)
+    parallel = {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*.flac")}
+    rows = manifest(tmp_path / "out")
+    assert len(parallel) == 2, "the short book has two chapters"
+    monkeypatch.setattr(pipeline, "FINALIZE_THREADS", 1)
+    finalize(load_job(tmp_path / "out"))
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*.flac")} == parallel
+    assert manifest(tmp_path / "out") == rows
