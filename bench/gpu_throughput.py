@@ -209,17 +209,9 @@ class Bench:
                     logs_p = torch.zeros(n, c, t, device=eng.device)
                     dur = torch.zeros(n, t, device=eng.device)
                     frames = torch.zeros(n, dtype=torch.long, device=eng.device)
-                    order = np.argsort(lens_np, kind="stable")
-                    t_enc = t_dp = 0.0
-                    s0 = 0
-                    while s0 < n:  # the engine's stage-A chunking
-                        tc = min(t, -(-int(lens_np[order[s0]]) // 32) * 32)
-                        e_ = s0
-                        while e_ < n and lens_np[order[e_]] <= tc and (e_ - s0 + 1) * tc <= eng.max_phonemes_per_chunk:
-                            e_ += 1
-                        e_ = max(e_, s0 + 1)
-                        tc = max(tc, int(lens_np[order[e_ - 1]]))
-                        idx = torch.from_numpy(order[s0:e_].astype(np.int64)).to(eng.device)
+                    t_dp = 0.0
+                    for rows_a, tc in eng.stage_a_chunks(lens_np, t):  # the engine's stage-A chunking
+                        idx = torch.from_numpy(rows_a.astype(np.int64)).to(eng.device)
                         a0, a1, a2 = ev(), ev(), ev()
                         a0.record()
                         mask = (torch.arange(tc, device=eng.device)[None] < lens[idx][:, None])[:, None].float()
@@ -231,20 +223,14 @@ class Bench:
                         frames[idx] = torch.clamp_min(du.sum(1), 1).long()
                         a2.record()
                         a2.synchronize()
-                        t_enc += a0.elapsed_time(a1) / 1000
                         t_dp += a1.elapsed_time(a2) / 1000
-                        s0 = e_
                     e1.record()
                     e1.synchronize()
                     acc["h2d+encoder"] += e0.elapsed_time(e1) / 1000 - t_dp
                     acc["duration"] += t_dp
                     w0 = time.perf_counter()
                     fh = frames.cpu().numpy()
-                    chunks = []
-                    for f, items in eng._bucketize(fh).items():
-                        cap = eng.chunk_rows(f)
-                        for s1 in range(0, len(items), cap):
-                            chunks.append((items[s1:s1 + cap], f))
+                    chunks = eng.stage_b_chunks(fh)
                     acc["sync+bucketing"] += time.perf_counter() - w0
                     eps = torch.randn(n, c, int(fh.max()), generator=gen, device=eng.device)
                     blocks = []

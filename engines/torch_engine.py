@@ -152,6 +152,11 @@ def resolve_warmup(warmup, compiled: bool, env=None):
     return warmup
 
 
+def _env_flag(name: str) -> bool | None:
+    """``$name`` as a switch: "1" True, "0" False, unset or anything else None (the default applies)."""
+    return {"1": True, "0": False}.get(os.environ.get(name, "").strip())
+
+
 def _import_torch():
     try:
         import torch
@@ -219,49 +224,26 @@ class TorchEngine:
                 raise VoiceError(f"weights from {source} do not fit the model ({exc.args[0]}); export them again") from exc
             self.model = model.eval().to(self.device)
             # Stage B at the engine's precision (its own copy of flow + decoder when not fp32).
+            import copy
+
             if self.dtype == torch.float32:
                 self.flow, self.dec = self.model.flow, self.model.dec
             else:
-                import copy
-
                 from engines.torch_vits.modules import mixed_precision_flow
 
                 self.flow = mixed_precision_flow(copy.deepcopy(self.model.flow), self.dtype)
                 self.dec = copy.deepcopy(self.model.dec).to(self.dtype)
-            # NHWC decoder by default on CUDA at half precision (cuDNN's tensor-core layout)
-            self.channels_last = bool(channels_last if channels_last is not None
-                                      else self.is_cuda and self.dtype != torch.float32)
-            if self.channels_last:
-                if self.dec is self.model.dec:
-                    import copy
-
-                    self.dec = copy.deepcopy(self.model.dec)
-                self.dec.use_channels_last()
-            # fused Triton resblocks (one memory pass per convolution) on CUDA at half precision
-            from engines.torch_vits import fused_conv
-
-            if fused is None and os.environ.get(FUSED_ENV, "") in ("0", "1"):
-                fused = os.environ[FUSED_ENV] == "1"
-            if fused is None:
-                fused = (self.channels_last and self.is_cuda and self.dtype != torch.float32
-                         and fused_conv.available() and self.dec.fused_supported())
-            if fused and not self.dec.fused_supported():
-                raise EngineUnavailable(f"this voice's decoder does not fit the fused kernel (it takes 16-128 "
-                                        f"channels); unset {FUSED_ENV}")
-            if fused and not fused_conv.available():
-                raise EngineUnavailable("the fused decoder needs Triton (pip install triton); "
-                                        f"or set {FUSED_ENV}=0")
-            if fused and not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-                raise EngineUnavailable(f"the fused decoder runs on CUDA devices (on cpu only under Triton's "
-                                        f"interpreter, TRITON_INTERPRET=1); unset {FUSED_ENV} or use --device cuda:0")
-            self.fused = bool(fused)
+            # fused Triton resblocks (one memory pass per convolution) on CUDA at half precision; they
+            # imply the NHWC layout, which is also the default there without them (cuDNN's tensor cores)
+            self.fused = self._resolve_fused(fused, by_default=channels_last is not False)
+            self.channels_last = self.fused or bool(channels_last if channels_last is not None
+                                                    else self.is_cuda and self.dtype != torch.float32)
+            if self.channels_last and self.dec is self.model.dec:
+                self.dec = copy.deepcopy(self.model.dec)  # the layout change must not touch stage A's model
             if self.fused:
-                if self.dec is self.model.dec:
-                    import copy
-
-                    self.dec = copy.deepcopy(self.model.dec)
-                self.channels_last = True
                 self.dec.use_fused_resblocks()
+            elif self.channels_last:
+                self.dec.use_channels_last()
         self.hop = self.hparams.hop_length
         self.n_vocab = self.hparams.n_vocab
         self.buckets = sorted(buckets or DEFAULT_BUCKETS)
@@ -269,36 +251,31 @@ class TorchEngine:
         self.max_phonemes_per_chunk = int(max_phonemes_per_chunk)
         #: pad a chunk's rows with :func:`round_rows` (CUDA: few shapes for autotuning and CUDA graphs)
         self.pad_rows = self.is_cuda
-        if compile is None and os.environ.get(COMPILE_ENV, "") in ("0", "1"):
-            compile = os.environ[COMPILE_ENV] == "1"
+        if compile is None:
+            compile = _env_flag(COMPILE_ENV)
         # Default: compile on CUDA, except with the fused decoder, which ran faster eager on the H200
         # (whole model at batch 1024: 5,310x real-time eager vs 4,430x compiled + CUDA graphs, 2026-11-29).
         self.compiled = bool(self.is_cuda and not self.fused if compile is None else compile)
         self._stage_b = self._stage_b_pcm
-        if self.compiled:
+        #: cuDNN autotuning of stage B's convolutions on first use of each shape: BOOKTTS_TORCH_AUTOTUNE=0/1,
+        #: else on unless the spec's workload is known to be too short to pay for it
+        self.autotune = _env_flag(AUTOTUNE_ENV)
+        if self.autotune is None:
+            self.autotune = spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S
+        compile_error = None
+        # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
+        # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
+        # first batch (docs/PERFORMANCE.md), which only a long-lived worker earns back.
+        self.compiled_stage_a = bool(_env_flag(COMPILE_A_ENV))
+        self._stage_a = self.model.stage_a
+        if self.compiled or self.compiled_stage_a:
             import torch._dynamo
 
             # one graph per (batch rows, frames) family; do not fall back to eager after 8 shapes
             for name in ("recompile_limit", "cache_size_limit"):
                 if hasattr(torch._dynamo.config, name):
                     setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
-        #: cuDNN autotuning of stage B's convolutions on first use of each shape: BOOKTTS_TORCH_AUTOTUNE=0/1,
-        #: else on unless the spec's workload is known to be too short to pay for it
-        env = os.environ.get(AUTOTUNE_ENV, "")
-        self.autotune = (env == "1" if env in ("0", "1")
-                         else spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S)
-        compile_error = None
-        # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
-        # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
-        # first batch (docs/PERFORMANCE.md), which only a long-lived worker earns back.
-        self.compiled_stage_a = os.environ.get(COMPILE_A_ENV, "") == "1"
-        self._stage_a = self.model.stage_a
         if self.compiled_stage_a:
-            import torch._dynamo
-
-            for name in ("recompile_limit", "cache_size_limit"):
-                if hasattr(torch._dynamo.config, name):
-                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
             self._stage_a = torch.compile(self.model.stage_a, dynamic=True)
         if self.compiled:
             try:
@@ -334,6 +311,28 @@ class TorchEngine:
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
         )
+
+    def _resolve_fused(self, fused: bool | None, by_default: bool = True) -> bool:
+        """Whether the decoder's resblocks run through the fused Triton kernel: the argument, else
+        ``$BOOKTTS_TORCH_FUSED``, else (``by_default``: the NHWC layout was not refused) on CUDA at
+        half precision when Triton and the voice allow it."""
+        from engines.torch_vits import fused_conv
+
+        if fused is None:
+            fused = _env_flag(FUSED_ENV)
+        fits = self.model.dec.fused_supported()
+        if fused is None:
+            return (by_default and self.is_cuda and self.dtype != self.torch.float32 and fused_conv.available()
+                    and fits)
+        if fused and not fits:
+            raise EngineUnavailable(f"this voice's decoder does not fit the fused kernel (it takes 16-128 "
+                                    f"channels); unset {FUSED_ENV}")
+        if fused and not fused_conv.available():
+            raise EngineUnavailable(f"the fused decoder needs Triton (pip install triton); or set {FUSED_ENV}=0")
+        if fused and not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise EngineUnavailable(f"the fused decoder runs on CUDA devices (on cpu only under Triton's "
+                                    f"interpreter, TRITON_INTERPRET=1); unset {FUSED_ENV} or use --device cuda:0")
+        return bool(fused)
 
     # ------------------------------------------------------------------ weights
     @staticmethod
@@ -461,18 +460,8 @@ class TorchEngine:
             durations = torch.zeros(b, t, device=dev)
             frames = torch.zeros(b, dtype=torch.long, device=dev)
             # stage A by phoneme-length buckets (multiples of 32): little padding, bounded attention memory
-            lens_np = batch.lengths
-            order = np.argsort(lens_np, kind="stable")
             with self._flags(benchmark=False):
-                s0 = 0
-                while s0 < b:
-                    tc = min(t, -(-int(lens_np[order[s0]]) // 32) * 32)
-                    e0 = s0
-                    while e0 < b and lens_np[order[e0]] <= tc and (e0 - s0 + 1) * tc <= self.max_phonemes_per_chunk:
-                        e0 += 1
-                    e0 = max(e0, s0 + 1)
-                    tc = max(tc, int(lens_np[order[e0 - 1]]))
-                    rows = order[s0:e0]
+                for rows, tc in self.stage_a_chunks(batch.lengths, t):
                     idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
                     mp, lp, du, fr = self._stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
                                                    float(sc.length_scale))
@@ -480,18 +469,13 @@ class TorchEngine:
                     logs_p[idx, :, :tc] = lp
                     durations[idx, :tc] = du
                     frames[idx] = fr
-                    s0 = e0
             frames_host = frames.cpu().numpy().astype(np.int64)  # sync: shapes of stage B depend on it
             max_frames = int(frames_host.max())
             eps = None
             if sc.noise_scale != 0:
                 eps = torch.randn(b, c, max_frames, generator=gen, device=dev)
 
-            chunks = []
-            for f, items in self._bucketize(frames_host).items():
-                cap = self.chunk_rows(f)
-                for s1 in range(0, len(items), cap):
-                    chunks.append((items[s1:s1 + cap], f))
+            chunks = self.stage_b_chunks(frames_host)
             # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to
             # back in one fresh host buffer (on CUDA pinned, from PyTorch's caching host allocator,
             # filled by stream-ordered async copies): one copy of the audio, not a [B, S] array padded
@@ -513,6 +497,31 @@ class TorchEngine:
             if self.is_cuda:
                 torch.cuda.current_stream(dev).synchronize()
         return host.numpy(), offsets, frames_host * self.hop  # the buffer is this call's own
+
+    def stage_a_chunks(self, lengths: np.ndarray, t: int) -> list[tuple[np.ndarray, int]]:
+        """Stage A's chunks of a batch padded to ``t`` ids: (item indices, padded phoneme width), items
+        sorted by length, widths rounded up to multiples of 32 (little padding) but at most ``t``, at
+        most ``max_phonemes_per_chunk`` ids each."""
+        b = len(lengths)
+        order = np.argsort(lengths, kind="stable")
+        out, s0 = [], 0
+        while s0 < b:
+            tc = min(t, -(-int(lengths[order[s0]]) // 32) * 32)
+            e0 = s0
+            while e0 < b and lengths[order[e0]] <= tc and (e0 - s0 + 1) * tc <= self.max_phonemes_per_chunk:
+                e0 += 1
+            e0 = max(e0, s0 + 1)
+            out.append((order[s0:e0], max(tc, int(lengths[order[e0 - 1]]))))
+            s0 = e0
+        return out
+
+    def stage_b_chunks(self, frames_host: np.ndarray) -> list[tuple[list[int], int]]:
+        """Stage B's chunks: (item indices, frame bucket), at most :meth:`chunk_rows` items each."""
+        chunks = []
+        for f, items in self._bucketize(frames_host).items():
+            cap = self.chunk_rows(f)
+            chunks.extend((items[s:s + cap], f) for s in range(0, len(items), cap))
+        return chunks
 
     def _bucketize(self, frames_host) -> dict[int, list[int]]:
         groups: dict[int, list[int]] = {}

@@ -172,3 +172,21 @@ def test_autotune_follows_the_workload(voice, monkeypatch, workload_s, env, want
         monkeypatch.setenv(AUTOTUNE_ENV, env)
     eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1, workload_s=workload_s))
     assert eng.autotune is want and eng.info.extra["autotune"] is want
+
+
+def test_chunks_cover_every_item_once():
+    # the engine and bench/gpu_throughput.py's profile share these plans; each item is synthesized once
+    eng = shell_engine(max_frames_per_chunk=4096, max_batch=512)
+    eng.max_phonemes_per_chunk = 2000
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 300, size=200)
+    a = eng.stage_a_chunks(lengths, 310)
+    assert sorted(np.concatenate([rows for rows, _ in a]).tolist()) == list(range(200))
+    for rows, tc in a:
+        assert lengths[rows].max() <= tc <= 310
+        assert len(rows) == 1 or len(rows) * tc <= 2000
+    frames = rng.integers(1, 3000, size=200)
+    b = eng.stage_b_chunks(frames)
+    assert sorted(i for rows, _ in b for i in rows) == list(range(200))
+    for rows, f in b:
+        assert frames[rows].max() <= f and len(rows) <= eng.chunk_rows(f)
