@@ -386,10 +386,11 @@ MANIFEST_COLUMNS = [
 class _BatchAudio:
     """Reads utterance audio out of batch files, keeping a few open."""
 
-    def __init__(self, job: Job, keep_open: int = 32) -> None:
+    def __init__(self, job: Job, keep_open: int = 32, records: dict[int, BatchRecord] | None = None) -> None:
         self.job = job
         self.keep_open = keep_open
-        self.records: dict[int, BatchRecord] = {}
+        #: batch records, read once; may be shared between readers (threads) of the same job
+        self.records: dict[int, BatchRecord] = {} if records is None else records
         self.files: dict[int, sf.SoundFile] = {}
 
     def record(self, batch_id: int) -> BatchRecord:
@@ -449,8 +450,9 @@ def finalize(job: Job) -> FinalizeSummary:
                 for b_i, book in enumerate(job.meta["books"]) for ch in book["chapters"] if ch["selected"]]
     # Chapters are encoded in parallel (libsndfile runs without the GIL); the manifest keeps book order.
     threads = max(1, min(len(chapters), os.cpu_count() or 1, FINALIZE_THREADS))
+    records: dict[int, BatchRecord] = {}  # read once, shared by the chapters' readers
     with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
-        parts = list(pool.map(lambda c: _write_chapter(job, *c), chapters))
+        parts = list(pool.map(lambda c: _write_chapter(job, *c, records), chapters))
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     for part, _, _ in parts:
         for k in cols:
@@ -466,13 +468,14 @@ def finalize(job: Job) -> FinalizeSummary:
     return summary
 
 
-def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list) -> tuple[dict[str, list], int, int]:
+def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
+                   records: dict[int, BatchRecord]) -> tuple[dict[str, list], int, int]:
     """Write one chapter file (atomically) from the batch audio; its manifest columns, samples, skipped rows."""
     cfg, sr = job.config, job.sample_rate
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     path = inside(job.out_dir, ch["file"])
     pos = skipped = 0
-    audio = _BatchAudio(job)  # one per chapter: its open files are not shared between threads
+    audio = _BatchAudio(job, records=records)  # one per chapter: open files are not shared between threads
     try:
         with atomic_path(path) as tmp:
             with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype="PCM_16",
