@@ -60,27 +60,24 @@ class Utterance:
 
 def split_sentences(paragraph: str) -> list[str]:
     """Split a paragraph into sentences; the pieces are stripped slices in order."""
-    out: list[str] = []
-    start = 0
-    for m in _SENTENCE_END.finditer(paragraph):
-        candidate = paragraph[start : m.end()].strip()
-        last_word = candidate.rsplit(None, 1)[-1].rstrip(".").lower() if candidate else ""
-        if last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]", last_word):
-            continue  # "Mr. Smith", "J. R. R. Tolkien": not a sentence end
-        if candidate:
-            out.append(candidate)
-        start = m.end()
-    rest = paragraph[start:].strip()
-    if rest:
-        out.append(rest)
-    return out
+    return _split_by(paragraph, _SENTENCE_END, joins=_ends_with_abbreviation)
 
 
-def _split_by(text: str, pattern: re.Pattern) -> list[str]:
+def _ends_with_abbreviation(candidate: str) -> bool:
+    """"Mr. Smith", "J. R. R. Tolkien": the full stop does not end the sentence."""
+    last_word = candidate.rsplit(None, 1)[-1].rstrip(".").lower()
+    return last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]", last_word) is not None
+
+
+def _split_by(text: str, pattern: re.Pattern, joins=None) -> list[str]:
+    """Stripped pieces of ``text`` ending at each match of ``pattern``; a match where ``joins(piece)``
+    is true does not end a piece (the piece runs on to the next match)."""
     pieces, start = [], 0
     for m in pattern.finditer(text):
         if m.end() > start:
             piece = text[start : m.end()].strip()
+            if piece and joins is not None and joins(piece):
+                continue
             if piece:
                 pieces.append(piece)
             start = m.end()
