@@ -145,25 +145,6 @@ def _load(job_dir: str, job_id: str):
     return job
 
 
-def _begin(store: JobStore, job_id: str, batch, holder: Holder, job_dir: str, queue: str):
-    """Take the batch's lease. Returns (verdict, value) of :meth:`JobStore.begin`."""
-    s = runtime.settings()
-    verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries)
-    if verdict == "missing":
-        from workers.control import rebuild_job
-
-        rebuild_job(store, job_dir, job_id, queue)
-        verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries)
-    if verdict == "leased":
-        other = Holder.from_json(value)
-        if other is not None and other.process_is_dead():
-            # Same host, holder process gone (a pool child killed mid-batch): take over now
-            # rather than waiting for its lease to expire.
-            log.warning("job %s batch %s: holder pid %d is dead; taking its lease over", job_id, batch, other.pid)
-            verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries, steal=value)
-    return verdict, value
-
-
 def _request_worker_shutdown() -> None:
     pid = _MAIN_PID or os.getpid()
     try:
@@ -223,6 +204,32 @@ class BatchTask(Task):
         _HOLDERS.pop(str(task_id), None)
 
 
+def _claim(task, store: JobStore, job_dir: str, job_id: str, batch):
+    """Take the lease of one piece of work (a batch id or FINALIZE) for this delivery of ``task``.
+    Returns (queue, holder, verdict, value), the last two from :meth:`JobStore.begin`; an exhausted
+    piece is remembered as such for the failure handler."""
+    queue = _queue_of(task)
+    runtime.remember_job(job_id, job_dir, queue)
+    holder = _holder(task)
+    s = runtime.settings()
+    verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries)
+    if verdict == "missing":
+        from workers.control import rebuild_job
+
+        rebuild_job(store, job_dir, job_id, queue)
+        verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries)
+    if verdict == "leased":
+        other = Holder.from_json(value)
+        if other is not None and other.process_is_dead():
+            # Same host, holder process gone (a pool child killed mid-batch): take over now
+            # rather than waiting for its lease to expire.
+            log.warning("job %s batch %s: holder pid %d is dead; taking its lease over", job_id, batch, other.pid)
+            verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries, steal=value)
+    if verdict == "exhausted":
+        _HOLDERS[str(task.request.id)] = ("", int(value))
+    return queue, holder, verdict, value
+
+
 def _hold_for_retry(store: JobStore, job_id: str, key, holder, lease_seconds: float) -> None:
     """Keep the lease through Celery's retry backoff (same task id). If the retry never starts,
     the lease expires and the reaper re-enqueues the work; a Redis that is down changes nothing."""
@@ -241,12 +248,8 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
 
     job_dir, job_id, batch_id = _parse(job_dir, job_id, batch_id)
     store = get_store()
-    queue = _queue_of(self)
-    runtime.remember_job(job_id, job_dir, queue)
-    holder = _holder(self)
-    verdict, value = _begin(store, job_id, batch_id, holder, job_dir, queue)
+    queue, holder, verdict, value = _claim(self, store, job_dir, job_id, batch_id)
     if verdict == "exhausted":
-        _HOLDERS[str(self.request.id)] = ("", int(value))
         raise JobError(f"batch {batch_id} was started {value - 1} times without finishing (the worker running "
                        f"it died each time: out of memory, a crash?); see the worker logs")
     if verdict != "ok":
@@ -310,12 +313,8 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
 
     job_dir, job_id, _ = _parse(job_dir, job_id)
     store = get_store()
-    queue = _queue_of(self)
-    runtime.remember_job(job_id, job_dir, queue)
-    holder = _holder(self)
-    verdict, value = _begin(store, job_id, FINALIZE, holder, job_dir, queue)
+    queue, holder, verdict, value = _claim(self, store, job_dir, job_id, FINALIZE)
     if verdict == "exhausted":
-        _HOLDERS[str(self.request.id)] = ("", int(value))
         raise JobError(f"finalize was started {value - 1} times without finishing; see the worker logs")
     if verdict != "ok":
         log.info("job %s finalize: skipped (%s)", job_id, verdict)
