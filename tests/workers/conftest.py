@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.workers.procs import children_of, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "cli.py"
@@ -34,12 +35,6 @@ def pytest_collection_modifyitems(config, items):
         needs = {"redis_server", "redis_url", "own_redis", "start_worker"} & set(getattr(item, "fixturenames", ()))
         if here in Path(str(item.fspath)).parents and needs:
             item.add_marker(pytest.mark.skip(reason=NO_REDIS))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RedisServer:
@@ -131,13 +126,7 @@ class WorkerProc:
         return self
 
     def children(self) -> list[int]:
-        out = []
-        for task in Path(f"/proc/{self.pid}/task").glob("*"):
-            try:
-                out += [int(p) for p in (task / "children").read_text().split()]
-            except OSError:
-                pass
-        return out
+        return children_of(self.pid)
 
     def kill_group(self) -> None:
         try:

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs.config import GPU_MAX_BATCH
+from tests.workers.procs import children_of, free_port
 from workers.state import JobStatus, JobStore
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,14 +25,6 @@ from prometheus_client.parser import text_string_to_metric_families
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
@@ -151,16 +144,6 @@ def test_visible_gpus_parses_nvidia_smi_and_mig(tmp_path):
         (["GPU-1", "GPU-2"], "CUDA_VISIBLE_DEVICES")
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
 def _environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(x.decode(errors="replace").split("=", 1) for x in raw if b"=" in x)
@@ -187,7 +170,7 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
         while log.read_text(errors="replace").count(" ready.") < 2:
             assert sup.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.1)
-        kids = _children(sup.pid)
+        kids = children_of(sup.pid)
         assert len(kids) == 2
         envs = [_environ(k) for k in kids]
         assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in envs) == ["0", "1"]
