@@ -22,6 +22,7 @@ from jobs.config import (
     GPU_MAX_BATCH_PHONEMES,
     JobConfig,
     batch_defaults,
+    runs_on_gpu,
 )
 from jobs.errors import TTSError
 
@@ -130,7 +131,7 @@ def engine_options(f):
     @functools.wraps(f)
     def wrapper(*args, engine_name, precision, device, threads, **kw):
         spec = EngineSpec(name=engine_name, precision=precision, device=device, threads=threads)
-        if batch_defaults(spec) != batch_defaults(None):  # a GPU engine: the job's unset limits follow it
+        if runs_on_gpu(spec):  # the job's unset batch limits follow a GPU engine
             gpu_batch, gpu_phonemes = batch_defaults(spec)
             if "max_batch" in kw and kw["max_batch"] is None:
                 kw["max_batch"] = gpu_batch

@@ -24,10 +24,14 @@ GPU_MAX_BATCH = 1024
 GPU_MAX_BATCH_PHONEMES = 262144
 
 
+def runs_on_gpu(engine: EngineSpec | None) -> bool:
+    """Whether this engine runs on a GPU (a cuda device, or TensorRT)."""
+    return engine is not None and ((engine.device or "").startswith("cuda") or engine.name == "tensorrt")
+
+
 def batch_defaults(engine: EngineSpec | None) -> tuple[int, int]:
     """(max_batch, max_batch_phonemes) a job gets when it does not set them, for this engine."""
-    on_gpu = engine is not None and ((engine.device or "").startswith("cuda") or engine.name == "tensorrt")
-    return (GPU_MAX_BATCH, GPU_MAX_BATCH_PHONEMES) if on_gpu else (CPU_MAX_BATCH, DEFAULT_MAX_BATCH_PHONEMES)
+    return (GPU_MAX_BATCH, GPU_MAX_BATCH_PHONEMES) if runs_on_gpu(engine) else (CPU_MAX_BATCH, DEFAULT_MAX_BATCH_PHONEMES)
 
 
 @dataclass
