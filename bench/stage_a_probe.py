@@ -1,0 +1,156 @@
+"""Stage A (text encoder + duration predictor) on the GPU: time, kernel profile, and what
+reduced precision does to the durations.
+
+    python bench/stage_a_probe.py --weights carry/joe-fp16.safetensors [--json $OUT/stage_a.json]
+
+Workload: the first ``--n`` sentences of bench/gpu_throughput.py's sample (seed 0) as one
+batch, cut into the engine's stage-A chunks. For each variant: CUDA events around all
+chunks (one warm-up pass, median of ``--reps``), and against true fp32 (no TF32): the share
+of phonemes whose integer duration changed, the share of sentences whose frame count
+changed, and the largest change in frames. Variants: ``fp32`` (the engine's stage A),
+``tf32`` (cuDNN and cuBLAS may use TF32), ``bf16``/``fp16`` (autocast). Also prints the
+top CUDA kernels of the fp32 pass and of one stage-B chunk (torch.profiler).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from engines import EngineSpec
+    from engines.base import Scales, SynthesisBatch
+    from engines.torch_engine import TorchEngine
+    from engines.weights import voice_from_weights
+    from gpu_throughput import load_alice
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--variants", default="fp32,tf32,bf16,fp16")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+
+    voice = voice_from_weights(a.weights)
+    seqs = load_alice()
+    rng = np.random.default_rng(0)
+    pick = np.sort(rng.choice(len(seqs), size=min(a.n, len(seqs)), replace=False))
+    seqs = [seqs[i] for i in pick]
+    sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
+    batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
+    eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
+                      weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"))
+    dev = eng.device
+    m = eng.model
+    ids = torch.from_numpy(batch.phoneme_ids).to(dev)
+    lens = torch.from_numpy(batch.lengths).to(dev)
+    b, t = ids.shape
+    gen = torch.Generator(device=dev).manual_seed(0)
+    noise = torch.randn(b, 2, t, generator=gen, device=dev) * float(sc.noise_w)
+    chunks = [(torch.from_numpy(r.astype(np.int64)).to(dev), tc) for r, tc in eng.stage_a_chunks(batch.lengths, t)]
+    cuda = dev.type == "cuda"
+    out: dict = {"gpu": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "sentences": b,
+                 "phoneme_ids": int(batch.lengths.sum()), "padded_ids": int(sum(len(r) * tc for r, tc in chunks)),
+                 "chunks": len(chunks), "variants": {}}
+    print(f"{out['gpu']}: {b} sentences, {out['phoneme_ids']} ids ({out['padded_ids']} padded) in {len(chunks)} chunks",
+          flush=True)
+
+    def run(variant):
+        dur = torch.zeros(b, t, device=dev)
+        tf32 = variant == "tf32"
+        amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(variant)
+        with torch.inference_mode(), torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False,
+                                                                allow_tf32=tf32):
+            prev = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            try:
+                for idx, tc in chunks:
+                    with torch.autocast(dev.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
+                        _, _, du, _ = m.stage_a(ids[idx, :tc], lens[idx], noise[idx, :, :tc], float(sc.length_scale))
+                    dur[idx, :tc] = du.float()
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = prev
+        return dur
+
+    ref = None
+    for v in a.variants.split(","):
+        run(v)
+        times = []
+        for _ in range(a.reps):
+            if cuda:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                dur = run(v)
+                e.record()
+                e.synchronize()
+                times.append(s.elapsed_time(e))
+            else:
+                t0 = time.perf_counter()
+                dur = run(v)
+                times.append((time.perf_counter() - t0) * 1000)
+        row = {"median_ms": round(statistics.median(times), 2), "min_ms": round(min(times), 2)}
+        if v == "fp32":
+            ref = dur
+        if ref is not None:
+            valid = torch.arange(t, device=dev)[None, :] < lens[:, None]
+            diff = (dur != ref) & valid
+            fr = (dur.sum(1) - ref.sum(1)).abs()
+            row.update(phonemes_changed=round(float(diff.sum()) / float(valid.sum()), 6),
+                       sentences_changed=round(float((fr > 0).float().mean()), 4),
+                       max_frames_changed=int(fr.max()),
+                       max_duration_change=int((dur - ref).abs().max()))
+        out["variants"][v] = row
+        print(f"{v:5} {row}", flush=True)
+
+    if a.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        def top(prof, n=18):
+            rows = []
+            for ev in sorted(prof.key_averages(), key=lambda e: -e.device_time_total)[:n]:
+                rows.append({"name": ev.key[:110], "calls": ev.count, "ms": round(ev.device_time_total / 1000, 2)})
+            return rows
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            run("fp32")
+            torch.cuda.synchronize()
+        out["stage_a_kernels"] = top(prof)
+        # one stage-B chunk at batch 1024's commonest shape, through the engine
+        with torch.inference_mode():
+            fr = torch.full((96,), 400, device=dev)
+            z = torch.randn(96, eng.hparams.inter_channels, 448, device=dev)
+            with eng._flags(benchmark=True):
+                for _ in range(3):
+                    eng._stage_b(z, fr)
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    eng._stage_b(z, fr)
+                    torch.cuda.synchronize()
+        out["stage_b_kernels_96x448"] = top(prof, 25)
+        for k in ("stage_a_kernels", "stage_b_kernels_96x448"):
+            print(k)
+            for r in out[k]:
+                print(f"  {r['ms']:8.2f} ms  {r['calls']:5}  {r['name']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
