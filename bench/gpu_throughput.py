@@ -299,6 +299,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="256,1024")
     ap.add_argument("--sections", default="baseline,decoder,eager,profile,compiled16,nhwc,bf16,compiled_bf16,"
                                            "decoder_compiled")
+    ap.add_argument("--pipelines", default="1,2,3,4", help="stage-A groups for the pipeline section")
     ap.add_argument("--budget-s", type=float, default=520.0)
     ap.add_argument("--fused", choices=("auto", "0", "1"), default="auto",
                     help="decoder resblocks through the fused Triton kernel (auto: whichever the decoder section "
@@ -355,6 +356,12 @@ def main(argv=None) -> int:
             guarded(bench.whole, e, b, "eager fp16")
         if go("profile"):
             guarded(bench.profile, e, big)
+        del e
+    if go("pipeline"):  # stage A of one group overlapping stage B of the previous (BOOKTTS_TORCH_PIPELINE)
+        e, _ = bench.engine("fp16", False, big, **mode)
+        for g in [int(x) for x in a.pipelines.split(",")]:
+            e.pipeline = g
+            guarded(bench.whole, e, big, f"eager fp16, {g} pipeline group{'s' if g > 1 else ''},")
         del e
     if go("compiled16"):
         e, build_s = bench.engine("fp16", True, big, **mode)

@@ -46,11 +46,17 @@ Padding: every convolution of stage B sees its input multiplied by the item's ti
 mask, so samples inside an item's length do not depend on what else is in the
 chunk or how far it is padded; samples past ``sample_lengths[i]`` are exactly 0.
 
+Pipelining (CUDA): stage A's chunks are cut into :attr:`TorchEngine.pipeline` groups of
+about equal size (``$BOOKTTS_TORCH_PIPELINE``, default :data:`CUDA_PIPELINE_GROUPS`; 1 on
+CPU). Stage A of group ``g+1`` runs on a side stream while stage B of group ``g`` runs on
+the main one; the host waits only for each group's frame counts.
+
 Noise comes from a ``torch.Generator`` on the engine's device seeded with
 ``SynthesisBatch.seed`` (a fresh random seed when it is None): the same batch with
-the same seed on the same device gives the same audio. The prior noise of item
-``i``, frame ``j`` is ``eps[i, :, j]`` of one ``[B, C, max_frames]`` draw, so it does
-not depend on the bucketing.
+the same seed on the same device gives the same audio. The duration noise is one
+``[B, 2, T]`` draw; the prior noise is one ``[n, C, max_frames]`` draw per pipeline group,
+in group order. The groups depend only on the batch's lengths, so the noise does not
+depend on the frame bucketing.
 
 Weights come from, in this order: the ``weights_path`` argument, the environment
 variable ``BOOKTTS_TORCH_WEIGHTS``, the voice's own file when it is a
@@ -98,6 +104,11 @@ AUTOTUNE_MIN_WORKLOAD_S = 20 * 3600.0
 #: unset: full when compiled, lazy when eager. An explicit ``warmup`` argument wins.
 WARMUP_ENV = "BOOKTTS_TORCH_WARMUP"
 WARMUP_MODES = ("full", "lazy")
+#: Number of groups a batch's stage A is cut into on CUDA, so that stage A of one group (on a side
+#: stream) overlaps stage B of the previous one; "1" runs the stages one after the other.
+PIPELINE_ENV = "BOOKTTS_TORCH_PIPELINE"
+#: The default of $BOOKTTS_TORCH_PIPELINE on CUDA (the CPU runs one group).
+CUDA_PIPELINE_GROUPS = 2
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -251,6 +262,8 @@ class TorchEngine:
         self.max_phonemes_per_chunk = int(max_phonemes_per_chunk)
         #: pad a chunk's rows with :func:`round_rows` (CUDA: few shapes for autotuning and CUDA graphs)
         self.pad_rows = self.is_cuda
+        self.pipeline = self._pipeline_groups()
+        self._stream = None
         if compile is None:
             compile = _env_flag(COMPILE_ENV)
         # Default: compile on CUDA, except with the fused decoder, which ran faster eager on the H200
@@ -307,10 +320,18 @@ class TorchEngine:
             "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
              "channels_last": self.channels_last, "fused_resblocks": self.fused,
-             "compiled_stage_a": self.compiled_stage_a, "autotune": self.autotune, "warmup": self.warmup_mode,
+             "compiled_stage_a": self.compiled_stage_a, "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
         )
+
+    def _pipeline_groups(self) -> int:
+        raw = os.environ.get(PIPELINE_ENV, "").strip()
+        if not raw:
+            return CUDA_PIPELINE_GROUPS if self.is_cuda else 1
+        if not raw.isdigit() or int(raw) < 1:
+            raise EngineUnavailable(f"{PIPELINE_ENV} must be a whole number of groups >= 1, not {raw!r}")
+        return int(raw)
 
     def _resolve_fused(self, fused: bool | None, by_default: bool = True) -> bool:
         """Whether the decoder's resblocks run through the fused Triton kernel: the argument, else
@@ -446,57 +467,111 @@ class TorchEngine:
         gen = torch.Generator(device=dev)
         gen.manual_seed(int(seed))
         b, t = batch.phoneme_ids.shape
+        c = self.hparams.inter_channels
         with torch.inference_mode():
             ids_all = torch.from_numpy(batch.phoneme_ids)
             lens_all = torch.from_numpy(batch.lengths)
             if self.is_cuda:
                 ids_all = ids_all.pin_memory().to(dev, non_blocking=True)
                 lens_all = lens_all.pin_memory().to(dev, non_blocking=True)
-            # one noise draw for the whole batch: item i's noise does not depend on the chunking
+            # one duration-noise draw for the whole batch: item i's does not depend on the chunking
             dp_noise = torch.randn(b, 2, t, generator=gen, device=dev) * float(sc.noise_w)
-            c = self.hparams.inter_channels
             m_p = torch.zeros(b, c, t, device=dev)
             logs_p = torch.zeros(b, c, t, device=dev)
             durations = torch.zeros(b, t, device=dev)
             frames = torch.zeros(b, dtype=torch.long, device=dev)
-            # stage A by phoneme-length buckets (multiples of 32): little padding, bounded attention memory
-            with self._flags(benchmark=False):
-                for rows, tc in self.stage_a_chunks(batch.lengths, t):
-                    idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
-                    mp, lp, du, fr = self._stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
-                                                   float(sc.length_scale))
-                    m_p[idx, :, :tc] = mp
-                    logs_p[idx, :, :tc] = lp
-                    durations[idx, :tc] = du
-                    frames[idx] = fr
-            frames_host = frames.cpu().numpy().astype(np.int64)  # sync: shapes of stage B depend on it
-            max_frames = int(frames_host.max())
-            eps = None
-            if sc.noise_scale != 0:
-                eps = torch.randn(b, c, max_frames, generator=gen, device=dev)
+            frames_host = np.zeros(b, dtype=np.int64)
+            groups = self.pipeline_groups(self.stage_a_chunks(batch.lengths, t))
+            # stage A of group g+1 runs on a side stream while stage B of group g runs on the main one
+            side = self._side_stream() if self.is_cuda and len(groups) > 1 else None
+            main = torch.cuda.current_stream(dev) if self.is_cuda else None
+            if side is not None:
+                side.wait_stream(main)
 
-            chunks = self.stage_b_chunks(frames_host)
+            def launch_a(group):
+                """Queue stage A of a group (its chunks by phoneme length); returns its rows, their
+                frame counts on their way to the host, and the event that says they have arrived."""
+                import contextlib
+
+                ctx = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
+                with ctx, self._flags(benchmark=False):
+                    for rows, tc in group:
+                        idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
+                        mp, lp, du, fr = self._stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
+                                                       float(sc.length_scale))
+                        m_p[idx, :, :tc] = mp
+                        logs_p[idx, :, :tc] = lp
+                        durations[idx, :tc] = du
+                        frames[idx] = fr
+                    rows_g = np.concatenate([r for r, _ in group]).astype(np.int64)
+                    fr_g = frames[torch.from_numpy(rows_g).to(dev, non_blocking=True)]
+                    if side is None:
+                        return rows_g, fr_g.cpu(), None  # sync: stage B's shapes depend on it
+                    host = torch.empty(len(rows_g), dtype=torch.long, pin_memory=True)
+                    host.copy_(fr_g, non_blocking=True)
+                    done = torch.cuda.Event()
+                    done.record(side)
+                    return rows_g, host, done
+
+            queued = [launch_a(g) for g in groups[:2]]
+            blocks = []  # (rows, frame bucket, int16 [n, f*hop] on the device)
+            for gi in range(len(groups)):
+                rows_g, fr_host, done = queued.pop(0)
+                if done is not None:
+                    done.synchronize()  # only the side stream: stage B of earlier groups keeps running
+                    main.wait_event(done)
+                fh = fr_host.numpy().astype(np.int64)
+                frames_host[rows_g] = fh
+                # the prior noise of a group, drawn in group order: the groups depend only on the
+                # batch's lengths, so the same batch and seed give the same noise
+                eps = (torch.randn(len(rows_g), c, int(fh.max()), generator=gen, device=dev)
+                       if sc.noise_scale != 0 else None)
+                with self._flags(benchmark=self.is_cuda and self.autotune):
+                    for local, f in self.stage_b_chunks(fh):
+                        rows = rows_g[local]
+                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
+                                              eps_rows=local)
+                        n = len(rows)
+                        # compiled: pcm is a CUDA graph's output, overwritten by the next replay
+                        blocks.append((rows, f, pcm[:n].clone() if self.compiled else pcm[:n]))
+                if gi + 2 < len(groups):
+                    queued.append(launch_a(groups[gi + 2]))
             # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to
             # back in one fresh host buffer (on CUDA pinned, from PyTorch's caching host allocator,
             # filled by stream-ordered async copies): one copy of the audio, not a [B, S] array padded
             # to the longest item
-            need = sum(len(r) * f * self.hop for r, f in chunks)
+            need = sum(len(r) * f * self.hop for r, f, _ in blocks)
             host = torch.empty(need, dtype=torch.int16, pin_memory=self.is_cuda)
             offsets = np.zeros(b, dtype=np.int64)
             off = 0
-            with self._flags(benchmark=self.is_cuda and self.autotune):
-                for rows, f in chunks:
-                    idx = torch.tensor(rows, device=dev)
-                    pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
-                                          idx=idx)
-                    n, w = len(rows), f * self.hop
-                    # ordered on the stream before the next chunk's (graph) kernels overwrite pcm
-                    host[off:off + n * w].view(n, w).copy_(pcm[:n, :w], non_blocking=self.is_cuda)
-                    offsets[rows] = off + w * np.arange(n)
-                    off += n * w
+            for rows, f, pcm in blocks:
+                n, w = len(rows), f * self.hop
+                host[off:off + n * w].view(n, w).copy_(pcm, non_blocking=self.is_cuda)
+                offsets[rows] = off + w * np.arange(n)
+                off += n * w
             if self.is_cuda:
-                torch.cuda.current_stream(dev).synchronize()
+                main.synchronize()
         return host.numpy(), offsets, frames_host * self.hop  # the buffer is this call's own
+
+    def pipeline_groups(self, chunks: list) -> list[list]:
+        """Stage A's chunks (sorted by length) cut into at most :attr:`pipeline` consecutive groups of
+        about equal padded ids. On CUDA stage A of group ``g+1`` overlaps stage B of group ``g``."""
+        n = max(1, min(self.pipeline, len(chunks)))
+        if n == 1:
+            return [list(chunks)]
+        sizes = np.array([len(r) * tc for r, tc in chunks], dtype=np.float64)
+        starts = np.cumsum(sizes) - sizes  # padded ids before each chunk
+        bounds = [0]
+        for k in range(1, n):  # the chunk start nearest to k/n of the ids, keeping every group non-empty
+            c = int(np.argmin(np.abs(starts - sizes.sum() * k / n)))
+            bounds.append(min(max(c, bounds[-1] + 1), len(chunks) - (n - k)))
+        bounds.append(len(chunks))
+        return [list(chunks[a:z]) for a, z in zip(bounds[:-1], bounds[1:])]
+
+    def _side_stream(self):
+        if self._stream is None:
+            self._stream = self.torch.cuda.Stream(self.device)
+        return self._stream
 
     def stage_a_chunks(self, lengths: np.ndarray, t: int) -> list[tuple[np.ndarray, int]]:
         """Stage A's chunks of a batch padded to ``t`` ids: (item indices, padded phoneme width), items
@@ -529,15 +604,17 @@ class TorchEngine:
             groups.setdefault(bucket_for(int(frames_host[i]), self.buckets), []).append(int(i))
         return groups
 
-    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, idx=None):
-        """Stage B on one chunk: int16 PCM ``[padded rows, f*hop]`` on the device (rows past ``len(rows)`` are padding)."""
+    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, idx=None, eps_rows=None):
+        """Stage B on one chunk: int16 PCM ``[padded rows, f*hop]`` on the device (rows past ``len(rows)``
+        are padding). ``eps``: prior noise ``[*, C, frames]``, rows ``eps_rows`` (default ``rows``)."""
         torch = self.torch
         n = len(rows)
         if idx is None:
-            idx = torch.tensor(rows, device=self.device)
+            idx = torch.as_tensor(np.asarray(rows, dtype=np.int64)).to(self.device, non_blocking=True)
         m, logs = self.model.expand_prior(m_p[idx], logs_p[idx], durations[idx], f)
         if eps is not None:
-            e = eps[idx]
+            er = idx if eps_rows is None else torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device)
+            e = eps[er]
             if e.shape[-1] < f:
                 e = torch.nn.functional.pad(e, (0, f - e.shape[-1]))
             else:
