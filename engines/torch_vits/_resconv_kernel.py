@@ -11,9 +11,9 @@ import triton.language as tl
 
 @triton.jit
 def resconv_kernel(x_ptr, w_ptr, b_ptr, res_ptr, acc_ptr, out_ptr, len_ptr,
-                    T, len_scale, dilation, out_scale, slope,
+                    T, len_scale, dilation, out_scale, slope, post_slope,
                     C: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr,
-                    HAS_RES: tl.constexpr, HAS_ACC: tl.constexpr):
+                    HAS_RES: tl.constexpr, HAS_ACC: tl.constexpr, HAS_POST: tl.constexpr):
     pid_t = tl.program_id(0)
     pid_b = tl.program_id(1).to(tl.int64)
     length = tl.minimum(tl.load(len_ptr + pid_b).to(tl.int32) * len_scale, T)
@@ -36,4 +36,7 @@ def resconv_kernel(x_ptr, w_ptr, b_ptr, res_ptr, acc_ptr, out_ptr, len_ptr,
     if HAS_ACC:
         acc += tl.load(acc_ptr + here, mask=inside, other=0.0).to(tl.float32)
     acc = acc * out_scale
+    if HAS_POST:  # the next layer's input: leaky ReLU, then the time mask
+        acc = tl.where(acc > 0, acc, acc * post_slope)
+        acc = tl.where((offs_t < length)[:, None], acc, 0.0)
     tl.store(out_ptr + here, acc.to(out_ptr.dtype.element_ty), mask=inside)

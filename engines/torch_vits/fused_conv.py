@@ -64,9 +64,12 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
 
 def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: torch.Tensor, len_scale: int,
             dilation: int, *, residual: torch.Tensor | None = None, accumulate: torch.Tensor | None = None,
-            out_scale: float = 1.0, slope: float = 0.1, out: torch.Tensor | None = None,
-            block: tuple[int, int] | None = None) -> torch.Tensor:
+            out_scale: float = 1.0, slope: float = 0.1, post_slope: float | None = None,
+            out: torch.Tensor | None = None, block: tuple[int, int] | None = None) -> torch.Tensor:
     """``out = (conv(leaky_relu(x) * mask) + bias + residual + accumulate) * out_scale`` on ``[B, T, C]``.
+
+    With ``post_slope``, ``out = leaky_relu(out, post_slope) * mask`` instead: the input of the next
+    layer, when the sum itself is not needed (the last convolution of a decoder stage).
 
     ``mask`` keeps time positions ``< lengths[b] * len_scale`` (the convolution's zero
     padding and the item's padded tail read as 0). The convolution has odd kernel size
@@ -87,14 +90,15 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
     _kernel()[grid](
         x, w_kio, bias, residual if residual is not None else dummy, accumulate if accumulate is not None else dummy,
         out, lengths, t, int(len_scale), int(dilation), float(out_scale), float(slope),
+        float(post_slope if post_slope is not None else 0.0),
         C=c, K=k, BLOCK_T=block_t, HAS_RES=residual is not None, HAS_ACC=accumulate is not None,
-        num_warps=warps,
+        HAS_POST=post_slope is not None, num_warps=warps,
     )
     return out
 
 
 def resconv_reference(x, weight, bias, lengths, len_scale, dilation, *, residual=None, accumulate=None,
-                      out_scale=1.0, slope=0.1):
+                      out_scale=1.0, slope=0.1, post_slope=None):
     """What :func:`resconv` computes, in plain PyTorch (``weight`` in Conv1d layout ``[C_out, C_in, K]``)."""
     b, t, c = x.shape
     k = weight.shape[-1]
@@ -106,4 +110,7 @@ def resconv_reference(x, weight, bias, lengths, len_scale, dilation, *, residual
         y = y + residual.float()
     if accumulate is not None:
         y = y + accumulate.float()
-    return (y * out_scale).to(x.dtype)
+    y = y * out_scale
+    if post_slope is not None:
+        y = torch.nn.functional.leaky_relu(y, post_slope) * mask[:, :, None]
+    return y.to(x.dtype)

@@ -477,9 +477,10 @@ class Generator(nn.Module):
         return all(fused_conv.supports(m.in_channels, m.kernel_size[0]) and m.in_channels == m.out_channels
                    for rb in self.resblocks for m in rb.modules() if isinstance(m, nn.Conv1d))
 
-    def _fused_resblocks(self, x, lengths, scale, stage):
+    def _fused_resblocks(self, x, lengths, scale, stage, post_slope=None):
         """The resblocks of one upsampling stage and their average, on a channels-last
-        ``[B, C, 1, T]`` tensor, through the fused kernel; returns the same layout."""
+        ``[B, C, 1, T]`` tensor, through the fused kernel; returns the same layout. With
+        ``post_slope`` it returns ``leaky_relu(average, post_slope) * mask``, the next layer's input."""
         from engines.torch_vits.fused_conv import resconv
 
         xb = x.squeeze(2).transpose(1, 2)  # [B, T, C], a view of the NHWC memory
@@ -490,7 +491,8 @@ class Generator(nn.Module):
         for j in range(self.num_kernels):
             rb = self.resblocks[self.num_kernels * stage + j]
             last = j == self.num_kernels - 1
-            fin = dict(accumulate=total if j else None, out=total, out_scale=1.0 / self.num_kernels if last else 1.0)
+            fin = dict(accumulate=total if j else None, out=total, out_scale=1.0 / self.num_kernels if last else 1.0,
+                       post_slope=post_slope if last else None)
             if isinstance(rb, ResBlock2):
                 h = xb
                 for n, c in enumerate(rb.convs):
@@ -524,11 +526,16 @@ class Generator(nn.Module):
             x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
         x = self._conv(self.conv_pre, x)
         scale = 1
+        active = False  # x already went through leaky ReLU and the mask (the fused kernel's epilogue)
         for i, up in enumerate(self.ups):
-            x = self._conv(up, F.leaky_relu(x, LRELU_SLOPE) * self._mask(lengths * scale, t * scale, x))
+            if not active:
+                x = F.leaky_relu(x, LRELU_SLOPE) * self._mask(lengths * scale, t * scale, x)
+            x = self._conv(up, x)
             scale *= self.upsample_rates[i]
-            if self.fused:
-                x = self._fused_resblocks(x, lengths, scale, i)
+            if self.fused:  # conv_post's leaky ReLU has PyTorch's default slope 0.01, as in VITS
+                x = self._fused_resblocks(x, lengths, scale, i, post_slope=0.01 if i == len(self.ups) - 1 else
+                                          LRELU_SLOPE)
+                active = True
                 continue
             mask = self._mask(lengths * scale, t * scale, x)
             xs = None
@@ -537,6 +544,6 @@ class Generator(nn.Module):
                 xs = y if xs is None else xs + y
             x = xs / self.num_kernels
         mask = self._mask(lengths * scale, t * scale, x)
-        x = self._conv(self.conv_post, F.leaky_relu(x) * mask)  # default slope 0.01, as in VITS
+        x = self._conv(self.conv_post, x if active else F.leaky_relu(x) * mask)  # default slope 0.01, as in VITS
         x = torch.tanh(x) * mask
         return x.reshape(x.shape[0], -1)

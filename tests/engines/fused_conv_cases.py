@@ -20,20 +20,23 @@ sys.path.insert(0, str(ROOT))
 
 from engines.torch_vits import fused_conv as F  # noqa: E402
 
-# (id, channels, kernel, dilation, dtype, residual, accumulate, out_scale)
+# (id, channels, kernel, dilation, dtype, residual, accumulate, out_scale, post_slope)
 KERNEL_CASES = [
-    ("c32-k3-d1-fp16-plain", 32, 3, 1, "float16", False, False, 1.0),
-    ("c32-k5-d2-fp16-residual", 32, 5, 2, "float16", True, False, 1.0),
-    ("c64-k7-d12-fp16-residual+sum/3", 64, 7, 12, "float16", True, True, 1 / 3),
-    ("c128-k3-d6-bf16-residual", 128, 3, 6, "bfloat16", True, False, 1.0),
-    ("c16-k1-d1-fp32-sum", 16, 1, 1, "float32", False, True, 0.5),
+    ("c32-k3-d1-fp16-plain", 32, 3, 1, "float16", False, False, 1.0, None),
+    ("c32-k5-d2-fp16-residual", 32, 5, 2, "float16", True, False, 1.0, None),
+    ("c64-k7-d12-fp16-residual+sum/3", 64, 7, 12, "float16", True, True, 1 / 3, None),
+    ("c128-k3-d6-bf16-residual", 128, 3, 6, "bfloat16", True, False, 1.0, None),
+    ("c16-k1-d1-fp32-sum", 16, 1, 1, "float32", False, True, 0.5, None),
+    # the last convolution of a decoder stage: leaky ReLU and the mask on the way out
+    ("c32-k7-d3-fp16-sum/3+post", 32, 7, 3, "float16", True, True, 1 / 3, 0.01),
+    ("c16-k3-d2-fp32-sum/3+post", 16, 3, 2, "float32", True, True, 1 / 3, 0.1),
 ]
 
 
 def kernel_cases(device: str) -> dict:
     out = {}
     g = torch.Generator().manual_seed(0)
-    for cid, c, k, d, dt, has_res, has_acc, scale in KERNEL_CASES:
+    for cid, c, k, d, dt, has_res, has_acc, scale, post in KERNEL_CASES:
         if device == "cuda" and dt == "float32":
             continue  # tl.dot rounds fp32 to tf32 on the GPU; the engine never runs the kernel in fp32
         if device == "cpu" and dt == "bfloat16":
@@ -47,10 +50,11 @@ def kernel_cases(device: str) -> dict:
         lengths = torch.tensor([t // 2, 19, t // 2 + 7])
         res = torch.randn(b, t, c, generator=g).to(dtype) if has_res else None
         acc = torch.randn(b, t, c, generator=g).to(dtype) if has_acc else None
-        ref = F.resconv_reference(x, w, bias, lengths, 2, d, residual=res, accumulate=acc, out_scale=scale)
+        ref = F.resconv_reference(x, w, bias, lengths, 2, d, residual=res, accumulate=acc, out_scale=scale,
+                                  post_slope=post)
         mv = lambda z: None if z is None else z.to(device)  # noqa: E731
         y = F.resconv(x.to(device), F.pack_weight(w).to(device), bias.to(device), lengths.to(device), 2, d,
-                      residual=mv(res), accumulate=mv(acc), out_scale=scale).cpu()
+                      residual=mv(res), accumulate=mv(acc), out_scale=scale, post_slope=post).cpu()
         out[cid] = {"err": float((y.float() - ref.float()).abs().max()), "scale": float(ref.float().abs().max()),
                     "dtype": dt}
     return out
