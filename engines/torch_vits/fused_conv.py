@@ -43,9 +43,10 @@ def available() -> bool:
 
 def _block_config(channels: int) -> tuple[int, int]:
     """(time positions per program, warps) for a channel count: an fp32 accumulator of
-    ``BLOCK_T x C`` lives in registers, so wider layers take shorter tiles. Chosen from
-    ``bench/fused_conv_tune.py`` on the H200 (docs/PERFORMANCE.md)."""
-    return (128, 4) if channels <= 64 else (64, 4)
+    ``BLOCK_T x C`` lives in registers. Chosen from ``bench/fused_conv_tune.py`` on the H200
+    (run 1, docs/PERFORMANCE.md): 64 x 4 warps was fastest or within 1% for 32, 64 and 128
+    channels (for 64 channels 4-7% faster than 128 x 4); 16 channels (never run on a GPU) keep 128."""
+    return (128, 4) if channels < 32 else (64, 4)
 
 
 def _kernel():
