@@ -382,8 +382,7 @@ class TorchEngine:
         torch = self.torch
         mask = (torch.arange(z_p.shape[-1], device=z_p.device)[None, :] < frames[:, None]).unsqueeze(1).to(z_p.dtype)
         z = self.flow.reverse(z_p, mask)  # float32 stream, half-precision dilated convolutions
-        audio = self.dec((z * mask).to(self.dtype), frames)
-        return (audio.float() * MAX_WAV_VALUE).clamp(-MAX_WAV_VALUE, MAX_WAV_VALUE).to(torch.int16)
+        return self.dec((z * mask).to(self.dtype), frames, pcm_scale=MAX_WAV_VALUE)
 
     def chunk_rows(self, bucket: int) -> int:
         """Largest number of items of a chunk in this frame bucket."""

@@ -40,3 +40,29 @@ def resconv_kernel(x_ptr, w_ptr, b_ptr, res_ptr, acc_ptr, out_ptr, len_ptr,
         acc = tl.where(acc > 0, acc, acc * post_slope)
         acc = tl.where((offs_t < length)[:, None], acc, 0.0)
     tl.store(out_ptr + here, acc.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def postconv_pcm_kernel(x_ptr, w_ptr, out_ptr, len_ptr, T, len_scale, max_value,
+                        C: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr):
+    # the decoder's last convolution (C -> 1 channel, no bias) on an input that is already
+    # activated and masked, then tanh, the mask, and int16 PCM; rounded to fp16 where the
+    # PyTorch path rounds (the convolution's output and tanh's) so both give the same samples
+    pid_t = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    length = tl.minimum(tl.load(len_ptr + pid_b).to(tl.int32) * len_scale, T)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_c = tl.arange(0, C)
+    acc = tl.zeros((BLOCK_T,), dtype=tl.float32)
+    for j in tl.static_range(K):
+        src = offs_t + (j - (K - 1) // 2)
+        ok = (src >= 0) & (src < length)
+        xt = tl.load(x_ptr + pid_b * T * C + src[:, None] * C + offs_c[None, :], mask=ok[:, None], other=0.0)
+        wj = tl.load(w_ptr + j * C + offs_c)
+        acc += tl.sum(xt.to(tl.float32) * wj.to(tl.float32)[None, :], axis=1)
+    a = acc.to(x_ptr.dtype.element_ty).to(tl.float32)
+    y = 1.0 - 2.0 / (tl.exp(2.0 * a) + 1.0)  # tanh
+    y = y.to(x_ptr.dtype.element_ty).to(tl.float32)
+    y = tl.where(offs_t < length, y, 0.0)
+    pcm = tl.minimum(tl.maximum(y * max_value, -max_value), max_value)
+    tl.store(out_ptr + pid_b * T + offs_t, pcm.to(tl.int16), mask=offs_t < T)

@@ -98,6 +98,31 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
     return out
 
 
+def pack_post_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A bias-free ``[1, C, K]`` Conv1d weight as :func:`postconv_pcm` reads it: ``[K, C]`` contiguous."""
+    return weight.detach()[0].t().contiguous()
+
+
+def postconv_pcm(x: torch.Tensor, w_kc: torch.Tensor, lengths: torch.Tensor, len_scale: int,
+                 max_value: float, block_t: int = 128) -> torch.Tensor:
+    """int16 ``[B, T]`` = ``clamp(tanh(conv(x)) * mask * max_value)`` for ``x`` ``[B, T, C]`` contiguous,
+    already activated and masked, and a bias-free C -> 1 convolution (weight from
+    :func:`pack_post_weight`, odd ``K``, 'same' padding): the decoder's last layer and the
+    conversion to PCM in one pass. Rounded to the input's dtype where the PyTorch path rounds."""
+    b, t, c = x.shape
+    k = w_kc.shape[0]
+    if not x.is_contiguous() or tuple(w_kc.shape) != (k, c) or k % 2 == 0:
+        raise ValueError(f"postconv_pcm needs a contiguous [B, T, C] input and a [K, C] weight with odd K; "
+                         f"got {tuple(x.shape)} and {tuple(w_kc.shape)}")
+    from engines.torch_vits._resconv_kernel import postconv_pcm_kernel
+
+    out = torch.empty(b, t, dtype=torch.int16, device=x.device)
+    w = w_kc
+    postconv_pcm_kernel[(-(-t // block_t), b)](x, w, out, lengths, t, int(len_scale), float(max_value),
+                                               C=c, K=k, BLOCK_T=block_t, num_warps=4)
+    return out
+
+
 def resconv_reference(x, weight, bias, lengths, len_scale, dilation, *, residual=None, accumulate=None,
                       out_scale=1.0, slope=0.1, post_slope=None):
     """What :func:`resconv` computes, in plain PyTorch (``weight`` in Conv1d layout ``[C_out, C_in, K]``)."""

@@ -467,6 +467,7 @@ class Generator(nn.Module):
                 for m in rb.modules():
                     if isinstance(m, nn.Conv1d):
                         m.weight_kio = fused_conv.pack_weight(m.weight)
+            self.conv_post.weight_kc = fused_conv.pack_post_weight(self.conv_post.weight)
         self.fused = on
         return self
 
@@ -519,8 +520,9 @@ class Generator(nn.Module):
         mask = sequence_mask(lengths, n).to(like.dtype)
         return mask[:, None, None, :] if like.dim() == 4 else mask[:, None, :]
 
-    def forward(self, x, lengths):
-        """``x``: ``[b, c, frames]`` (zero past each length); ``lengths``: ``[b]`` frames -> ``[b, frames*hop]``."""
+    def forward(self, x, lengths, pcm_scale: float | None = None):
+        """``x``: ``[b, c, frames]`` (zero past each length); ``lengths``: ``[b]`` frames -> ``[b, frames*hop]``
+        audio in [-1, 1], or with ``pcm_scale`` int16 PCM ``clamp(audio * pcm_scale)`` (truncated)."""
         t = x.shape[-1]
         if self.channels_last:
             x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
@@ -543,7 +545,15 @@ class Generator(nn.Module):
                 y = self.resblocks[i * self.num_kernels + j](x, mask, self._conv)
                 xs = y if xs is None else xs + y
             x = xs / self.num_kernels
+        if active and pcm_scale is not None:  # conv_post, tanh, mask and PCM in one kernel
+            from engines.torch_vits.fused_conv import postconv_pcm
+
+            xb = x.squeeze(2).transpose(1, 2)  # [B, T, C], a view of the NHWC memory
+            return postconv_pcm(xb if xb.is_contiguous() else xb.contiguous(), self.conv_post.weight_kc,
+                                lengths.contiguous(), scale, pcm_scale)
         mask = self._mask(lengths * scale, t * scale, x)
         x = self._conv(self.conv_post, x if active else F.leaky_relu(x) * mask)  # default slope 0.01, as in VITS
-        x = torch.tanh(x) * mask
-        return x.reshape(x.shape[0], -1)
+        x = (torch.tanh(x) * mask).reshape(x.shape[0], -1)
+        if pcm_scale is None:
+            return x
+        return (x.float() * pcm_scale).clamp(-pcm_scale, pcm_scale).to(torch.int16)

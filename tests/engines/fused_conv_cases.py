@@ -60,6 +60,27 @@ def kernel_cases(device: str) -> dict:
     return out
 
 
+def postconv_cases(device: str) -> dict:
+    """The last-layer + PCM kernel alone against PyTorch (conv, tanh, mask, scale, clamp, truncate)."""
+    g = torch.Generator().manual_seed(2)
+    dt = torch.float32 if device == "cpu" else torch.float16
+    b, t, c, k = 3, 300, 32, 7
+    x = torch.randn(b, t, c, generator=g)
+    lengths = torch.tensor([t // 4, 150 // 4, 7])
+    mask = (torch.arange(t)[None, :] < lengths[:, None] * 4).float()
+    x = (x * mask[:, :, None]).to(dt)  # its input is masked already
+    w = (torch.randn(1, c, k, generator=g) * 0.3).to(dt)
+    y = torch.nn.functional.conv1d(x.transpose(1, 2).float(), w.float(), padding=k // 2)[:, 0].to(dt).float()
+    y = torch.tanh(y).to(dt).float() * mask
+    ref = (y * 32767.0).clamp(-32767.0, 32767.0).to(torch.int16)
+    got = F.postconv_pcm(x.to(device), F.pack_post_weight(w).to(device), lengths.to(device), 4, 32767.0).cpu()
+    d = (got.int() - ref.int()).abs()
+    return {"postconv-pcm": {"max_step": int(d.max()), "share_off": float((d > 0).float().mean()),
+                             "tail": int(max(got[i, int(lengths[i]) * 4:].abs().max() if lengths[i] * 4 < t else 0
+                                             for i in range(b))),
+                             "dtype": str(dt)}}
+
+
 def _decoder():
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.modules import Generator
@@ -95,8 +116,14 @@ def generator_cases(device: str) -> dict:
         ref = plain(x, lengths).float().cpu()
         y = fused(x, lengths).float().cpu()
         alone = fused(x[1:, :, :short].contiguous(), lengths[1:]).float().cpu()
+        # int16 output: the fused path's last layer + PCM conversion kernel against PyTorch's
+        pcm_ref = plain(x, lengths, pcm_scale=32767.0).cpu()
+        pcm = fused(x, lengths, pcm_scale=32767.0).cpu()
     rel = float((y - ref).norm() / ref.norm())
+    pr = pcm_ref.float()
     return {
+        "decoder-fused-pcm-vs-plain": {"rel_l2": float((pcm.float() - pr).norm() / pr.norm()),
+                                       "dtype": str(pcm.dtype), "tail": int(pcm[1, short * hop:].abs().max())},
         "decoder-fused-vs-plain": {"rel_l2": rel, "dtype": str(dtype)},
         "decoder-fused-tail-zero": {"err": float(y[1, short * hop:].abs().max()), "scale": 1.0},
         "decoder-fused-padding-independent": {
@@ -105,7 +132,7 @@ def generator_cases(device: str) -> dict:
 
 
 def main(device: str) -> None:
-    print(json.dumps({**kernel_cases(device), **generator_cases(device)}))
+    print(json.dumps({**kernel_cases(device), **postconv_cases(device), **generator_cases(device)}))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,25 @@ def test_fused_decoder_matches_plain(results):
     assert r["decoder-fused-vs-plain"]["rel_l2"] <= limit, r["decoder-fused-vs-plain"]
 
 
+def test_postconv_pcm_matches_pytorch(results):
+    # the decoder's last convolution, tanh, mask and int16 conversion in one kernel: the same samples
+    # as PyTorch's ops up to one int16 step (fp32, CPU) or one fp16 rounding step (~16 steps, CUDA)
+    device, r = results
+    got = r["postconv-pcm"]
+    assert got["tail"] == 0, got  # nothing past an item's length
+    assert got["max_step"] <= (1 if device == "cpu" else 16) and got["share_off"] < 0.05, got
+
+
+def test_fused_decoder_pcm_matches_plain(results):
+    # Generator(..., pcm_scale=): the fused path's int16 against the plain path's
+    device, r = results
+    got = r["decoder-fused-pcm-vs-plain"]
+    assert got["dtype"] == "torch.int16" and got["tail"] == 0, got
+    # fp32 on CPU: the float outputs agree to ~1e-6, but truncation to int16 turns that into whole
+    # steps wherever a sample sits on a step boundary (1.6e-4 measured here)
+    assert got["rel_l2"] <= (1e-3 if device == "cpu" else 2e-2), got
+
+
 def test_fused_decoder_keeps_padding_out(results):
     # samples past an item's length are exactly 0, and an item padded in a batch equals it alone
     _, r = results
