@@ -66,3 +66,31 @@ def postconv_pcm_kernel(x_ptr, w_ptr, out_ptr, len_ptr, T, len_scale, max_value,
     y = tl.where(offs_t < length, y, 0.0)
     pcm = tl.minimum(tl.maximum(y * max_value, -max_value), max_value)
     tl.store(out_ptr + pid_b * T + offs_t, pcm.to(tl.int16), mask=offs_t < T)
+
+
+@triton.jit
+def upsample_kernel(x_ptr, w_ptr, b_ptr, out_ptr, T, pad,
+                    CI: tl.constexpr, CO: tl.constexpr, U: tl.constexpr, BLOCK_T: tl.constexpr):
+    # ConvTranspose1d with kernel 2U and stride U, polyphase: output n = t*U + r - pad is
+    # x[t] @ W[r] + x[t-1] @ W[r+U]; a program takes BLOCK_T input positions (t up to T, whose
+    # x[T] = 0 still feeds the last outputs) and all U phases, so each input tile is loaded once
+    pid_t = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_i = tl.arange(0, CI)
+    offs_o = tl.arange(0, CO)
+    base = pid_b * T * CI
+    x0 = tl.load(x_ptr + base + offs_t[:, None] * CI + offs_i[None, :], mask=(offs_t < T)[:, None], other=0.0)
+    prev = offs_t - 1
+    x1 = tl.load(x_ptr + base + prev[:, None] * CI + offs_i[None, :], mask=((prev >= 0) & (prev < T))[:, None],
+                 other=0.0)
+    bias = tl.load(b_ptr + offs_o).to(tl.float32)
+    n_out = T * U
+    for r in tl.static_range(U):
+        w0 = tl.load(w_ptr + r * CI * CO + offs_i[:, None] * CO + offs_o[None, :])
+        w1 = tl.load(w_ptr + (r + U) * CI * CO + offs_i[:, None] * CO + offs_o[None, :])
+        acc = tl.dot(x0, w0) + tl.dot(x1, w1) + bias[None, :]
+        n = offs_t * U + r - pad
+        ok = (n >= 0) & (n < n_out) & (offs_t <= T)
+        tl.store(out_ptr + pid_b * n_out * CO + n[:, None] * CO + offs_o[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=ok[:, None])

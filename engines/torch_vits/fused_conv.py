@@ -15,6 +15,10 @@ Layout: activations are ``[B, T, C]`` contiguous, which is the memory of the
 decoder's channels-last ``[B, C, 1, T]`` tensors, so no copy is needed to switch
 between this kernel and cuDNN's NHWC convolutions.
 
+Two more kernels serve the rest of the fused decoder: :func:`upsample` (the transposed
+convolutions, as ``stride`` two-tap convolutions, one per output phase, in one pass) and
+:func:`postconv_pcm` (the last convolution, tanh, mask and int16 conversion in one pass).
+
 What it does not know: where the weights came from, the model, or text. It needs
 Triton and a CUDA tensor (or ``TRITON_INTERPRET=1`` and CPU tensors, which is how
 the tests run it without a GPU); :func:`available` says whether it can run.
@@ -120,6 +124,35 @@ def postconv_pcm(x: torch.Tensor, w_kc: torch.Tensor, lengths: torch.Tensor, len
     w = w_kc
     postconv_pcm_kernel[(-(-t // block_t), b)](x, w, out, lengths, t, int(len_scale), float(max_value),
                                                C=c, K=k, BLOCK_T=block_t, num_warps=4)
+    return out
+
+
+def upsample_supported(c_in: int, c_out: int, kernel_size: int, stride: int, padding: int) -> bool:
+    """Whether a ConvTranspose1d fits :func:`upsample`: kernel ``2 * stride``, padding ``stride // 2``
+    (HiFi-GAN's), 16-256 input and 16-128 output channels, powers of two."""
+    return (kernel_size == 2 * stride and padding == stride // 2 and c_in in SUPPORTED_CHANNELS + (256,)
+            and c_out in SUPPORTED_CHANNELS)
+
+
+def pack_up_weight(weight: torch.Tensor) -> torch.Tensor:
+    """A ConvTranspose1d weight ``[C_in, C_out, K]`` as :func:`upsample` reads it: ``[K, C_in, C_out]``."""
+    return weight.detach().permute(2, 0, 1).contiguous()
+
+
+def upsample(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, stride: int, padding: int) -> torch.Tensor:
+    """ConvTranspose1d (kernel ``2 * stride``, the given padding) on ``[B, T, C_in]`` contiguous ->
+    ``[B, T * stride, C_out]``, as ``stride`` two-tap convolutions (one per output phase) in one pass."""
+    b, t, ci = x.shape
+    k, ci2, co = w_kio.shape
+    if not x.is_contiguous() or ci2 != ci or k != 2 * stride:
+        raise ValueError(f"upsample needs a contiguous [B, T, C_in] input and a [2*stride, C_in, C_out] weight; "
+                         f"got {tuple(x.shape)} and {tuple(w_kio.shape)}")
+    from engines.torch_vits._resconv_kernel import upsample_kernel
+
+    out = torch.empty(b, t * stride, co, dtype=x.dtype, device=x.device)
+    block_t = 32 if ci > 128 else 64
+    upsample_kernel[(-(-(t + 1) // block_t), b)](x, w_kio, bias, out, t, int(padding), CI=ci, CO=co, U=int(stride),
+                                                  BLOCK_T=block_t, num_warps=4)
     return out
 
 

@@ -468,6 +468,10 @@ class Generator(nn.Module):
                     if isinstance(m, nn.Conv1d):
                         m.weight_kio = fused_conv.pack_weight(m.weight)
             self.conv_post.weight_kc = fused_conv.pack_post_weight(self.conv_post.weight)
+            for up in self.ups:  # the upsampling layers the polyphase kernel fits; others stay cuDNN
+                fits = fused_conv.upsample_supported(up.in_channels, up.out_channels, up.kernel_size[0],
+                                                     up.stride[0], up.padding[0])
+                up.weight_up = fused_conv.pack_up_weight(up.weight) if fits else None
         self.fused = on
         return self
 
@@ -507,6 +511,16 @@ class Generator(nn.Module):
                     h = resconv(t, c2.weight_kio, c2.bias, lengths, scale, c2.dilation[0], residual=h, **kw)
         return total.transpose(1, 2).unsqueeze(2)
 
+    def _upsample(self, up, x):
+        if not (self.fused and getattr(up, "weight_up", None) is not None):
+            return self._conv(up, x)
+        from engines.torch_vits.fused_conv import upsample
+
+        xb = x.squeeze(2).transpose(1, 2)  # [B, T, C], a view of the NHWC memory
+        y = upsample(xb if xb.is_contiguous() else xb.contiguous(), up.weight_up, up.bias, up.stride[0],
+                     up.padding[0])
+        return y.transpose(1, 2).unsqueeze(2)  # NHWC again
+
     def _conv(self, m, x):
         if x.dim() == 3:
             return m(x)
@@ -532,7 +546,7 @@ class Generator(nn.Module):
         for i, up in enumerate(self.ups):
             if not active:
                 x = F.leaky_relu(x, LRELU_SLOPE) * self._mask(lengths * scale, t * scale, x)
-            x = self._conv(up, x)
+            x = self._upsample(up, x)
             scale *= self.upsample_rates[i]
             if self.fused:  # conv_post's leaky ReLU has PyTorch's default slope 0.01, as in VITS
                 x = self._fused_resblocks(x, lengths, scale, i, post_slope=0.01 if i == len(self.ups) - 1 else

@@ -81,6 +81,24 @@ def postconv_cases(device: str) -> dict:
                              "dtype": str(dt)}}
 
 
+def upsample_cases(device: str) -> dict:
+    """The polyphase transposed-convolution kernel against F.conv_transpose1d (HiFi-GAN's shapes:
+    kernel 2u, padding u/2; 256 input channels as the voice's first layer has)."""
+    out = {}
+    g = torch.Generator().manual_seed(3)
+    dt = torch.float32 if device == "cpu" else torch.float16
+    for ci, co, u, t in ((32, 16, 4, 37), (256, 128, 8, 9), (64, 32, 2, 70)):
+        x = torch.randn(2, t, ci, generator=g).to(dt)
+        w = (torch.randn(ci, co, 2 * u, generator=g) / (ci * 2) ** 0.5).to(dt)
+        bias = torch.randn(co, generator=g).to(dt)
+        ref = torch.nn.functional.conv_transpose1d(x.transpose(1, 2).float(), w.float(), bias.float(), stride=u,
+                                                   padding=u // 2).transpose(1, 2)
+        got = F.upsample(x.to(device), F.pack_up_weight(w).to(device), bias.to(device), u, u // 2).cpu().float()
+        out[f"upsample-{ci}to{co}-x{u}"] = {"err": float((got - ref).abs().max()) if got.shape == ref.shape else 1e9,
+                                            "scale": float(ref.abs().max()), "dtype": str(dt).split(".")[-1]}
+    return out
+
+
 def _decoder():
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.modules import Generator
@@ -132,7 +150,7 @@ def generator_cases(device: str) -> dict:
 
 
 def main(device: str) -> None:
-    print(json.dumps({**kernel_cases(device), **postconv_cases(device), **generator_cases(device)}))
+    print(json.dumps({**kernel_cases(device), **postconv_cases(device), **upsample_cases(device), **generator_cases(device)}))
 
 
 if __name__ == "__main__":

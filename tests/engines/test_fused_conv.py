@@ -58,6 +58,14 @@ def test_fused_decoder_matches_plain(results):
     assert r["decoder-fused-vs-plain"]["rel_l2"] <= limit, r["decoder-fused-vs-plain"]
 
 
+@pytest.mark.parametrize("case", ["upsample-32to16-x4", "upsample-256to128-x8", "upsample-64to32-x2"])
+def test_upsample_matches_conv_transpose(results, case):
+    # the decoder's upsampling layers as one polyphase kernel: same shape, same values as PyTorch
+    _, r = results
+    got = r[case]
+    assert got["err"] <= TOL[got["dtype"]] * max(1.0, got["scale"]), got
+
+
 def test_postconv_pcm_matches_pytorch(results):
     # the decoder's last convolution, tanh, mask and int16 conversion in one kernel: the same samples
     # as PyTorch's ops up to one int16 step (fp32, CPU) or one fp16 rounding step (~16 steps, CUDA)
