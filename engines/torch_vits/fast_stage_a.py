@@ -38,9 +38,10 @@ rounding (sums taken in another order):
   on padding positions are dropped; every tensor that leaves (``m_p``, ``logs_p``,
   durations) is masked as before. Padding values stay finite.
 * The duration flows run on the two noise channels as two ``[B, T]`` tensors (a flip is a
-  swap); only the channel that is returned goes through the final affine flow. The spline
-  (:func:`~engines.torch_vits.modules.rq_spline_inverse`) is the same function, fed
-  ``[B, T, bins]`` views directly (``1/sqrt(filter_channels)`` folded into the projection).
+  swap); only the channel that is returned goes through the final affine flow. The spline is
+  :func:`spline_inverse`: :func:`~engines.torch_vits.modules.rq_spline_inverse`'s arithmetic
+  value for value (bit-identical on CPU), in a third of its kernels, fed the projection's
+  ``[B, T, 3*bins - 1]`` output directly (``1/sqrt(filter_channels)`` folded into the projection).
 
 All arithmetic is float32. On CUDA, :meth:`FastStageA.__call__` turns TF32 matmuls off for
 its duration if they were on (durations are the ``ceil`` of the predictor's output, so
@@ -70,6 +71,62 @@ def _addmm_relu(bias, a, w_t):
     if f is not None:
         return f(bias, a, w_t, use_gelu=False)
     return torch.relu(torch.addmm(bias, a, w_t))
+
+
+def spline_constants(tail_bound: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The small constant tensors :func:`spline_inverse` uses (made once, on the device)."""
+    tb = float(tail_bound)
+    ends = torch.tensor([[-tb, tb], [-tb, tb], [1.0, 1.0]], dtype=dtype, device=device)
+    return ends, torch.tensor([-1, 0], device=device)
+
+
+def spline_inverse(x, st, nb: int, tail_bound: float, min_w: float = 1e-3, min_h: float = 1e-3,
+                   min_d: float = 1e-3, consts=None):
+    """:func:`~engines.torch_vits.modules.rq_spline_inverse` of ``x`` ``[B, T]`` with the unnormalized
+    widths, heights and inner derivatives side by side in ``st`` ``[B, T, 3*nb - 1]``: the same
+    arithmetic per value, in fewer kernels. Widths and heights are normalized together (one
+    softmax, one cumsum over ``[B, T, 2, nb]``); the knots and the padded derivatives are
+    written into one ``[B, T, 3, nb + 1]`` tensor whose exact end values (``-B``, ``B``, ``1``)
+    are set by one copy; each input's bin is counted against the first ``nb`` height knots
+    (the old last edge, ``B + 1e-6``, is above every clamped input or, rounded to ``B``, only
+    counts when all others do: the old clamp to ``nb - 1`` gives the same bin); and one gather
+    picks the knot at the bin's start and end of all three rows (widths, heights and the
+    ratio are differences and a quotient of those two, as before). ``consts``: from
+    :func:`spline_constants` (made here when None)."""
+    b, t = x.shape
+    k = nb
+    if min_w != min_h:  # pragma: no cover - VITS uses one minimum for both
+        raise ValueError("widths and heights are normalized together; they need the same minimum")
+    tb = tail_bound
+    ends, offs = consts if consts is not None else spline_constants(tb, x.device, x.dtype)
+    inside = (x >= -tb) & (x <= tb)
+    xc = x.clamp(-tb, tb)
+    size = torch.softmax(st[..., :2 * k].unflatten(-1, (2, k)), dim=-1)  # [b, t, 2, k]
+    size = min_w + (1 - min_w * k) * size
+    cum = torch.cumsum(size, dim=-1)
+    knots = torch.empty(b, t, 3, k + 1, device=x.device, dtype=x.dtype)  # rows: width knots, height knots, d
+    knots[..., ::k] = ends
+    torch.sub(2 * tb * cum[..., :k - 1], tb, out=knots[..., :2, 1:k])
+    torch.add(F.softplus(st[..., 2 * k:]), min_d, out=knots[..., 2, 1:k])
+    cnt = (xc[..., None] >= knots[..., 1, :k]).sum(dim=-1, keepdim=True)  # bin + 1, in 1..k
+    pick = (cnt + offs).clamp_(0, k)  # [b, t, 2]: knots at the bin's ends
+    g = torch.gather(knots, -1, pick[:, :, None, :].expand(b, t, 3, 2))  # [b, t, 3, 2]
+    wh = g[..., :2, 1] - g[..., :2, 0]
+    in_w, in_h = wh[..., 0], wh[..., 1]
+    in_cumw, in_cumh = g[..., 0, 0], g[..., 1, 0]
+    d0, d1 = g[..., 2, 0], g[..., 2, 1]
+    delta = in_h / in_w
+
+    y = xc - in_cumh
+    s = d0 + d1 - 2 * delta
+    ys = y * s
+    a = ys + in_h * (delta - d0)
+    bb = in_h * d0 - ys
+    c = -delta * y
+    disc = bb * bb - 4 * a * c
+    root = (2 * c) / (-bb - torch.sqrt(disc))
+    out = root * in_w + in_cumw
+    return torch.where(inside, out, x)
 
 
 @dataclass
@@ -152,7 +209,8 @@ class FastStageA:
                 pb = torch.cat([pb[:2 * nb] * s, pb[2 * nb:]]).contiguous()
                 self.plan.append(("conv", dict(pre_w=flow.pre.weight.detach()[:, 0, 0].contiguous(),
                                                 pre_b=flow.pre.bias.detach(), dds=self._pack_dds(flow.convs),
-                                                proj_w=pw, proj_b=pb, nb=nb, tail=flow.tail_bound)))
+                                                proj_w=pw, proj_b=pb, nb=nb, tail=flow.tail_bound,
+                                                consts=spline_constants(flow.tail_bound, self.device, self.dtype))))
             elif name == "ElementwiseAffine":
                 self.plan.append(("affine", dict(m=flow.m.detach()[:, 0], scale=torch.exp(-flow.logs.detach())[:, 0])))
             else:  # pragma: no cover - the module list is built by StochasticDurationPredictor
@@ -291,8 +349,6 @@ class FastStageA:
 
         z = dp_noise * mask[:, None, :]
         z0, z1 = z[:, 0], z[:, 1]
-        from engines.torch_vits.modules import rq_spline_inverse
-
         for op, p in self.plan:
             if op == "flip":
                 z0, z1 = z1, z0
@@ -302,7 +358,7 @@ class FastStageA:
                 self._dds(p["dds"], buf, mid, m3)
                 st = project(p["proj_w"], p["proj_b"])  # [b, t, 3K-1]
                 nb = p["nb"]
-                z1 = rq_spline_inverse(z1, st[..., :nb], st[..., nb:2 * nb], st[..., 2 * nb:], p["tail"]) * mask
+                z1 = spline_inverse(z1, st, nb, p["tail"], consts=p["consts"]) * mask
             else:  # the affine flow, on the channel that is returned
                 return (z0 - p["m"][0]) * p["scale"][0] * mask
         raise AssertionError("unreachable")  # pragma: no cover

@@ -190,3 +190,22 @@ def test_engine_switch(voice, monkeypatch, arg, env, want):
     eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1), fast_stage_a=arg)
     assert eng.fast_stage_a is want and eng.info.extra["fast_stage_a"] is want
     assert eng.model.fast_stage_a is want
+
+
+@pytest.mark.parametrize("scale", [0.1, 1.0, 4.0, 20.0])
+def test_spline_same_arithmetic(scale):
+    # the fast spline regroups rq_spline_inverse's kernels but keeps its arithmetic value for value,
+    # so on CPU it is bit-identical; inputs on the tail bounds, past them, and (large scale) with
+    # bins of nearly zero width test the bin search at its edges
+    from engines.torch_vits.fast_stage_a import spline_inverse
+    from engines.torch_vits.modules import rq_spline_inverse
+
+    gen = torch.Generator().manual_seed(11)
+    k, tb = 10, 5.0
+    st = torch.randn(6, 41, 3 * k - 1, generator=gen) * scale
+    x = torch.randn(6, 41, generator=gen) * 3
+    x[0, :6] = torch.tensor([-tb, tb, 4.9999995, -7.0, 6.0, 0.0])
+    st[1] = 0.0  # a padding row: the projection is masked to 0 there
+    want = rq_spline_inverse(x, st[..., :k], st[..., k:2 * k], st[..., 2 * k:], tb)
+    got = spline_inverse(x, st, k, tb)
+    assert torch.equal(got, want), float((got - want).abs().max())
