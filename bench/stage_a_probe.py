@@ -7,9 +7,15 @@ Workload: the first ``--n`` sentences of bench/gpu_throughput.py's sample (seed 
 batch, cut into the engine's stage-A chunks. For each variant: CUDA events around all
 chunks (one warm-up pass, median of ``--reps``), and against true fp32 (no TF32): the share
 of phonemes whose integer duration changed, the share of sentences whose frame count
-changed, and the largest change in frames. Variants: ``fp32`` (the engine's stage A),
-``tf32`` (cuDNN and cuBLAS may use TF32), ``bf16``/``fp16`` (autocast). Also prints the
-top CUDA kernels of the fp32 pass and of one stage-B chunk (torch.profiler).
+changed, and the largest change in frames. Variants: ``fp32`` (the channel-first stage A,
+the engine's path before the fast one), ``fp32fast`` (the channels-last fast path,
+:mod:`engines.torch_vits.fast_stage_a`, true fp32: the engine's default on CUDA), ``tf32``
+(channel-first; cuDNN and cuBLAS may use TF32), ``bf16``/``fp16`` (channel-first, autocast).
+Each row also has ``prior_max_rel``: the largest difference of ``m_p`` from fp32's, relative
+to its largest value. With ``--profile``: the top CUDA kernels and the kernel count of the
+fp32 and fp32fast passes and of one stage-B chunk (torch.profiler).
+
+    python bench/stage_a_probe.py --weights carry/joe-fp16.safetensors --variants fp32,fp32fast --profile
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--variants", default="fp32,tf32,bf16,fp16")
+    ap.add_argument("--variants", default="fp32,fp32fast,tf32,bf16,fp16")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -55,7 +61,8 @@ def main(argv=None) -> int:
     sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
     batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
-                      weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"))
+                      weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"),
+                      fast_stage_a=False)
     dev = eng.device
     m = eng.model
     ids = torch.from_numpy(batch.phoneme_ids).to(dev)
@@ -71,8 +78,13 @@ def main(argv=None) -> int:
     print(f"{out['gpu']}: {b} sentences, {out['phoneme_ids']} ids ({out['padded_ids']} padded) in {len(chunks)} chunks",
           flush=True)
 
-    def run(variant):
+    def run(variant, prior=False):
+        """Stage A over all chunks in ``variant``: durations [b, t] (and with ``prior``, m_p [b, c, t],
+        outside the timed runs: its copies would add kernels)."""
+        if m.fast_stage_a != (variant == "fp32fast"):
+            m.use_fast_stage_a(variant == "fp32fast")  # packs the weights once, outside the timed runs
         dur = torch.zeros(b, t, device=dev)
+        mp = torch.zeros(b, eng.hparams.inter_channels, t, device=dev) if prior else None
         tf32 = variant == "tf32"
         amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(variant)
         with torch.inference_mode(), torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=False,
@@ -82,41 +94,46 @@ def main(argv=None) -> int:
             try:
                 for idx, tc in chunks:
                     with torch.autocast(dev.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
-                        _, _, du, _ = m.stage_a(ids[idx, :tc], lens[idx], noise[idx, :, :tc], float(sc.length_scale))
+                        mpc, _, du, _ = m.stage_a(ids[idx, :tc], lens[idx], noise[idx, :, :tc],
+                                                  float(sc.length_scale))
                     dur[idx, :tc] = du.float()
+                    if prior:
+                        mp[idx, :, :tc] = mpc.float()
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = prev
-        return dur
+        return dur, mp
 
-    ref = None
-    for v in a.variants.split(","):
-        run(v)
+    variants = a.variants.split(",")
+    unknown = set(variants) - {"fp32", "fp32fast", "tf32", "bf16", "fp16"}
+    if unknown:
+        ap.error(f"unknown variants {sorted(unknown)}")
+    ref, ref_mp = run("fp32", prior=True)  # the reference of every row's change columns (and a warm-up)
+    for v in variants:
+        _, mp = run(v, prior=True)
         times = []
         for _ in range(a.reps):
             if cuda:
                 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 s.record()
-                dur = run(v)
+                dur, _ = run(v)
                 e.record()
                 e.synchronize()
                 times.append(s.elapsed_time(e))
             else:
                 t0 = time.perf_counter()
-                dur = run(v)
+                dur, _ = run(v)
                 times.append((time.perf_counter() - t0) * 1000)
         row = {"median_ms": round(statistics.median(times), 2), "min_ms": round(min(times), 2)}
-        if v == "fp32":
-            ref = dur
-        if ref is not None:
-            valid = torch.arange(t, device=dev)[None, :] < lens[:, None]
-            diff = (dur != ref) & valid
-            fr = (dur.sum(1) - ref.sum(1)).abs()
-            row.update(phonemes_changed=round(float(diff.sum()) / float(valid.sum()), 6),
-                       sentences_changed=round(float((fr > 0).float().mean()), 4),
-                       max_frames_changed=int(fr.max()),
-                       max_duration_change=int((dur - ref).abs().max()))
+        valid = torch.arange(t, device=dev)[None, :] < lens[:, None]
+        diff = (dur != ref) & valid
+        fr = (dur.sum(1) - ref.sum(1)).abs()
+        row.update(phonemes_changed=round(float(diff.sum()) / float(valid.sum()), 6),
+                   sentences_changed=round(float((fr > 0).float().mean()), 4),
+                   max_frames_changed=int(fr.max()),
+                   max_duration_change=int((dur - ref).abs().max()),
+                   prior_max_rel=float((mp - ref_mp).abs().max() / ref_mp.abs().max()))
         out["variants"][v] = row
-        print(f"{v:5} {row}", flush=True)
+        print(f"{v:8} {row}", flush=True)
 
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
@@ -127,10 +144,15 @@ def main(argv=None) -> int:
                 rows.append({"name": ev.key[:110], "calls": ev.count, "ms": round(ev.device_time_total / 1000, 2)})
             return rows
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            run("fp32")
-            torch.cuda.synchronize()
-        out["stage_a_kernels"] = top(prof)
+        for v, key in (("fp32", "stage_a_kernels"), ("fp32fast", "stage_a_fast_kernels")):
+            run(v)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                run(v)
+                torch.cuda.synchronize()
+            out[key] = top(prof)
+            # every CUDA kernel of the pass (and the few copies/memsets the probe itself adds)
+            out[key + "_count"] = sum(ev.count for ev in prof.key_averages() if ev.device_time_total > 0)
+            out[key + "_ms"] = round(sum(ev.self_device_time_total for ev in prof.key_averages()) / 1000, 2)
         # one stage-B chunk at batch 1024's commonest shape, through the engine
         with torch.inference_mode():
             fr = torch.full((96,), 400, device=dev)
@@ -143,8 +165,8 @@ def main(argv=None) -> int:
                     eng._stage_b(z, fr)
                     torch.cuda.synchronize()
         out["stage_b_kernels_96x448"] = top(prof, 25)
-        for k in ("stage_a_kernels", "stage_b_kernels_96x448"):
-            print(k)
+        for k in ("stage_a_kernels", "stage_a_fast_kernels", "stage_b_kernels_96x448"):
+            print(k, *(f"{s}: {out[k + s]}" for s in ("_count", "_ms") if k + s in out))
             for r in out[k]:
                 print(f"  {r['ms']:8.2f} ms  {r['calls']:5}  {r['name']}")
     if a.json:

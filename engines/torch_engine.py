@@ -4,7 +4,9 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
 
 1. Phoneme ids go to the device; **stage A** (text encoder + stochastic duration
    predictor, always float32) gives each item's integer durations and frame count.
-   The frame counts come back to the host (one small sync).
+   The frame counts come back to the host (one small sync). On CUDA stage A runs channels-last
+   (:mod:`engines.torch_vits.fast_stage_a`: GEMMs on ``[B, T, C]``, far fewer kernels, the same
+   function in true fp32; ``$BOOKTTS_TORCH_FAST_A``, the ``fast_stage_a`` argument).
 2. Items are sorted by frame count and grouped into **frame buckets**
    (:data:`DEFAULT_BUCKETS`: multiples of 64 frames up to 512, of 128 up to 1024,
    of 256 up to 2048, of 512 up to 4096, then of 1024). A bucket is split into
@@ -93,6 +95,9 @@ COMPILE_ENV = "BOOKTTS_TORCH_COMPILE"
 FUSED_ENV = "BOOKTTS_TORCH_FUSED"
 #: "1" compiles stage A (encoder + duration predictor) with torch.compile (dynamic shapes); unset/"0": eager.
 COMPILE_A_ENV = "BOOKTTS_TORCH_COMPILE_A"
+#: "0" runs stage A channel-first (the modules' own forward), "1" channels-last (engines.torch_vits.fast_stage_a:
+#: the same function in fp32 through GEMMs, far fewer kernels); unset: channels-last on CUDA.
+FAST_A_ENV = "BOOKTTS_TORCH_FAST_A"
 #: "0" turns cuDNN autotuning of stage B off (cuDNN's heuristics pick the algorithms: no tuning pause on a
 #: new shape); unset/"1": autotune each shape on first use.
 AUTOTUNE_ENV = "BOOKTTS_TORCH_AUTOTUNE"
@@ -188,7 +193,7 @@ class TorchEngine:
                  warmup: bool | str | list | None = None, buckets: list[int] | None = None,
                  max_frames_per_chunk: int | None = None, max_phonemes_per_chunk: int = 65536,
                  channels_last: bool | None = None, fused: bool | None = None,
-                 allow_cpu_half: bool = False) -> None:
+                 fast_stage_a: bool | None = None, allow_cpu_half: bool = False) -> None:
         spec = spec or EngineSpec(name="torch")
         torch = _import_torch()
         self.torch = torch
@@ -280,6 +285,12 @@ class TorchEngine:
         # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
         # first batch (docs/PERFORMANCE.md), which only a long-lived worker earns back.
         self.compiled_stage_a = bool(_env_flag(COMPILE_A_ENV))
+        # Stage A channels-last (same weights, packed once here): the argument, else BOOKTTS_TORCH_FAST_A,
+        # else on CUDA only (on CPU both paths run; the tests cover both).
+        if fast_stage_a is None:
+            fast_stage_a = _env_flag(FAST_A_ENV)
+        self.fast_stage_a = bool(self.is_cuda if fast_stage_a is None else fast_stage_a)
+        self.model.use_fast_stage_a(self.fast_stage_a)
         self._stage_a = self.model.stage_a
         if self.compiled or self.compiled_stage_a:
             import torch._dynamo
@@ -320,7 +331,8 @@ class TorchEngine:
             "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
              "channels_last": self.channels_last, "fused_resblocks": self.fused,
-             "compiled_stage_a": self.compiled_stage_a, "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
+             "compiled_stage_a": self.compiled_stage_a, "fast_stage_a": self.fast_stage_a,
+             "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
         )

@@ -16,6 +16,10 @@ path, the same as VITS' ``generate_path``) -> ``m``, ``logs`` on frames
     zero past frames*hop.
 
 ``z_p = m + eps * exp(logs) * noise_scale`` is formed between the two stages.
+
+:meth:`VitsSynthesizer.use_fast_stage_a` switches stage A to the channels-last fast path of
+:mod:`engines.torch_vits.fast_stage_a` (same weights, same function up to float32 rounding,
+far fewer GPU kernels).
 """
 
 from __future__ import annotations
@@ -41,6 +45,27 @@ class VitsSynthesizer(nn.Module):
         self.dp = StochasticDurationPredictor(hp)
         self.flow = ResidualCouplingBlock(hp)
         self.dec = Generator(hp)
+        self._fast_a = None  # FastStageA (packed weights) while the fast stage A is on
+
+    def use_fast_stage_a(self, on: bool = True) -> "VitsSynthesizer":
+        """Run :meth:`stage_a` through :class:`~engines.torch_vits.fast_stage_a.FastStageA` (channels-last
+        ``[B, T, C]``, GEMMs, true float32). Its packed weight matrices follow later device/dtype
+        moves (``.to``) and :meth:`load_weights`; the parameters and state dict are unchanged."""
+        from engines.torch_vits.fast_stage_a import FastStageA
+
+        with torch.no_grad():
+            self._fast_a = FastStageA(self) if on else None
+        return self
+
+    @property
+    def fast_stage_a(self) -> bool:
+        return self._fast_a is not None
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        if getattr(self, "_fast_a", None) is not None:
+            self.use_fast_stage_a(True)  # re-pack on the new device/dtype
+        return out
 
     @property
     def hop_length(self) -> int:
@@ -57,9 +82,13 @@ class VitsSynthesizer(nn.Module):
             if tuple(v.shape) != tuple(own[k].shape):
                 raise KeyError(f"weight {k} has shape {tuple(v.shape)}, model expects {tuple(own[k].shape)}")
         self.load_state_dict(state, strict=False)
+        if self._fast_a is not None:
+            self.use_fast_stage_a(True)
 
     # ------------------------------------------------------------------ stage A
     def stage_a(self, ids: torch.Tensor, lengths: torch.Tensor, dp_noise: torch.Tensor, length_scale: float):
+        if self._fast_a is not None:
+            return self._fast_a(ids, lengths, dp_noise, length_scale)
         t = ids.shape[1]
         mask = sequence_mask(lengths, t).unsqueeze(1).to(dp_noise.dtype)  # [b, 1, t]
         x, m_p, logs_p = self.enc_p(ids, mask)

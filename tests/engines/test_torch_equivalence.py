@@ -33,11 +33,14 @@ def ids(voice):
     return [pv.phonemes_to_ids(pv.phonemize(s)[0]) for s in SENTENCES]
 
 
-@pytest.fixture(scope="module")
-def engine(voice):
+@pytest.fixture(scope="module", params=[False, True], ids=["stage-a-channel-first", "stage-a-fast"])
+def engine(voice, request):
+    """Both stage-A paths: channel-first (the CPU default) and channels-last (the CUDA default,
+    engines.torch_vits.fast_stage_a), each against ONNX Runtime."""
     from engines.torch_engine import TorchEngine
 
-    return TorchEngine(voice, EngineSpec(name="torch", precision="fp32", device="cpu", threads=2))
+    return TorchEngine(voice, EngineSpec(name="torch", precision="fp32", device="cpu", threads=2),
+                       fast_stage_a=request.param)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +73,7 @@ def rel_l2(a, b):
 
 def test_protocol(engine):
     assert isinstance(engine, Engine)
+    assert engine.info.extra["fast_stage_a"] is engine.fast_stage_a
     assert engine.info.name == "torch" and engine.info.precision == "fp32" and engine.info.sample_rate == 22050
 
 
