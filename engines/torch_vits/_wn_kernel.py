@@ -28,16 +28,17 @@ def _gate_block(x_ptr, w_ptr, b_ptr, base, offs_t, offs_c, length, dilation,
     acc_s = tl.zeros((BLOCK_T, 64), dtype=tl.float32)
     # one loop step = one (tap, input block) pair: a [BLOCK_T, 64] input tile and two [64, 64]
     # weight tiles, small enough for the software pipeline to keep a few steps in flight
+    x_tile = x_ptr + base + offs_t[:, None] * H + offs_c[None, :]  # rows offs_t, channels 0..63
+    w_tile = w_ptr + offs_c[:, None] * (2 * H) + (O * 64 + offs_c)[None, :]  # tap 0, input channels 0..63
     for ki in range(K * NB):
         k = ki // NB
         i = ki % NB
-        src = offs_t + (k - (K - 1) // 2) * dilation
+        shift = (k - (K - 1) // 2) * dilation
+        src = offs_t + shift
         ok = (src >= 0) & (src < length)
-        xt = tl.load(x_ptr + base + src[:, None] * H + (i * 64 + offs_c)[None, :], mask=ok[:, None], other=0.0)
-        xt = xt.to(w_ptr.dtype.element_ty)
-        wrow = w_ptr + (k * H + i * 64 + offs_c)[:, None] * (2 * H) + (O * 64 + offs_c)[None, :]
-        wt = tl.load(wrow)
-        ws = tl.load(wrow + H)
+        xt = tl.load(x_tile + (shift * H + i * 64), mask=ok[:, None], other=0.0).to(w_ptr.dtype.element_ty)
+        wt = tl.load(w_tile + (k * H + i * 64) * (2 * H))
+        ws = tl.load(w_tile + ((k * H + i * 64) * (2 * H) + H))
         if F32:
             acc_t = tl.dot(xt, wt, acc_t, input_precision="tf32x3")
             acc_s = tl.dot(xt, ws, acc_s, input_precision="tf32x3")
@@ -46,11 +47,13 @@ def _gate_block(x_ptr, w_ptr, b_ptr, base, offs_t, offs_c, length, dilation,
             acc_s = tl.dot(xt, ws, acc_s)
     a_t = acc_t + tl.load(b_ptr + O * 64 + offs_c)[None, :]
     a_s = acc_s + tl.load(b_ptr + H + O * 64 + offs_c)[None, :]
-    # tanh from exp of a non-positive argument (no overflow; libdevice's tanh is not in the interpreter)
+    # tanh and sigmoid from exp of non-positive arguments (no overflow; libdevice is not in the interpreter)
     e = tl.exp(-2.0 * tl.abs(a_t))
     th = (1.0 - e) / (1.0 + e)
     th = tl.where(a_t < 0, -th, th)
-    return th * (1.0 / (1.0 + tl.exp(-a_s)))
+    es = tl.exp(-tl.abs(a_s))
+    sg = tl.where(a_s < 0, es, 1.0) / (1.0 + es)
+    return th * sg
 
 
 @triton.jit
