@@ -72,26 +72,12 @@ def _res_skip_col(a0, a1, a2, a3, w_ptr, b_ptr, offs_c, N: tl.constexpr, NB: tl.
 
 
 @triton.jit
-def wn_layer_kernel(x_ptr, w_in_ptr, b_in_ptr, w_rs_ptr, b_rs_ptr, x_out_ptr, skip_ptr, len_ptr,
-                    T, dilation,
-                    H: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr,
-                    FIRST: tl.constexpr, LAST: tl.constexpr, F32: tl.constexpr):
-    """One WN layer on ``BLOCK_T`` time positions of one item (grid: time blocks x items).
-
-    ``x``, ``x_out``, ``skip``: ``[B, T, H]`` float32. Not last: ``x_out = (x + r[:, :H]) * mask``
-    and ``skip (+)= r[:, H:]``; last: ``skip += r``. ``FIRST``: ``skip`` is written, not read.
-    Every store is zero past the item's length. ``x_out`` must not be ``x`` (the convolution
-    reads neighbouring programs' rows); ``skip`` is read and written element by element by one
-    program, so it is updated in place."""
-    pid_t = tl.program_id(0)
-    pid_b = tl.program_id(1).to(tl.int64)
-    length = tl.minimum(tl.load(len_ptr + pid_b).to(tl.int32), T)
-    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    offs_c = tl.arange(0, 64)
-    base = pid_b * T * H
+def _layer_tile(x_ptr, w_in_ptr, b_in_ptr, w_rs_ptr, b_rs_ptr, x_out_ptr, skip_ptr, base, offs_t, offs_c,
+                length, T, dilation, H: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr,
+                FIRST: tl.constexpr, LAST: tl.constexpr, F32: tl.constexpr):
+    """The layer on one tile of rows (see :func:`wn_layer_kernel`)."""
     NB: tl.constexpr = H // 64
     R: tl.constexpr = H if LAST else 2 * H
-
     a0 = _gate_block(x_ptr, w_in_ptr, b_in_ptr, base, offs_t, offs_c, length, dilation, 0, H, K, BLOCK_T, F32)
     a1 = a0  # placeholders for narrower layers: never read when NB says so
     a2 = a0
@@ -125,3 +111,43 @@ def wn_layer_kernel(x_ptr, w_in_ptr, b_in_ptr, w_rs_ptr, b_rs_ptr, x_out_ptr, sk
                 if not FIRST:
                     s += tl.load(skip_ptr + here, mask=valid, other=0.0)
                 tl.store(skip_ptr + here, tl.where(valid, s, 0.0), mask=inside)
+
+
+@triton.jit
+def _zero_tile(x_out_ptr, skip_ptr, base, offs_t, offs_c, T, H: tl.constexpr, BLOCK_T: tl.constexpr,
+               LAST: tl.constexpr):
+    """A tile wholly past the item's length: zeros to ``x_out`` and ``skip``, no arithmetic."""
+    inside = (offs_t < T)[:, None]
+    rows = base + offs_t[:, None] * H
+    zero = tl.zeros((BLOCK_T, 64), dtype=tl.float32)
+    for n in tl.static_range(H // 64):
+        here = rows + (n * 64 + offs_c)[None, :]
+        tl.store(skip_ptr + here, zero, mask=inside)
+        if not LAST:
+            tl.store(x_out_ptr + here, zero, mask=inside)
+
+
+@triton.jit
+def wn_layer_kernel(x_ptr, w_in_ptr, b_in_ptr, w_rs_ptr, b_rs_ptr, x_out_ptr, skip_ptr, len_ptr,
+                    T, dilation,
+                    H: tl.constexpr, K: tl.constexpr, BLOCK_T: tl.constexpr,
+                    FIRST: tl.constexpr, LAST: tl.constexpr, F32: tl.constexpr):
+    """One WN layer on ``BLOCK_T`` time positions of one item (grid: time blocks x items).
+
+    ``x``, ``x_out``, ``skip``: ``[B, T, H]`` float32. Not last: ``x_out = (x + r[:, :H]) * mask``
+    and ``skip (+)= r[:, H:]``; last: ``skip += r``. ``FIRST``: ``skip`` is written, not read.
+    Every store is zero past the item's length; a tile wholly past it (an item's padded tail,
+    a padding row of length 0) only writes zeros. ``x_out`` must not be ``x`` (the convolution
+    reads neighbouring programs' rows); ``skip`` is read and written element by element by one
+    program, so it is updated in place."""
+    pid_t = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    length = tl.minimum(tl.load(len_ptr + pid_b).to(tl.int32), T)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_c = tl.arange(0, 64)
+    base = pid_b * T * H
+    if pid_t * BLOCK_T < length:
+        _layer_tile(x_ptr, w_in_ptr, b_in_ptr, w_rs_ptr, b_rs_ptr, x_out_ptr, skip_ptr, base, offs_t, offs_c,
+                    length, T, dilation, H, K, BLOCK_T, FIRST, LAST, F32)
+    else:
+        _zero_tile(x_out_ptr, skip_ptr, base, offs_t, offs_c, T, H, BLOCK_T, LAST)
