@@ -446,14 +446,11 @@ class ResidualCouplingBlock(nn.Module):
         lengths = lengths.to(torch.int32).contiguous()
         m = mask.reshape(b, t, 1).float()
         y = x.transpose(1, 2).float().contiguous()  # [B, T, C], never flipped (see use_fused)
-        scratch = None
         for step in self._fused_plan[:-1]:
             hf = step["half"]
             src, dst = (y[..., hf:], y[..., :hf]) if step["upper_in"] else (y[..., :hf], y[..., hf:])
             h = F.linear(src, step["w_pre"], step["b_pre"])  # [B, T, H] contiguous; its tail is read as 0
-            if scratch is None:
-                scratch = torch.empty_like(h)
-            skip = fused_wn.wn(h, step["wn"], lengths, scratch=scratch, block=self._fused_plan[-1]["block"])
+            skip = fused_wn.wn(h, step["wn"], lengths, block=self._fused_plan[-1]["block"])
             stats = F.linear(skip, step["w_post"], step["b_post"])
             dst.sub_(stats).mul_(m)  # x1 = (x1 - stats * mask) * mask, in place in y
         if self._fused_plan[-1]["final_flip"]:

@@ -75,9 +75,11 @@ def kernel_cases(device: str, block=None) -> dict:
         skip = torch.full_like(skip0, float("nan")) if first else skip0.clone()
         skip = skip.to(device)
         x_out = None if last else torch.full((b, t, h), float("nan"), device=device)
-        y = W.wn_layer(x.to(device), W.pack_in_weight(w_in).to(device), b_in.float().to(device),
-                       W.pack_res_skip_weight(w_rs).to(device), b_rs.to(device), lengths.to(device), d, skip,
-                       first=first, last=last, x_out=x_out, block=block)
+        xc_out = None if last or dt == "float32" else torch.full((b, t, h), float("nan"), device=device, dtype=dtype)
+        layer = {k_: v.to(device) if torch.is_tensor(v) else v
+                 for k_, v in W.pack_layer(w_in, b_in, w_rs, b_rs, d).items()}
+        y, yc = W.wn_layer(x.to(device), layer, lengths.to(device), skip, first=first, last=last, x_out=x_out,
+                           xc_out=xc_out, block=block)
         skip = skip.cpu()
         past = (torch.arange(t)[None, :] >= lengths[:, None])[:, :, None]
         err = float((skip - s_ref).abs().max())
@@ -88,18 +90,24 @@ def kernel_cases(device: str, block=None) -> dict:
             err = _worst(err, float((y - x_ref).abs().max()))
             scale = max(scale, float(x_ref.abs().max()))
             tail = _worst(tail, float(y.masked_fill(~past, 0).abs().max()))
+            # the next layer's convolution input: exactly the new stream rounded to the convolution's dtype
+            xc_err = float((yc.cpu().float() - y.to(dtype).float()).abs().max())
         out[cid] = {"err": err, "scale": scale, "tail": tail, "dtype": dt}
+        if not last:
+            out[cid]["xc_err"] = xc_err
     return out
 
 
-def load_flow():
-    """The voice's own flow (float32), from $BOOKTTS_TORCH_WEIGHTS (safetensors) or the voice's ONNX file."""
+def load_flow(weights=None):
+    """The voice's own flow (float32 modules), from ``weights`` or $BOOKTTS_TORCH_WEIGHTS (safetensors),
+    else the voice's ONNX file."""
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.modules import ResidualCouplingBlock
-    if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package
+    weights = weights or os.environ.get("BOOKTTS_TORCH_WEIGHTS")
+    if weights:  # a GPU host without the voice package
         from engines.weights import read_weights
 
-        state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
+        state, hp, _ = read_weights(weights)
     else:
         from engines.weights import onnx_state_and_hparams
         from jobs.voice import resolve_voice
@@ -115,13 +123,13 @@ def _rel(a, b) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def flow_cases(device: str, block=None) -> dict:
+def flow_cases(device: str, block=None, weights=None) -> dict:
     """The voice's whole flow (4 couplings x 4 WN layers), fused against its PyTorch path."""
     from engines.torch_vits.modules import mixed_precision_flow
 
     if block is None and device == "cpu":
         block = CPU_FLOW_BLOCK
-    plain32 = load_flow().to(device)
+    plain32 = load_flow(weights).to(device)
     fused32 = copy.deepcopy(plain32).use_fused(block=block)
     plain16 = mixed_precision_flow(copy.deepcopy(plain32), torch.float16)
     fused16 = copy.deepcopy(plain16).use_fused(block=block)

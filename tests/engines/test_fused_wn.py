@@ -48,6 +48,7 @@ def test_kernel_matches_reference(results, case):
     tol = 1e-5 if device == "cpu" else 5e-5
     assert got["err"] <= tol * max(1.0, got["scale"]), got
     assert got["tail"] == 0.0, got  # every output row at or past the item's length is written as exactly 0
+    assert got.get("xc_err", 0.0) == 0.0, got  # the next layer's half-precision input is the new stream rounded
 
 
 def test_fused_flow_matches_plain_fp32(results):
@@ -126,15 +127,30 @@ def test_wn_layer_refuses_bad_arguments():
 
     b, t, h = 1, 8, 192
     x, skip, lengths = torch.zeros(b, t, h), torch.zeros(b, t, h), torch.tensor([t])
-    w_in, b_in = torch.zeros(5, h, 2 * h), torch.zeros(2 * h)
-    w_rs, b_rs = torch.zeros(h, 2 * h), torch.zeros(2 * h)
+    layer = W.pack_layer(torch.zeros(2 * h, h, 5, dtype=torch.float16), torch.zeros(2 * h), torch.ones(2 * h, h, 1),
+                         torch.zeros(2 * h), 1)
     with pytest.raises(ValueError, match="x_out must not be x"):  # the taps read rows other programs write
-        W.wn_layer(x, w_in, b_in, w_rs, b_rs, lengths, 1, skip, first=True, last=False, x_out=x)
+        W.wn_layer(x, layer, lengths, skip, first=True, last=False, x_out=x)
     with pytest.raises(ValueError, match="float32"):  # the stream and the skip sum stay float32
-        W.wn_layer(x.half(), w_in, b_in, w_rs, b_rs, lengths, 1, skip, first=True, last=False)
+        W.wn_layer(x.half(), layer, lengths, skip, first=True, last=False)
+    with pytest.raises(ValueError, match="xc must be x"):  # the convolution's input in the convolution's dtype
+        W.wn_layer(x, layer, lengths, skip, first=True, last=False, xc=x)
+    narrow = W.pack_layer(torch.zeros(192, 96, 5), torch.zeros(192), torch.ones(192, 96, 1), torch.zeros(192), 1)
     with pytest.raises(ValueError, match="H in"):  # 96 channels: not a multiple of 64
-        W.wn_layer(x[..., :96].contiguous(), w_in[:, :96, :192], b_in[:192], w_rs[:96, :192], b_rs[:192],
-                   lengths, 1, skip[..., :96].contiguous(), first=True, last=False)
+        W.wn_layer(x[..., :96].contiguous(), narrow, lengths, skip[..., :96].contiguous(), first=True, last=False)
+
+
+def test_res_skip_weight_split_is_near_float32():
+    # the 1x1 weight as a power-of-two scale times two float16 halves: about 2^-22 relative
+    from engines.torch_vits import fused_wn as W
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(384, 192, 1, generator=g) * torch.logspace(-4, 0, 192)[None, :, None]
+    p = W.pack_layer(torch.zeros(384, 192, 5), torch.zeros(384), w, torch.zeros(384), 1)
+    back = (p["w_hi"].double() + p["w_lo"].double()) * p["w_scale"]
+    ref = w[:, :, 0].t().double()
+    assert float((back - ref).abs().max() / ref.abs().max()) < 2.0**-22
+    assert p["w_hi"].dtype == p["w_lo"].dtype == torch.float16 and p["w_hi"].abs().max() <= 2.0**14
 
 
 def test_engine_refuses_the_fused_flow_on_cpu_without_the_interpreter(voice, monkeypatch):
