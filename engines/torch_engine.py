@@ -24,7 +24,8 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    runs eager by default (it measured faster than compiled with the kernel inside).
    With the fused decoder (by default; ``$BOOKTTS_TORCH_FUSED_FLOW``) the flow's WaveNet layers
    also run through a fused Triton kernel (:mod:`engines.torch_vits.fused_wn`: dilated
-   convolution in fp16/bf16, gate, float32 1x1 convolution and residual/skip sums in one pass).
+   convolution in fp16/bf16, gate, near-float32 1x1 convolution and residual/skip sums in one
+   pass; the coupling stream stays float32).
 4. The result is :class:`~engines.base.SynthesisResult`'s packed layout: each chunk's
    ``[rows, frames * hop]`` block back to back in one freshly allocated host buffer
    (pinned on CUDA, filled by asynchronous copies; PyTorch's caching host allocator
@@ -391,7 +392,7 @@ class TorchEngine:
     def _stage_b_pcm(self, z_p, frames):
         torch = self.torch
         mask = (torch.arange(z_p.shape[-1], device=z_p.device)[None, :] < frames[:, None]).unsqueeze(1).to(z_p.dtype)
-        z = self.flow.reverse(z_p, mask, frames)  # float32 stream, half-precision dilated convolutions
+        z = self.flow.reverse(z_p, mask)  # float32 stream, half-precision dilated convolutions
         audio = self.dec((z * mask).to(self.dtype), frames)
         return (audio.float() * MAX_WAV_VALUE).clamp(-MAX_WAV_VALUE, MAX_WAV_VALUE).to(torch.int16)
 
