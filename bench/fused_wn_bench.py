@@ -109,7 +109,8 @@ def main(argv=None) -> int:
     if cuda:
         p = torch.cuda.get_device_properties(dev)
         out["gpu"] = f"{p.name}, {p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs"
-    print(f"{out.get('gpu', 'cpu (Triton interpreter)')}; torch {torch.__version__}, triton {out['triton']}", flush=True)
+    where = out.get("gpu", "cpu (Triton interpreter)")
+    print(f"{where}; torch {torch.__version__}, triton {out['triton']}", flush=True)
 
     def save():
         if a.json:
@@ -268,7 +269,8 @@ def main(argv=None) -> int:
 
     # ------------------------------------------------------------------ table
     if out["flow"]:
-        print("\n| rows x frames | plain ms | fused ms | speedup | fused x RT | rel L2 fused/fp32 | rel L2 plain/fp32 |")
+        print("\n| rows x frames | plain ms | fused ms | speedup | fused x RT | rel L2 fused/fp32 "
+              "| rel L2 plain/fp32 |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         for r in out["flow"]:
             print(f"| {r['rows']}x{r['frames']} | {r['plain_ms']} | {r['fused_ms']} | {r['speedup']} | "

@@ -178,7 +178,7 @@ def engine_cases(device: str) -> dict:
         os.environ[FUSED_FLOW_ENV] = flag
         eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp32", device="cpu", max_batch=4))
         r = eng.synthesize(batch)
-        res[flag] = (eng.info.extra["fused_flow"], [np.asarray(a, dtype=np.float64) for a in (r.item(i) for i in range(len(r)))])
+        res[flag] = (eng.info.extra["fused_flow"], [r.item(i).astype(np.float64) for i in range(len(r))])
     os.environ.pop(FUSED_FLOW_ENV)
     (off, a0), (on, a1) = res["0"], res["1"]
     diff = max(float(np.abs(x - y).max()) for x, y in zip(a0, a1))
