@@ -24,6 +24,10 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    fp16/bf16 the decoder's resblocks run through a fused Triton kernel
    (:mod:`engines.torch_vits.fused_conv`; ``$BOOKTTS_TORCH_FUSED``), and the engine then
    runs eager by default (it measured faster than compiled with the kernel inside).
+   With the fused decoder (by default; ``$BOOKTTS_TORCH_FUSED_FLOW``) the flow's WaveNet layers
+   also run through a fused Triton kernel (:mod:`engines.torch_vits.fused_wn`: dilated
+   convolution in fp16/bf16, gate, near-float32 1x1 convolution and residual/skip sums in one
+   pass; the coupling stream stays float32).
 4. The result is :class:`~engines.base.SynthesisResult`'s packed layout: each chunk's
    ``[rows, frames * hop]`` block back to back in one freshly allocated host buffer
    (pinned on CUDA, filled by asynchronous copies; PyTorch's caching host allocator
@@ -93,6 +97,9 @@ COMPILE_ENV = "BOOKTTS_TORCH_COMPILE"
 #: "0" runs the decoder's resblocks as PyTorch/cuDNN convolutions, "1" through the fused Triton kernel;
 #: unset: fused on CUDA at fp16/bf16 when Triton is importable.
 FUSED_ENV = "BOOKTTS_TORCH_FUSED"
+#: "0" runs the flow's WN layers as PyTorch/cuDNN operations, "1" through the fused Triton kernel;
+#: unset: fused whenever the decoder is (CUDA, fp16/bf16, Triton).
+FUSED_FLOW_ENV = "BOOKTTS_TORCH_FUSED_FLOW"
 #: "1" compiles stage A (encoder + duration predictor) with torch.compile (dynamic shapes); unset/"0": eager.
 COMPILE_A_ENV = "BOOKTTS_TORCH_COMPILE_A"
 #: "0" runs stage A channel-first (the modules' own forward), "1" channels-last (engines.torch_vits.fast_stage_a:
@@ -260,6 +267,12 @@ class TorchEngine:
                 self.dec.use_fused_resblocks()
             elif self.channels_last:
                 self.dec.use_channels_last()
+            # fused flow (WN layers through one Triton kernel each): its own switch, on with the fused decoder
+            self.fused_flow = self._resolve_fused_flow()
+            if self.fused_flow:
+                if self.flow is self.model.flow:
+                    self.flow = copy.deepcopy(self.model.flow)  # the model's own flow stays plain
+                self.flow.use_fused()
         self.hop = self.hparams.hop_length
         self.n_vocab = self.hparams.n_vocab
         self.buckets = sorted(buckets or DEFAULT_BUCKETS)
@@ -330,7 +343,7 @@ class TorchEngine:
         self.info = EngineInfo(
             "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
-             "channels_last": self.channels_last, "fused_resblocks": self.fused,
+             "channels_last": self.channels_last, "fused_resblocks": self.fused, "fused_flow": self.fused_flow,
              "compiled_stage_a": self.compiled_stage_a, "fast_stage_a": self.fast_stage_a,
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
@@ -365,6 +378,25 @@ class TorchEngine:
         if fused and not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise EngineUnavailable(f"the fused decoder runs on CUDA devices (on cpu only under Triton's "
                                     f"interpreter, TRITON_INTERPRET=1); unset {FUSED_ENV} or use --device cuda:0")
+        return bool(fused)
+
+    def _resolve_fused_flow(self) -> bool:
+        """Whether the flow's WN layers run through the fused Triton kernel: ``$BOOKTTS_TORCH_FUSED_FLOW``,
+        else whenever the decoder is fused (:meth:`_resolve_fused`)."""
+        from engines.torch_vits import fused_wn
+
+        fused = _env_flag(FUSED_FLOW_ENV)
+        fits = self.model.flow.fused_supported()
+        if fused is None:
+            return bool(self.fused and fits and fused_wn.available())
+        if fused and not fits:
+            raise EngineUnavailable(f"this voice's flow does not fit the fused WN kernel (it takes mean-only "
+                                    f"couplings of 64-256 hidden channels); unset {FUSED_FLOW_ENV}")
+        if fused and not fused_wn.available():
+            raise EngineUnavailable(f"the fused flow needs Triton (pip install triton); or set {FUSED_FLOW_ENV}=0")
+        if fused and not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise EngineUnavailable(f"the fused flow runs on CUDA devices (on cpu only under Triton's "
+                                    f"interpreter, TRITON_INTERPRET=1); unset {FUSED_FLOW_ENV} or use --device cuda:0")
         return bool(fused)
 
     # ------------------------------------------------------------------ weights

@@ -375,11 +375,87 @@ class ResidualCouplingBlock(nn.Module):
                                                hp.flow_dilation_rate, hp.flow_n_layers, hp.flow_mean_only))
             flows.append(Flip())
         self.flows = nn.ModuleList(flows)
+        self.fused = False
+        self._fused_plan: list | None = None  # packed weights of the fused path (use_fused)
 
-    def reverse(self, x, mask):
+    def reverse(self, x, mask, lengths=None):
+        """``x``: ``[B, C, T]``; ``mask``: ``[B, 1, T]`` prefix mask (``t < length``). With
+        :meth:`use_fused` on, the WN layers run through the fused Triton kernel; ``lengths``
+        (``[B]``, the mask's lengths) spares deriving them from ``mask``."""
+        if self.fused:
+            return self._reverse_fused(x, mask, lengths)
         for flow in reversed(self.flows):
             x = flow.reverse(x, mask)
         return x
+
+    def fused_supported(self) -> bool:
+        """Whether every coupling layer fits the fused WN kernel (:mod:`engines.torch_vits.fused_wn`):
+        mean-only couplings, hidden width 64-256 (multiples of 64), odd kernels, no global conditioning
+        (this port's WN has none)."""
+        from engines.torch_vits import fused_wn
+
+        couplings = [f for f in self.flows if not isinstance(f, Flip)]
+        if not couplings or not all(isinstance(f, ResidualCouplingLayer) for f in couplings):
+            return False
+        return all(f.mean_only and not hasattr(f.enc, "cond_layer")
+                   and all(fused_wn.supports(inl.in_channels, inl.kernel_size[0]) for inl in f.enc.in_layers)
+                   for f in couplings)
+
+    def use_fused(self, on: bool = True, block: tuple | None = None) -> "ResidualCouplingBlock":
+        """Run :meth:`reverse` with the WN layers through the fused Triton kernel. Call after any
+        dtype/device move: the kernel's weight layout is made here (the ``in_layers`` keep their
+        dtype: fp16/bf16 after :func:`mixed_precision_flow`; everything else is float32).
+
+        The fused path keeps the stream in ``[B, T, C]`` float32 from entry to exit (one layout
+        change each way for the whole flow) and applies no Flip: a coupling layer that would see
+        the channels flipped reads and writes the unflipped halves with ``pre``'s input columns
+        and ``post``'s output rows reversed instead, which is the same arithmetic.
+        ``block``: the kernel's (time positions per program, warps[, stages]), for tuning."""
+        from engines.torch_vits import fused_wn
+
+        if on and not self.fused_supported():
+            raise ValueError("the fused WN kernel takes mean-only couplings with 64-256 hidden channels "
+                             "(multiples of 64) and odd kernels; this flow has others")
+        plan = []
+        if on:
+            flipped = False
+            for f in reversed(self.flows):
+                if isinstance(f, Flip):
+                    flipped = not flipped
+                    continue
+                w_pre = f.pre.weight.detach()[:, :, 0].float()
+                w_post = f.post.weight.detach()[:, :, 0].float()
+                b_post = f.post.bias.detach().float()
+                if flipped:  # the layer's x0 is the reversed upper half, its x1 the reversed lower half
+                    w_pre, w_post, b_post = w_pre.flip(1), w_post.flip(0), b_post.flip(0)
+                plan.append({"upper_in": flipped, "half": f.half,
+                             "w_pre": w_pre.contiguous(), "b_pre": f.pre.bias.detach().float().contiguous(),
+                             "w_post": w_post.contiguous(), "b_post": b_post.contiguous(),
+                             "wn": fused_wn.pack_wn(f.enc)})
+            plan.append({"final_flip": flipped, "block": block})
+        self._fused_plan = plan if on else None
+        self.fused = on
+        return self
+
+    def _reverse_fused(self, x, mask, lengths=None):
+        from engines.torch_vits import fused_wn
+
+        b, c, t = x.shape
+        if lengths is None:
+            lengths = mask.reshape(b, t).sum(dim=1)
+        lengths = lengths.to(torch.int32).contiguous()
+        m = mask.reshape(b, t, 1).float()
+        y = x.transpose(1, 2).float().contiguous()  # [B, T, C], never flipped (see use_fused)
+        for step in self._fused_plan[:-1]:
+            hf = step["half"]
+            src, dst = (y[..., hf:], y[..., :hf]) if step["upper_in"] else (y[..., :hf], y[..., hf:])
+            h = F.linear(src, step["w_pre"], step["b_pre"])  # [B, T, H] contiguous; its tail is read as 0
+            skip = fused_wn.wn(h, step["wn"], lengths, block=self._fused_plan[-1]["block"])
+            stats = F.linear(skip, step["w_post"], step["b_post"])
+            dst.sub_(stats).mul_(m)  # x1 = (x1 - stats * mask) * mask, in place in y
+        if self._fused_plan[-1]["final_flip"]:
+            y = y.flip(-1)
+        return y.transpose(1, 2).contiguous().to(x.dtype)
 
 
 # --------------------------------------------------------------------------- generator
