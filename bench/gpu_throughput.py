@@ -215,9 +215,17 @@ class Bench:
                         a0, a1, a2 = ev(), ev(), ev()
                         a0.record()
                         mask = (torch.arange(tc, device=eng.device)[None] < lens[idx][:, None])[:, None].float()
-                        x, mp, lp = m.enc_p(ids[idx, :tc], mask)
-                        a1.record()
-                        logw = m.dp.reverse(x, mask, noise[idx, :, :tc] * mask)
+                        fa = m._fast_a  # the engine's channels-last stage A (FastStageA.forward, split in two)
+                        if fa is not None:
+                            m3 = mask[:, 0, :, None]
+                            x = fa._encoder(ids[idx, :tc], lens[idx], m3)
+                            mp, lp = fa._prior(x, mask[:, 0])
+                            a1.record()
+                            logw = fa._durations(x, mask[:, 0], m3, noise[idx, :, :tc])[:, None]
+                        else:
+                            x, mp, lp = m.enc_p(ids[idx, :tc], mask)
+                            a1.record()
+                            logw = m.dp.reverse(x, mask, noise[idx, :, :tc] * mask)
                         du = torch.ceil(torch.exp(logw) * mask * sc.length_scale)[:, 0]
                         m_p[idx, :, :tc], logs_p[idx, :, :tc], dur[idx, :tc] = mp, lp, du
                         frames[idx] = torch.clamp_min(du.sum(1), 1).long()

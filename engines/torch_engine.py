@@ -52,10 +52,10 @@ Padding: every convolution of stage B sees its input multiplied by the item's ti
 mask, so samples inside an item's length do not depend on what else is in the
 chunk or how far it is padded; samples past ``sample_lengths[i]`` are exactly 0.
 
-Pipelining (CUDA): stage A's chunks are cut into :attr:`TorchEngine.pipeline` groups of
-about equal size (``$BOOKTTS_TORCH_PIPELINE``, default :data:`CUDA_PIPELINE_GROUPS`; 1 on
-CPU). Stage A of group ``g+1`` runs on a side stream while stage B of group ``g`` runs on
-the main one; the host waits only for each group's frame counts.
+Pipelining: stage A's chunks can be cut into :attr:`TorchEngine.pipeline` groups of about
+equal size (``$BOOKTTS_TORCH_PIPELINE``; default 1, :data:`CUDA_PIPELINE_GROUPS`). On CUDA
+stage A of group ``g+1`` then runs on a side stream while stage B of group ``g`` runs on the
+main one, and the host waits only for each group's frame counts (on CPU the groups run in turn).
 
 Noise comes from a ``torch.Generator`` on the engine's device seeded with
 ``SynthesisBatch.seed`` (a fresh random seed when it is None): the same batch with
@@ -119,8 +119,9 @@ WARMUP_MODES = ("full", "lazy")
 #: Number of groups a batch's stage A is cut into on CUDA, so that stage A of one group (on a side
 #: stream) overlaps stage B of the previous one; "1" runs the stages one after the other.
 PIPELINE_ENV = "BOOKTTS_TORCH_PIPELINE"
-#: The default of $BOOKTTS_TORCH_PIPELINE on CUDA (the CPU runs one group).
-CUDA_PIPELINE_GROUPS = 2
+#: The default of $BOOKTTS_TORCH_PIPELINE on CUDA: one group. On the H200, 2 groups gained 3% over 1
+#: before stage A was rewritten (run 8) and nothing after (run 11: 11,512x vs 11,577x); 3-4 were slower.
+CUDA_PIPELINE_GROUPS = 1
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
