@@ -371,15 +371,20 @@ class TorchEngine:
         if fused is None:
             return (by_default and self.is_cuda and self.dtype != self.torch.float32 and fused_conv.available()
                     and fits)
-        if fused and not fits:
-            raise EngineUnavailable(f"this voice's decoder does not fit the fused kernel (it takes 16-128 "
-                                    f"channels); unset {FUSED_ENV}")
-        if fused and not fused_conv.available():
-            raise EngineUnavailable(f"the fused decoder needs Triton (pip install triton); or set {FUSED_ENV}=0")
-        if fused and not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-            raise EngineUnavailable(f"the fused decoder runs on CUDA devices (on cpu only under Triton's "
-                                    f"interpreter, TRITON_INTERPRET=1); unset {FUSED_ENV} or use --device cuda:0")
+        if fused:
+            self._require_kernel("decoder", FUSED_ENV, fits, "16-128 channels", fused_conv.available())
         return bool(fused)
+
+    def _require_kernel(self, part: str, env: str, fits: bool, takes: str, triton_ok: bool) -> None:
+        """One clear error when a fused kernel was asked for (``$env=1`` or the argument) but cannot run."""
+        if not fits:
+            raise EngineUnavailable(f"this voice's {part} does not fit the fused kernel (it takes {takes}); "
+                                    f"unset {env}")
+        if not triton_ok:
+            raise EngineUnavailable(f"the fused {part} needs Triton (pip install triton); or set {env}=0")
+        if not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise EngineUnavailable(f"the fused {part} runs on CUDA devices (on cpu only under Triton's "
+                                    f"interpreter, TRITON_INTERPRET=1); unset {env} or use --device cuda:0")
 
     def _resolve_fused_flow(self) -> bool:
         """Whether the flow's WN layers run through the fused Triton kernel: ``$BOOKTTS_TORCH_FUSED_FLOW``,
@@ -390,14 +395,9 @@ class TorchEngine:
         fits = self.model.flow.fused_supported()
         if fused is None:
             return bool(self.fused and fits and fused_wn.available())
-        if fused and not fits:
-            raise EngineUnavailable(f"this voice's flow does not fit the fused WN kernel (it takes mean-only "
-                                    f"couplings of 64-256 hidden channels); unset {FUSED_FLOW_ENV}")
-        if fused and not fused_wn.available():
-            raise EngineUnavailable(f"the fused flow needs Triton (pip install triton); or set {FUSED_FLOW_ENV}=0")
-        if fused and not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
-            raise EngineUnavailable(f"the fused flow runs on CUDA devices (on cpu only under Triton's "
-                                    f"interpreter, TRITON_INTERPRET=1); unset {FUSED_FLOW_ENV} or use --device cuda:0")
+        if fused:
+            self._require_kernel("flow", FUSED_FLOW_ENV, fits, "mean-only couplings of 64-256 hidden channels",
+                                 fused_wn.available())
         return bool(fused)
 
     # ------------------------------------------------------------------ weights

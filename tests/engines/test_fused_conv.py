@@ -7,10 +7,6 @@ child process (``fused_conv_cases.py``) and this module checks what it reports.
 On a CUDA host the same cases run on the GPU.
 """
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 to test the torch engine")
 pytest.importorskip("triton", reason="triton is not installed: pip install triton (the fused decoder kernel needs it)")
 
+from tests.engines.kernel_child import run_cases  # noqa: E402
 from tests.engines import fused_conv_cases as cases  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -26,13 +23,7 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def results(voice):
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    env = dict(os.environ)
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    proc = subprocess.run([sys.executable, str(HERE / "fused_conv_cases.py"), device], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return device, json.loads(proc.stdout.strip().splitlines()[-1])
+    return device, run_cases(HERE / "fused_conv_cases.py", device, drop_env=())
 
 
 # fp16 keeps 11 significant bits, bf16 8: the kernel rounds once at the store, the reference too,
