@@ -18,7 +18,8 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    workload is too short to pay for it: ``EngineSpec.workload_s``, ``$BOOKTTS_TORCH_AUTOTUNE``),
    and, when the engine is compiled (``torch.compile``, mode ``reduce-overhead``: Inductor
    kernels replayed as CUDA graphs), each is recorded once. Stage A is chunked by phoneme
-   length (multiples of 32); ``$BOOKTTS_TORCH_COMPILE_A=1`` compiles it (dynamic shapes).
+   length (multiples of 32); ``$BOOKTTS_TORCH_COMPILE_A=1`` compiles the channel-first path
+   (dynamic shapes) instead of running the channels-last one.
 3. **Stage B** (flow + HiFi-GAN at the engine's precision) turns each chunk's prior
    ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device. On CUDA at
    fp16/bf16 the decoder's resblocks run through a fused Triton kernel
@@ -297,13 +298,18 @@ class TorchEngine:
         compile_error = None
         # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
         # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
-        # first batch (docs/PERFORMANCE.md), which only a long-lived worker earns back.
+        # first batch (run 3, against the channel-first eager stage A of the time).
+        # It compiles the channel-first modules: on the H200 Inductor failed on the channels-last path
+        # (a size assertion in the first batch, run 13), which eager is faster than compiled was anyway.
         self.compiled_stage_a = bool(_env_flag(COMPILE_A_ENV))
         # Stage A channels-last (same weights, packed once here): the argument, else BOOKTTS_TORCH_FAST_A,
-        # else on CUDA only (on CPU both paths run; the tests cover both).
+        # else on CUDA unless stage A is compiled (on CPU both paths run; the tests cover both).
         if fast_stage_a is None:
             fast_stage_a = _env_flag(FAST_A_ENV)
-        self.fast_stage_a = bool(self.is_cuda if fast_stage_a is None else fast_stage_a)
+        if fast_stage_a and self.compiled_stage_a:
+            raise EngineUnavailable(f"{COMPILE_A_ENV}=1 compiles the channel-first stage A, not the channels-last "
+                                    f"one; unset {FAST_A_ENV} (or {COMPILE_A_ENV})")
+        self.fast_stage_a = bool(self.is_cuda and not self.compiled_stage_a if fast_stage_a is None else fast_stage_a)
         self.model.use_fast_stage_a(self.fast_stage_a)
         self._stage_a = self.model.stage_a
         if self.compiled or self.compiled_stage_a:

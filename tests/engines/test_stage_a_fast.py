@@ -209,3 +209,25 @@ def test_spline_same_arithmetic(scale):
     want = rq_spline_inverse(x, st[..., :k], st[..., k:2 * k], st[..., 2 * k:], tb)
     got = spline_inverse(x, st, k, tb)
     assert torch.equal(got, want), float((got - want).abs().max())
+
+
+@pytest.mark.parametrize("env_fast, want", [(None, False), ("1", "refused")],
+                         ids=["compile-picks-channel-first", "both-asked-refused"])
+def test_compiled_stage_a_is_channel_first(voice, monkeypatch, env_fast, want):
+    # BOOKTTS_TORCH_COMPILE_A=1 compiles the channel-first modules (Inductor failed on the
+    # channels-last path on the H200); asking for both is one clear error, not a failed first batch
+    from engines.torch_engine import COMPILE_A_ENV, FAST_A_ENV, TorchEngine
+    from jobs.errors import EngineUnavailable
+
+    monkeypatch.setenv(COMPILE_A_ENV, "1")
+    if env_fast is None:
+        monkeypatch.delenv(FAST_A_ENV, raising=False)
+    else:
+        monkeypatch.setenv(FAST_A_ENV, env_fast)
+    spec = EngineSpec(name="torch", device="cpu", threads=1)
+    if want == "refused":
+        with pytest.raises(EngineUnavailable, match="channel-first"):
+            TorchEngine(voice, spec)
+    else:
+        eng = TorchEngine(voice, spec)
+        assert eng.compiled_stage_a and eng.fast_stage_a is False
