@@ -564,9 +564,7 @@ class Generator(nn.Module):
         ``post_slope`` it returns ``leaky_relu(average, post_slope) * mask``, the next layer's input."""
         from engines.torch_vits.fused_conv import resconv
 
-        xb = x.squeeze(2).transpose(1, 2)  # [B, T, C], a view of the NHWC memory
-        if not xb.is_contiguous():
-            xb = xb.contiguous()
+        xb = self._btc(x)
         lengths = lengths.contiguous()
         total = torch.empty_like(xb)
         for j in range(self.num_kernels):
@@ -587,14 +585,19 @@ class Generator(nn.Module):
                     h = resconv(t, c2.weight_kio, c2.bias, lengths, scale, c2.dilation[0], residual=h, **kw)
         return total.transpose(1, 2).unsqueeze(2)
 
+    @staticmethod
+    def _btc(x):
+        """The ``[B, T, C]`` contiguous view of a channels-last ``[B, C, 1, T]`` tensor (the kernels'
+        layout; a copy only if the tensor is not NHWC)."""
+        xb = x.squeeze(2).transpose(1, 2)
+        return xb if xb.is_contiguous() else xb.contiguous()
+
     def _upsample(self, up, x):
         if not (self.fused and getattr(up, "weight_up", None) is not None):
             return self._conv(up, x)
         from engines.torch_vits.fused_conv import upsample
 
-        xb = x.squeeze(2).transpose(1, 2)  # [B, T, C], a view of the NHWC memory
-        y = upsample(xb if xb.is_contiguous() else xb.contiguous(), up.weight_up, up.bias, up.stride[0],
-                     up.padding[0])
+        y = upsample(self._btc(x), up.weight_up, up.bias, up.stride[0], up.padding[0])
         return y.transpose(1, 2).unsqueeze(2)  # NHWC again
 
     def _conv(self, m, x):
@@ -638,9 +641,7 @@ class Generator(nn.Module):
         if active and pcm_scale is not None:  # conv_post, tanh, mask and PCM in one kernel
             from engines.torch_vits.fused_conv import postconv_pcm
 
-            xb = x.squeeze(2).transpose(1, 2)  # [B, T, C], a view of the NHWC memory
-            return postconv_pcm(xb if xb.is_contiguous() else xb.contiguous(), self.conv_post.weight_kc,
-                                lengths.contiguous(), scale, pcm_scale)
+            return postconv_pcm(self._btc(x), self.conv_post.weight_kc, lengths.contiguous(), scale, pcm_scale)
         mask = self._mask(lengths * scale, t * scale, x)
         x = self._conv(self.conv_post, x if active else F.leaky_relu(x) * mask)  # default slope 0.01, as in VITS
         x = (torch.tanh(x) * mask).reshape(x.shape[0], -1)
