@@ -22,8 +22,9 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    (dynamic shapes) instead of running the channels-last one.
 3. **Stage B** (flow + HiFi-GAN at the engine's precision) turns each chunk's prior
    ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device. On CUDA at
-   fp16/bf16 the decoder's resblocks run through a fused Triton kernel
-   (:mod:`engines.torch_vits.fused_conv`; ``$BOOKTTS_TORCH_FUSED``), and the engine then
+   fp16/bf16 the decoder runs through fused Triton kernels (:mod:`engines.torch_vits.fused_conv`;
+   ``$BOOKTTS_TORCH_FUSED``: resblocks, upsampling, and the last layer with the int16
+   conversion; only ``conv_pre`` stays cuDNN), and the engine then
    runs eager by default (it measured faster than compiled with the kernel inside).
    With the fused decoder (by default; ``$BOOKTTS_TORCH_FUSED_FLOW``) the flow's WaveNet layers
    also run through a fused Triton kernel (:mod:`engines.torch_vits.fused_wn`: dilated
