@@ -44,7 +44,7 @@ def quality_sentences(n: int = 20) -> list[list[int]]:
 
 
 def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf16"), seed: int = 2024,
-        compiled: bool = False, channels_last: bool = False) -> dict:
+        compiled: bool = False, plain: bool = False) -> dict:
     import torch
 
     from engines import EngineSpec
@@ -60,7 +60,7 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
     def engine(prec, test=True):
         spec = EngineSpec(name="torch", precision=prec, device=device, max_batch=len(seqs))
         return TorchEngine(voice, spec, weights_path=weights, compile=compiled and test, warmup=False,
-                           allow_cpu_half=device == "cpu", channels_last=channels_last and test)
+                           allow_cpu_half=device == "cpu", channels_last=False if plain or not test else None)
 
     ref = engine("fp32", test=False).synthesize(batch)  # the reference: eager fp32, plain layout
     rng = np.random.default_rng(0)
@@ -69,7 +69,7 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
     out = {"device": device if device == "cpu" else torch.cuda.get_device_name(torch.device(device)),
            "n_utterances": len(seqs), "audio_s": float(ref.sample_lengths.sum() / voice.sample_rate),
            "reference": "torch engine fp32 eager (no TF32), same batch, same seed",
-           "tested": f"{'compiled' if compiled else 'eager'}{' NHWC decoder' if channels_last else ''}",
+           "tested": f"{'compiled' if compiled else 'eager'}{', plain NCL decoder' if plain else ', engine defaults'}",
            "mcd_floor_db": float(np.mean(floor)), "results": {}}
     for prec in precisions:
         t0 = time.perf_counter()
@@ -93,6 +93,8 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
             "seconds": round(time.perf_counter() - t0, 2),
             "fused_resblocks": bool(eng.info.extra.get("fused_resblocks")),
             "channels_last": bool(eng.info.extra.get("channels_last")),
+            "fused_flow": bool(eng.info.extra.get("fused_flow")),
+            "fast_stage_a": bool(eng.info.extra.get("fast_stage_a")),
         }
     return out
 
@@ -118,9 +120,12 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", default="fp16,bf16")
     ap.add_argument("--json", default=None)
     ap.add_argument("--compile", action="store_true", help="test the compiled engines (CUDA graphs on CUDA)")
-    ap.add_argument("--channels-last", action="store_true", help="test the NHWC decoder layout")
+    ap.add_argument("--plain", action="store_true",
+                    help="test the plain NCL decoder and flow (no Triton kernels) instead of the engine's defaults")
+    ap.add_argument("--channels-last", action="store_true",
+                    help="no effect: the engine's defaults (NHWC, fused kernels on CUDA) are what is tested")
     a = ap.parse_args(argv)
-    q = run(a.device, a.weights, a.n, tuple(a.precisions.split(",")), compiled=a.compile, channels_last=a.channels_last)
+    q = run(a.device, a.weights, a.n, tuple(a.precisions.split(",")), compiled=a.compile, plain=a.plain)
     print_table(q)
     if a.json:
         Path(a.json).write_text(json.dumps(q, indent=2))
