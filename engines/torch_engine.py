@@ -74,6 +74,7 @@ voice's ONNX file (needs the ``onnx`` package).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import warnings
@@ -477,8 +478,6 @@ class TorchEngine:
         """cuDNN settings: autotuning only where shapes repeat (stage B on CUDA: bucket frames x
         :func:`round_rows` rows; stage A's shapes vary per batch and would be re-tuned every time); no
         TF32 (stage A is true fp32 at every precision, so durations do not depend on it)."""
-        import contextlib
-
         if not self.is_cuda:
             return contextlib.nullcontext()
         return self.torch.backends.cudnn.flags(enabled=True, benchmark=benchmark, deterministic=False,
@@ -542,8 +541,6 @@ class TorchEngine:
             def launch_a(group):
                 """Queue stage A of a group (its chunks by phoneme length); returns its rows, their
                 frame counts on their way to the host, and the event that says they have arrived."""
-                import contextlib
-
                 ctx = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
                 with ctx, self._flags(benchmark=False):
                     for rows, tc in group:
@@ -655,17 +652,16 @@ class TorchEngine:
             groups.setdefault(bucket_for(int(frames_host[i]), self.buckets), []).append(int(i))
         return groups
 
-    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, idx=None, eps_rows=None):
+    def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, eps_rows):
         """Stage B on one chunk: int16 PCM ``[padded rows, f*hop]`` on the device (rows past ``len(rows)``
-        are padding). ``eps``: prior noise ``[*, C, frames]``, rows ``eps_rows`` (default ``rows``)."""
+        are padding). ``eps``: the group's prior noise ``[*, C, frames]``, whose rows ``eps_rows`` are
+        the chunk's items."""
         torch = self.torch
         n = len(rows)
-        if idx is None:
-            idx = torch.as_tensor(np.asarray(rows, dtype=np.int64)).to(self.device, non_blocking=True)
+        idx = torch.as_tensor(np.asarray(rows, dtype=np.int64)).to(self.device, non_blocking=True)
         m, logs = self.model.expand_prior(m_p[idx], logs_p[idx], durations[idx], f)
         if eps is not None:
-            er = idx if eps_rows is None else torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device)
-            e = eps[er]
+            e = eps[torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device, non_blocking=True)]
             if e.shape[-1] < f:
                 e = torch.nn.functional.pad(e, (0, f - e.shape[-1]))
             else:
