@@ -22,8 +22,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def results(voice):
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return device, run_cases(HERE / "fused_conv_cases.py", device, drop_env=())
+    return run_cases(HERE / "fused_conv_cases.py")
 
 
 # fp16 keeps 11 significant bits, bf16 8: the kernel rounds once at the store, the reference too,

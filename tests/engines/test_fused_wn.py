@@ -22,8 +22,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def results(voice):
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    return device, run_cases(HERE / "fused_wn_cases.py", device, drop_env=("BOOKTTS_TORCH_FUSED_FLOW",))
+    return run_cases(HERE / "fused_wn_cases.py", drop_env=("BOOKTTS_TORCH_FUSED_FLOW",))
 
 
 @pytest.mark.parametrize("case", [c[0] for c in cases.KERNEL_CASES])
