@@ -10,10 +10,12 @@ of phonemes whose integer duration changed, the share of sentences whose frame c
 changed, and the largest change in frames. Variants: ``fp32`` (the channel-first stage A,
 the engine's path before the fast one), ``fp32fast`` (the channels-last fast path,
 :mod:`engines.torch_vits.fast_stage_a`, true fp32: the engine's default on CUDA), ``tf32``
-(channel-first; cuDNN and cuBLAS may use TF32), ``bf16``/``fp16`` (channel-first, autocast).
+(channel-first; cuDNN and cuBLAS may use TF32), ``bf16``/``fp16`` (channel-first, autocast),
+``fp32tc`` (the fast path with its GEMMs through :mod:`engines.torch_vits.fused_gemm`: tensor
+cores, TF32x3; ``fp32tc@M1xN1xK1xW1xS1/M2xN2xK2xW2xS2`` sets its plain and LayerNorm tiles).
 Each row also has ``prior_max_rel``: the largest difference of ``m_p`` from fp32's, relative
 to its largest value. With ``--profile``: the top CUDA kernels and the kernel count of the
-fp32 and fp32fast passes and of one stage-B chunk (torch.profiler).
+fp32fast and fp32tc passes and of one stage-B chunk (torch.profiler).
 
     python bench/stage_a_probe.py --weights carry/joe-fp16.safetensors --variants fp32,fp32fast --profile
 """
@@ -40,6 +42,7 @@ def main(argv=None) -> int:
     from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import TorchEngine
+    from engines.torch_vits import fused_gemm
     from engines.weights import voice_from_weights
     from gpu_throughput import load_alice
 
@@ -78,11 +81,19 @@ def main(argv=None) -> int:
     print(f"{out['gpu']}: {b} sentences, {out['phoneme_ids']} ids ({out['padded_ids']} padded) in {len(chunks)} chunks",
           flush=True)
 
+    default_blocks = dict(fused_gemm.BLOCKS)
+
     def run(variant, prior=False):
         """Stage A over all chunks in ``variant``: durations [b, t] (and with ``prior``, m_p [b, c, t],
         outside the timed runs: its copies would add kernels)."""
-        if m.fast_stage_a != (variant == "fp32fast"):
-            m.use_fast_stage_a(variant == "fp32fast")  # packs the weights once, outside the timed runs
+        kernels = variant.startswith("fp32tc")
+        fast = kernels or variant == "fp32fast"
+        if m.fast_stage_a != fast or m.stage_a_kernels != kernels:
+            m.use_fast_stage_a(fast, kernels=kernels)  # packs the weights once, outside the timed runs
+        if kernels:  # fp32tc@PLAIN/LN with each block as MxNxKxWARPSxSTAGES
+            spec = variant.partition("@")[2]
+            fused_gemm.BLOCKS = dict(default_blocks) if not spec else dict(
+                zip(("plain", "ln"), (tuple(int(v) for v in blk.split("x")) for blk in spec.split("/"))))
         dur = torch.zeros(b, t, device=dev)
         mp = torch.zeros(b, eng.hparams.inter_channels, t, device=dev) if prior else None
         tf32 = variant == "tf32"
@@ -104,7 +115,7 @@ def main(argv=None) -> int:
         return dur, mp
 
     variants = a.variants.split(",")
-    unknown = set(variants) - {"fp32", "fp32fast", "tf32", "bf16", "fp16"}
+    unknown = {v for v in variants if not v.startswith("fp32tc")} - {"fp32", "fp32fast", "tf32", "bf16", "fp16"}
     if unknown:
         ap.error(f"unknown variants {sorted(unknown)}")
     ref, ref_mp = run("fp32", prior=True)  # the reference of every row's change columns (and a warm-up)
@@ -144,7 +155,7 @@ def main(argv=None) -> int:
                 rows.append({"name": ev.key[:110], "calls": ev.count, "ms": round(ev.device_time_total / 1000, 2)})
             return rows
 
-        for v, key in (("fp32", "stage_a_kernels"), ("fp32fast", "stage_a_fast_kernels")):
+        for v, key in (("fp32fast", "stage_a_fast_kernels"), ("fp32tc", "stage_a_tc_kernels")):
             run(v)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 run(v)
@@ -165,7 +176,7 @@ def main(argv=None) -> int:
                     eng._stage_b(z, fr)
                     torch.cuda.synchronize()
         out["stage_b_kernels_96x448"] = top(prof, 25)
-        for k in ("stage_a_kernels", "stage_a_fast_kernels", "stage_b_kernels_96x448"):
+        for k in ("stage_a_fast_kernels", "stage_a_tc_kernels", "stage_b_kernels_96x448"):
             print(k, *(f"{s}: {out[k + s]}" for s in ("_count", "_ms") if k + s in out))
             for r in out[k]:
                 print(f"  {r['ms']:8.2f} ms  {r['calls']:5}  {r['name']}")

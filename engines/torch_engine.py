@@ -108,6 +108,10 @@ COMPILE_A_ENV = "BOOKTTS_TORCH_COMPILE_A"
 #: "0" runs stage A channel-first (the modules' own forward), "1" channels-last (engines.torch_vits.fast_stage_a:
 #: the same function in fp32 through GEMMs, far fewer kernels); unset: channels-last on CUDA.
 FAST_A_ENV = "BOOKTTS_TORCH_FAST_A"
+#: "1" runs the channels-last stage A's GEMMs through the Triton kernel of engines.torch_vits.fused_gemm
+#: (tensor cores, TF32x3: near-fp32; fused bias/residual/LayerNorm/activation/mask epilogues), "0" through
+#: cuBLAS in true fp32; unset: the kernel on CUDA when Triton is importable.
+STAGE_A_GEMM_ENV = "BOOKTTS_TORCH_STAGE_A_GEMM"
 #: "0" turns cuDNN autotuning of stage B off (cuDNN's heuristics pick the algorithms: no tuning pause on a
 #: new shape); unset/"1": autotune each shape on first use.
 AUTOTUNE_ENV = "BOOKTTS_TORCH_AUTOTUNE"
@@ -312,7 +316,7 @@ class TorchEngine:
             raise EngineUnavailable(f"{COMPILE_A_ENV}=1 compiles the channel-first stage A, not the channels-last "
                                     f"one; unset {FAST_A_ENV} (or {COMPILE_A_ENV})")
         self.fast_stage_a = bool(self.is_cuda and not self.compiled_stage_a if fast_stage_a is None else fast_stage_a)
-        self.model.use_fast_stage_a(self.fast_stage_a)
+        self.model.use_fast_stage_a(self.fast_stage_a, kernels=self._stage_a_kernels())
         self._stage_a = self.model.stage_a
         if self.compiled or self.compiled_stage_a:
             import torch._dynamo
@@ -354,6 +358,8 @@ class TorchEngine:
             {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
              "channels_last": self.channels_last, "fused_resblocks": self.fused, "fused_flow": self.fused_flow,
              "compiled_stage_a": self.compiled_stage_a, "fast_stage_a": self.fast_stage_a,
+             "stage_a_gemm": (None if not self.fast_stage_a else
+                              "triton-tf32x3" if self.model.stage_a_kernels else "cublas-fp32"),
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              **({"compile_error": compile_error} if compile_error else {})},
@@ -407,6 +413,21 @@ class TorchEngine:
             self._require_kernel("flow", FUSED_FLOW_ENV, fits, "mean-only couplings of 64-256 hidden channels",
                                  fused_wn.available())
         return bool(fused)
+
+    def _stage_a_kernels(self) -> bool:
+        """Whether the channels-last stage A's GEMMs run through the Triton kernel
+        (:mod:`engines.torch_vits.fused_gemm`): ``$BOOKTTS_TORCH_STAGE_A_GEMM``, else on CUDA with Triton."""
+        from engines.torch_vits import fused_gemm
+
+        on = _env_flag(STAGE_A_GEMM_ENV)
+        if on is None:
+            return bool(self.fast_stage_a and self.is_cuda and fused_gemm.available())
+        if on:
+            if not self.fast_stage_a:
+                raise EngineUnavailable(f"{STAGE_A_GEMM_ENV}=1 runs the channels-last stage A's GEMMs, which is off "
+                                        f"({FAST_A_ENV}=0 or {COMPILE_A_ENV}=1); unset {STAGE_A_GEMM_ENV}")
+            self._require_kernel("stage A", STAGE_A_GEMM_ENV, True, "", fused_gemm.available())
+        return bool(on)
 
     # ------------------------------------------------------------------ weights
     @staticmethod

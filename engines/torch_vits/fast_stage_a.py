@@ -56,6 +56,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engines.torch_vits.fused_gemm import gemm
+
 #: additive logit of a padding key (as the channel-first path's masked_fill): exp() gives exactly 0
 NEG = -1e4
 
@@ -139,6 +141,7 @@ class _Dds:
     n2: list
     dil: list
     k: int
+    c1_kn: list | None = None  # [C, C] transposed, for the kernel path
 
 
 class FastStageA:
@@ -146,8 +149,10 @@ class FastStageA:
     channels-last forward. Make it after the model's last device/dtype move (the model's
     ``use_fast_stage_a`` does, and re-packs on later moves and weight loads)."""
 
-    def __init__(self, model):
+    def __init__(self, model, kernels: bool = False):
         hp = model.hp
+        #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, TF32x3, fused epilogues)
+        self.kernels = bool(kernels)
         enc = model.enc_p
         self.device = enc.emb.weight.device
         self.dtype = enc.emb.weight.dtype
@@ -217,6 +222,8 @@ class FastStageA:
                 raise TypeError(f"no fast path for duration flow {name}")
         if self.plan[-1][0] != "affine":  # pragma: no cover
             raise TypeError("the duration flows do not end with the affine flow")
+        if self.kernels:
+            self._pack_kn(model)
         self.dds_pad = max(max(d * (self.dp_dds.k // 2) for d in self.dp_dds.dil),
                            *(max(d * (p["dds"].k // 2) for d in p["dds"].dil) for op, p in self.plan if op == "conv"))
         self.dp_channels = self.dp_pre_w.shape[0]
@@ -231,6 +238,26 @@ class FastStageA:
             n1=[(n.gamma.detach(), n.beta.detach(), n.eps) for n in dds.norms_1],
             n2=[(n.gamma.detach(), n.beta.detach(), n.eps) for n in dds.norms_2],
             dil=[c.dilation[0] for c in dds.convs_sep], k=k)
+
+    def _pack_kn(self, model) -> None:
+        """The ``[K, N]`` weight matrices :func:`~engines.torch_vits.fused_gemm.gemm` reads (the
+        kernel path's copies of the matrices above)."""
+        def kn(m):
+            return m.t().contiguous()
+
+        for L, ffn in zip(self.layers, model.enc_p.encoder.ffn_layers):
+            w2 = ffn.conv_2.weight.detach()  # [C, F, k]
+            L.update(qkv_kn=kn(L["qkv_w"]), o_kn=kn(L["o_w"]), f1_kn=kn(L["f1_w"]),
+                     # conv_2 as im2col over the padded hidden buffer: row j*F + f is tap j of channel f
+                     f2_kn=w2.permute(2, 1, 0).reshape(-1, w2.shape[0]).contiguous(),
+                     f2_b1=ffn.conv_2.bias.detach())
+        self.proj_kn, self.proj_b1 = kn(self.proj_w), self.proj_b.flatten()
+        self.dp_pre_kn, self.dp_proj_kn = kn(self.dp_pre_w), kn(self.dp_proj_w)
+        for pk in [self.dp_dds] + [p["dds"] for op, p in self.plan if op == "conv"]:
+            pk.c1_kn = [kn(w) for w in pk.c1_w]
+        for op, p in self.plan:
+            if op == "conv":
+                p["proj_kn"] = kn(p["proj_w"])
 
     # ------------------------------------------------------------------ forward
     def __call__(self, ids, lengths, dp_noise, length_scale):
@@ -251,9 +278,12 @@ class FastStageA:
         pos = torch.arange(t, device=ids.device)
         mask = (pos[None, :] < lengths[:, None]).to(dt)  # [b, t]
         m3 = mask[:, :, None]  # [b, t, 1]
-        x = self._encoder(ids, lengths, m3)  # [b, t, C], padding rows not masked
-        m_p, logs_p = self._prior(x, mask)
-        logw = self._durations(x, mask, m3, dp_noise)
+        if self.kernels:
+            x = self._encoder_tc(ids, lengths, m3)  # [b, t, C], padding rows 0
+        else:
+            x = self._encoder(ids, lengths, m3)  # [b, t, C], padding rows not masked
+        m_p, logs_p = self._prior(x, mask, lengths)
+        logw = self._durations(x, mask, m3, dp_noise, lengths)
         w = torch.exp(logw) * mask * length_scale
         durations = torch.ceil(w)
         frames = torch.clamp_min(durations.sum(dim=1), 1).long()
@@ -304,15 +334,59 @@ class FastStageA:
             x = F.layer_norm(x + y.view(b * t, c), (c,), g, be, eps)
         return x.view(b, t, c)
 
-    def _prior(self, x, mask):
+    def _encoder_tc(self, ids, lengths, m3):
+        """:meth:`_encoder` through :func:`~engines.torch_vits.fused_gemm.gemm`: the stream lives, masked,
+        in the middle rows of the FFN's padded input buffer; q/k/v are written split by head and
+        the attention output read merged by head (no copies); the output projection and the FFN's
+        second convolution (im2col over the padded hidden buffer) add the residual and normalize in
+        their epilogue; the FFN's first convolution applies ReLU and the mask. The attention
+        itself is :meth:`_encoder`'s."""
+        b, t = ids.shape
+        c, h, d, w, fch, k = self.C, self.H, self.d, self.w, self.F, self.ffn_k
+        hb = h * b
+        p = k // 2
+        buf1 = ids.new_zeros((b, t + 2 * p, c), dtype=self.dtype)  # the stream, masked, between zero rows
+        buf2 = ids.new_zeros((b, t + 2 * p, fch), dtype=self.dtype)  # the FFN's hidden layer, likewise
+        x, hid = buf1[:, p:p + t], buf2[:, p:p + t]
+        torch.mul(F.embedding(ids, self.emb), m3 * self.emb_scale, out=x)
+        cols1 = buf1.as_strided((b, t, k * c), ((t + 2 * p) * c, c, 1))  # row t: x[t - p .. t + p]
+        cols2 = buf2.as_strided((b, t, k * fch), ((t + 2 * p) * fch, fch, 1))
+        key = torch.arange(-w, t + w, device=ids.device)
+        kbias = torch.where((key[None, :] >= 0) & (key[None, :] < lengths[:, None]), 0.0, NEG).to(x.dtype)
+        kbias = kbias[None, :, None, :].expand(h, b, t, t + 2 * w)
+        wide = t + 2 * w
+        band = ((t * wide, wide + 1, 1), (hb, t, 2 * w + 1))
+        qkv = x.new_empty(3 * h, b, t, d)
+        o = x.new_empty(hb, t, d)
+        for L in self.layers:
+            gemm(x, L["qkv_kn"], L["qkv_b"], qkv)
+            q, kk, v = (qkv[i * h:(i + 1) * h].view(hb, t, d) for i in range(3))
+            s = torch.empty(h, b, t, wide, device=x.device, dtype=x.dtype)
+            s.copy_(kbias)
+            s = s.view(hb, t, wide)
+            s.as_strided(band[1], band[0]).baddbmm_(q, L["ek_t"].expand(hb, d, 2 * w + 1))
+            s[:, :, w:w + t].baddbmm_(q, kk.transpose(1, 2))
+            pr = torch.softmax(s, dim=-1)
+            torch.bmm(pr[:, :, w:w + t], v, out=o)
+            o.baddbmm_(pr.as_strided(band[1], band[0]), L["ev"].expand(hb, 2 * w + 1, d))
+            gemm(o.view(h, b, t, d), L["o_kn"], L["o_b"], x, residual=x, ln=L["n1"], lengths=lengths)
+            gemm(cols1, L["f1_kn"], L["f1_b"], hid, act="relu", lengths=lengths)
+            gemm(cols2, L["f2_kn"], L["f2_b1"], x, residual=x, ln=L["n2"], lengths=lengths)
+        return x
+
+    def _prior(self, x, mask, lengths):
         """``m_p``, ``logs_p`` channel-first ``[b, out, t]`` (the layout the engine gathers from)."""
-        b = x.shape[0]
+        b, t, _ = x.shape
+        if self.kernels:
+            stats = torch.empty(b, self.proj_kn.shape[1], t, device=x.device, dtype=x.dtype)
+            gemm(x, self.proj_kn, self.proj_b1, stats.transpose(1, 2), lengths=lengths)
+            return torch.split(stats, self.out_channels, dim=1)
         stats = torch.baddbmm(self.proj_b, self.proj_w.expand(b, *self.proj_w.shape), x.transpose(1, 2))
         stats.mul_(mask[:, None, :])
         return torch.split(stats, self.out_channels, dim=1)
 
     # ------------------------------------------------------------------ duration predictor
-    def _dds(self, pk: _Dds, buf, mid, m3):
+    def _dds(self, pk: _Dds, buf, mid, m3, lengths):
         """DDSConv on the stream held (masked) in ``mid``, the middle rows of ``buf``; in place."""
         b, t, c = mid.shape
         pad = (buf.shape[1] - t) // 2
@@ -325,12 +399,16 @@ class FastStageA:
                 y.addcmul_(buf[:, o:o + t], taps[j])
             g, be, eps = pk.n1[i]
             y = F.gelu(F.layer_norm(y, (c,), g, be, eps))
+            if self.kernels:  # mid = (mid + gelu(norm(1x1(y)))) * mask, in place, one kernel
+                gemm(y, pk.c1_kn[i], pk.c1_b[i], mid, ln=pk.n2[i], act="gelu", residual=mid, post_residual=True,
+                     lengths=lengths)
+                continue
             y = torch.addmm(pk.c1_b[i], y.view(b * t, c), pk.c1_w[i].t())
             g, be, eps = pk.n2[i]
             y = F.gelu(F.layer_norm(y, (c,), g, be, eps))
             mid.addcmul_(y.view(b, t, c), m3)
 
-    def _durations(self, x, mask, m3, dp_noise):
+    def _durations(self, x, mask, m3, dp_noise, lengths):
         """log-durations ``[b, t]`` (masked)."""
         b, t, _ = x.shape
         fc = self.dp_channels
@@ -339,13 +417,18 @@ class FastStageA:
         mid = buf[:, pad:pad + t]
         flat = buf.view(-1, fc)
 
-        def project(wt, bias):  # a 1x1 convolution of the DDSConv output, times the mask: [b, t, out]
+        def project(wt, bias, kn):  # a 1x1 convolution of the DDSConv output, times the mask: [b, t, out]
+            if self.kernels:
+                return gemm(mid, kn, bias, x.new_empty(b, t, kn.shape[1]), lengths=lengths)
             return torch.addmm(bias, flat, wt.t()).view(b, t + 2 * pad, -1)[:, pad:pad + t] * m3
 
-        h = torch.addmm(self.dp_pre_b, x.reshape(b * t, -1), self.dp_pre_w.t())
-        torch.mul(h.view(b, t, fc), m3, out=mid)
-        self._dds(self.dp_dds, buf, mid, m3)
-        cond = project(self.dp_proj_w, self.dp_proj_b)  # [b, t, fc]
+        if self.kernels:
+            gemm(x, self.dp_pre_kn, self.dp_pre_b, mid, lengths=lengths)
+        else:
+            h = torch.addmm(self.dp_pre_b, x.reshape(b * t, -1), self.dp_pre_w.t())
+            torch.mul(h.view(b, t, fc), m3, out=mid)
+        self._dds(self.dp_dds, buf, mid, m3, lengths)
+        cond = project(self.dp_proj_w, self.dp_proj_b, self.dp_proj_kn if self.kernels else None)  # [b, t, fc]
 
         z = dp_noise * mask[:, None, :]
         z0, z1 = z[:, 0], z[:, 1]
@@ -355,8 +438,8 @@ class FastStageA:
             elif op == "conv":
                 h = torch.addcmul(p["pre_b"], z0[:, :, None], p["pre_w"])  # pre: 1 -> fc channels
                 torch.addcmul(cond, h, m3, out=mid)  # (pre(x0) + g) * mask
-                self._dds(p["dds"], buf, mid, m3)
-                st = project(p["proj_w"], p["proj_b"])  # [b, t, 3K-1]
+                self._dds(p["dds"], buf, mid, m3, lengths)
+                st = project(p["proj_w"], p["proj_b"], p.get("proj_kn"))  # [b, t, 3K-1]
                 nb = p["nb"]
                 z1 = spline_inverse(z1, st, nb, p["tail"], consts=p["consts"]) * mask
             else:  # the affine flow, on the channel that is returned

@@ -47,15 +47,24 @@ class VitsSynthesizer(nn.Module):
         self.dec = Generator(hp)
         self._fast_a = None  # FastStageA (packed weights) while the fast stage A is on
 
-    def use_fast_stage_a(self, on: bool = True) -> "VitsSynthesizer":
+    def use_fast_stage_a(self, on: bool = True, kernels: bool | None = None) -> "VitsSynthesizer":
         """Run :meth:`stage_a` through :class:`~engines.torch_vits.fast_stage_a.FastStageA` (channels-last
-        ``[B, T, C]``, GEMMs, true float32). Its packed weight matrices follow later device/dtype
-        moves (``.to``) and :meth:`load_weights`; the parameters and state dict are unchanged."""
+        ``[B, T, C]``, GEMMs, float32). With ``kernels`` its GEMMs run through the Triton kernel of
+        :mod:`engines.torch_vits.fused_gemm` (tensor cores, TF32x3) instead of cuBLAS; None keeps the
+        current choice (off at first). Its packed weight matrices follow later device/dtype moves
+        (``.to``) and :meth:`load_weights`; the parameters and state dict are unchanged."""
         from engines.torch_vits.fast_stage_a import FastStageA
 
+        if kernels is None:
+            kernels = self.stage_a_kernels
         with torch.no_grad():
-            self._fast_a = FastStageA(self) if on else None
+            self._fast_a = FastStageA(self, kernels=kernels) if on else None
         return self
+
+    @property
+    def stage_a_kernels(self) -> bool:
+        """Whether the fast stage A's GEMMs run through the Triton kernel."""
+        return self._fast_a is not None and self._fast_a.kernels
 
     @property
     def fast_stage_a(self) -> bool:

@@ -1,0 +1,155 @@
+"""Near-float32 GEMMs on the tensor cores, with the layouts and epilogues of the text encoder.
+
+Stage A (text encoder and duration predictor, :mod:`engines.torch_vits.fast_stage_a`) must stay
+float32: durations are the ``ceil`` of its output, and TF32 or half precision move some of
+them (docs/PERFORMANCE.md, run 7). In true float32 its GEMMs run on the CUDA cores (cuBLAS
+``ffma`` kernels, about 60 ms of a batch of 1024 sentences on an H200, run 11). :func:`gemm`
+runs them on the tensor cores with ``tl.dot(..., input_precision="tf32x3")``: each float32
+operand is split into a TF32 high part and a TF32 remainder and three products are summed
+(``hi*hi + hi*lo + lo*hi``) in float32, which keeps about as many significant bits as a
+float32 product (the dropped ``lo*lo`` term is ``2**-22`` of it) with float32's exponent range.
+
+It also does the work around each GEMM that would otherwise be separate passes over memory:
+
+* operands and outputs are ``[B, T, width]`` views with any row strides, so an im2col window
+  (``T`` overlapping rows of a padded buffer) is read in place, and an output can go straight
+  into the middle rows of a padded buffer or, through a column stride, into a channel-first
+  ``[B, width, T]`` tensor;
+* a 4-D ``[heads, B, T, d]`` view is read or written as ``[B, T, heads*d]`` (column ``j`` is
+  head ``j // d``, channel ``j % d``): the attention's q/k/v split and merge need no copies;
+* epilogue, in order: ``+ bias``; ``+ residual`` (or at the end: ``post_residual``); LayerNorm
+  over the row (needs the whole row in one tile: ``N <= 256``); ReLU or exact GELU; and
+  zeroing rows at or past their item's length.
+
+What it does not know: the model, text, which layer it runs. It needs Triton and CUDA tensors
+(or ``TRITON_INTERPRET=1`` and CPU tensors, which is how the tests run it; there the products
+are exact float32).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call; LayerNorm needs BLOCK_N >= N.
+#: Chosen on the H200 with bench/stage_a_gemm_bench.py (docs/PERFORMANCE.md).
+BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 256, 32, 8, 3)}
+
+#: ``tl.dot`` input precision: three TF32 products (near float32). "ieee" is exact float32 on
+#: the CUDA cores (slow; for comparisons), "tf32" one product (not accurate enough for durations).
+PRECISION = "tf32x3"
+
+#: the widest row LayerNorm can normalize in one tile
+LN_MAX_N = 256
+
+
+def available() -> bool:
+    """True when Triton is importable (a CUDA device, or the interpreter, is still needed to run)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def _kernel():
+    """The jitted kernel, imported on first use (see :mod:`engines.torch_vits.fused_conv`)."""
+    from engines.torch_vits._gemm_kernel import gemm_kernel
+
+    return gemm_kernel
+
+
+def _layout(x: torch.Tensor, name: str):
+    """(rows per item T, item stride, row stride, column stride, head width, head stride) of a
+    ``[B, T, W]`` or ``[heads, B, T, d]`` view."""
+    if x.dim() == 3:
+        return x.shape[1], x.stride(0), x.stride(1), x.stride(2), 0, 0
+    if x.dim() == 4:
+        return x.shape[2], x.stride(1), x.stride(2), x.stride(3), x.shape[3], x.stride(0)
+    raise ValueError(f"gemm: {name} must be a [B, T, W] or [heads, B, T, d] view, not {tuple(x.shape)}")
+
+
+def _width(x: torch.Tensor) -> int:
+    return x.shape[-1] * (x.shape[0] if x.dim() == 4 else 1)
+
+
+def _items(x: torch.Tensor) -> int:
+    return x.shape[1] if x.dim() == 4 else x.shape[0]
+
+
+#: activation codes of the kernel's ``ACT``
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
+
+
+def gemm(a: torch.Tensor, w_kn: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *, act: str | None = None,
+         residual: torch.Tensor | None = None, post_residual: bool = False, ln: tuple | None = None,
+         lengths: torch.Tensor | None = None, precision: str | None = None, block: tuple | None = None
+         ) -> torch.Tensor:
+    """``out = epilogue(a @ w_kn + bias)`` for float32 ``a`` ``[B, T, K]`` (or ``[heads, B, T, d]``
+    with ``heads*d = K``) and ``w_kn`` ``[K, N]`` contiguous; ``out`` is a ``[B, T, N]`` (or
+    ``[heads, B, T, d]``) view that is written in place and returned. Epilogue: ``+ residual``
+    (``[B, T, N]``, unit column stride; may be ``out`` itself: each element is read before it is
+    written, by the same program); LayerNorm over ``N`` with ``ln`` = ``(gamma, beta, eps)``;
+    ``act`` (None, ``"relu"`` or ``"gelu"``); the residual here instead when ``post_residual``;
+    rows ``t >= lengths[b]`` set to 0 when ``lengths`` is given.
+    ``a``'s columns must have unit stride. ``block``: ``(BLOCK_M, BLOCK_N, BLOCK_K, warps,
+    stages)``, for tuning."""
+    t, a_sb, a_st, a_sc, a_head, a_hs = _layout(a, "a")
+    t_o, o_sb, o_st, o_sc, o_head, o_hs = _layout(out, "out")
+    b = _items(a)
+    k, n = _width(a), _width(out)
+    if a_sc != 1 or tuple(w_kn.shape) != (k, n) or not w_kn.is_contiguous() or (t_o, _items(out)) != (t, b):
+        raise ValueError(f"gemm: a {tuple(a.shape)} (unit column stride), w {tuple(w_kn.shape)} (contiguous "
+                         f"[K, N]) and out {tuple(out.shape)} do not fit")
+    if act not in ACTIVATIONS:
+        raise ValueError(f"gemm: act must be one of {sorted(k for k in ACTIVATIONS if k)} or None, not {act!r}")
+    if ln is not None and n > LN_MAX_N:
+        raise ValueError(f"gemm: LayerNorm over {n} columns; one tile holds at most {LN_MAX_N}")
+    r_sb = r_st = 0
+    if residual is not None:
+        if residual.dim() != 3 or residual.stride(2) != 1 or tuple(residual.shape) != (b, t, n):
+            raise ValueError(f"gemm: residual must be a [B, T, N] view with unit column stride, not "
+                             f"{tuple(residual.shape)}")
+        r_sb, r_st = residual.stride(0), residual.stride(1)
+    bm, bn, bk, warps, stages = block or BLOCKS["ln" if ln is not None else "plain"]
+    if ln is not None and bn < n:
+        raise ValueError(f"gemm: LayerNorm needs BLOCK_N >= {n}, not {bn}")
+    m = b * t
+    gamma, beta, eps = ln if ln is not None else (bias, bias, 0.0)
+    dummy = bias  # never read when its flag is off
+    grid = (-(-m // bm), -(-n // bn))
+    _kernel()[grid](
+        a, w_kn, bias, residual if residual is not None else dummy, gamma, beta,
+        lengths if lengths is not None else dummy, out,
+        m, n, k, t, float(eps), a_sb, a_st, a_hs, o_sb, o_st, o_sc, o_hs, r_sb, r_st,
+        A_HEAD=a_head, O_HEAD=o_head, ACT=ACTIVATIONS[act], RES=0 if residual is None else 2 if post_residual else 1,
+        LN=ln is not None,
+        ROW_MASK=lengths is not None, PRECISION=precision or PRECISION,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+    )
+    return out
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """A ``[B, T, W]`` or ``[heads, B, T, d]`` view as a ``[B, T, heads*d]`` tensor (a copy)."""
+    if x.dim() == 4:
+        return x.permute(1, 2, 0, 3).reshape(x.shape[1], x.shape[2], -1)
+    return x
+
+
+def gemm_reference(a, w_kn, bias, *, act=None, residual=None, post_residual=False, ln=None,
+                   lengths=None) -> torch.Tensor:
+    """What :func:`gemm` computes, in plain float32 PyTorch, as a new ``[B, T, N]`` tensor."""
+    y = _rows(a).float() @ w_kn.float() + bias.float()
+    if residual is not None and not post_residual:
+        y = y + residual.float()
+    if ln is not None:
+        g, be, eps = ln
+        y = torch.nn.functional.layer_norm(y, (y.shape[-1],), g.float(), be.float(), eps)
+    if act == "relu":
+        y = torch.relu(y)
+    elif act == "gelu":
+        y = torch.nn.functional.gelu(y)
+    if residual is not None and post_residual:
+        y = y + residual.float()
+    if lengths is not None:
+        keep = torch.arange(y.shape[1], device=y.device)[None, :] < lengths[:, None]
+        y = y * keep[:, :, None]
+    return y
