@@ -25,11 +25,11 @@ def _addr(base_ptr, rows, cols, T, s_b, s_t, s_c, head_stride, HEAD: tl.constexp
 
 
 @triton.jit
-def gemm_kernel(a_ptr, w_ptr, bias_ptr, res_ptr, g_ptr, be_ptr, len_ptr, out_ptr,
+def gemm_kernel(a_ptr, w_ptr, wlo_ptr, bias_ptr, res_ptr, g_ptr, be_ptr, len_ptr, out_ptr,
                 M, N, K, T, eps,
                 a_sb, a_st, a_hs, o_sb, o_st, o_sc, o_hs, r_sb, r_st,
                 A_HEAD: tl.constexpr, O_HEAD: tl.constexpr, ACT: tl.constexpr, RES: tl.constexpr,
-                LN: tl.constexpr, ROW_MASK: tl.constexpr, PRECISION: tl.constexpr,
+                LN: tl.constexpr, ROW_MASK: tl.constexpr, PRECISION: tl.constexpr, SPLIT: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -39,13 +39,26 @@ def gemm_kernel(a_ptr, w_ptr, bias_ptr, res_ptr, g_ptr, be_ptr, len_ptr, out_ptr
     row_ok = rows < M
     col_ok = cols < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SPLIT:
+        corr = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + ks
         a = tl.load(_addr(a_ptr, rows, kk, T, a_sb, a_st, 1, a_hs, A_HEAD),
                     mask=row_ok[:, None] & (kk < K)[None, :], other=0.0)
-        w = tl.load(w_ptr + kk[:, None].to(tl.int64) * N + cols[None, :], mask=(kk < K)[:, None] & col_ok[None, :],
-                    other=0.0)
-        acc = tl.dot(a, w, acc, input_precision=PRECISION)
+        w_at = kk[:, None].to(tl.int64) * N + cols[None, :]
+        w_ok = (kk < K)[:, None] & col_ok[None, :]
+        w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
+        if SPLIT:  # fp16 halves: a = a_hi + a_lo / 2**11, w = w_hi + w_lo / 2**11 (w split once, in memory)
+            a_hi = a.to(tl.float16)
+            a_lo = ((a - a_hi.to(tl.float32)) * 2048.0).to(tl.float16)
+            w_lo = tl.load(wlo_ptr + w_at, mask=w_ok, other=0.0)
+            acc = tl.dot(a_hi, w, acc)
+            corr = tl.dot(a_hi, w_lo, corr)
+            corr = tl.dot(a_lo, w, corr)
+        else:
+            acc = tl.dot(a, w, acc, input_precision=PRECISION)
+    if SPLIT:
+        acc += corr * (1.0 / 2048.0)
     acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0)[None, :]
     if RES != 0:
         res = tl.load(_addr(res_ptr, rows, cols, T, r_sb, r_st, 1, 0, 0), mask=row_ok[:, None] & col_ok[None, :],

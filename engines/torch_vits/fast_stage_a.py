@@ -56,7 +56,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engines.torch_vits.fused_gemm import gemm
+from engines.torch_vits.fused_gemm import gemm, pack
 
 #: additive logit of a padding key (as the channel-first path's masked_fill): exp() gives exactly 0
 NEG = -1e4
@@ -243,13 +243,13 @@ class FastStageA:
         """The ``[K, N]`` weight matrices :func:`~engines.torch_vits.fused_gemm.gemm` reads (the
         kernel path's copies of the matrices above)."""
         def kn(m):
-            return m.t().contiguous()
+            return pack(m.t())
 
         for L, ffn in zip(self.layers, model.enc_p.encoder.ffn_layers):
             w2 = ffn.conv_2.weight.detach()  # [C, F, k]
             L.update(qkv_kn=kn(L["qkv_w"]), o_kn=kn(L["o_w"]), f1_kn=kn(L["f1_w"]),
                      # conv_2 as im2col over the padded hidden buffer: row j*F + f is tap j of channel f
-                     f2_kn=w2.permute(2, 1, 0).reshape(-1, w2.shape[0]).contiguous(),
+                     f2_kn=pack(w2.permute(2, 1, 0).reshape(-1, w2.shape[0])),
                      f2_b1=ffn.conv_2.bias.detach())
         self.proj_kn, self.proj_b1 = kn(self.proj_w), self.proj_b.flatten()
         self.dp_pre_kn, self.dp_proj_kn = kn(self.dp_pre_w), kn(self.dp_proj_w)
@@ -378,7 +378,7 @@ class FastStageA:
         """``m_p``, ``logs_p`` channel-first ``[b, out, t]`` (the layout the engine gathers from)."""
         b, t, _ = x.shape
         if self.kernels:
-            stats = torch.empty(b, self.proj_kn.shape[1], t, device=x.device, dtype=x.dtype)
+            stats = torch.empty(b, self.proj_kn[0].shape[1], t, device=x.device, dtype=x.dtype)
             gemm(x, self.proj_kn, self.proj_b1, stats.transpose(1, 2), lengths=lengths)
             return torch.split(stats, self.out_channels, dim=1)
         stats = torch.baddbmm(self.proj_b, self.proj_w.expand(b, *self.proj_w.shape), x.transpose(1, 2))
@@ -419,7 +419,7 @@ class FastStageA:
 
         def project(wt, bias, kn):  # a 1x1 convolution of the DDSConv output, times the mask: [b, t, out]
             if self.kernels:
-                return gemm(mid, kn, bias, x.new_empty(b, t, kn.shape[1]), lengths=lengths)
+                return gemm(mid, kn, bias, x.new_empty(b, t, kn[0].shape[1]), lengths=lengths)
             return torch.addmm(bias, flat, wt.t()).view(b, t + 2 * pad, -1)[:, pad:pad + t] * m3
 
         if self.kernels:

@@ -4,10 +4,15 @@ Stage A (text encoder and duration predictor, :mod:`engines.torch_vits.fast_stag
 float32: durations are the ``ceil`` of its output, and TF32 or half precision move some of
 them (docs/PERFORMANCE.md, run 7). In true float32 its GEMMs run on the CUDA cores (cuBLAS
 ``ffma`` kernels, about 60 ms of a batch of 1024 sentences on an H200, run 11). :func:`gemm`
-runs them on the tensor cores with ``tl.dot(..., input_precision="tf32x3")``: each float32
-operand is split into a TF32 high part and a TF32 remainder and three products are summed
-(``hi*hi + hi*lo + lo*hi``) in float32, which keeps about as many significant bits as a
-float32 product (the dropped ``lo*lo`` term is ``2**-22`` of it) with float32's exponent range.
+runs them on the tensor cores in near-float32 precision, by default (``"fp16x3"``) as three
+float16 products: each operand is split into a float16 high part and a float16 remainder
+scaled by ``2**11`` (the weights once, by :func:`pack`; the activations in registers), and
+``a_hi @ w_hi + (a_hi @ w_lo + a_lo @ w_hi) / 2**11`` is summed in float32. That keeps about
+22 significant bits (the dropped ``lo @ lo`` term is ``2**-22`` of the product). It needs
+``|a| < 65504`` (float16's range; stage A's activations are LayerNorm'd or come from those
+through a few layers) and loses relative precision only on values below float16's normal
+range (``6e-5``), whose share of a sum is that small. ``"tf32x3"`` (Triton's own three-TF32
+split, float32's range) measured slower on the H200 than cuBLAS's float32 (run 14).
 
 It also does the work around each GEMM that would otherwise be separate passes over memory:
 
@@ -36,9 +41,12 @@ import torch
 #: Chosen on the H200 with bench/stage_a_gemm_bench.py (docs/PERFORMANCE.md).
 BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 256, 32, 8, 3)}
 
-#: ``tl.dot`` input precision: three TF32 products (near float32). "ieee" is exact float32 on
-#: the CUDA cores (slow; for comparisons), "tf32" one product (not accurate enough for durations).
-PRECISION = "tf32x3"
+#: "fp16x3": three float16 products of split operands (near float32, see above); otherwise a
+#: ``tl.dot`` input precision for float32 operands: "tf32x3" (near float32), "tf32" (one
+#: product: not accurate enough for durations), "ieee" (exact float32 on the CUDA cores).
+PRECISION = "fp16x3"
+#: the scale of the float16 remainders (2**11: float16 keeps 11 significant bits)
+LO_SCALE = 2048.0
 
 #: the widest row LayerNorm can normalize in one tile
 LN_MAX_N = 256
@@ -78,12 +86,22 @@ def _items(x: torch.Tensor) -> int:
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
 
 
-def gemm(a: torch.Tensor, w_kn: torch.Tensor, bias: torch.Tensor, out: torch.Tensor, *, act: str | None = None,
+def pack(w_kn: torch.Tensor, precision: str | None = None) -> tuple:
+    """A ``[K, N]`` float32 weight as :func:`gemm` reads it: ``(w_hi, w_lo)`` float16 halves
+    (``w = w_hi + w_lo / 2**11``) for "fp16x3", else ``(w, None)``, contiguous."""
+    w = w_kn.detach().float().contiguous()
+    if (precision or PRECISION) != "fp16x3":
+        return w, None
+    hi = w.half()
+    return hi, ((w - hi.float()) * LO_SCALE).half()
+
+
+def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: str | None = None,
          residual: torch.Tensor | None = None, post_residual: bool = False, ln: tuple | None = None,
          lengths: torch.Tensor | None = None, precision: str | None = None, block: tuple | None = None
          ) -> torch.Tensor:
     """``out = epilogue(a @ w_kn + bias)`` for float32 ``a`` ``[B, T, K]`` (or ``[heads, B, T, d]``
-    with ``heads*d = K``) and ``w_kn`` ``[K, N]`` contiguous; ``out`` is a ``[B, T, N]`` (or
+    with ``heads*d = K``) and ``w_kn`` from :func:`pack` (or a ``[K, N]`` tensor, packed here); ``out`` is a ``[B, T, N]`` (or
     ``[heads, B, T, d]``) view that is written in place and returned. Epilogue: ``+ residual``
     (``[B, T, N]``, unit column stride; may be ``out`` itself: each element is read before it is
     written, by the same program); LayerNorm over ``N`` with ``ln`` = ``(gamma, beta, eps)``;
@@ -91,6 +109,10 @@ def gemm(a: torch.Tensor, w_kn: torch.Tensor, bias: torch.Tensor, out: torch.Ten
     rows ``t >= lengths[b]`` set to 0 when ``lengths`` is given.
     ``a``'s columns must have unit stride. ``block``: ``(BLOCK_M, BLOCK_N, BLOCK_K, warps,
     stages)``, for tuning."""
+    precision = precision or PRECISION
+    w_kn, w_lo = w_kn if isinstance(w_kn, tuple) else pack(w_kn, precision)
+    if (w_lo is not None) != (precision == "fp16x3"):
+        raise ValueError(f"gemm: the weight was packed for another precision than {precision!r}")
     t, a_sb, a_st, a_sc, a_head, a_hs = _layout(a, "a")
     t_o, o_sb, o_st, o_sc, o_head, o_hs = _layout(out, "out")
     b = _items(a)
@@ -116,12 +138,13 @@ def gemm(a: torch.Tensor, w_kn: torch.Tensor, bias: torch.Tensor, out: torch.Ten
     dummy = bias  # never read when its flag is off
     grid = (-(-m // bm), -(-n // bn))
     _kernel()[grid](
-        a, w_kn, bias, residual if residual is not None else dummy, gamma, beta,
+        a, w_kn, w_lo if w_lo is not None else w_kn, bias, residual if residual is not None else dummy, gamma, beta,
         lengths if lengths is not None else dummy, out,
         m, n, k, t, float(eps), a_sb, a_st, a_hs, o_sb, o_st, o_sc, o_hs, r_sb, r_st,
         A_HEAD=a_head, O_HEAD=o_head, ACT=ACTIVATIONS[act], RES=0 if residual is None else 2 if post_residual else 1,
         LN=ln is not None,
-        ROW_MASK=lengths is not None, PRECISION=precision or PRECISION,
+        ROW_MASK=lengths is not None, PRECISION="ieee" if precision == "fp16x3" else precision,
+        SPLIT=precision == "fp16x3",
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )
     return out
