@@ -218,10 +218,10 @@ class Bench:
                         fa = m._fast_a  # the engine's channels-last stage A (FastStageA.forward, split in two)
                         if fa is not None:
                             m3 = mask[:, 0, :, None]
-                            x = fa._encoder(ids[idx, :tc], lens[idx], m3)
-                            mp, lp = fa._prior(x, mask[:, 0])
+                            x = fa.encode(ids[idx, :tc], lens[idx], m3)
+                            mp, lp = fa._prior(x, mask[:, 0], lens[idx])
                             a1.record()
-                            logw = fa._durations(x, mask[:, 0], m3, noise[idx, :, :tc])[:, None]
+                            logw = fa._durations(x, mask[:, 0], m3, noise[idx, :, :tc], lens[idx])[:, None]
                         else:
                             x, mp, lp = m.enc_p(ids[idx, :tc], mask)
                             a1.record()

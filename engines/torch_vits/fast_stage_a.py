@@ -278,10 +278,7 @@ class FastStageA:
         pos = torch.arange(t, device=ids.device)
         mask = (pos[None, :] < lengths[:, None]).to(dt)  # [b, t]
         m3 = mask[:, :, None]  # [b, t, 1]
-        if self.kernels:
-            x = self._encoder_tc(ids, lengths, m3)  # [b, t, C], padding rows 0
-        else:
-            x = self._encoder(ids, lengths, m3)  # [b, t, C], padding rows not masked
+        x = self.encode(ids, lengths, m3)
         m_p, logs_p = self._prior(x, mask, lengths)
         logw = self._durations(x, mask, m3, dp_noise, lengths)
         w = torch.exp(logw) * mask * length_scale
@@ -290,6 +287,11 @@ class FastStageA:
         return m_p, logs_p, durations, frames
 
     # ------------------------------------------------------------------ text encoder
+    def encode(self, ids, lengths, m3):
+        """The text encoder's output ``[b, t, C]`` (before the prior projection); padding rows are
+        0 on the kernel path and unmasked on the other (neither reaches a real position)."""
+        return self._encoder_tc(ids, lengths, m3) if self.kernels else self._encoder(ids, lengths, m3)
+
     def _encoder(self, ids, lengths, m3):
         b, t = ids.shape
         c, h, d, w, fch = self.C, self.H, self.d, self.w, self.F
