@@ -12,7 +12,8 @@ the engine's path before the fast one), ``fp32fast`` (the channels-last fast pat
 :mod:`engines.torch_vits.fast_stage_a`, true fp32: the engine's default on CUDA), ``tf32``
 (channel-first; cuDNN and cuBLAS may use TF32), ``bf16``/``fp16`` (channel-first, autocast),
 ``fp32tc`` (the fast path with its GEMMs through :mod:`engines.torch_vits.fused_gemm`: tensor
-cores, TF32x3; ``fp32tc@M1xN1xK1xW1xS1/M2xN2xK2xW2xS2`` sets its plain and LayerNorm tiles).
+cores, near fp32; ``fp32tc~PRECISION`` picks :data:`~engines.torch_vits.fused_gemm.PRECISION`, and
+``fp32tc@M1xN1xK1xW1xS1/M2xN2xK2xW2xS2`` its plain and LayerNorm tiles).
 Each row also has ``prior_max_rel``: the largest difference of ``m_p`` from fp32's, relative
 to its largest value. With ``--profile``: the top CUDA kernels and the kernel count of the
 fp32fast and fp32tc passes and of one stage-B chunk (torch.profiler).
@@ -81,19 +82,23 @@ def main(argv=None) -> int:
     print(f"{out['gpu']}: {b} sentences, {out['phoneme_ids']} ids ({out['padded_ids']} padded) in {len(chunks)} chunks",
           flush=True)
 
-    default_blocks = dict(fused_gemm.BLOCKS)
+    default_blocks, default_precision = dict(fused_gemm.BLOCKS), fused_gemm.PRECISION
+    packed = [None]
 
     def run(variant, prior=False):
         """Stage A over all chunks in ``variant``: durations [b, t] (and with ``prior``, m_p [b, c, t],
         outside the timed runs: its copies would add kernels)."""
         kernels = variant.startswith("fp32tc")
         fast = kernels or variant == "fp32fast"
-        if m.fast_stage_a != fast or m.stage_a_kernels != kernels:
-            m.use_fast_stage_a(fast, kernels=kernels)  # packs the weights once, outside the timed runs
-        if kernels:  # fp32tc@PLAIN/LN with each block as MxNxKxWARPSxSTAGES
-            spec = variant.partition("@")[2]
+        name, _, spec = variant.partition("@")  # fp32tc[~PRECISION][@PLAIN/LN], blocks as MxNxKxWARPSxSTAGES
+        if kernels:
+            fused_gemm.PRECISION = name.partition("~")[2] or default_precision
             fused_gemm.BLOCKS = dict(default_blocks) if not spec else dict(
                 zip(("plain", "ln"), (tuple(int(v) for v in blk.split("x")) for blk in spec.split("/"))))
+        key = (fast, kernels, fused_gemm.PRECISION if kernels else None)
+        if packed[0] != key:
+            m.use_fast_stage_a(fast, kernels=kernels)  # packs the weights once, outside the timed runs
+            packed[0] = key
         dur = torch.zeros(b, t, device=dev)
         mp = torch.zeros(b, eng.hparams.inter_channels, t, device=dev) if prior else None
         tf32 = variant == "tf32"

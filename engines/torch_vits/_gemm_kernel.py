@@ -39,7 +39,7 @@ def gemm_kernel(a_ptr, w_ptr, wlo_ptr, bias_ptr, res_ptr, g_ptr, be_ptr, len_ptr
     row_ok = rows < M
     col_ok = cols < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if SPLIT:
+    if SPLIT == 1:
         corr = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + ks
@@ -48,16 +48,23 @@ def gemm_kernel(a_ptr, w_ptr, wlo_ptr, bias_ptr, res_ptr, g_ptr, be_ptr, len_ptr
         w_at = kk[:, None].to(tl.int64) * N + cols[None, :]
         w_ok = (kk < K)[:, None] & col_ok[None, :]
         w = tl.load(w_ptr + w_at, mask=w_ok, other=0.0)
-        if SPLIT:  # fp16 halves: a = a_hi + a_lo / 2**11, w = w_hi + w_lo / 2**11 (w split once, in memory)
+        if SPLIT == 1:  # fp16 halves: a = a_hi + a_lo / 2**11, w = w_hi + w_lo / 2**11 (w split once, in memory)
             a_hi = a.to(tl.float16)
             a_lo = ((a - a_hi.to(tl.float32)) * 2048.0).to(tl.float16)
             w_lo = tl.load(wlo_ptr + w_at, mask=w_ok, other=0.0)
             acc = tl.dot(a_hi, w, acc)
             corr = tl.dot(a_hi, w_lo, corr)
             corr = tl.dot(a_lo, w, corr)
+        elif SPLIT == 2:  # unscaled remainders, one accumulator: a = a_hi + a_lo, w = w_hi + w_lo
+            a_hi = a.to(tl.float16)
+            a_lo = (a - a_hi.to(tl.float32)).to(tl.float16)
+            w_lo = tl.load(wlo_ptr + w_at, mask=w_ok, other=0.0)
+            acc = tl.dot(a_hi, w, acc)
+            acc = tl.dot(a_hi, w_lo, acc)
+            acc = tl.dot(a_lo, w, acc)
         else:
             acc = tl.dot(a, w, acc, input_precision=PRECISION)
-    if SPLIT:
+    if SPLIT == 1:
         acc += corr * (1.0 / 2048.0)
     acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0)[None, :]
     if RES != 0:

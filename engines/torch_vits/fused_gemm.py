@@ -45,6 +45,10 @@ BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 256, 32, 8, 3)}
 #: ``tl.dot`` input precision for float32 operands: "tf32x3" (near float32), "tf32" (one
 #: product: not accurate enough for durations), "ieee" (exact float32 on the CUDA cores).
 PRECISION = "fp16x3"
+#: "fp16x3u": the same three products with unscaled remainders into one accumulator (half the
+#: accumulator registers; a remainder below float16's normal range keeps an absolute precision
+#: of ``2**-25``, about 19 significant bits for a weight of 0.01).
+SPLITS = {"fp16x3": 1, "fp16x3u": 2}
 #: the scale of the float16 remainders (2**11: float16 keeps 11 significant bits)
 LO_SCALE = 2048.0
 
@@ -90,10 +94,11 @@ def pack(w_kn: torch.Tensor, precision: str | None = None) -> tuple:
     """A ``[K, N]`` float32 weight as :func:`gemm` reads it: ``(w_hi, w_lo)`` float16 halves
     (``w = w_hi + w_lo / 2**11``) for "fp16x3", else ``(w, None)``, contiguous."""
     w = w_kn.detach().float().contiguous()
-    if (precision or PRECISION) != "fp16x3":
+    precision = precision or PRECISION
+    if precision not in SPLITS:
         return w, None
     hi = w.half()
-    return hi, ((w - hi.float()) * LO_SCALE).half()
+    return hi, ((w - hi.float()) * (LO_SCALE if precision == "fp16x3" else 1.0)).half()
 
 
 def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: str | None = None,
@@ -111,7 +116,7 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
     stages)``, for tuning."""
     precision = precision or PRECISION
     w_kn, w_lo = w_kn if isinstance(w_kn, tuple) else pack(w_kn, precision)
-    if (w_lo is not None) != (precision == "fp16x3"):
+    if (w_lo is not None) != (precision in SPLITS):
         raise ValueError(f"gemm: the weight was packed for another precision than {precision!r}")
     t, a_sb, a_st, a_sc, a_head, a_hs = _layout(a, "a")
     t_o, o_sb, o_st, o_sc, o_head, o_hs = _layout(out, "out")
@@ -143,8 +148,8 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
         m, n, k, t, float(eps), a_sb, a_st, a_hs, o_sb, o_st, o_sc, o_hs, r_sb, r_st,
         A_HEAD=a_head, O_HEAD=o_head, ACT=ACTIVATIONS[act], RES=0 if residual is None else 2 if post_residual else 1,
         LN=ln is not None,
-        ROW_MASK=lengths is not None, PRECISION="ieee" if precision == "fp16x3" else precision,
-        SPLIT=precision == "fp16x3",
+        ROW_MASK=lengths is not None, PRECISION="ieee" if precision in SPLITS else precision,
+        SPLIT=SPLITS.get(precision, 0),
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
     )
     return out
