@@ -1,0 +1,126 @@
+"""Cases for test_fused_gemm.py, run in a child process (see test_fused_conv.py why) or on CUDA.
+
+``python tests/engines/fused_gemm_cases.py [cpu|cuda]`` prints one JSON object:
+case id -> {"err": max |kernel - reference|, "scale": max |reference|, ...}.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from engines.torch_vits import fused_gemm as G  # noqa: E402
+
+PRECISIONS = ("fp16x3", "fp16x3u")
+# small tiles under the interpreter: several programs along M and N, and a K loop with a ragged tail
+CPU_BLOCKS = {"plain": (16, 16, 32, 4, 2), "ln": (16, 64, 32, 4, 2)}
+# few, large tiles for the whole stage A under the interpreter (its time grows with the program count)
+CPU_STAGE_A_BLOCKS = {"plain": (512, 256, 256, 4, 1), "ln": (512, 256, 256, 4, 1)}
+
+CASE_IDS = ["plain", "relu+mask", "residual+ln-in-place", "heads-in-heads-out", "im2col-in-channel-first-out",
+            "ln+gelu+post-residual+mask"]
+
+
+def kernel_cases(device: str, precision: str) -> dict:
+    g = torch.Generator().manual_seed(0)
+    b, t, k, n = 3, 37, 200, 40
+    rnd = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc)  # noqa: E731
+    a, w, bias = rnd(b, t, k, sc=3.0), rnd(k, n, sc=0.05), rnd(n)
+    a[0, 0, :5] = 1e-5  # below float16's normal range: the remainder path
+    lengths = torch.tensor([t, 20, 5])
+    res, gamma, beta = rnd(b, t, n), rnd(n), rnd(n)
+    dev = lambda z: z.to(device)  # noqa: E731
+    out = {}
+
+    def record(cid, got, want):
+        out[cid] = {"err": float((got.cpu() - want).abs().max()), "scale": float(want.abs().max())}
+
+    def run(a_, w_, b_, out_, **kw):
+        kw = {key: dev(v) if isinstance(v, torch.Tensor) else v for key, v in kw.items()}
+        return G.gemm(dev(a_), G.pack(dev(w_), precision), dev(b_), out_, precision=precision, **kw)
+
+    record("plain", run(a, w, bias, dev(torch.empty(b, t, n))), G.gemm_reference(a, w, bias))
+    record("relu+mask", run(a, w, bias, dev(torch.empty(b, t, n)), act="relu", lengths=lengths),
+           G.gemm_reference(a, w, bias, act="relu", lengths=lengths))
+    o = dev(res.clone())
+    record("residual+ln-in-place", run(a, w, bias, o, residual=o, ln=(dev(gamma), dev(beta), 1e-5)),
+           G.gemm_reference(a, w, bias, residual=res, ln=(gamma, beta, 1e-5)))
+    # the attention's layouts: [heads, B, T, d] in (merged by head) and out (split by head)
+    h, d = 2, 24
+    a4, w4, b4 = rnd(h, b, t, d), rnd(h * d, 3 * h * d, sc=0.1), rnd(3 * h * d)
+    o4 = dev(torch.empty(3 * h, b, t, d))
+    run(a4, w4, b4, o4)
+    record("heads-in-heads-out", o4.permute(1, 2, 0, 3).reshape(b, t, -1), G.gemm_reference(a4, w4, b4))
+    # an im2col window over a padded buffer in, a channel-first [B, N, T] tensor out
+    buf = rnd(b, t + 2, 16)
+    cols = dev(buf).as_strided((b, t, 48), ((t + 2) * 16, 16, 1))
+    w3, b3 = rnd(48, 10, sc=0.2), rnd(10)
+    ocf = dev(torch.empty(b, 10, t))
+    G.gemm(cols, G.pack(dev(w3), precision), dev(b3), ocf.transpose(1, 2), precision=precision)
+    record("im2col-in-channel-first-out", ocf.transpose(1, 2), G.gemm_reference(cols.cpu().contiguous(), w3, b3))
+    o = dev(res.clone())
+    record("ln+gelu+post-residual+mask",
+           run(a, w, bias, o, residual=o, post_residual=True, ln=(dev(gamma), dev(beta), 1e-5), act="gelu",
+               lengths=lengths),
+           G.gemm_reference(a, w, bias, residual=res, post_residual=True, ln=(gamma, beta, 1e-5), act="gelu",
+                            lengths=lengths))
+    return out
+
+
+def stage_a_case(device: str) -> dict:
+    """The voice's stage A (fp32 weights from its ONNX file) on real sentences: the kernel path
+    against the cuBLAS/CPU GEMM path of the same FastStageA."""
+    from engines.torch_vits.hparams import VitsHParams
+    from engines.torch_vits.model import VitsSynthesizer
+    from engines.weights import onnx_state_and_hparams
+    from jobs.voice import resolve_voice
+
+    state, hp = onnx_state_and_hparams(resolve_voice().model_path)
+    ref = VitsSynthesizer(VitsHParams.from_dict(hp))
+    ref.load_weights({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()})
+    ref = ref.eval().to(device).use_fast_stage_a()
+    tc = copy.deepcopy(ref).use_fast_stage_a(kernels=True)
+    d = np.load(ROOT / "bench" / "data" / "alice_ids.npz")
+    off = d["offsets"]
+    seqs = [d["ids"][off[i]:off[i + 1]].astype(np.int64) for i in range(len(off) - 1)]
+    rng = np.random.default_rng(3)
+    pool = [s for s in seqs if 20 <= len(s) <= 120]
+    pick = [pool[i] for i in rng.choice(len(pool), size=6, replace=False)] + [min(seqs, key=len)]
+    t = max(len(s) for s in pick)
+    ids = torch.zeros(len(pick), t, dtype=torch.long)
+    for i, s in enumerate(pick):
+        ids[i, :len(s)] = torch.from_numpy(s)
+    lengths = torch.tensor([len(s) for s in pick])
+    noise = torch.randn(len(pick), 2, t, generator=torch.Generator().manual_seed(0)) * 0.8
+    args = (ids.to(device), lengths.to(device), noise.to(device), 1.0)
+    with torch.inference_mode():
+        m0, l0, d0, f0 = (z.cpu() for z in ref.stage_a(*args))
+        m1, l1, d1, f1 = (z.cpu() for z in tc.stage_a(*args))
+    pad = torch.arange(t)[None, :] >= lengths[:, None]
+    return {"kernels": tc.stage_a_kernels, "prior_rel": float((m1 - m0).abs().max() / m0.abs().max()),
+            "logs_rel": float((l1 - l0).abs().max() / l0.abs().max()),
+            "durations_changed": int((d1 != d0).sum()), "phonemes": int(lengths.sum()),
+            "frames_equal": bool(torch.equal(f1, f0)),
+            "pad_zero": bool(not m1.permute(1, 0, 2)[:, pad].any() and not d1[pad].any())}
+
+
+def main(device: str) -> dict:
+    if device == "cpu":
+        G.BLOCKS = dict(CPU_BLOCKS)
+    out = {f"{cid}@{p}": r for p in PRECISIONS for cid, r in kernel_cases(device, p).items()}
+    if device == "cpu":
+        G.BLOCKS = dict(CPU_STAGE_A_BLOCKS)
+    out["stage-a"] = stage_a_case(device)
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1] if len(sys.argv) > 1 else "cpu")))

@@ -1,0 +1,80 @@
+"""The near-float32 GEMM kernel of stage A (engines.torch_vits.fused_gemm) against plain PyTorch,
+and the voice's stage A through it against the same stage A through ordinary float32 GEMMs.
+
+Without a GPU the kernel runs under Triton's CPU interpreter in a child process
+(``fused_gemm_cases.py``; see test_fused_conv.py why). The interpreter multiplies float16
+operands exactly, so on CPU these tests check the kernel's logic -- layouts, the split into
+high and low halves and their recombination, epilogues, masks -- at float32 accuracy (a
+dropped remainder term shows up as a 3e-4 error); the float16 tensor cores' own rounding is
+measured on the GPU (docs/PERFORMANCE.md).
+"""
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: pip install torch==2.13.0 to test the torch engine")
+pytest.importorskip("triton", reason="triton is not installed: pip install triton (stage A's GEMM kernel needs it)")
+pytest.importorskip("onnx", reason="the onnx package is needed to read the voice's weights")
+
+from engines import EngineSpec  # noqa: E402
+from tests.engines import fused_gemm_cases as cases  # noqa: E402
+from tests.engines.kernel_child import run_cases  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+# relative to the output's largest value: float32 rounding of a 200-term sum (CPU), and the
+# split products' ~22 bits on the tensor cores (CUDA)
+TOL = {"cpu": 2e-6, "cuda": 2e-5}
+
+
+@pytest.fixture(scope="module")
+def results(voice):
+    return run_cases(HERE / "fused_gemm_cases.py")
+
+
+@pytest.mark.parametrize("precision", cases.PRECISIONS)
+@pytest.mark.parametrize("case", cases.CASE_IDS)
+def test_kernel_matches_reference(results, case, precision):
+    device, r = results
+    got = r[f"{case}@{precision}"]
+    assert got["err"] <= TOL[device] * max(1.0, got["scale"]), got
+
+
+def test_stage_a_through_kernel(results):
+    # the voice's encoder and duration predictor with every GEMM in the kernel: the same prior
+    # (rounding only), the same integer durations on real sentences, zeros past each length
+    device, r = results
+    got = r["stage-a"]
+    assert got["kernels"] and got["pad_zero"], got
+    assert got["prior_rel"] <= 1e-5 and got["logs_rel"] <= 1e-5, got
+    if device == "cpu":
+        assert got["durations_changed"] == 0 and got["frames_equal"], got
+    else:  # a value within ~1e-6 of an integer may round the other way, as with any fp32 reordering
+        assert got["durations_changed"] <= 1, got
+
+
+@pytest.mark.parametrize("env, fast, message", [
+    ("1", None, "runs on CUDA devices"),          # CPU without the interpreter: one clear line, not a crash
+    ("1", False, "channels-last stage A"),        # the kernel serves the fast path only
+], ids=["cpu-needs-cuda", "needs-fast-stage-a"])
+def test_engine_switch_refusals(voice, monkeypatch, env, fast, message):
+    from jobs.errors import EngineUnavailable
+    from engines.torch_engine import STAGE_A_GEMM_ENV, TorchEngine
+
+    monkeypatch.setenv(STAGE_A_GEMM_ENV, env)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(EngineUnavailable, match=message):
+        TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1), fast_stage_a=True if fast is None else fast)
+
+
+@pytest.mark.parametrize("env, want", [(None, "cublas-fp32"), ("0", "cublas-fp32")], ids=["cpu-default", "env-off"])
+def test_engine_switch_default_off_on_cpu(voice, monkeypatch, env, want):
+    # on CPU the fast stage A keeps ordinary float32 GEMMs unless asked (CUDA default: the kernel)
+    from engines.torch_engine import STAGE_A_GEMM_ENV, TorchEngine
+
+    if env is None:
+        monkeypatch.delenv(STAGE_A_GEMM_ENV, raising=False)
+    else:
+        monkeypatch.setenv(STAGE_A_GEMM_ENV, env)
+    eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1), fast_stage_a=True)
+    assert eng.info.extra["stage_a_gemm"] == want and not eng.model.stage_a_kernels
