@@ -105,7 +105,10 @@ def spline_inverse(x, st, nb: int, tail_bound: float, min_w: float = 1e-3, min_h
     xc = x.clamp(-tb, tb)
     size = torch.softmax(st[..., :2 * k].unflatten(-1, (2, k)), dim=-1)  # [b, t, 2, k]
     size = min_w + (1 - min_w * k) * size
-    cum = torch.cumsum(size, dim=-1)
+    # the running sum along the bins: scanned over a non-innermost dimension (the bins moved
+    # there by one small copy), which CUDA does sequentially per row; the innermost-dimension
+    # scan for 10 bins was 5 ms of a batch of 1024 sentences on the H200 (run 15)
+    cum = torch.cumsum(size.transpose(-1, -2).contiguous(), dim=-2).transpose(-1, -2)
     knots = torch.empty(b, t, 3, k + 1, device=x.device, dtype=x.dtype)  # rows: width knots, height knots, d
     knots[..., ::k] = ends
     torch.sub(2 * tb * cum[..., :k - 1], tb, out=knots[..., :2, 1:k])
