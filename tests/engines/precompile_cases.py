@@ -51,7 +51,13 @@ def main(device: str) -> None:
     t0 = time.perf_counter()
     precision = "fp32" if device == "cpu" else "fp16"
     spec = EngineSpec(name="torch", precision=precision, device="cpu" if device == "cpu" else "cuda:0", max_batch=4)
-    eng = TorchEngine(resolve_voice(), spec, fused=True, buckets=BUCKETS, warmup="lazy")
+    if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package
+        from engines.weights import voice_from_weights
+
+        voice = voice_from_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
+    else:
+        voice = resolve_voice()
+    eng = TorchEngine(voice, spec, fused=True, buckets=BUCKETS, warmup="lazy")
     out = {"device": device, "engine_extra": {k: v for k, v in eng.info.extra.items() if k.startswith("precompile")}}
 
     compiles = []
