@@ -50,6 +50,17 @@ Warm-up (CUDA only; ``warmup`` argument, else ``$BOOKTTS_TORCH_WARMUP``):
 ``True`` means ``"full"`` and ``False`` ``"lazy"``. ``info.extra["warmup"]`` says
 which mode the engine was built with (``"none"`` on CPU, where nothing is warmed).
 
+Precompile (CUDA with a fused path; ``precompile`` argument, else ``$BOOKTTS_TORCH_PRECOMPILE``:
+``1`` on, ``0`` off, unset on): before any warm-up, the engine compiles every Triton
+specialization its fused kernels will launch, on a pool of threads
+(:mod:`engines.torch_vits.precompile`: a dry run of stage B for each frame bucket finds the
+launches, Triton's ``warmup`` compiles them inside ``triton.AsyncCompileMode``). With an empty
+Triton cache the kernels were otherwise compiled one by one in the first batch (about 61 s on
+the H200); with a filled cache it only loads them. A failure is logged as one warning and the
+kernels compile lazily as before. ``info.extra``: ``precompile``, ``precompile_s``,
+``precompile_kernels`` (specializations handed to Triton), ``precompile_compiled`` (of those,
+compiled rather than loaded from the disk cache), ``precompile_error`` on failure.
+
 Padding: every convolution of stage B sees its input multiplied by the item's time
 mask, so samples inside an item's length do not depend on what else is in the
 chunk or how far it is padded; samples past ``sample_lengths[i]`` are exactly 0.
@@ -84,6 +95,10 @@ import numpy as np
 
 from engines import EngineSpec
 from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
+
+# "0" leaves the fused kernels' Triton compilation to their first launch (one by one, in the first batch);
+# unset/"1": compile them all in parallel threads at construction (engines.torch_vits.precompile)
+from engines.torch_vits.precompile import PRECOMPILE_ENV  # noqa: F401  (re-exported with the other switches)
 from jobs.errors import (
     DeterministicEngineError,
     EngineError,
@@ -208,7 +223,8 @@ class TorchEngine:
                  warmup: bool | str | list | None = None, buckets: list[int] | None = None,
                  max_frames_per_chunk: int | None = None, max_phonemes_per_chunk: int = 65536,
                  channels_last: bool | None = None, fused: bool | None = None,
-                 fast_stage_a: bool | None = None, allow_cpu_half: bool = False) -> None:
+                 fast_stage_a: bool | None = None, precompile: bool | None = None,
+                 allow_cpu_half: bool = False) -> None:
         spec = spec or EngineSpec(name="torch")
         torch = _import_torch()
         self.torch = torch
@@ -335,6 +351,17 @@ class TorchEngine:
                 compile_error = f"{type(exc).__name__}: {exc}"
                 self.compiled = False
         self.load_s = time.perf_counter() - t0
+        # the fused kernels' Triton specializations, compiled in parallel now rather than one by one in the
+        # first batch (on CUDA with a fused path; BOOKTTS_TORCH_PRECOMPILE, the precompile argument)
+        self.precompile_s = 0.0
+        self.precompile_report = None
+        if self._resolve_precompile(precompile):
+            from engines.torch_vits.precompile import precompile as compile_kernels
+
+            with self._flags(benchmark=False):
+                self.precompile_report = compile_kernels(self.kernel_launches(), self.device)
+            self.precompile_s = self.precompile_report.seconds
+        pre = self.precompile_report
         self.warmup_s = 0.0
         warmup = resolve_warmup(warmup, self.compiled)
         self.warmup_mode = ("shapes" if isinstance(warmup, list) else warmup) if self.is_cuda else "none"
@@ -362,8 +389,24 @@ class TorchEngine:
                               "triton-tf32x3" if self.model.stage_a_kernels else "cublas-fp32"),
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
+             "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),
+             "precompile_kernels": pre.kernels if pre else None, "precompile_compiled": pre.compiled if pre else None,
+             **({"precompile_error": pre.error} if pre is not None and pre.error else {}),
              **({"compile_error": compile_error} if compile_error else {})},
         )
+
+    def _resolve_precompile(self, precompile: bool | None) -> bool:
+        """Whether to compile the fused kernels' Triton specializations at construction
+        (:mod:`engines.torch_vits.precompile`): the argument, else ``$BOOKTTS_TORCH_PRECOMPILE`` (``1``/``0``),
+        else on; only ever on CUDA with a fused path and not under Triton's interpreter."""
+        from engines.torch_vits.precompile import resolve_precompile
+
+        try:
+            on = resolve_precompile(precompile)
+        except ValueError as exc:
+            raise EngineUnavailable(str(exc)) from exc
+        kernels = (self.is_cuda and (self.fused or self.fused_flow) and os.environ.get("TRITON_INTERPRET") != "1")
+        return bool(kernels and on is not False)
 
     def _pipeline_groups(self) -> int:
         raw = os.environ.get(PIPELINE_ENV, "").strip()
@@ -480,6 +523,15 @@ class TorchEngine:
                 r = round_rows(r + 1)
             shapes.append((round_rows(m, cap), f))
         return sorted(set(shapes))
+
+    def kernel_launches(self, shapes=None):
+        """The fused kernels' launches of stage B (:func:`engines.torch_vits.precompile.enumerate_launches`:
+        a dry run of :meth:`_stage_b_pcm`, kernels left out) for ``shapes`` (default: every shape of
+        :meth:`warmup_shapes` for ``spec.max_batch``), one list per frame count."""
+        from engines.torch_vits.precompile import enumerate_launches
+
+        shapes = self.warmup_shapes(self.spec.max_batch) if shapes is None else shapes
+        return enumerate_launches(self._stage_b_pcm, shapes, self.hparams.inter_channels, self.device)
 
     def _warm(self, shapes) -> None:
         torch = self.torch

@@ -30,6 +30,8 @@ import importlib.util
 
 import torch
 
+from engines.torch_vits.launch import KernelLaunch, launch
+
 #: Channel counts the kernel is used for (``tl.dot`` needs at least 16 and ``tl.arange`` a power of
 #: two; 32-128 ran on the H200, 16 only under the interpreter; wider layers fall back to cuDNN).
 SUPPORTED_CHANNELS = (16, 32, 64, 128)
@@ -92,13 +94,14 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
     block_t, warps = block or _block_config(c)
     grid = (-(-t // block_t), b)
     dummy = x  # never read when the flag is off
-    _kernel()[grid](
-        x, w_kio, bias, residual if residual is not None else dummy, accumulate if accumulate is not None else dummy,
-        out, lengths, t, int(len_scale), int(dilation), float(out_scale), float(slope),
-        float(post_slope if post_slope is not None else 0.0),
-        C=c, K=k, BLOCK_T=block_t, HAS_RES=residual is not None, HAS_ACC=accumulate is not None,
-        HAS_POST=post_slope is not None, num_warps=warps,
-    )
+    launch(KernelLaunch(
+        _kernel(), grid,
+        (x, w_kio, bias, residual if residual is not None else dummy, accumulate if accumulate is not None else dummy,
+         out, lengths, t, int(len_scale), int(dilation), float(out_scale), float(slope),
+         float(post_slope if post_slope is not None else 0.0)),
+        dict(C=c, K=k, BLOCK_T=block_t, HAS_RES=residual is not None, HAS_ACC=accumulate is not None,
+             HAS_POST=post_slope is not None, num_warps=warps),
+    ))
     return out
 
 
@@ -121,9 +124,9 @@ def postconv_pcm(x: torch.Tensor, w_kc: torch.Tensor, lengths: torch.Tensor, len
     from engines.torch_vits._resconv_kernel import postconv_pcm_kernel
 
     out = torch.empty(b, t, dtype=torch.int16, device=x.device)
-    w = w_kc
-    postconv_pcm_kernel[(-(-t // block_t), b)](x, w, out, lengths, t, int(len_scale), float(max_value),
-                                               C=c, K=k, BLOCK_T=block_t, num_warps=4)
+    launch(KernelLaunch(postconv_pcm_kernel, (-(-t // block_t), b), (x, w_kc, out, lengths, t, int(len_scale),
+                                                                     float(max_value)),
+                        dict(C=c, K=k, BLOCK_T=block_t, num_warps=4)))
     return out
 
 
@@ -151,8 +154,8 @@ def upsample(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, stride: i
 
     out = torch.empty(b, t * stride, co, dtype=x.dtype, device=x.device)
     block_t = 32 if ci > 128 else 64
-    upsample_kernel[(-(-(t + 1) // block_t), b)](x, w_kio, bias, out, t, int(padding), CI=ci, CO=co, U=int(stride),
-                                                  BLOCK_T=block_t, num_warps=4)
+    launch(KernelLaunch(upsample_kernel, (-(-(t + 1) // block_t), b), (x, w_kio, bias, out, t, int(padding)),
+                        dict(CI=ci, CO=co, U=int(stride), BLOCK_T=block_t, num_warps=4)))
     return out
 
 

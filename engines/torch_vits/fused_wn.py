@@ -68,6 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from engines.torch_vits.fused_conv import available  # noqa: F401  (re-exported: same requirement)
+from engines.torch_vits.launch import KernelLaunch, launch
 
 #: Hidden channel counts the kernel takes: multiples of 64 up to 256 (explicit gate blocks, at most four).
 SUPPORTED_HIDDEN = (64, 128, 192, 256)
@@ -164,13 +165,14 @@ def wn_layer(x: torch.Tensor, layer: dict, lengths: torch.Tensor, skip: torch.Te
             raise ValueError("x_out must not be x: the convolution reads rows other programs write")
     bt, warps, *stages = block or _block_config(h)
     grid = (-(-t // bt), b)
-    _kernel()[grid](
-        x, xc, w_in, layer["b_in"], layer["w_hi"], layer["w_lo"], layer["b_rs"],
-        x_out if x_out is not None else x, xc_out if xc_out is not None else xc, skip,
-        lengths, t, int(layer["dilation"]), float(layer["w_scale"]),
-        H=h, NB=h // 64, R=r, K=k, BLOCK_T=bt, FIRST=bool(first), LAST=bool(last), F32=f32,
-        WRITE_XC=not last and not f32, num_warps=warps, num_stages=stages[0] if stages else 3,
-    )
+    launch(KernelLaunch(
+        _kernel(), grid,
+        (x, xc, w_in, layer["b_in"], layer["w_hi"], layer["w_lo"], layer["b_rs"],
+         x_out if x_out is not None else x, xc_out if xc_out is not None else xc, skip,
+         lengths, t, int(layer["dilation"]), float(layer["w_scale"])),
+        dict(H=h, NB=h // 64, R=r, K=k, BLOCK_T=bt, FIRST=bool(first), LAST=bool(last), F32=f32,
+             WRITE_XC=not last and not f32, num_warps=warps, num_stages=stages[0] if stages else 3),
+    ))
     return (None, None) if last else (x_out, xc_out)
 
 
