@@ -39,7 +39,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _h1_chunk(x_ptr, w1_ptr, bias1, ring, i, p0, base, length, T, dilation1, slope,
+def _h1_chunk(x_ptr, w1_ptr, b1_ptr, ring, i, p0, base, length, T, dilation1, slope,
               offs_r, offs_c, C: tl.constexpr, K: tl.constexpr, SUB: tl.constexpr, HALO2: tl.constexpr,
               RMASK: tl.constexpr):
     # h1 = x + conv1(lrelu(x) * mask) + b1 on window chunk i, stored to its ring slot
@@ -53,13 +53,15 @@ def _h1_chunk(x_ptr, w1_ptr, bias1, ring, i, p0, base, length, T, dilation1, slo
         xt = tl.where(xt > 0, xt, xt * slope).to(x_ptr.dtype.element_ty)
         wj = tl.load(w1_ptr + j * C * C + offs_c[:, None] * C + offs_c[None, :])
         acc += tl.dot(xt, wj)
-    acc += bias1[None, :]
+    acc += tl.load(b1_ptr + offs_c).to(tl.float32)[None, :]
     acc += tl.load(x_ptr + base + p[:, None] * C + offs_c[None, :], mask=((p >= 0) & (p < T))[:, None],
                    other=0.0).to(tl.float32)
     tl.store(ring + (w & RMASK)[:, None] * C + offs_c[None, :], acc.to(x_ptr.dtype.element_ty))
 
 
-@triton.jit
+# the span arguments change with the span and grid chosen at run time: not specialised (a value of 1
+# or a multiple of 16 would otherwise compile another variant)
+@triton.jit(do_not_specialize=["span_chunks", "spans_per_item", "n_spans"])
 def resblock2_kernel(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, acc_ptr, out_ptr, len_ptr, ring_ptr,
                      T, len_scale, dilation1, out_scale, slope, post_slope, span_chunks, spans_per_item, n_spans,
                      C: tl.constexpr, K: tl.constexpr, D2: tl.constexpr, SUB: tl.constexpr, LAG: tl.constexpr,
@@ -71,8 +73,6 @@ def resblock2_kernel(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, acc_ptr, out_ptr, le
     offs_r = tl.arange(0, SUB)
     offs_c = tl.arange(0, C)
     ring = ring_ptr + pid.to(tl.int64) * (RING * SUB * C)
-    bias1 = tl.load(b1_ptr + offs_c).to(tl.float32)
-    bias2 = tl.load(b2_ptr + offs_c).to(tl.float32)
     span_len = span_chunks * SUB
     for s in range(pid, n_spans, nprog):
         item32 = s // spans_per_item
@@ -82,10 +82,10 @@ def resblock2_kernel(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, acc_ptr, out_ptr, le
         base = item * T * C
         n_chunks = (tl.minimum(span_len, T - p0) + SUB - 1) // SUB
         for i in range(LAG):  # prologue: the first LAG chunks of h1
-            _h1_chunk(x_ptr, w1_ptr, bias1, ring, i, p0, base, length, T, dilation1, slope, offs_r, offs_c,
+            _h1_chunk(x_ptr, w1_ptr, b1_ptr, ring, i, p0, base, length, T, dilation1, slope, offs_r, offs_c,
                       C, K, SUB, HALO2, RMASK)
         for o in range(n_chunks):
-            _h1_chunk(x_ptr, w1_ptr, bias1, ring, o + LAG, p0, base, length, T, dilation1, slope, offs_r, offs_c,
+            _h1_chunk(x_ptr, w1_ptr, b1_ptr, ring, o + LAG, p0, base, length, T, dilation1, slope, offs_r, offs_c,
                       C, K, SUB, HALO2, RMASK)
             tl.debug_barrier()  # h1 chunks o .. o + LAG are in the ring
             w = o * SUB + offs_r
@@ -99,7 +99,8 @@ def resblock2_kernel(x_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, acc_ptr, out_ptr, le
                 ht = tl.where(ht > 0, ht, ht * slope).to(x_ptr.dtype.element_ty)
                 wj = tl.load(w2_ptr + j * C * C + offs_c[:, None] * C + offs_c[None, :])
                 acc += tl.dot(ht, wj)
-            acc += bias2[None, :]
+            acc += tl.load(b2_ptr + offs_c).to(tl.float32)[None, :]  # per chunk: held across the loop it
+            # would take a register per column a thread holds (spills at 128 channels)
             acc += tl.load(ring + ((w + HALO2) & RMASK)[:, None] * C + offs_c[None, :]).to(tl.float32)
             inside = (q < T)[:, None]
             here = base + q[:, None] * C + offs_c[None, :]
