@@ -118,7 +118,8 @@ def _pair_config(channels: int) -> tuple[int, int]:
 def _pair_lag(k: int, dilation2: int, sub: int) -> tuple[int, int]:
     """(LAG, RING) of :func:`resblock2_pair`: how many ``sub``-row chunks of ``h1`` the output chunk
     reaches past its own, and the ring size in chunks (a power of two, at least ``LAG + 2``)."""
-    lag = -(-2 * ((k - 1) // 2) * dilation2 // sub)
+    reach = 2 * ((k - 1) // 2) * dilation2  # conv2's window beyond the chunk, both sides together
+    lag = -(-reach // sub)
     ring = 1
     while ring < lag + 2:
         ring *= 2
