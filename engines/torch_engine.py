@@ -405,7 +405,8 @@ class TorchEngine:
             on = resolve_precompile(precompile)
         except ValueError as exc:
             raise EngineUnavailable(str(exc)) from exc
-        kernels = (self.is_cuda and (self.fused or self.fused_flow) and os.environ.get("TRITON_INTERPRET") != "1")
+        kernels = (self.is_cuda and (self.fused or self.fused_flow or self.model.stage_a_kernels)
+                   and os.environ.get("TRITON_INTERPRET") != "1")
         return bool(kernels and on is not False)
 
     def _pipeline_groups(self) -> int:
@@ -527,11 +528,16 @@ class TorchEngine:
     def kernel_launches(self, shapes=None):
         """The fused kernels' launches of stage B (:func:`engines.torch_vits.precompile.enumerate_launches`:
         a dry run of :meth:`_stage_b_pcm`, kernels left out) for ``shapes`` (default: every shape of
-        :meth:`warmup_shapes` for ``spec.max_batch``), one list per frame count."""
-        from engines.torch_vits.precompile import enumerate_launches
+        :meth:`warmup_shapes` for ``spec.max_batch``), one list per frame count; then, when stage A's
+        GEMMs run through their kernel, stage A's (:func:`~engines.torch_vits.precompile.enumerate_stage_a`)."""
+        import itertools
+
+        from engines.torch_vits.precompile import enumerate_launches, enumerate_stage_a
 
         shapes = self.warmup_shapes(self.spec.max_batch) if shapes is None else shapes
-        return enumerate_launches(self._stage_b_pcm, shapes, self.hparams.inter_channels, self.device)
+        b = enumerate_launches(self._stage_b_pcm, shapes, self.hparams.inter_channels, self.device)
+        return itertools.chain(b, enumerate_stage_a(self.model.stage_a, self.device)) if self.model.stage_a_kernels \
+            else b
 
     def _warm(self, shapes) -> None:
         torch = self.torch

@@ -24,7 +24,13 @@ def _addr(base_ptr, rows, cols, T, s_b, s_t, s_c, head_stride, HEAD: tl.constexp
     return base_ptr + row_off[:, None] + col_off[None, :]
 
 
-@triton.jit
+# rows and rows per item change with every chunk: not specialized on (divisibility by 16 of these
+# would double the compiled variants and changes no load's vectorization, which comes from the
+# column strides and widths)
+UNSPECIALIZED = ["M", "T"]
+
+
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def gemm_kernel(a_ptr, w_ptr, wlo_ptr, bias_ptr, res_ptr, g_ptr, be_ptr, len_ptr, out_ptr,
                 M, N, K, T, eps,
                 a_sb, a_st, a_hs, o_sb, o_st, o_sc, o_hs, r_sb, r_st,

@@ -37,6 +37,8 @@ import importlib.util
 
 import torch
 
+from engines.torch_vits.launch import KernelLaunch, launch
+
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call; LayerNorm needs BLOCK_N >= N.
 #: Chosen on the H200 with bench/stage_a_gemm_bench.py (docs/PERFORMANCE.md).
 BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 256, 32, 8, 3)}
@@ -142,16 +144,15 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
     gamma, beta, eps = ln if ln is not None else (bias, bias, 0.0)
     dummy = bias  # never read when its flag is off
     grid = (-(-m // bm), -(-n // bn))
-    _kernel()[grid](
+    launch(KernelLaunch(_kernel(), grid, (
         a, w_kn, w_lo if w_lo is not None else w_kn, bias, residual if residual is not None else dummy, gamma, beta,
         lengths if lengths is not None else dummy, out,
-        m, n, k, t, float(eps), a_sb, a_st, a_hs, o_sb, o_st, o_sc, o_hs, r_sb, r_st,
+        m, n, k, t, float(eps), a_sb, a_st, a_hs, o_sb, o_st, o_sc, o_hs, r_sb, r_st), dict(
         A_HEAD=a_head, O_HEAD=o_head, ACT=ACTIVATIONS[act], RES=0 if residual is None else 2 if post_residual else 1,
         LN=ln is not None,
         ROW_MASK=lengths is not None, PRECISION="ieee" if precision in SPLITS else precision,
         SPLIT=SPLITS.get(precision, 0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
-    )
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)))
     return out
 
 

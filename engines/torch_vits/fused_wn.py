@@ -48,9 +48,11 @@ Design choices:
   exactly zero past each length; a tile wholly past the length only writes zeros.
 * Register budget (Triton 3.9 for sm_90, checked with ptxas): the six float16 gate tiles are
   the A operands of the 1x1 products and stay in registers; Triton lays such products out with
-  all warps along the time axis, so 8 warps need ``BLOCK_T`` = 128 (at 64 the two warp groups
-  would compute the same rows). Default ``(128, 8, 3)``: 255 registers, ~0.3 KB spilled a
-  thread; ``(64, 4, 3)`` is similar. ``bench/fused_wn_bench.py`` sweeps the alternatives.
+  all warps along the time axis, so with 8 warps at ``BLOCK_T`` = 64 the two warp groups may
+  compute the same rows of those products twice. Measured anyway: the default ``(64, 8, 3)``
+  was the fastest of eight configurations on the H200 (run 16: a middle layer 1,435 us against
+  1,641 us for ``(128, 8, 3)``, the previous default, and 1,791 us for ``(64, 4, 3)``; the same
+  outputs); ``bench/fused_wn_bench.py`` sweeps the alternatives.
 
 Layout: ``[B, T, H]`` contiguous (channels last), float32 for ``x`` and ``skip``.
 Supported: ``H`` in 64, 128, 192, 256; any odd kernel size; any dilation; no global
@@ -80,9 +82,9 @@ def supports(hidden: int, kernel_size: int) -> bool:
 
 
 def _block_config(hidden: int) -> tuple[int, int, int]:
-    """(time positions per program, warps, pipeline stages); see the module docstring. Chosen from
-    register and shared-memory use (ptxas), not yet from timings on the H200."""
-    return (128, 8, 3)
+    """(time positions per program, warps, pipeline stages); see the module docstring (the fastest
+    of ``bench/fused_wn_bench.py``'s sweep on the H200, run 16)."""
+    return (64, 8, 3)
 
 
 def _kernel():

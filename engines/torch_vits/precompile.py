@@ -23,6 +23,8 @@ a pool of threads:
    the on-disk cache (``$TRITON_CACHE_DIR``, default ``~/.triton/cache``) as a lazy compile does,
    and a specialization already there is only loaded (milliseconds): with a warm cache this is
    cheap, and a no-op for a specialization already compiled in this process.
+   Stage A's GEMM kernel (:mod:`~engines.torch_vits.fused_gemm`) is found the same way, by
+   :func:`enumerate_stage_a`: the engine's stage A on one item of 16 and one of 17 phonemes.
 3. **Threads, not processes.** Triton 3.6 and 3.9 release the GIL in their long native steps
    (MLIR passes, LLVM, and ``ptxas``, which is a subprocess): compiling these kernels for sm_90 on
    a CPU host, a probe thread never waited more than 28 ms for the GIL, and waited 7-10% of the
@@ -102,6 +104,28 @@ def enumerate_launches(stage_b: Callable, shapes: Iterable[tuple[int, int]], cha
         fr = torch.full((1,), f, dtype=torch.long, device=device)
         with torch.inference_mode(), observe(seen.append, run=False):
             stage_b(z, fr)
+        yield seen
+
+
+#: phonemes an item for :func:`enumerate_stage_a`'s dry runs: one length divisible by 16 and one not
+#: (the only integer argument of stage A's GEMM launches that changes with the chunk and is specialized on
+#: is the channel-first prior's column stride, the chunk's length)
+STAGE_A_LENGTHS = (16, 17)
+
+
+def enumerate_stage_a(stage_a: Callable, device, lengths: Iterable[int] = STAGE_A_LENGTHS
+                      ) -> Iterator[list[KernelLaunch]]:
+    """The kernel launches of the engine's stage A (``stage_a(ids, lengths, dp_noise, length_scale)``,
+    :meth:`~engines.torch_vits.model.VitsSynthesizer.stage_a`) for one item of each length in
+    ``lengths``, without launching them (one list per length, as :func:`enumerate_launches`)."""
+    import torch
+
+    for t in lengths:
+        seen: list[KernelLaunch] = []
+        ids = torch.zeros(1, t, dtype=torch.long, device=device)
+        with torch.inference_mode(), observe(seen.append, run=False):
+            stage_a(ids, torch.full((1,), t, dtype=torch.long, device=device),
+                    torch.zeros(1, 2, t, device=device), 1.0)
         yield seen
 
 
@@ -209,5 +233,6 @@ def _precompile(launches, device, rep: PrecompileReport) -> None:
                      f"{type(first).__name__}: {(str(first).splitlines() or [''])[0][:300]}")
 
 
-__all__ = ["PRECOMPILE_ENV", "PrecompileReport", "default_workers", "enumerate_launches", "precompile",
+__all__ = ["PRECOMPILE_ENV", "PrecompileReport", "default_workers", "enumerate_launches", "enumerate_stage_a",
+           "precompile",
            "resolve_precompile"]

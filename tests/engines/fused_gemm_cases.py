@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from engines.torch_vits import fused_gemm as G  # noqa: E402
+from engines.torch_vits.launch import observe  # noqa: E402
+from engines.torch_vits.precompile import enumerate_stage_a  # noqa: E402
 
 PRECISIONS = ("fp16x3", "fp16x3u")
 # small tiles under the interpreter: several programs along M and N, and a K loop with a ragged tail
@@ -83,9 +86,16 @@ def stage_a_case(device: str) -> dict:
     from engines.weights import onnx_state_and_hparams
     from jobs.voice import resolve_voice
 
-    state, hp = onnx_state_and_hparams(resolve_voice().model_path)
+    if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package: the exported
+        from engines.weights import read_weights  # weights (stage A's stay float32 in an fp16 export)
+
+        state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
+        state = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in state.items()}
+    else:
+        state, hp = onnx_state_and_hparams(resolve_voice().model_path)
+        state = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()}
     ref = VitsSynthesizer(VitsHParams.from_dict(hp))
-    ref.load_weights({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()})
+    ref.load_weights(state)
     ref = ref.eval().to(device).use_fast_stage_a()
     tc = copy.deepcopy(ref).use_fast_stage_a(kernels=True)
     d = np.load(ROOT / "bench" / "data" / "alice_ids.npz")
@@ -101,15 +111,37 @@ def stage_a_case(device: str) -> dict:
     lengths = torch.tensor([len(s) for s in pick])
     noise = torch.randn(len(pick), 2, t, generator=torch.Generator().manual_seed(0)) * 0.8
     args = (ids.to(device), lengths.to(device), noise.to(device), 1.0)
+    launched = []
     with torch.inference_mode():
         m0, l0, d0, f0 = (z.cpu() for z in ref.stage_a(*args))
-        m1, l1, d1, f1 = (z.cpu() for z in tc.stage_a(*args))
+        with observe(launched.append):  # recorded and run
+            m1, l1, d1, f1 = (z.cpu() for z in tc.stage_a(*args))
+    # what the engine's precompile would compile (dry runs of other lengths) must cover what ran
+    enumerated = [kl for batch in enumerate_stage_a(tc.stage_a, device) for kl in batch]
+    ran = {spec_key(kl) for kl in launched}
+    missing = ran - {spec_key(kl) for kl in enumerated}
     pad = torch.arange(t)[None, :] >= lengths[:, None]
     return {"kernels": tc.stage_a_kernels, "prior_rel": float((m1 - m0).abs().max() / m0.abs().max()),
             "logs_rel": float((l1 - l0).abs().max() / l0.abs().max()),
             "durations_changed": int((d1 != d0).sum()), "phonemes": int(lengths.sum()),
             "frames_equal": bool(torch.equal(f1, f0)),
-            "pad_zero": bool(not m1.permute(1, 0, 2)[:, pad].any() and not d1[pad].any())}
+            "pad_zero": bool(not m1.permute(1, 0, 2)[:, pad].any() and not d1[pad].any()),
+            "launches": len(launched), "specializations": len(ran), "not_enumerated": len(missing)}
+
+
+def spec_key(kl) -> tuple:
+    """What Triton compiles a launch of the GEMM kernel as: constexprs and options, each tensor's
+    dtype and 16-byte alignment, and each specialized integer's "is 1" and "divisible by 16"."""
+    from engines.torch_vits._gemm_kernel import UNSPECIALIZED
+
+    names = kl.kernel.arg_names
+    args = []
+    for name, a in zip(names, kl.args):
+        if isinstance(a, torch.Tensor):
+            args.append((str(a.dtype), a.data_ptr() % 16 == 0))
+        elif isinstance(a, int) and name not in UNSPECIALIZED:
+            args.append((a == 1, a % 16 == 0))
+    return kl.name, tuple(args), tuple(sorted(kl.options.items()))
 
 
 def main(device: str) -> dict:
