@@ -1,0 +1,108 @@
+"""Configurations of the torch engine against each other in one process, passes interleaved.
+
+    python bench/ab_interleave.py --weights carry/joe-fp16.safetensors [--reps 15] [--json OUT.json]
+
+The lent GPU's speed drifts by several percent between calls and within one (docs/PERFORMANCE.md),
+which is as large as the effects measured here. So one engine is built once and switched between
+configurations that need no rebuild, and the passes are interleaved: rep 1 of A, of B, of C, rep 2
+of A, ... Each pass is ``TorchEngine.synthesize`` over the same workload as
+``bench/gpu_throughput.py`` (1024 sentences of Alice, one batch; host ids to host int16 PCM). Per
+configuration: the median pass and its x real-time; per rep, the ratio of each configuration's pass
+to the first configuration's in the same rep, and the median of those ratios (below 1: faster).
+
+Configurations:
+
+* ``now``: the engine's defaults;
+* ``cublas``: stage A's GEMMs through cuBLAS in true float32 (``BOOKTTS_TORCH_STAGE_A_GEMM=0``);
+* ``wn128``: ``cublas``, and the flow's WN kernel at its previous default block (128, 8, 3): the
+  engine as this session began, except the spline's running sum (no switch; 5 ms a batch, run 15).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def main(argv=None) -> int:
+    import numpy as np
+    import torch
+
+    from engines import EngineSpec
+    from engines.base import Scales, SynthesisBatch
+    from engines.torch_engine import TorchEngine
+    from engines.torch_vits import fused_wn
+    from engines.weights import voice_from_weights
+    from gpu_throughput import load_alice
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--configs", default="now,cublas,wn128")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+
+    voice = voice_from_weights(a.weights)
+    seqs = load_alice()
+    rng = np.random.default_rng(0)
+    pick = np.sort(rng.choice(len(seqs), size=min(a.n, len(seqs)), replace=False))
+    seqs = [seqs[i] for i in pick]
+    sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
+    batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
+    eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
+                      weights_path=a.weights, warmup=False)
+    wn_default = fused_wn._block_config
+
+    def use(cfg: str) -> None:
+        eng.model.use_fast_stage_a(True, kernels=cfg == "now")
+        fused_wn._block_config = (lambda hidden: (128, 8, 3)) if cfg == "wn128" else wn_default
+
+    configs = a.configs.split(",")
+    unknown = set(configs) - {"now", "cublas", "wn128"}
+    if unknown:
+        ap.error(f"unknown configurations {sorted(unknown)}")
+    samples = {}
+    for cfg in configs:  # warm-up pass of each (compiles, cuDNN tuning)
+        use(cfg)
+        samples[cfg] = int(eng.synthesize(batch).sample_lengths.sum())
+    if len(set(samples.values())) != 1:
+        print(f"warning: sample counts differ between configurations: {samples}", flush=True)
+    times = {cfg: [] for cfg in configs}
+    for _ in range(a.reps):
+        for cfg in configs:
+            use(cfg)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            eng.synthesize(batch)
+            times[cfg].append(time.perf_counter() - t0)
+    use(configs[0])
+    audio_s = samples[configs[0]] / voice.sample_rate
+    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "sentences": len(seqs),
+           "audio_s": round(audio_s, 1), "reps": a.reps, "configs": {}}
+    for cfg in configs:
+        med = statistics.median(times[cfg])
+        ratios = [t / t0 for t, t0 in zip(times[cfg], times[configs[0]])]
+        out["configs"][cfg] = {"median_s": round(med, 4), "min_s": round(min(times[cfg]), 4),
+                               "x_realtime": round(audio_s / med, 1),
+                               "median_ratio_to_first": round(statistics.median(ratios), 4),
+                               "times_s": [round(t, 4) for t in times[cfg]]}
+        r = out["configs"][cfg]
+        print(f"{cfg:8} median {r['median_s']:.4f} s  min {r['min_s']:.4f} s  {r['x_realtime']:9.1f} x RT  "
+              f"paired ratio to {configs[0]}: {r['median_ratio_to_first']:.3f}", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
