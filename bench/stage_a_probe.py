@@ -125,7 +125,12 @@ def main(argv=None) -> int:
         ap.error(f"unknown variants {sorted(unknown)}")
     ref, ref_mp = run("fp32", prior=True)  # the reference of every row's change columns (and a warm-up)
     for v in variants:
-        _, mp = run(v, prior=True)
+        try:
+            _, mp = run(v, prior=True)
+        except Exception as exc:  # noqa: BLE001 - e.g. a tile too large for shared memory: record it, go on
+            out["variants"][v] = {"error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"}
+            print(f"{v:8} {out['variants'][v]}", flush=True)
+            continue
         times = []
         for _ in range(a.reps):
             if cuda:
