@@ -15,7 +15,11 @@ Configurations:
 * ``now``: the engine's defaults;
 * ``cublas``: stage A's GEMMs through cuBLAS in true float32 (``BOOKTTS_TORCH_STAGE_A_GEMM=0``);
 * ``wn128``: ``cublas``, and the flow's WN kernel at its previous default block (128, 8, 3): the
-  engine as this session began, except the spline's running sum (no switch; 5 ms a batch, run 15).
+  engine as this session began, except the spline's running sum (no switch; 5 ms a batch, run 15);
+* ``gemm@M1xN1xK1xW1xS1/M2xN2xK2xW2xS2``: the defaults with stage A's GEMM tiles (plain / LayerNorm)
+  set, as :data:`engines.torch_vits.fused_gemm.BLOCKS`;
+* ``wn@BxWxS``: the defaults with the WN kernel's block (time positions, warps, stages);
+* ``rc@C:BxW``: the defaults with the resblock kernel's block for ``C`` channels.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def main(argv=None) -> int:
     from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import TorchEngine
-    from engines.torch_vits import fused_wn
+    from engines.torch_vits import fused_conv, fused_gemm, fused_wn
     from engines.weights import voice_from_weights
     from gpu_throughput import load_alice
 
@@ -60,15 +64,32 @@ def main(argv=None) -> int:
     sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
     batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
-                      weights_path=a.weights, warmup=False)
-    wn_default = fused_wn._block_config
+                      weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"))
+    wn_default, rc_default, gemm_default = fused_wn._block_config, fused_conv._block_config, dict(fused_gemm.BLOCKS)
+
+    def ints(text: str) -> tuple:
+        return tuple(int(v) for v in text.split("x"))
 
     def use(cfg: str) -> None:
-        eng.model.use_fast_stage_a(True, kernels=cfg == "now")
-        fused_wn._block_config = (lambda hidden: (128, 8, 3)) if cfg == "wn128" else wn_default
+        kind, _, arg = cfg.partition("@")
+        kernels = kind not in ("cublas", "wn128")
+        if eng.model.stage_a_kernels != kernels:
+            eng.model.use_fast_stage_a(True, kernels=kernels)  # packs the weights, outside the timed passes
+        fused_wn._block_config = wn_default
+        fused_conv._block_config = rc_default
+        fused_gemm.BLOCKS = dict(gemm_default)
+        if kind == "wn128":
+            fused_wn._block_config = lambda hidden: (128, 8, 3)
+        elif kind == "gemm":
+            fused_gemm.BLOCKS = dict(zip(("plain", "ln"), (ints(blk) for blk in arg.split("/"))))
+        elif kind == "wn":
+            fused_wn._block_config = lambda hidden, blk=ints(arg): blk
+        elif kind == "rc":
+            ch, blk = int(arg.split(":")[0]), ints(arg.split(":")[1])
+            fused_conv._block_config = lambda c: blk if c == ch else rc_default(c)
 
     configs = a.configs.split(",")
-    unknown = set(configs) - {"now", "cublas", "wn128"}
+    unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc")}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}
@@ -81,13 +102,14 @@ def main(argv=None) -> int:
     for _ in range(a.reps):
         for cfg in configs:
             use(cfg)
-            torch.cuda.synchronize()
+            if eng.is_cuda:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             eng.synthesize(batch)
             times[cfg].append(time.perf_counter() - t0)
     use(configs[0])
     audio_s = samples[configs[0]] / voice.sample_rate
-    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "sentences": len(seqs),
+    out = {"gpu": torch.cuda.get_device_name(0) if eng.is_cuda else "cpu", "torch": torch.__version__, "sentences": len(seqs),
            "audio_s": round(audio_s, 1), "reps": a.reps, "configs": {}}
     for cfg in configs:
         med = statistics.median(times[cfg])
