@@ -40,7 +40,10 @@ import torch
 from engines.torch_vits.launch import KernelLaunch, launch
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call; LayerNorm needs BLOCK_N >= N.
-#: Chosen on the H200 with bench/stage_a_gemm_bench.py (docs/PERFORMANCE.md).
+#: Measured on the H200 (docs/PERFORMANCE.md, runs 15, 16, 20 and 21); other tiles were within a few
+#: percent and none was faster reliably: 32 x 256 x 32 with 4 warps for LayerNorm gave 0.983 of this
+#: default's whole-model time alone (run 20), but with the WN kernel's 4 stages the passes spread widely
+#: (run 21), so the default stays the tile measured steadily in runs 19 and 20.
 BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 256, 32, 8, 3)}
 
 #: "fp16x3": three float16 products of split operands (near float32, see above); otherwise a

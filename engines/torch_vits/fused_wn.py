@@ -52,7 +52,8 @@ Design choices:
   compute the same rows of those products twice. Measured anyway: the default ``(64, 8, 3)``
   was the fastest of eight configurations on the H200 (run 16: a middle layer 1,435 us against
   1,641 us for ``(128, 8, 3)``, the previous default, and 1,791 us for ``(64, 4, 3)``; the same
-  outputs); ``bench/fused_wn_bench.py`` sweeps the alternatives.
+  outputs; in the whole model, 2.3% faster than ``(128, 8, 3)``, run 19); ``(64, 8, 4)`` was not
+  reliably faster (runs 20-21); ``bench/fused_wn_bench.py`` sweeps the alternatives.
 
 Layout: ``[B, T, H]`` contiguous (channels last), float32 for ``x`` and ``skip``.
 Supported: ``H`` in 64, 128, 192, 256; any odd kernel size; any dilation; no global
