@@ -124,7 +124,8 @@ COMPILE_A_ENV = "BOOKTTS_TORCH_COMPILE_A"
 #: the same function in fp32 through GEMMs, far fewer kernels); unset: channels-last on CUDA.
 FAST_A_ENV = "BOOKTTS_TORCH_FAST_A"
 #: "1" runs the channels-last stage A's GEMMs through the Triton kernel of engines.torch_vits.fused_gemm
-#: (tensor cores, TF32x3: near-fp32; fused bias/residual/LayerNorm/activation/mask epilogues), "0" through
+#: (tensor cores, three fp16 products of split operands: near-fp32; fused bias/residual/LayerNorm/activation/mask
+#: epilogues; 7% faster whole model on the H200, run 19), "0" through
 #: cuBLAS in true fp32; unset: the kernel on CUDA when Triton is importable.
 STAGE_A_GEMM_ENV = "BOOKTTS_TORCH_STAGE_A_GEMM"
 #: "0" turns cuDNN autotuning of stage B off (cuDNN's heuristics pick the algorithms: no tuning pause on a
@@ -386,7 +387,8 @@ class TorchEngine:
              "channels_last": self.channels_last, "fused_resblocks": self.fused, "fused_flow": self.fused_flow,
              "compiled_stage_a": self.compiled_stage_a, "fast_stage_a": self.fast_stage_a,
              "stage_a_gemm": (None if not self.fast_stage_a else
-                              "triton-tf32x3" if self.model.stage_a_kernels else "cublas-fp32"),
+                              f"triton-{self.model._fast_a.precision}" if self.model.stage_a_kernels
+                              else "cublas-fp32"),
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engines.torch_vits import fused_gemm
 from engines.torch_vits.fused_gemm import gemm, pack
 
 #: additive logit of a padding key (as the channel-first path's masked_fill): exp() gives exactly 0
@@ -154,8 +155,10 @@ class FastStageA:
 
     def __init__(self, model, kernels: bool = False):
         hp = model.hp
-        #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, TF32x3, fused epilogues)
+        #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, near fp32, fused epilogues)
         self.kernels = bool(kernels)
+        #: the kernel's precision the weights were packed for (:data:`engines.torch_vits.fused_gemm.PRECISION`)
+        self.precision = fused_gemm.PRECISION if self.kernels else None
         enc = model.enc_p
         self.device = enc.emb.weight.device
         self.dtype = enc.emb.weight.dtype
@@ -383,7 +386,7 @@ class FastStageA:
         """``m_p``, ``logs_p`` channel-first ``[b, out, t]`` (the layout the engine gathers from)."""
         b, t, _ = x.shape
         if self.kernels:
-            stats = torch.empty(b, self.proj_kn[0].shape[1], t, device=x.device, dtype=x.dtype)
+            stats = torch.empty(b, self.proj_kn.w.shape[1], t, device=x.device, dtype=x.dtype)
             gemm(x, self.proj_kn, self.proj_b1, stats.transpose(1, 2), lengths=lengths)
             return torch.split(stats, self.out_channels, dim=1)
         stats = torch.baddbmm(self.proj_b, self.proj_w.expand(b, *self.proj_w.shape), x.transpose(1, 2))
@@ -424,7 +427,7 @@ class FastStageA:
 
         def project(wt, bias, kn):  # a 1x1 convolution of the DDSConv output, times the mask: [b, t, out]
             if self.kernels:
-                return gemm(mid, kn, bias, x.new_empty(b, t, kn[0].shape[1]), lengths=lengths)
+                return gemm(mid, kn, bias, x.new_empty(b, t, kn.w.shape[1]), lengths=lengths)
             return torch.addmm(bias, flat, wt.t()).view(b, t + 2 * pad, -1)[:, pad:pad + t] * m3
 
         if self.kernels:

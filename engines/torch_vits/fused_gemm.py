@@ -34,6 +34,7 @@ are exact float32).
 from __future__ import annotations
 
 import importlib.util
+from typing import NamedTuple
 
 import torch
 
@@ -95,15 +96,24 @@ def _items(x: torch.Tensor) -> int:
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2}
 
 
-def pack(w_kn: torch.Tensor, precision: str | None = None) -> tuple:
-    """A ``[K, N]`` float32 weight as :func:`gemm` reads it: ``(w_hi, w_lo)`` float16 halves
-    (``w = w_hi + w_lo / 2**11``) for "fp16x3", else ``(w, None)``, contiguous."""
+class Packed(NamedTuple):
+    """A weight as :func:`gemm` reads it (from :func:`pack`)."""
+
+    w: torch.Tensor  # [K, N] contiguous: float32, or the float16 high half for a split precision
+    lo: torch.Tensor | None  # the float16 remainder (split precisions), else None
+    precision: str
+
+
+def pack(w_kn: torch.Tensor, precision: str | None = None) -> Packed:
+    """A ``[K, N]`` float32 weight as :func:`gemm` reads it, for ``precision`` (default
+    :data:`PRECISION`): float16 halves ``w = w_hi + w_lo / 2**11`` for "fp16x3" (``w_hi + w_lo``
+    for "fp16x3u"), else the float32 matrix; contiguous."""
     w = w_kn.detach().float().contiguous()
     precision = precision or PRECISION
     if precision not in SPLITS:
-        return w, None
+        return Packed(w, None, precision)
     hi = w.half()
-    return hi, ((w - hi.float()) * (LO_SCALE if precision == "fp16x3" else 1.0)).half()
+    return Packed(hi, ((w - hi.float()) * (LO_SCALE if precision == "fp16x3" else 1.0)).half(), precision)
 
 
 def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: str | None = None,
@@ -111,7 +121,8 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
          lengths: torch.Tensor | None = None, precision: str | None = None, block: tuple | None = None
          ) -> torch.Tensor:
     """``out = epilogue(a @ w_kn + bias)`` for float32 ``a`` ``[B, T, K]`` (or ``[heads, B, T, d]``
-    with ``heads*d = K``) and ``w_kn`` from :func:`pack` (or a ``[K, N]`` tensor, packed here); ``out`` is a ``[B, T, N]`` (or
+    with ``heads*d = K``) and ``w_kn`` from :func:`pack` (or a ``[K, N]`` tensor, packed here for
+    ``precision``, default :data:`PRECISION`; a packed weight brings its own); ``out`` is a ``[B, T, N]`` (or
     ``[heads, B, T, d]``) view that is written in place and returned. Epilogue: ``+ residual``
     (``[B, T, N]``, unit column stride; may be ``out`` itself: each element is read before it is
     written, by the same program); LayerNorm over ``N`` with ``ln`` = ``(gamma, beta, eps)``;
@@ -119,10 +130,11 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
     rows ``t >= lengths[b]`` set to 0 when ``lengths`` is given.
     ``a``'s columns must have unit stride. ``block``: ``(BLOCK_M, BLOCK_N, BLOCK_K, warps,
     stages)``, for tuning."""
-    precision = precision or PRECISION
-    w_kn, w_lo = w_kn if isinstance(w_kn, tuple) else pack(w_kn, precision)
-    if (w_lo is not None) != (precision in SPLITS):
-        raise ValueError(f"gemm: the weight was packed for another precision than {precision!r}")
+    if not isinstance(w_kn, Packed):
+        w_kn = pack(w_kn, precision)
+    if precision is not None and precision != w_kn.precision:
+        raise ValueError(f"gemm: the weight was packed for {w_kn.precision!r}, not {precision!r}; pack it again")
+    w_kn, w_lo, precision = w_kn
     t, a_sb, a_st, a_sc, a_head, a_hs = _layout(a, "a")
     t_o, o_sb, o_st, o_sc, o_head, o_hs = _layout(out, "out")
     b = _items(a)
