@@ -6,7 +6,10 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    predictor, always float32) gives each item's integer durations and frame count.
    The frame counts come back to the host (one small sync). On CUDA stage A runs channels-last
    (:mod:`engines.torch_vits.fast_stage_a`: GEMMs on ``[B, T, C]``, far fewer kernels, the same
-   function in true fp32; ``$BOOKTTS_TORCH_FAST_A``, the ``fast_stage_a`` argument).
+   function in fp32; ``$BOOKTTS_TORCH_FAST_A``, the ``fast_stage_a`` argument), and its GEMMs
+   run on the tensor cores in near-fp32 precision through one Triton kernel with the layer norms,
+   residuals, activations and masks in its epilogue (:mod:`engines.torch_vits.fused_gemm`;
+   ``$BOOKTTS_TORCH_STAGE_A_GEMM``).
 2. Items are sorted by frame count and grouped into **frame buckets**
    (:data:`DEFAULT_BUCKETS`: multiples of 64 frames up to 512, of 128 up to 1024,
    of 256 up to 2048, of 512 up to 4096, then of 1024). A bucket is split into
