@@ -298,17 +298,35 @@ class FastStageA:
         0 on the kernel path and unmasked on the other (neither reaches a real position)."""
         return self._encoder_tc(ids, lengths, m3) if self.kernels else self._encoder(ids, lengths, m3)
 
+    def _key_bias(self, lengths, t: int, dtype):
+        """The additive key mask ``[H, b, t, t + 2w]`` (a broadcast view) over the padded logit
+        columns (column ``w + j`` is key ``j``): 0 for real keys, :data:`NEG` for padding."""
+        w = self.w
+        key = torch.arange(-w, t + w, device=lengths.device)
+        kbias = torch.where((key[None, :] >= 0) & (key[None, :] < lengths[:, None]), 0.0, NEG).to(dtype)
+        return kbias[None, :, None, :].expand(self.H, lengths.shape[0], t, t + 2 * w)
+
+    def _attend(self, L, q, kk, v, kbias, out):
+        """The windowed relative attention of one layer (see the module docstring) for ``q``, ``kk``,
+        ``v`` ``[H*b, t, d]``, written into ``out`` ``[H*b, t, d]`` and returned."""
+        h, b, t, wide = kbias.shape
+        hb, d, w = h * b, self.d, self.w
+        band = ((t * wide, wide + 1, 1), (hb, t, 2 * w + 1))  # strides, size of the relative-offset band
+        s = torch.empty(h, b, t, wide, device=q.device, dtype=q.dtype)
+        s.copy_(kbias)
+        s = s.view(hb, t, wide)
+        s.as_strided(band[1], band[0]).baddbmm_(q, L["ek_t"].expand(hb, d, 2 * w + 1))
+        s[:, :, w:w + t].baddbmm_(q, kk.transpose(1, 2))
+        pr = torch.softmax(s, dim=-1)
+        torch.bmm(pr[:, :, w:w + t], v, out=out)
+        return out.baddbmm_(pr.as_strided(band[1], band[0]), L["ev"].expand(hb, 2 * w + 1, d))
+
     def _encoder(self, ids, lengths, m3):
         b, t = ids.shape
-        c, h, d, w, fch = self.C, self.H, self.d, self.w, self.F
+        c, h, d, fch = self.C, self.H, self.d, self.F
         hb = h * b
         x = (F.embedding(ids, self.emb) * self.emb_scale).view(b * t, c)
-        # additive key mask over the padded logit columns (column w + j is key j): 0 or NEG
-        key = torch.arange(-w, t + w, device=ids.device)
-        kbias = torch.where((key[None, :] >= 0) & (key[None, :] < lengths[:, None]), 0.0, NEG).to(x.dtype)
-        kbias = kbias[None, :, None, :].expand(h, b, t, t + 2 * w)
-        wide = t + 2 * w
-        band = ((t * wide, wide + 1, 1), (hb, t, 2 * w + 1))  # strides, size of the relative-offset band
+        kbias = self._key_bias(lengths, t, x.dtype)
         p = self.ffn_k // 2
         buf1 = x.new_zeros(b, t + 2 * p, c)  # FFN inputs, masked, between zero rows
         buf2 = x.new_zeros(b, t + 2 * p, fch)
@@ -319,15 +337,7 @@ class FastStageA:
             # ---- attention
             qkv = torch.addmm(L["qkv_b"], x, L["qkv_w"].t())  # [b*t, 3c]
             qkv = qkv.view(b, t, 3 * h, d).permute(2, 0, 1, 3).contiguous().view(3, hb, t, d)
-            q, kk, v = qkv[0], qkv[1], qkv[2]
-            s = torch.empty(h, b, t, wide, device=x.device, dtype=x.dtype)
-            s.copy_(kbias)
-            s = s.view(hb, t, wide)
-            s.as_strided(band[1], band[0]).baddbmm_(q, L["ek_t"].expand(hb, d, 2 * w + 1))
-            s[:, :, w:w + t].baddbmm_(q, kk.transpose(1, 2))
-            pr = torch.softmax(s, dim=-1)
-            o = torch.bmm(pr[:, :, w:w + t], v)  # [hb, t, d]
-            o.baddbmm_(pr.as_strided(band[1], band[0]), L["ev"].expand(hb, 2 * w + 1, d))
+            o = self._attend(L, qkv[0], qkv[1], qkv[2], kbias, x.new_empty(hb, t, d))
             o = o.view(h, b, t, d).permute(1, 2, 0, 3).reshape(b * t, c)
             y = torch.addmm(L["o_b"], o, L["o_w"].t())
             g, be, eps = L["n1"]
@@ -350,7 +360,7 @@ class FastStageA:
         their epilogue; the FFN's first convolution applies ReLU and the mask. The attention
         itself is :meth:`_encoder`'s."""
         b, t = ids.shape
-        c, h, d, w, fch, k = self.C, self.H, self.d, self.w, self.F, self.ffn_k
+        c, h, d, fch, k = self.C, self.H, self.d, self.F, self.ffn_k
         hb = h * b
         p = k // 2
         buf1 = ids.new_zeros((b, t + 2 * p, c), dtype=self.dtype)  # the stream, masked, between zero rows
@@ -359,24 +369,12 @@ class FastStageA:
         torch.mul(F.embedding(ids, self.emb), m3 * self.emb_scale, out=x)
         cols1 = buf1.as_strided((b, t, k * c), ((t + 2 * p) * c, c, 1))  # row t: x[t - p .. t + p]
         cols2 = buf2.as_strided((b, t, k * fch), ((t + 2 * p) * fch, fch, 1))
-        key = torch.arange(-w, t + w, device=ids.device)
-        kbias = torch.where((key[None, :] >= 0) & (key[None, :] < lengths[:, None]), 0.0, NEG).to(x.dtype)
-        kbias = kbias[None, :, None, :].expand(h, b, t, t + 2 * w)
-        wide = t + 2 * w
-        band = ((t * wide, wide + 1, 1), (hb, t, 2 * w + 1))
+        kbias = self._key_bias(lengths, t, x.dtype)
         qkv = x.new_empty(3 * h, b, t, d)
         o = x.new_empty(hb, t, d)
         for L in self.layers:
             gemm(x, L["qkv_kn"], L["qkv_b"], qkv)
-            q, kk, v = (qkv[i * h:(i + 1) * h].view(hb, t, d) for i in range(3))
-            s = torch.empty(h, b, t, wide, device=x.device, dtype=x.dtype)
-            s.copy_(kbias)
-            s = s.view(hb, t, wide)
-            s.as_strided(band[1], band[0]).baddbmm_(q, L["ek_t"].expand(hb, d, 2 * w + 1))
-            s[:, :, w:w + t].baddbmm_(q, kk.transpose(1, 2))
-            pr = torch.softmax(s, dim=-1)
-            torch.bmm(pr[:, :, w:w + t], v, out=o)
-            o.baddbmm_(pr.as_strided(band[1], band[0]), L["ev"].expand(hb, 2 * w + 1, d))
+            self._attend(L, *(qkv[i * h:(i + 1) * h].view(hb, t, d) for i in range(3)), kbias, o)
             gemm(o.view(h, b, t, d), L["o_kn"], L["o_b"], x, residual=x, ln=L["n1"], lengths=lengths)
             gemm(cols1, L["f1_kn"], L["f1_b"], hid, act="relu", lengths=lengths)
             gemm(cols2, L["f2_kn"], L["f2_b1"], x, residual=x, ln=L["n2"], lengths=lengths)
