@@ -45,7 +45,14 @@ rounding (sums taken in another order):
 
 All arithmetic is float32. On CUDA, :meth:`FastStageA.__call__` turns TF32 matmuls off for
 its duration if they were on (durations are the ``ceil`` of the predictor's output, so
-stage A must not depend on them); it never uses half precision.
+stage A must not depend on them).
+
+With ``kernels=True`` (the engine's default on CUDA, ``$BOOKTTS_TORCH_STAGE_A_GEMM``) every GEMM
+but the attention's runs through :func:`engines.torch_vits.fused_gemm.gemm`: on the tensor cores
+as three float16 products of split operands (about 22 significant bits, near float32; see that
+module), with the residual, LayerNorm, activation and mask in its epilogue. The encoder's stream
+then lives, masked, in the FFN's padded input buffer (:meth:`FastStageA._encoder_tc`); padding
+rows hold zeros instead of unmasked values, which never reach a real position either way.
 """
 
 from __future__ import annotations
