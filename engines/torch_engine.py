@@ -390,7 +390,7 @@ class TorchEngine:
              "channels_last": self.channels_last, "fused_resblocks": self.fused, "fused_flow": self.fused_flow,
              "compiled_stage_a": self.compiled_stage_a, "fast_stage_a": self.fast_stage_a,
              "stage_a_gemm": (None if not self.fast_stage_a else
-                              f"triton-{self.model._fast_a.precision}" if self.model.stage_a_kernels
+                              f"triton-{self.model.stage_a_precision}" if self.model.stage_a_kernels
                               else "cublas-fp32"),
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),

@@ -63,7 +63,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from engines.torch_vits import fused_gemm
 from engines.torch_vits.fused_gemm import gemm, pack
 
 #: additive logit of a padding key (as the channel-first path's masked_fill): exp() gives exactly 0
@@ -164,8 +163,6 @@ class FastStageA:
         hp = model.hp
         #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, near fp32, fused epilogues)
         self.kernels = bool(kernels)
-        #: the kernel's precision the weights were packed for (:data:`engines.torch_vits.fused_gemm.PRECISION`)
-        self.precision = fused_gemm.PRECISION if self.kernels else None
         enc = model.enc_p
         self.device = enc.emb.weight.device
         self.dtype = enc.emb.weight.dtype
@@ -271,6 +268,11 @@ class FastStageA:
         for op, p in self.plan:
             if op == "conv":
                 p["proj_kn"] = kn(p["proj_w"])
+
+    @property
+    def precision(self) -> str | None:
+        """The GEMM kernel's precision the weights were packed for (None without the kernel)."""
+        return self.proj_kn.precision if self.kernels else None
 
     # ------------------------------------------------------------------ forward
     def __call__(self, ids, lengths, dp_noise, length_scale):

@@ -33,11 +33,11 @@ are exact float32).
 
 from __future__ import annotations
 
-import importlib.util
 from typing import NamedTuple
 
 import torch
 
+from engines.torch_vits.fused_conv import available  # noqa: F401  (re-exported: same requirement)
 from engines.torch_vits.launch import KernelLaunch, launch
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call; LayerNorm needs BLOCK_N >= N.
@@ -60,11 +60,6 @@ LO_SCALE = 2048.0
 
 #: the widest row LayerNorm can normalize in one tile
 LN_MAX_N = 256
-
-
-def available() -> bool:
-    """True when Triton is importable (a CUDA device, or the interpreter, is still needed to run)."""
-    return importlib.util.find_spec("triton") is not None
 
 
 def _kernel():

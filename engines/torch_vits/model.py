@@ -67,6 +67,11 @@ class VitsSynthesizer(nn.Module):
         return self._fast_a is not None and self._fast_a.kernels
 
     @property
+    def stage_a_precision(self) -> str | None:
+        """The Triton GEMM kernel's precision in stage A (None when it is not used)."""
+        return self._fast_a.precision if self._fast_a is not None else None
+
+    @property
     def fast_stage_a(self) -> bool:
         return self._fast_a is not None
 
