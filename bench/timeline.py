@@ -1,0 +1,150 @@
+"""Where a batch's wall time goes on the GPU: kernel-busy time against wall time, per phase.
+
+    python bench/timeline.py --weights carry/joe-fp16.safetensors [--json OUT.json] [--env K=V ...]
+
+One engine (defaults unless ``--env`` sets switches before it is built), the workload of
+``bench/gpu_throughput.py`` (1024 sentences of Alice, one batch), two warm passes, then one pass
+under ``torch.profiler``. From the trace: each kernel (and device memcpy/memset) is attributed to
+the phase whose host range launched it (stage A chunks, stage B chunks, the rest), through the
+launch's correlation id. Per phase: kernels, the union of their device intervals (busy), the device
+span from the phase's first kernel start to its last kernel end, and the host time spent in the
+phase. ``busy / span`` well under 1 means the device waited for the host (launch-bound).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def union(intervals) -> float:
+    """Total length of the union of ``(start, end)`` intervals."""
+    total, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
+    ev = trace["traceEvents"]
+    ranges = [(e["ts"], e["ts"] + e["dur"], e["name"]) for e in ev
+              if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"] in phases]
+    launch = {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {}):
+            launch[e["args"]["correlation"]] = e["ts"]
+    dev = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    out = {p: {"kernels": 0, "intervals": [], "host_ms": 0.0} for p in phases + ("other",)}
+    for s, e, name in ranges:
+        out[name]["host_ms"] += (e - s) / 1000.0
+    for k in dev:
+        t = launch.get(k.get("args", {}).get("correlation"))
+        phase = "other"
+        if t is not None:
+            for s, e, name in ranges:
+                if s <= t <= e:
+                    phase = name
+                    break
+        out[phase]["kernels"] += 1
+        out[phase]["intervals"].append((k["ts"], k["ts"] + k["dur"]))
+    res = {}
+    all_iv = []
+    for p, d in out.items():
+        iv = d.pop("intervals")
+        all_iv += iv
+        d["busy_ms"] = round(union(iv) / 1000.0, 2)
+        d["span_ms"] = round((max(e for _, e in iv) - min(s for s, _ in iv)) / 1000.0, 2) if iv else 0.0
+        d["busy_of_span"] = round(d["busy_ms"] / d["span_ms"], 3) if d["span_ms"] else None
+        d["host_ms"] = round(d["host_ms"], 2)
+        res[p] = d
+    res["all"] = {"kernels": len(all_iv), "busy_ms": round(union(all_iv) / 1000.0, 2),
+                  "span_ms": round((max(e for _, e in all_iv) - min(s for s, _ in all_iv)) / 1000.0, 2)}
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--env", action="append", default=[], help="K=V set before the engine is built")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    for kv in a.env:
+        k, _, v = kv.partition("=")
+        os.environ[k] = v
+
+    import numpy as np
+    import torch
+
+    from engines import EngineSpec
+    from engines.base import Scales, SynthesisBatch
+    from engines.torch_engine import TorchEngine
+    from engines.weights import voice_from_weights
+    from gpu_throughput import load_alice
+
+    voice = voice_from_weights(a.weights)
+    seqs = load_alice()
+    rng = np.random.default_rng(0)
+    pick = np.sort(rng.choice(len(seqs), size=min(a.n, len(seqs)), replace=False))
+    seqs = [seqs[i] for i in pick]
+    sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
+    batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
+    eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
+                      weights_path=a.weights, warmup=False)
+
+    phases = ("stage_a", "stage_b")
+    stage_a, run_chunk = eng._stage_a, eng._run_chunk
+
+    def wrapped_a(*args, **kw):
+        with torch.profiler.record_function("stage_a"):
+            return stage_a(*args, **kw)
+
+    def wrapped_b(*args, **kw):
+        with torch.profiler.record_function("stage_b"):
+            return run_chunk(*args, **kw)
+
+    eng._stage_a, eng._run_chunk = wrapped_a, wrapped_b
+    walls = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        eng.synthesize(batch)
+        walls.append(time.perf_counter() - t0)
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        t0 = time.perf_counter()
+        eng.synthesize(batch)
+        prof_wall = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        trace = json.loads(path.read_text())
+    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "env": a.env,
+           "gpu": torch.cuda.get_device_name(), "info": {k: v for k, v in eng.info.extra.items()
+                                                           if isinstance(v, (str, int, float, bool, type(None)))},
+           "walls_s": [round(w, 4) for w in walls], "profiled_wall_s": round(prof_wall, 4),
+           "phases": analyse(trace, phases)}
+    print(json.dumps(res, indent=1))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
