@@ -47,7 +47,7 @@ def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
               if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"] in phases]
     launch = {}
     for e in ev:
-        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {}):
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
             launch[e["args"]["correlation"]] = e["ts"]
     dev = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     out = {p: {"kernels": 0, "intervals": [], "host_ms": 0.0} for p in phases + ("other",)}
@@ -55,16 +55,22 @@ def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
         out[name]["host_ms"] += (e - s) / 1000.0
     for k in dev:
         t = launch.get(k.get("args", {}).get("correlation"))
-        phase = "other"
+        phase, width = "other", None
         if t is not None:
-            for s, e, name in ranges:
-                if s <= t <= e:
-                    phase = name
-                    break
+            for s, e, name in ranges:  # the innermost range that holds the launch
+                if s <= t <= e and (width is None or e - s < width):
+                    phase, width = name, e - s
         out[phase]["kernels"] += 1
         out[phase]["intervals"].append((k["ts"], k["ts"] + k["dur"]))
     res = {}
     all_iv = []
+    by_name: dict[str, list] = {}
+    for k in dev:
+        d = by_name.setdefault(k["name"][:90], [0, 0.0])
+        d[0] += 1
+        d[1] += k["dur"] / 1000.0
+    res["top_kernels"] = [{"name": n, "count": c, "ms": round(ms, 2)}
+                          for n, (c, ms) in sorted(by_name.items(), key=lambda x: -x[1][1])[:30]]
     for p, d in out.items():
         iv = d.pop("intervals")
         all_iv += iv
@@ -109,18 +115,16 @@ def main(argv=None) -> int:
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False)
 
-    phases = ("stage_a", "stage_b")
-    stage_a, run_chunk = eng._stage_a, eng._run_chunk
+    def ranged(name, fn):
+        def wrapped(*args, **kw):
+            with torch.profiler.record_function(name):
+                return fn(*args, **kw)
+        return wrapped
 
-    def wrapped_a(*args, **kw):
-        with torch.profiler.record_function("stage_a"):
-            return stage_a(*args, **kw)
-
-    def wrapped_b(*args, **kw):
-        with torch.profiler.record_function("stage_b"):
-            return run_chunk(*args, **kw)
-
-    eng._stage_a, eng._run_chunk = wrapped_a, wrapped_b
+    # stage_b: a chunk's prior expansion and noise (the rest of the chunk is flow and decoder)
+    phases = ("stage_a", "stage_b", "flow", "decoder")
+    eng._stage_a, eng._run_chunk = ranged("stage_a", eng._stage_a), ranged("stage_b", eng._run_chunk)
+    eng.flow.reverse, eng.dec = ranged("flow", eng.flow.reverse), ranged("decoder", eng.dec)
     walls = []
     for _ in range(3):
         t0 = time.perf_counter()
