@@ -40,6 +40,11 @@ from engines.torch_vits.launch import KernelLaunch, launch
 SUPPORTED_CHANNELS = (16, 32, 64, 128)
 
 
+#: the resblock kernel's leaky ReLU in float16 when its input is float16 (``bench/resconv_variants.py``,
+#: run 24: 0.77-0.97 of the float32 version's time); False computes it in float32 as before (for A/B runs)
+HALF_ACTIVATION = True
+
+
 def supports(channels: int, kernel_size: int) -> bool:
     """Whether a ``channels -> channels`` convolution of this (odd) kernel size can run fused."""
     return channels in SUPPORTED_CHANNELS and kernel_size % 2 == 1
@@ -50,12 +55,14 @@ def available() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def _block_config(channels: int) -> tuple[int, int]:
-    """(time positions per program, warps) for a channel count: an fp32 accumulator of
-    ``BLOCK_T x C`` lives in registers. Chosen from ``bench/fused_conv_tune.py`` on the H200
-    (run 1, docs/PERFORMANCE.md): 64 x 4 warps was fastest or within 1% for 32, 64 and 128
-    channels (for 64 channels 4-7% faster than 128 x 4); 16 channels (never run on a GPU) keep 128."""
-    return (128, 4) if channels < 32 else (64, 4)
+def _block_config(channels: int, kernel_size: int = 3) -> tuple[int, int]:
+    """(time positions per program, warps) for a channel count and kernel size: an fp32 accumulator
+    of ``BLOCK_T x C`` lives in registers. From ``bench/fused_conv_tune.py`` (run 1) and
+    ``bench/resconv_variants.py`` (run 24) on the H200: 64 x 4 warps, except 128 x 4 for 32 and 64
+    channels at kernel 5 and 7 (0.89-0.90 of 64 x 4's time with the half-precision leaky ReLU; at
+    kernel 3 within 3% either way, at 128 channels 1.3-1.6x slower); 16 channels (never run on a GPU)
+    keep 128."""
+    return (128, 4) if channels < 32 or (channels <= 64 and kernel_size >= 5) else (64, 4)
 
 
 def _kernel():
@@ -77,10 +84,14 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
             out_scale: float = 1.0, slope: float = 0.1, post_slope: float | None = None,
             out: torch.Tensor | None = None, block: tuple[int, int] | None = None,
             num_stages: int | None = None) -> torch.Tensor:
-    """``out = (conv(leaky_relu(x) * mask) + bias + residual + accumulate) * out_scale`` on ``[B, T, C]``.
+    """``out = (conv(leaky_relu(x) * mask) + bias + residual + accumulate) * out_scale * mask`` on ``[B, T, C]``.
 
     With ``post_slope``, ``out = leaky_relu(out, post_slope) * mask`` instead: the input of the next
     layer, when the sum itself is not needed (the last convolution of a decoder stage).
+    The output is zero past each item's length; a tile of ``block`` positions wholly past it
+    stores zeros without reading anything (a chunk's padded tails and padding rows cost a write).
+    In float16 the leaky ReLU is computed in float16 (``max(x, x * slope)``, the slope rounded to
+    float16: a relative change of 2.4e-4 on negative inputs for 0.1); in other dtypes in float32.
 
     ``mask`` keeps time positions ``< lengths[b] * len_scale`` (the convolution's zero
     padding and the item's padded tail read as 0). The convolution has odd kernel size
@@ -97,7 +108,7 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
                          f"got {tuple(x.shape)} and {tuple(w_kio.shape)}")
     if out is None:
         out = torch.empty_like(x)
-    block_t, warps = block or _block_config(c)
+    block_t, warps = block or _block_config(c, k)
     grid = (-(-t // block_t), b)
     dummy = x  # never read when the flag is off
     launch(KernelLaunch(
@@ -106,7 +117,7 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
          out, lengths, t, int(len_scale), int(dilation), float(out_scale), float(slope),
          float(post_slope if post_slope is not None else 0.0)),
         dict(C=c, K=k, BLOCK_T=block_t, HAS_RES=residual is not None, HAS_ACC=accumulate is not None,
-             HAS_POST=post_slope is not None, num_warps=warps,
+             HAS_POST=post_slope is not None, ACT16=x.dtype == torch.float16 and HALF_ACTIVATION, num_warps=warps,
              **({} if num_stages is None else {"num_stages": int(num_stages)})),
     ))
     return out
@@ -230,9 +241,12 @@ def pack_up_weight(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().permute(2, 0, 1).contiguous()
 
 
-def upsample(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, stride: int, padding: int) -> torch.Tensor:
+def upsample(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, stride: int, padding: int,
+             lengths: torch.Tensor | None = None, len_scale: int = 1) -> torch.Tensor:
     """ConvTranspose1d (kernel ``2 * stride``, the given padding) on ``[B, T, C_in]`` contiguous ->
-    ``[B, T * stride, C_out]``, as ``stride`` two-tap convolutions (one per output phase) in one pass."""
+    ``[B, T * stride, C_out]``, as ``stride`` two-tap convolutions (one per output phase) in one pass.
+    With ``lengths``, outputs at or past ``lengths[b] * len_scale`` (output positions) are zero, and
+    tiles wholly past it do no arithmetic."""
     b, t, ci = x.shape
     k, ci2, co = w_kio.shape
     if not x.is_contiguous() or ci2 != ci or k != 2 * stride:
@@ -242,14 +256,16 @@ def upsample(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, stride: i
 
     out = torch.empty(b, t * stride, co, dtype=x.dtype, device=x.device)
     block_t = 32 if ci > 128 else 64
-    launch(KernelLaunch(upsample_kernel, (-(-(t + 1) // block_t), b), (x, w_kio, bias, out, t, int(padding)),
-                        dict(CI=ci, CO=co, U=int(stride), BLOCK_T=block_t, num_warps=4)))
+    launch(KernelLaunch(upsample_kernel, (-(-(t + 1) // block_t), b),
+                        (x, w_kio, bias, out, lengths if lengths is not None else x, t, int(padding), int(len_scale)),
+                        dict(CI=ci, CO=co, U=int(stride), BLOCK_T=block_t, HAS_LEN=lengths is not None, num_warps=4)))
     return out
 
 
 def resconv_reference(x, weight, bias, lengths, len_scale, dilation, *, residual=None, accumulate=None,
                       out_scale=1.0, slope=0.1, post_slope=None):
-    """What :func:`resconv` computes, in plain PyTorch (``weight`` in Conv1d layout ``[C_out, C_in, K]``)."""
+    """What :func:`resconv` computes, in plain PyTorch (``weight`` in Conv1d layout ``[C_out, C_in, K]``),
+    with the leaky ReLU in float32 (zero past each item's length, as the kernel)."""
     b, t, c = x.shape
     k = weight.shape[-1]
     mask = (torch.arange(t, device=x.device)[None, :] < (lengths.long() * len_scale)[:, None]).to(x.dtype)
@@ -262,5 +278,5 @@ def resconv_reference(x, weight, bias, lengths, len_scale, dilation, *, residual
         y = y + accumulate.float()
     y = y * out_scale
     if post_slope is not None:
-        y = torch.nn.functional.leaky_relu(y, post_slope) * mask[:, :, None]
-    return y.to(x.dtype)
+        y = torch.nn.functional.leaky_relu(y, post_slope)
+    return (y * mask[:, :, None]).to(x.dtype)

@@ -592,12 +592,15 @@ class Generator(nn.Module):
         xb = x.squeeze(2).transpose(1, 2)
         return xb if xb.is_contiguous() else xb.contiguous()
 
-    def _upsample(self, up, x):
+    def _upsample(self, up, x, lengths=None, out_scale: int = 1):
+        """The transposed convolution ``up``; through the polyphase kernel when fused, whose output is
+        then zero past ``lengths * out_scale`` (output positions) when ``lengths`` is given."""
         if not (self.fused and getattr(up, "weight_up", None) is not None):
             return self._conv(up, x)
         from engines.torch_vits.fused_conv import upsample
 
-        y = upsample(self._btc(x), up.weight_up, up.bias, up.stride[0], up.padding[0])
+        y = upsample(self._btc(x), up.weight_up, up.bias, up.stride[0], up.padding[0],
+                     lengths=None if lengths is None else lengths.contiguous(), len_scale=out_scale)
         return y.transpose(1, 2).unsqueeze(2)  # NHWC again
 
     def _conv(self, m, x):
@@ -625,7 +628,7 @@ class Generator(nn.Module):
         for i, up in enumerate(self.ups):
             if not active:
                 x = F.leaky_relu(x, LRELU_SLOPE) * self._mask(lengths * scale, t * scale, x)
-            x = self._upsample(up, x)
+            x = self._upsample(up, x, lengths, scale * self.upsample_rates[i])
             scale *= self.upsample_rates[i]
             if self.fused:  # conv_post's leaky ReLU has PyTorch's default slope 0.01, as in VITS
                 x = self._fused_resblocks(x, lengths, scale, i, post_slope=0.01 if i == len(self.ups) - 1 else

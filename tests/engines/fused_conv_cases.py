@@ -96,6 +96,15 @@ def upsample_cases(device: str) -> dict:
         got = F.upsample(x.to(device), F.pack_up_weight(w).to(device), bias.to(device), u, u // 2).cpu().float()
         out[f"upsample-{ci}to{co}-x{u}"] = {"err": float((got - ref).abs().max()) if got.shape == ref.shape else 1e9,
                                             "scale": float(ref.abs().max()), "dtype": str(dt).split(".")[-1]}
+        # with lengths (the decoder's way): zero at and past each item's output length, tiles wholly
+        # past it skipped (an item of length 1 leaves most tiles to the skip path)
+        lengths = torch.tensor([t - 3, 1])
+        keep = (torch.arange(t * u)[None, :] < lengths[:, None] * u).float()[:, :, None]
+        got = F.upsample(x.to(device), F.pack_up_weight(w).to(device), bias.to(device), u, u // 2,
+                         lengths=lengths.to(device), len_scale=u).cpu().float()
+        out[f"upsample-{ci}to{co}-x{u}-lengths"] = {
+            "err": float((got - ref * keep).abs().max()) if got.shape == ref.shape else 1e9,
+            "scale": float(ref.abs().max()), "dtype": str(dt).split(".")[-1]}
     return out
 
 

@@ -48,7 +48,10 @@ def test_fused_decoder_matches_plain(results):
     assert r["decoder-fused-vs-plain"]["rel_l2"] <= limit, r["decoder-fused-vs-plain"]
 
 
-@pytest.mark.parametrize("case", ["upsample-32to16-x4", "upsample-256to128-x8", "upsample-64to32-x2"])
+@pytest.mark.parametrize("case", ["upsample-32to16-x4", "upsample-256to128-x8", "upsample-64to32-x2",
+                                  # with lengths: zero past each item's output length, skipped tiles
+                                  "upsample-32to16-x4-lengths", "upsample-256to128-x8-lengths",
+                                  "upsample-64to32-x2-lengths"])
 def test_upsample_matches_conv_transpose(results, case):
     # the decoder's upsampling layers as one polyphase kernel: same shape, same values as PyTorch
     _, r = results
