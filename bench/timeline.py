@@ -69,6 +69,15 @@ def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
         d = by_name.setdefault(k["name"][:90], [0, 0.0])
         d[0] += 1
         d[1] += k["dur"] / 1000.0
+    api: dict[str, list] = {}
+    for e in ev:  # host-side CUDA API calls: a long cudaMemcpyAsync or a synchronize is the host waiting
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            d = api.setdefault(e["name"], [0, 0.0, 0.0])
+            d[0] += 1
+            d[1] += e["dur"] / 1000.0
+            d[2] = max(d[2], e["dur"] / 1000.0)
+    res["host_api"] = [{"name": n, "count": c, "ms": round(ms, 2), "max_ms": round(mx, 3)}
+                       for n, (c, ms, mx) in sorted(api.items(), key=lambda x: -x[1][1])[:12]]
     res["top_kernels"] = [{"name": n, "count": c, "ms": round(ms, 2)}
                           for n, (c, ms) in sorted(by_name.items(), key=lambda x: -x[1][1])[:30]]
     for p, d in out.items():
@@ -115,10 +124,15 @@ def main(argv=None) -> int:
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False)
 
+    host_s: dict[str, float] = {}
+
     def ranged(name, fn):
         def wrapped(*args, **kw):
+            t0 = time.perf_counter()
             with torch.profiler.record_function(name):
-                return fn(*args, **kw)
+                out = fn(*args, **kw)
+            host_s[name] = host_s.get(name, 0.0) + time.perf_counter() - t0
+            return out
         return wrapped
 
     # stage_b: a chunk's prior expansion and noise (the rest of the chunk is flow and decoder)
@@ -127,9 +141,12 @@ def main(argv=None) -> int:
     eng.flow.reverse, eng.dec = ranged("flow", eng.flow.reverse), ranged("decoder", eng.dec)
     walls = []
     for _ in range(3):
+        host_s.clear()
         t0 = time.perf_counter()
         eng.synthesize(batch)
         walls.append(time.perf_counter() - t0)
+    # host time inside each phase in the last unprofiled pass (nested phases count in their parents too)
+    host_unprofiled = {k: round(v * 1000, 2) for k, v in host_s.items()}
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=acts) as prof:
         t0 = time.perf_counter()
@@ -142,7 +159,8 @@ def main(argv=None) -> int:
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "env": a.env,
            "gpu": torch.cuda.get_device_name(), "info": {k: v for k, v in eng.info.extra.items()
                                                            if isinstance(v, (str, int, float, bool, type(None)))},
-           "walls_s": [round(w, 4) for w in walls], "profiled_wall_s": round(prof_wall, 4),
+           "walls_s": [round(w, 4) for w in walls],
+           "host_ms_unprofiled": host_unprofiled, "profiled_wall_s": round(prof_wall, 4),
            "phases": analyse(trace, phases)}
     print(json.dumps(res, indent=1))
     if a.json:
