@@ -768,11 +768,9 @@ class TorchEngine:
         (made on first use; emptied when stage A's weights were re-packed since its captures), else None."""
         if not self.stage_a_graphs:
             return None
-        if self._graphs is None:
+        if self._graphs is None:  # (GraphCache refuses a CPU device; the switch never gets here on one)
             from engines.torch_vits.graphs import GraphCache
 
-            if not self.is_cuda or not self.fast_stage_a:
-                raise EngineUnavailable("stage A's CUDA graphs need a CUDA device and the channels-last stage A")
             self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A")
         packed = self.model.packed_stage_a
         if self._graphs_for is not packed:  # graphs read the packed weights they were captured with
@@ -787,8 +785,8 @@ class TorchEngine:
         from engines.torch_vits.graphs import GraphStats
 
         g = self._graphs
-        out = {"on": bool(self.stage_a_graphs and (g is None or g.enabled)), "graphs": len(g) if g is not None else 0,
-               **(g.stats if g is not None else GraphStats()).as_dict()}
+        out = {"on": bool(self.stage_a_graphs and (g is None or g.enabled)),
+               "graphs": len(g) if g is not None else 0, **(g.stats if g is not None else GraphStats()).as_dict()}
         if g is not None and g.error:
             out["error"] = g.error
         return out

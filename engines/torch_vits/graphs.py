@@ -190,6 +190,13 @@ class GraphCache:
 
     def reset(self) -> None:
         """Drop every graph and forget which keys were seen (the counters stay): needed when a
-        tensor the function reads but does not take as an input (weights) is replaced."""
+        tensor the function reads but does not take as an input (weights) is replaced. Waits for the
+        device first when graphs are held: a replay still queued must not outlive its graph's memory."""
+        if self._graphs:
+            self._wait()
         self._graphs.clear()
         self._seen.clear()
+
+    def _wait(self) -> None:
+        """Wait until the device is idle (before graphs and their memory are dropped)."""
+        torch.cuda.synchronize(self.device)
