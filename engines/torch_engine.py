@@ -750,8 +750,8 @@ class TorchEngine:
     def _run_stage_a(self, ids, lengths, noise, length_scale: float):
         """Stage A on one chunk (``ids`` ``[n, tc]``): ``m_p``, ``logs_p``, durations and frames whose first
         ``n`` rows are the chunk's items (rows past them are padding). With CUDA graphs the outputs
-        are a graph's static tensors, overwritten by the next chunk of the same shape: the caller
-        consumes them (in stream order) first."""
+        are a graph's static tensors, valid until the next chunk's replay: the caller consumes them
+        (in stream order) first."""
         n, tc = ids.shape
         pad = self.stage_a_graphs if self.pad_stage_a is None else self.pad_stage_a
         if pad:

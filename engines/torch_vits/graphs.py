@@ -2,8 +2,9 @@
 
 :class:`GraphCache` wraps a function ``fn(*tensors, *args)`` that returns a tensor or a tuple of
 tensors. Each call names a hashable key that must determine everything the work depends on
-besides the tensors' *values*: their shapes and dtypes, the plain ``args`` (baked into a graph
-when it is captured), and the ambient settings the function reads. For a key:
+besides the tensors' *values*, shapes and dtypes: the plain ``args`` (baked into a graph when it is
+captured) and the ambient settings the function reads. The cache adds the inputs' shapes and
+dtypes to the key itself (another shape is another graph). For a key:
 
 * the **first** call runs ``fn`` eagerly and returns its result: a shape used once never pays for
   a capture, and that run compiles, loads and initializes whatever the function needs (Triton
@@ -15,27 +16,31 @@ when it is captured), and the ambient settings the function reads. For a key:
   ``torch.cuda.graph(..., pool=, stream=)`` and replayed once for this call's result;
 * **later** calls copy the inputs into the static buffers and replay the graph.
 
-Results of a replay are the graph's static output tensors: **the next replay of the same key
-overwrites them**, so a caller must consume or copy them first (in stream order is enough: a
-replay is queued on the caller's current stream, behind whatever the caller queued there).
+Results of a replay are the graph's static output tensors. They are valid **until the next replay
+of any graph of the cache**: the next replay of the same key overwrites them, and another graph's
+replay may too (see below), so a caller consumes or copies them first. In stream order is enough:
+a replay is queued on the caller's current stream, behind whatever the caller queued there.
 
-Memory: all graphs of one cache share one memory pool (``torch.cuda.graph_pool_handle()``). A
-later capture may then reuse memory an earlier graph only used for intermediates. That is safe
-here because replays of one cache are sequential in stream order (one caller, one stream at a
-time; nothing of a graph is still running when another is launched behind it on that stream)
-and the cache keeps every graph's static inputs and outputs alive, so no graph's inputs or
-outputs are ever handed to another. A caller that replays graphs of one cache on *different*
-streams must order those streams itself (the engine's pipelined path does: see
-:mod:`engines.torch_engine`). Tensors the function reads but does not take as inputs (weights)
-must outlive the graphs: :meth:`GraphCache.reset` drops every graph when they are replaced.
+Memory: all graphs of one cache share one memory pool (``torch.cuda.graph_pool_handle()``), so a
+later capture reuses the memory earlier graphs only needed during their run (their intermediates)
+instead of holding its own. That is safe because (1) the cache keeps every graph's static inputs
+(allocated outside the pool) and outputs alive, so no graph's inputs or outputs are ever handed to
+another capture; (2) what a later graph may get is an earlier graph's *intermediate* memory, which
+that earlier graph only touches while it runs, and replays of one cache are sequential in stream
+order, never concurrent; (3) callers consume a replay's outputs before the next replay (above), so
+a later graph's outputs living in an earlier graph's intermediate memory are read before that
+graph runs again. In whatever order the keys are replayed, then, nothing a caller still needs is
+overwritten. A caller that replays one cache's graphs on *different* streams must order those
+streams itself (the engine does: every stage-A chunk of a batch runs on one stream, and a batch
+ends with the device synchronized). Tensors the function reads but does not take as inputs
+(weights) must outlive the graphs: :meth:`GraphCache.reset` drops every graph when they are replaced.
 
 Capture runs inside the call, so under the caller's ambient settings (cuDNN flags, TF32, the
 current device); a key must change when those do. Capture uses ``capture_error_mode=
 "thread_local"`` (as PyTorch's own CUDA-graph trees of ``torch.compile`` do): calls that are unsafe
 during capture fail in this thread only, not in other threads of the process that happen to use
-CUDA meanwhile. A capture that fails (an unsupported
-operation, a host sync inside ``fn``, out of memory) is not fatal: the cache warns once, drops
-its graphs, runs eagerly from then on (:attr:`GraphCache.enabled` False, :attr:`GraphCache.error`
+CUDA meanwhile. A capture that fails (an unsupported operation, a host sync inside ``fn``, out of
+memory) is not fatal: the cache warns once, drops its graphs, runs eagerly from then on (:attr:`GraphCache.enabled` False, :attr:`GraphCache.error`
 says why) and returns the eager result.
 
 What it does not know: what the function computes, how inputs were padded to repeat shapes,
@@ -79,13 +84,9 @@ class _Graph:
         self.single = single
 
     def load(self, inputs: tuple) -> None:
-        """Copy the call's inputs into the static buffers (queued on the current stream)."""
-        if len(inputs) != len(self.inputs):
-            raise ValueError(f"graph replay: {len(inputs)} inputs, captured with {len(self.inputs)}")
+        """Copy the call's inputs (of the captured shapes and dtypes) into the static buffers, queued
+        on the current stream."""
         for dst, src in zip(self.inputs, inputs):
-            if src.shape != dst.shape or src.dtype != dst.dtype:
-                raise ValueError(f"graph replay: input {tuple(src.shape)} {src.dtype} where the graph was captured "
-                                 f"with {tuple(dst.shape)} {dst.dtype}; the key must determine the shapes")
             dst.copy_(src, non_blocking=True)
 
     def replay(self):
@@ -128,16 +129,18 @@ class GraphCache:
         return len(self._graphs)
 
     def __contains__(self, key) -> bool:
-        return key in self._graphs
+        """Whether a graph was captured for ``key`` (with any input shapes)."""
+        return any(k == key for k, _ in self._graphs)
 
     def __call__(self, key: Hashable, inputs, *args):
-        """``fn(*inputs, *args)`` for ``key``: eagerly the first time the key is seen (and whenever
-        graphs are off), captured the second time, replayed after that. A replay's outputs are
-        overwritten by the next replay of the same key."""
+        """``fn(*inputs, *args)`` for ``key`` (and the inputs' shapes and dtypes): eagerly the first time it is
+        seen (and whenever graphs are off), captured the second time, replayed after that. A replay's
+        outputs are valid until the next replay of any key: consume them first."""
         inputs = tuple(inputs)
         if not self.enabled:
             self.stats.bypassed += 1
             return self.fn(*inputs, *args)
+        key = (key, tuple((x.shape, x.dtype) for x in inputs))
         entry = self._graphs.get(key)
         if entry is None:
             if key not in self._seen or len(self._graphs) >= self.max_graphs:
