@@ -135,9 +135,10 @@ def main(argv=None) -> int:
             return out
         return wrapped
 
-    # stage_b: a chunk's prior expansion and noise (the rest of the chunk is flow and decoder)
+    # stage_a: one chunk, eager or replayed as a CUDA graph (BOOKTTS_TORCH_GRAPHS); stage_b: a chunk's
+    # prior expansion and noise (the rest of the chunk is flow and decoder)
     phases = ("stage_a", "stage_b", "flow", "decoder")
-    eng._stage_a, eng._run_chunk = ranged("stage_a", eng._stage_a), ranged("stage_b", eng._run_chunk)
+    eng._run_stage_a, eng._run_chunk = ranged("stage_a", eng._run_stage_a), ranged("stage_b", eng._run_chunk)
     eng.flow.reverse, eng.dec = ranged("flow", eng.flow.reverse), ranged("decoder", eng.dec)
     walls = []
     for _ in range(3):

@@ -73,6 +73,20 @@ equal size (``$BOOKTTS_TORCH_PIPELINE``; default 1, :data:`CUDA_PIPELINE_GROUPS`
 stage A of group ``g+1`` then runs on a side stream while stage B of group ``g`` runs on the
 main one, and the host waits only for each group's frame counts (on CPU the groups run in turn).
 
+CUDA graphs of stage A (``$BOOKTTS_TORCH_GRAPHS``; default on CUDA on the channels-last eager path):
+stage A launches some 300 small kernels per chunk, and the GPU outran the host that launched them
+(H200: 79 ms of kernels, 105 ms of host time per batch of 1024 sentences). Each chunk's rows are
+then padded like stage B's (:meth:`TorchEngine.stage_a_rows`: :func:`round_rows` of the width's
+chunk size; padding rows have id 0, length 1 and zero noise, and their outputs are dropped), so
+chunk shapes repeat across batches, and a chunk runs through
+:class:`~engines.torch_vits.graphs.GraphCache` keyed by (padded rows, width, length scale): eager
+the first time a shape is seen, captured the second, replayed after that. Every op of stage A
+treats each row on its own (per-row GEMMs, attention per item and head, masks and sums per row),
+so a real row's outputs do not depend on the padding rows. The graphs also run on the pipelined
+path: a replay goes on the current stream (the side stream there), and every stage-A chunk of a
+batch runs on that one stream. A failed capture warns once and stage A runs eagerly from then on
+(the rows stay padded). :meth:`TorchEngine.stage_a_graph_stats` counts captures and replays.
+
 Noise comes from a ``torch.Generator`` on the engine's device seeded with
 ``SynthesisBatch.seed`` (a fresh random seed when it is None): the same batch with
 the same seed on the same device gives the same audio. The duration noise is one
@@ -145,6 +159,10 @@ WARMUP_MODES = ("full", "lazy")
 #: Number of groups a batch's stage A is cut into on CUDA, so that stage A of one group (on a side
 #: stream) overlaps stage B of the previous one; "1" runs the stages one after the other.
 PIPELINE_ENV = "BOOKTTS_TORCH_PIPELINE"
+#: "1" replays stage A's chunks as CUDA graphs (engines.torch_vits.graphs; rows padded so shapes repeat: no
+#: host launch overhead), "0" launches its kernels one by one; unset: graphs on CUDA on the channels-last
+#: eager stage A. CUDA only.
+GRAPHS_ENV = "BOOKTTS_TORCH_GRAPHS"
 #: The default of $BOOKTTS_TORCH_PIPELINE on CUDA: one group. On the H200, 2 groups gained 3% over 1
 #: before stage A was rewritten (run 8) and nothing after (run 11: 11,512x vs 11,577x); 3-4 were slower.
 CUDA_PIPELINE_GROUPS = 1
@@ -182,6 +200,19 @@ def round_rows(n: int, cap: int | None = None) -> int:
         p *= 2
     r = 3 * p // 4 if 3 * p // 4 >= n else p
     return r if cap is None else min(r, cap)
+
+
+def pad_stage_a_inputs(ids, lengths, noise, rows: int):
+    """A stage-A chunk's inputs (``ids`` ``[n, T]``, ``lengths`` ``[n]``, duration noise ``[n, 2, T]``) grown
+    to ``rows`` rows: padding rows of id 0, length 1 and zero noise (valid inputs whose outputs are
+    finite and dropped; every stage-A op treats each row on its own)."""
+    import torch
+
+    k = rows - ids.shape[0]
+    if k < 0:
+        raise ValueError(f"cannot pad {ids.shape[0]} rows to {rows}")
+    return (torch.cat([ids, ids.new_zeros(k, *ids.shape[1:])]), torch.cat([lengths, lengths.new_ones(k)]),
+            torch.cat([noise, noise.new_zeros(k, *noise.shape[1:])]))
 
 
 def resolve_warmup(warmup, compiled: bool, env=None):
@@ -338,6 +369,12 @@ class TorchEngine:
         self.fast_stage_a = bool(self.is_cuda and not self.compiled_stage_a if fast_stage_a is None else fast_stage_a)
         self.model.use_fast_stage_a(self.fast_stage_a, kernels=self._stage_a_kernels())
         self._stage_a = self.model.stage_a
+        #: stage A's chunks replayed as CUDA graphs (BOOKTTS_TORCH_GRAPHS); may be switched on a live engine
+        self.stage_a_graphs = self._resolve_stage_a_graphs()
+        #: pad stage A's chunks to :meth:`stage_a_rows` rows; None: whenever :attr:`stage_a_graphs` is on
+        self.pad_stage_a: bool | None = None
+        self._graphs = None  # GraphCache, made on first use
+        self._graphs_for = None  # the packed stage A its graphs were captured with
         if self.compiled or self.compiled_stage_a:
             import torch._dynamo
 
@@ -392,6 +429,7 @@ class TorchEngine:
              "stage_a_gemm": (None if not self.fast_stage_a else
                               f"triton-{self.model.stage_a_precision}" if self.model.stage_a_kernels
                               else "cublas-fp32"),
+             "stage_a_graphs": self.stage_a_graphs,
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),
@@ -476,6 +514,21 @@ class TorchEngine:
                 raise EngineUnavailable(f"{STAGE_A_GEMM_ENV}=1 runs the channels-last stage A's GEMMs, which is off "
                                         f"({FAST_A_ENV}=0 or {COMPILE_A_ENV}=1); unset {STAGE_A_GEMM_ENV}")
             self._require_kernel("stage A", STAGE_A_GEMM_ENV, True, "", fused_gemm.available())
+        return bool(on)
+
+    def _resolve_stage_a_graphs(self) -> bool:
+        """Whether stage A's chunks replay as CUDA graphs: ``$BOOKTTS_TORCH_GRAPHS``, else on CUDA when stage A
+        is the channels-last path run eagerly (not compiled)."""
+        on = _env_flag(GRAPHS_ENV)
+        if on is None:
+            return bool(self.is_cuda and self.fast_stage_a and not self.compiled_stage_a)
+        if on:
+            if not self.is_cuda:
+                raise EngineUnavailable(f"CUDA graphs ({GRAPHS_ENV}=1) need a CUDA device, not {self.device}; "
+                                        f"unset {GRAPHS_ENV} or use --device cuda:0")
+            if not self.fast_stage_a:
+                raise EngineUnavailable(f"{GRAPHS_ENV}=1 replays the channels-last stage A, which is off "
+                                        f"({FAST_A_ENV}=0 or {COMPILE_A_ENV}=1); unset {GRAPHS_ENV}")
         return bool(on)
 
     # ------------------------------------------------------------------ weights
@@ -628,13 +681,16 @@ class TorchEngine:
                 ctx = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
                 with ctx, self._flags(benchmark=False):
                     for rows, tc in group:
+                        n = len(rows)
                         idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
-                        mp, lp, du, fr = self._stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
-                                                       float(sc.length_scale))
-                        m_p[idx, :, :tc] = mp
-                        logs_p[idx, :, :tc] = lp
-                        durations[idx, :tc] = du
-                        frames[idx] = fr
+                        # rows past n are padding (CUDA graphs); the outputs may be a graph's static
+                        # tensors: consumed here, on this stream, before the next chunk's replay
+                        mp, lp, du, fr = self._run_stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
+                                                           float(sc.length_scale))
+                        m_p[idx, :, :tc] = mp[:n]
+                        logs_p[idx, :, :tc] = lp[:n]
+                        durations[idx, :tc] = du[:n]
+                        frames[idx] = fr[:n]
                     rows_g = np.concatenate([r for r, _ in group]).astype(np.int64)
                     fr_g = frames[torch.from_numpy(rows_g).to(dev, non_blocking=True)]
                     if side is None:
@@ -684,6 +740,56 @@ class TorchEngine:
             if self.is_cuda:
                 main.synchronize()
         return host.numpy(), offsets, frames_host * self.hop  # the buffer is this call's own
+
+    def stage_a_rows(self, n: int, tc: int) -> int:
+        """Rows stage A runs for a chunk of ``n`` items ``tc`` ids wide when padding
+        (:attr:`pad_stage_a`): :func:`round_rows` capped at the width's chunk size
+        (``max_phonemes_per_chunk // tc``, at least ``n``), so the shapes repeat across batches."""
+        return round_rows(n, max(n, self.max_phonemes_per_chunk // tc))
+
+    def _run_stage_a(self, ids, lengths, noise, length_scale: float):
+        """Stage A on one chunk (``ids`` ``[n, tc]``): ``m_p``, ``logs_p``, durations and frames whose first
+        ``n`` rows are the chunk's items (rows past them are padding). With CUDA graphs the outputs
+        are a graph's static tensors, valid until the next chunk's replay: the caller consumes them
+        (in stream order) first."""
+        n, tc = ids.shape
+        pad = self.stage_a_graphs if self.pad_stage_a is None else self.pad_stage_a
+        if pad:
+            rows = self.stage_a_rows(n, tc)
+            if rows > n:
+                ids, lengths, noise = pad_stage_a_inputs(ids, lengths, noise, rows)
+        graphs = self._stage_a_graph_cache()
+        if graphs is None:
+            return self._stage_a(ids, lengths, noise, length_scale)
+        return graphs((ids.shape[0], tc, length_scale), (ids, lengths, noise), length_scale)
+
+    def _stage_a_graph_cache(self):
+        """The :class:`~engines.torch_vits.graphs.GraphCache` of stage A when :attr:`stage_a_graphs` is on
+        (made on first use; emptied when stage A's weights were re-packed since its captures), else None."""
+        if not self.stage_a_graphs:
+            return None
+        if self._graphs is None:  # (GraphCache refuses a CPU device; the switch never gets here on one)
+            from engines.torch_vits.graphs import GraphCache
+
+            self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A")
+        packed = self.model.packed_stage_a
+        if self._graphs_for is not packed:  # graphs read the packed weights they were captured with
+            self._graphs.reset()
+            self._graphs_for = packed
+        return self._graphs
+
+    def stage_a_graph_stats(self) -> dict:
+        """Stage A's CUDA graphs so far: ``on`` (switched on and no capture failed), ``graphs`` held, the
+        counters of :class:`~engines.torch_vits.graphs.GraphStats` (eager first sights, captures,
+        replays, bypassed calls), and ``error`` when a failed capture turned them off."""
+        from engines.torch_vits.graphs import GraphStats
+
+        g = self._graphs
+        out = {"on": bool(self.stage_a_graphs and (g is None or g.enabled)),
+               "graphs": len(g) if g is not None else 0, **(g.stats if g is not None else GraphStats()).as_dict()}
+        if g is not None and g.error:
+            out["error"] = g.error
+        return out
 
     def pipeline_groups(self, chunks: list) -> list[list]:
         """Stage A's chunks (sorted by length) cut into at most :attr:`pipeline` consecutive groups of

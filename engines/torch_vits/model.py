@@ -75,6 +75,13 @@ class VitsSynthesizer(nn.Module):
     def fast_stage_a(self) -> bool:
         return self._fast_a is not None
 
+    @property
+    def packed_stage_a(self):
+        """The :class:`~engines.torch_vits.fast_stage_a.FastStageA` holding the packed weights (None on the
+        channel-first path): a new object after every re-pack (device/dtype move, weight load, kernel
+        switch), so a CUDA graph captured with the old one reads stale memory and must be dropped."""
+        return self._fast_a
+
     def _apply(self, fn, *args, **kwargs):
         out = super()._apply(fn, *args, **kwargs)
         if getattr(self, "_fast_a", None) is not None:
