@@ -7,8 +7,10 @@ configurations without a rebuild (:attr:`TorchEngine.stage_a_graphs`, :attr:`Tor
 
 * ``off``: no graphs, no row padding: the engine with ``BOOKTTS_TORCH_GRAPHS=0`` (as before graphs);
 * ``pad``: no graphs, stage A's chunks padded as with graphs: the same shapes as ``on``, eager;
-* ``on``: graphs (the default on CUDA): each chunk shape eager when first seen, captured the
-  second time, replayed after that.
+* ``on_a``: stage A's graphs only (each chunk shape eager when first seen, captured the second
+  time, replayed after that), stage B eager;
+* ``on``: the graphs of both stages (the default on CUDA): stage B's chunks also replayed as
+  graphs per (rows, frame bucket).
 
 Checks (exit status 1 if one fails), on the workload of ``bench/gpu_throughput.py`` (``--n``
 sentences of Alice, one batch, seed 0) and on a second batch of other sentences (seed 1, other
@@ -40,9 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-CONFIGS = ("off", "pad", "on")
-#: (stage_a_graphs, pad_stage_a) of each configuration
-SETTINGS = {"off": (False, False), "pad": (False, True), "on": (True, None)}
+CONFIGS = ("off", "pad", "on_a", "on")
+#: (stage_a_graphs, pad_stage_a, stage_b_graphs) of each configuration
+SETTINGS = {"off": (False, False, False), "pad": (False, True, False), "on_a": (True, None, False),
+            "on": (True, None, True)}
 #: passes of ``on`` before it replays every shape of a batch: first sight, capture
 SIGHTS = ("first-sight", "capture", "replay")
 
@@ -103,7 +106,7 @@ def main(argv=None) -> int:
           f"pipeline={eng.pipeline}", flush=True)
 
     def use(cfg: str) -> None:
-        eng.stage_a_graphs, eng.pad_stage_a = SETTINGS[cfg]
+        eng.stage_a_graphs, eng.pad_stage_a, eng.stage_b_graphs = SETTINGS[cfg]
 
     out = {"gpu": torch.cuda.get_device_name(eng.device), "torch": torch.__version__, "sentences": a.n,
            "reps": a.reps, "checks": {}, "configs": {}}
@@ -138,7 +141,7 @@ def main(argv=None) -> int:
         use("pad")
         ref_pad = eng.synthesize(batches[0])
         use("on")
-        eng._graphs.reset()
+        eng.reset_graphs()
         for sight in SIGHTS:
             check(f"batch 0 pipelined on({sight}) == pipelined pad", eng.synthesize(batches[0]), ref_pad)
     finally:
@@ -193,6 +196,8 @@ def main(argv=None) -> int:
                 times[(kind, cfg)].append(time.perf_counter() - t0)
     use("on")
     out["stats_after_timing"] = eng.stage_a_graph_stats()
+    out["stage_b_stats"] = eng._graphs_b.stats.as_dict() if eng._graphs_b is not None else None
+    print(f"stage B graphs: {out['stage_b_stats']}", flush=True)
     out["audio_s"] = round(audio_s, 1)
     out["stage_a_chunks"] = len(chunks)
     print(f"\n{a.n} sentences, {audio_s:.0f} s of audio, {len(chunks)} stage-A chunks, {a.reps} interleaved reps",

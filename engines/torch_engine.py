@@ -87,6 +87,13 @@ path: a replay goes on the current stream (the side stream there), and every sta
 batch runs on that one stream. A failed capture warns once and stage A runs eagerly from then on
 (the rows stay padded). :meth:`TorchEngine.stage_a_graph_stats` counts captures and replays.
 
+CUDA graphs of stage B (the same switch; on CUDA when the engine is eager, since a compiled one
+replays Inductor's own graphs): each chunk's flow + decoder (:meth:`TorchEngine._stage_b_pcm`) on
+its padded ``(rows, frame bucket)`` shape runs through a second cache (its own memory pool), keyed
+by that shape; its PCM output is copied out at once, before the next chunk's replay. Python-level
+kernel settings (tile sizes) are baked into a graph when it is captured:
+:meth:`TorchEngine.reset_graphs` drops both caches.
+
 Noise comes from a ``torch.Generator`` on the engine's device seeded with
 ``SynthesisBatch.seed`` (a fresh random seed when it is None): the same batch with
 the same seed on the same device gives the same audio. The duration noise is one
@@ -160,8 +167,9 @@ WARMUP_MODES = ("full", "lazy")
 #: stream) overlaps stage B of the previous one; "1" runs the stages one after the other.
 PIPELINE_ENV = "BOOKTTS_TORCH_PIPELINE"
 #: "1" replays stage A's chunks as CUDA graphs (engines.torch_vits.graphs; rows padded so shapes repeat: no
-#: host launch overhead), "0" launches its kernels one by one; unset: graphs on CUDA on the channels-last
-#: eager stage A. CUDA only.
+#: host launch overhead), and stage B's chunks too when the engine is not compiled (compiled, Inductor
+#: records its own); "0" launches kernels one by one; unset: graphs on CUDA on the channels-last eager
+#: stage A and the eager stage B. CUDA only.
 GRAPHS_ENV = "BOOKTTS_TORCH_GRAPHS"
 #: The default of $BOOKTTS_TORCH_PIPELINE on CUDA: one group. On the H200, 2 groups gained 3% over 1
 #: before stage A was rewritten (run 8) and nothing after (run 11: 11,512x vs 11,577x); 3-4 were slower.
@@ -374,6 +382,10 @@ class TorchEngine:
         #: pad stage A's chunks to :meth:`stage_a_rows` rows; None: whenever :attr:`stage_a_graphs` is on
         self.pad_stage_a: bool | None = None
         self._graphs = None  # GraphCache, made on first use
+        #: stage B's chunks replayed as CUDA graphs (the same switch; eager engines only); may be switched
+        #: on a live engine
+        self.stage_b_graphs = bool(self.is_cuda and not self.compiled and _env_flag(GRAPHS_ENV) is not False)
+        self._graphs_b = None  # stage B's GraphCache, made on first use
         self._graphs_for = None  # the packed stage A its graphs were captured with
         if self.compiled or self.compiled_stage_a:
             import torch._dynamo
@@ -429,7 +441,7 @@ class TorchEngine:
              "stage_a_gemm": (None if not self.fast_stage_a else
                               f"triton-{self.model.stage_a_precision}" if self.model.stage_a_kernels
                               else "cublas-fp32"),
-             "stage_a_graphs": self.stage_a_graphs,
+             "stage_a_graphs": self.stage_a_graphs, "stage_b_graphs": self.stage_b_graphs,
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),
@@ -721,7 +733,9 @@ class TorchEngine:
                                               eps_rows=local)
                         n = len(rows)
                         # compiled: pcm is a CUDA graph's output, overwritten by the next replay
-                        blocks.append((rows, f, pcm[:n].clone() if self.compiled else pcm[:n]))
+                        # compiled or stage B graphs: pcm is a graph's output, overwritten by a later replay
+                        blocks.append((rows, f, pcm[:n].clone() if self.compiled or self.stage_b_graphs
+                                       else pcm[:n]))
                 if gi + 2 < len(groups):
                     queued.append(launch_a(groups[gi + 2]))
             # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to
@@ -864,4 +878,21 @@ class TorchEngine:
             fr = torch.cat([fr, fr.new_zeros(padded - n)])
         if self.compiled:
             torch.compiler.cudagraph_mark_step_begin()
+        if self.stage_b_graphs:
+            return self._stage_b_graph_cache()((padded, f), (m, fr))
         return self._stage_b(m, fr)
+
+    def _stage_b_graph_cache(self):
+        """Stage B's :class:`~engines.torch_vits.graphs.GraphCache` (made on first use)."""
+        if self._graphs_b is None:
+            from engines.torch_vits.graphs import GraphCache
+
+            self._graphs_b = GraphCache(self._stage_b_pcm, self.device, name="stage B")
+        return self._graphs_b
+
+    def reset_graphs(self) -> None:
+        """Drop the CUDA graphs of both stages (they are captured again as shapes recur): after
+        changing a Python-level kernel setting that a capture bakes in, such as a tile size."""
+        for g in (self._graphs, self._graphs_b):
+            if g is not None:
+                g.reset()
