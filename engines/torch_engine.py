@@ -76,8 +76,8 @@ main one, and the host waits only for each group's frame counts (on CPU the grou
 CUDA graphs of stage A (``$BOOKTTS_TORCH_GRAPHS``; default on CUDA on the channels-last eager path):
 stage A launches some 300 small kernels per chunk, and the GPU outran the host that launched them
 (H200: 79 ms of kernels, 105 ms of host time per batch of 1024 sentences). Each chunk's rows are
-then padded like stage B's (:meth:`TorchEngine.stage_a_rows`: :func:`round_rows` of the width's
-chunk size; padding rows have id 0, length 1 and zero noise, and their outputs are dropped), so
+then padded (:meth:`TorchEngine.stage_a_rows`: to a multiple of :data:`STAGE_A_ROW_STEP` rows, at
+most the width's chunk size; padding rows have id 0, length 1 and zero noise, and their outputs are dropped), so
 chunk shapes repeat across batches, and a chunk runs through
 :class:`~engines.torch_vits.graphs.GraphCache` keyed by (padded rows, width, length scale): eager
 the first time a shape is seen, captured the second, replayed after that. Every op of stage A
@@ -171,6 +171,9 @@ PIPELINE_ENV = "BOOKTTS_TORCH_PIPELINE"
 #: records its own); "0" launches kernels one by one; unset: graphs on CUDA on the channels-last eager
 #: stage A and the eager stage B. CUDA only.
 GRAPHS_ENV = "BOOKTTS_TORCH_GRAPHS"
+#: Stage A's chunks are padded to a multiple of this many rows when they run as CUDA graphs (each
+#: shape a graph; TorchEngine.stage_a_rows).
+STAGE_A_ROW_STEP = 8
 #: The default of $BOOKTTS_TORCH_PIPELINE on CUDA: one group. On the H200, 2 groups gained 3% over 1
 #: before stage A was rewritten (run 8) and nothing after (run 11: 11,512x vs 11,577x); 3-4 were slower.
 CUDA_PIPELINE_GROUPS = 1
@@ -757,9 +760,12 @@ class TorchEngine:
 
     def stage_a_rows(self, n: int, tc: int) -> int:
         """Rows stage A runs for a chunk of ``n`` items ``tc`` ids wide when padding
-        (:attr:`pad_stage_a`): :func:`round_rows` capped at the width's chunk size
-        (``max_phonemes_per_chunk // tc``, at least ``n``), so the shapes repeat across batches."""
-        return round_rows(n, max(n, self.max_phonemes_per_chunk // tc))
+        (:attr:`pad_stage_a`): ``n`` rounded up to a multiple of :data:`STAGE_A_ROW_STEP`, capped at the
+        width's chunk size (``max_phonemes_per_chunk // tc``, at least ``n``), so the shapes repeat
+        across batches. Stage A's work grows with its rows: :func:`round_rows`' coarser sizes (up to
+        a third more rows) cost 10 ms a batch of 1024 sentences on the H200 (run 26)."""
+        step = STAGE_A_ROW_STEP
+        return min(-(-n // step) * step, max(n, self.max_phonemes_per_chunk // tc))
 
     def _run_stage_a(self, ids, lengths, noise, length_scale: float):
         """Stage A on one chunk (``ids`` ``[n, tc]``): ``m_p``, ``logs_p``, durations and frames whose first

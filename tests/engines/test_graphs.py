@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: pip install
 from engines import EngineSpec  # noqa: E402
 from engines.base import Scales, SynthesisBatch  # noqa: E402
 from engines.torch_engine import (  # noqa: E402
-    COMPILE_A_ENV, FAST_A_ENV, GRAPHS_ENV, TorchEngine, pad_stage_a_inputs, round_rows)
+    COMPILE_A_ENV, FAST_A_ENV, GRAPHS_ENV, STAGE_A_ROW_STEP, TorchEngine, pad_stage_a_inputs)
 from engines.torch_vits.graphs import GraphCache, _Graph  # noqa: E402
 from jobs.errors import EngineUnavailable  # noqa: E402
 
@@ -60,11 +60,13 @@ def test_stage_a_rows(budget):
         sizes = set()
         for n in range(1, max(cap, 1) + 1):
             r = eng.stage_a_rows(n, tc)
-            assert n <= r <= max(n, cap) and r == round_rows(n, max(n, cap)), (n, tc)
+            # a multiple of the step (fewer than a step of padding rows), or the width's full chunk
+            assert n <= r <= max(n, cap) and (r % STAGE_A_ROW_STEP == 0 or r == max(n, cap)), (n, tc)
+            assert r - n < STAGE_A_ROW_STEP, (n, tc)
             sizes.add(r)
         if cap >= 1:
             assert eng.stage_a_rows(cap, tc) == cap  # a full chunk is not padded
-            assert len(sizes) <= 2 * cap.bit_length() + 1, sizes  # ~2 sizes per doubling: few graphs per width
+            assert len(sizes) <= cap // STAGE_A_ROW_STEP + 1, sizes  # one size per step: bounded graphs per width
     assert eng.stage_a_rows(1, budget * 2) == 1  # a chunk wider than the budget holds one item, unpadded
 
 
@@ -81,7 +83,7 @@ def test_keys_repeat_across_batches():
             chunks += 1
     assert chunks > 300 and len(keys) < chunks / 3, (len(keys), chunks)
     for r, tc in keys:
-        assert r == round_rows(r, max(r, 8192 // tc)), (r, tc)  # every key's rows are an allowed size
+        assert r % STAGE_A_ROW_STEP == 0 or r == 8192 // tc, (r, tc)  # every key's rows are an allowed size
 
 
 # ---------------------------------------------------------------------------- padding rows change no real row
