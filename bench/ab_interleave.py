@@ -4,7 +4,8 @@
 
 The lent GPU's speed drifts by several percent between calls and within one (docs/PERFORMANCE.md),
 which is as large as the effects measured here. So one engine is built once and switched between
-configurations that need no rebuild, and the passes are interleaved: rep 1 of A, of B, of C, rep 2
+configurations that need no rebuild (each with its own CUDA graphs, captured in two warm-up
+passes before timing), and the passes are interleaved: rep 1 of A, of B, of C, rep 2
 of A, ... Each pass is ``TorchEngine.synthesize`` over the same workload as
 ``bench/gpu_throughput.py`` (1024 sentences of Alice, one batch; host ids to host int16 PCM). Per
 configuration: the median pass and its x real-time; per rep, the ratio of each configuration's pass
@@ -70,7 +71,14 @@ def main(argv=None) -> int:
     def ints(text: str) -> tuple:
         return tuple(int(v) for v in text.split("x"))
 
+    caches: dict[str, tuple] = {}  # each configuration's own CUDA graphs (a capture bakes its tiles in)
+    current = [None]
+
     def use(cfg: str) -> None:
+        if current[0] is not None:
+            caches[current[0]] = (eng._graphs, eng._graphs_for, eng._graphs_b)
+        eng._graphs, eng._graphs_for, eng._graphs_b = caches.get(cfg, (None, None, None))
+        current[0] = cfg
         kind, _, arg = cfg.partition("@")
         kernels = kind not in ("cublas", "wn128")
         if eng.model.stage_a_kernels != kernels:
@@ -86,15 +94,16 @@ def main(argv=None) -> int:
             fused_wn._block_config = lambda hidden, blk=ints(arg): blk
         elif kind == "rc":
             ch, blk = int(arg.split(":")[0]), ints(arg.split(":")[1])
-            fused_conv._block_config = lambda c: blk if c == ch else rc_default(c)
+            fused_conv._block_config = lambda c, k=3: blk if c == ch else rc_default(c, k)
 
     configs = a.configs.split(",")
     unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc")}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}
-    for cfg in configs:  # warm-up pass of each (compiles, cuDNN tuning)
+    for cfg in configs:  # warm-up passes of each (compiles, cuDNN tuning; graphs: first sight, capture)
         use(cfg)
+        eng.synthesize(batch)
         samples[cfg] = int(eng.synthesize(batch).sample_lengths.sum())
     if len(set(samples.values())) != 1:
         print(f"warning: sample counts differ between configurations: {samples}", flush=True)

@@ -40,7 +40,9 @@ import torch
 from engines.torch_vits.fused_conv import available  # noqa: F401  (re-exported: same requirement)
 from engines.torch_vits.launch import KernelLaunch, launch
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call; LayerNorm needs BLOCK_N >= N.
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call. With LayerNorm a program holds the whole
+#: row as ``ceil(N / BLOCK_N)`` column blocks of ``BLOCK_N`` (at most :data:`MAX_COLUMN_BLOCKS`): 192
+#: columns are three blocks of 64, where one power-of-two tile of 256 computed a quarter of it for nothing.
 #: Measured on the H200 (docs/PERFORMANCE.md, runs 15, 16, 20 and 21); other tiles were within a few
 #: percent and none was faster reliably: 32 x 256 x 32 with 4 warps for LayerNorm gave 0.983 of this
 #: default's whole-model time alone (run 20), but with the WN kernel's 4 stages the passes spread widely
@@ -58,8 +60,10 @@ SPLITS = {"fp16x3": 1, "fp16x3u": 2}
 #: the scale of the float16 remainders (2**11: float16 keeps 11 significant bits)
 LO_SCALE = 2048.0
 
-#: the widest row LayerNorm can normalize in one tile
+#: the widest row LayerNorm can normalize in one program
 LN_MAX_N = 256
+#: column blocks one program can hold (the kernel's accumulators are unrolled up to this many)
+MAX_COLUMN_BLOCKS = 4
 
 
 def _kernel():
@@ -148,12 +152,13 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
                              f"{tuple(residual.shape)}")
         r_sb, r_st = residual.stride(0), residual.stride(1)
     bm, bn, bk, warps, stages = block or BLOCKS["ln" if ln is not None else "plain"]
-    if ln is not None and bn < n:
-        raise ValueError(f"gemm: LayerNorm needs BLOCK_N >= {n}, not {bn}")
+    nb = -(-n // bn) if ln is not None else 1  # column blocks a program holds: the whole row for LayerNorm
+    if nb > MAX_COLUMN_BLOCKS:
+        raise ValueError(f"gemm: LayerNorm over {n} columns needs BLOCK_N >= {-(-n // MAX_COLUMN_BLOCKS)}, not {bn}")
     m = b * t
     gamma, beta, eps = ln if ln is not None else (bias, bias, 0.0)
     dummy = bias  # never read when its flag is off
-    grid = (-(-m // bm), -(-n // bn))
+    grid = (-(-m // bm), -(-n // (bn * nb)))
     launch(KernelLaunch(_kernel(), grid, (
         a, w_kn, w_lo if w_lo is not None else w_kn, bias, residual if residual is not None else dummy, gamma, beta,
         lengths if lengths is not None else dummy, out,
@@ -162,7 +167,7 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
         LN=ln is not None,
         ROW_MASK=lengths is not None, PRECISION="ieee" if precision in SPLITS else precision,
         SPLIT=SPLITS.get(precision, 0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)))
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NB=nb, num_warps=warps, num_stages=stages)))
     return out
 
 
