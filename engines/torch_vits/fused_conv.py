@@ -58,11 +58,11 @@ def available() -> bool:
 def _block_config(channels: int, kernel_size: int = 3) -> tuple[int, int]:
     """(time positions per program, warps) for a channel count and kernel size: an fp32 accumulator
     of ``BLOCK_T x C`` lives in registers. From ``bench/fused_conv_tune.py`` (run 1) and
-    ``bench/resconv_variants.py`` (run 24) on the H200: 64 x 4 warps, except 128 x 4 for 32 and 64
-    channels at kernel 5 and 7 (0.89-0.90 of 64 x 4's time with the half-precision leaky ReLU; at
-    kernel 3 within 3% either way, at 128 channels 1.3-1.6x slower); 16 channels (never run on a GPU)
-    keep 128."""
-    return (128, 4) if channels < 32 or (channels <= 64 and kernel_size >= 5) else (64, 4)
+    ``bench/resconv_variants.py`` (runs 24 and 27) on the H200, with the half-precision leaky ReLU:
+    128 x 4 warps for up to 64 channels (0.86-0.97 of 64 x 4's time; 64 x 2, 128 x 8, 256 x 4 and
+    256 x 8 were slower), 64 x 4 for 128 channels (128 x 4 was 1.3-1.6x slower). ``kernel_size`` is
+    accepted for tuning by kernel size; the default does not use it."""
+    return (128, 4) if channels <= 64 else (64, 4)
 
 
 def _kernel():

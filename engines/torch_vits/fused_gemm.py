@@ -43,11 +43,11 @@ from engines.torch_vits.launch import KernelLaunch, launch
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call. With LayerNorm a program holds the whole
 #: row as ``ceil(N / BLOCK_N)`` column blocks of ``BLOCK_N`` (at most :data:`MAX_COLUMN_BLOCKS`): 192
 #: columns are three blocks of 64, where one power-of-two tile of 256 computed a quarter of it for nothing.
-#: Measured on the H200 (docs/PERFORMANCE.md, runs 15, 16, 20 and 21); other tiles were within a few
-#: percent and none was faster reliably: 32 x 256 x 32 with 4 warps for LayerNorm gave 0.983 of this
-#: default's whole-model time alone (run 20), but with the WN kernel's 4 stages the passes spread widely
-#: (run 21), so the default stays the tile measured steadily in runs 19 and 20.
-BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 256, 32, 8, 3)}
+#: Measured on the H200 (docs/PERFORMANCE.md): the plain tile in runs 15-21 (others within a few percent);
+#: for LayerNorm, three 64-column blocks of 64 rows with 4 warps made the whole model 0.856 of the time
+#: it took with one 256-column tile of 64 rows and 8 warps (run 27, interleaved passes; 32 x 64 with 4
+#: warps 0.863, 128 x 64 with 8 warps 0.865, 64 x 64 with 8 warps 0.964).
+BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 64, 32, 4, 3)}
 
 #: "fp16x3": three float16 products of split operands (near float32, see above); otherwise a
 #: ``tl.dot`` input precision for float32 operands: "tf32x3" (near float32), "tf32" (one
