@@ -20,7 +20,9 @@ Configurations:
 * ``gemm@M1xN1xK1xW1xS1/M2xN2xK2xW2xS2``: the defaults with stage A's GEMM tiles (plain / LayerNorm)
   set, as :data:`engines.torch_vits.fused_gemm.BLOCKS`;
 * ``wn@BxWxS``: the defaults with the WN kernel's block (time positions, warps, stages);
-* ``rc@C:BxW``: the defaults with the resblock kernel's block for ``C`` channels.
+* ``rc@C:BxW``: the defaults with the resblock kernel's block for ``C`` channels;
+* ``nodds``: the defaults with the DDSConv prologue as PyTorch operations, not
+  :mod:`engines.torch_vits.fused_dds`'s kernel.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def main(argv=None) -> int:
         kernels = kind not in ("cublas", "wn128")
         if eng.model.stage_a_kernels != kernels:
             eng.model.use_fast_stage_a(True, kernels=kernels)  # packs the weights, outside the timed passes
+        eng.model._fast_a.fused_dds = kind != "nodds"
         fused_wn._block_config = wn_default
         fused_conv._block_config = rc_default
         fused_gemm.BLOCKS = dict(gemm_default)
@@ -97,7 +100,7 @@ def main(argv=None) -> int:
             fused_conv._block_config = lambda c, k=3: blk if c == ch else rc_default(c, k)
 
     configs = a.configs.split(",")
-    unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc")}
+    unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc", "nodds")}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}

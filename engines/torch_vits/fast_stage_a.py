@@ -50,8 +50,9 @@ stage A must not depend on them).
 With ``kernels=True`` (the engine's default on CUDA, ``$BOOKTTS_TORCH_STAGE_A_GEMM``) every GEMM
 but the attention's runs through :func:`engines.torch_vits.fused_gemm.gemm`: on the tensor cores
 as three float16 products of split operands (about 22 significant bits, near float32; see that
-module), with the residual, LayerNorm, activation and mask in its epilogue. The encoder's stream
-then lives, masked, in the FFN's padded input buffer (:meth:`FastStageA._encoder_tc`); padding
+module), with the residual, LayerNorm, activation and mask in its epilogue, and each DDSConv
+layer's depthwise convolution, LayerNorm and GELU run as one kernel
+(:mod:`engines.torch_vits.fused_dds`). The encoder's stream then lives, masked, in the FFN's padded input buffer (:meth:`FastStageA._encoder_tc`); padding
 rows hold zeros instead of unmasked values, which never reach a real position either way.
 """
 
@@ -63,6 +64,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engines.torch_vits.fused_dds import sepconv_ln_gelu
 from engines.torch_vits.fused_gemm import gemm, pack
 
 #: additive logit of a padding key (as the channel-first path's masked_fill): exp() gives exactly 0
@@ -152,6 +154,7 @@ class _Dds:
     dil: list
     k: int
     c1_kn: list | None = None  # [C, C] transposed, for the kernel path
+    taps_kc: list | None = None  # per layer: [k, C] (the taps stacked), for the kernel path
 
 
 class FastStageA:
@@ -163,6 +166,9 @@ class FastStageA:
         hp = model.hp
         #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, near fp32, fused epilogues)
         self.kernels = bool(kernels)
+        #: with ``kernels``: each DDSConv layer's prologue through :mod:`engines.torch_vits.fused_dds`
+        #: (False runs it as PyTorch operations; for A/B runs, ``bench/ab_interleave.py``)
+        self.fused_dds = True
         enc = model.enc_p
         self.device = enc.emb.weight.device
         self.dtype = enc.emb.weight.dtype
@@ -265,6 +271,7 @@ class FastStageA:
         self.dp_pre_kn, self.dp_proj_kn = kn(self.dp_pre_w), kn(self.dp_proj_w)
         for pk in [self.dp_dds] + [p["dds"] for op, p in self.plan if op == "conv"]:
             pk.c1_kn = [kn(w) for w in pk.c1_w]
+            pk.taps_kc = [torch.stack(taps).contiguous() for taps in pk.taps]
         for op, p in self.plan:
             if op == "conv":
                 p["proj_kn"] = kn(p["proj_w"])
@@ -407,13 +414,16 @@ class FastStageA:
         pad = (buf.shape[1] - t) // 2
         half = pk.k // 2
         for i, dil in enumerate(pk.dil):
-            taps = pk.taps[i]
-            y = torch.addcmul(pk.sep_b[i], buf[:, pad - half * dil:pad - half * dil + t], taps[0])
-            for j in range(1, pk.k):
-                o = pad + (j - half) * dil
-                y.addcmul_(buf[:, o:o + t], taps[j])
-            g, be, eps = pk.n1[i]
-            y = F.gelu(F.layer_norm(y, (c,), g, be, eps))
+            if self.kernels and self.fused_dds:  # the depthwise convolution, norm and GELU in one kernel
+                y = sepconv_ln_gelu(buf, pad, dil, pk.taps_kc[i], pk.sep_b[i], pk.n1[i])
+            else:
+                taps = pk.taps[i]
+                y = torch.addcmul(pk.sep_b[i], buf[:, pad - half * dil:pad - half * dil + t], taps[0])
+                for j in range(1, pk.k):
+                    o = pad + (j - half) * dil
+                    y.addcmul_(buf[:, o:o + t], taps[j])
+                g, be, eps = pk.n1[i]
+                y = F.gelu(F.layer_norm(y, (c,), g, be, eps))
             if self.kernels:  # mid = (mid + gelu(norm(1x1(y)))) * mask, in place, one kernel
                 gemm(y, pk.c1_kn[i], pk.c1_b[i], mid, ln=pk.n2[i], act="gelu", residual=mid, post_residual=True,
                      lengths=lengths)

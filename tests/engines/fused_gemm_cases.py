@@ -32,6 +32,9 @@ CPU_STAGE_A_BLOCKS = {"plain": (512, 256, 256, 4, 1), "ln": (512, 256, 256, 4, 1
 
 CASE_IDS = ["plain", "relu+mask", "residual+ln-in-place", "heads-in-heads-out", "im2col-in-channel-first-out",
             "ln+gelu+post-residual+mask"]
+# the DDSConv prologue kernel (engines.torch_vits.fused_dds): (id, channels, kernel, dilation, pad, rows)
+DDS_CASES = [("dds-c40-k3-d1", 40, 3, 1, 9, 37),  # 40 channels: masked lanes up to 64; several programs
+             ("dds-c192-k3-d9-edge", 192, 3, 9, 9, 20)]  # the voice's width and widest dilation: taps at the edges
 
 
 def kernel_cases(device: str, precision: str) -> dict:
@@ -77,6 +80,23 @@ def kernel_cases(device: str, precision: str) -> dict:
                lengths=lengths),
            G.gemm_reference(a, w, bias, residual=res, post_residual=True, ln=(gamma, beta, 1e-5), act="gelu",
                             lengths=lengths))
+    return out
+
+
+def dds_cases(device: str) -> dict:
+    """:func:`~engines.torch_vits.fused_dds.sepconv_ln_gelu` against the PyTorch operations it replaces."""
+    from engines.torch_vits import fused_dds as D
+
+    out = {}
+    g = torch.Generator().manual_seed(5)
+    for cid, c, k, dil, pad, t in DDS_CASES:
+        buf = torch.randn(2, t + 2 * pad, c, generator=g)
+        taps, bias = torch.randn(k, c, generator=g) * 0.5, torch.randn(c, generator=g)
+        ln = (torch.randn(c, generator=g), torch.randn(c, generator=g), 1e-5)
+        want = D.sepconv_ln_gelu_reference(buf, pad, dil, taps, bias, ln)
+        got = D.sepconv_ln_gelu(buf.to(device), pad, dil, taps.to(device), bias.to(device),
+                                (ln[0].to(device), ln[1].to(device), ln[2]), block=(16, 4)).cpu()
+        out[cid] = {"err": float((got - want).abs().max()), "scale": float(want.abs().max())}
     return out
 
 
@@ -150,6 +170,7 @@ def main(device: str) -> dict:
     if device == "cpu":
         G.BLOCKS = dict(CPU_BLOCKS)
     out = {f"{cid}@{p}": r for p in PRECISIONS for cid, r in kernel_cases(device, p).items()}
+    out.update(dds_cases(device))
     if device == "cpu":
         G.BLOCKS = dict(CPU_STAGE_A_BLOCKS)
     out["stage-a"] = stage_a_case(device)

@@ -40,6 +40,15 @@ def test_kernel_matches_reference(results, case, precision):
     assert got["err"] <= TOL[device] * max(1.0, got["scale"]), got
 
 
+@pytest.mark.parametrize("case", [c[0] for c in cases.DDS_CASES])
+def test_dds_prologue_matches_pytorch(results, case):
+    # the DDSConv layer's depthwise convolution, LayerNorm and GELU in one kernel: the same values as
+    # the PyTorch operations it replaces (float32 on both sides)
+    _, r = results
+    got = r[case]
+    assert got["err"] <= 2e-5 * max(1.0, got["scale"]), got
+
+
 def test_stage_a_through_kernel(results):
     # the voice's encoder and duration predictor with every GEMM in the kernel: the same prior
     # (rounding only), the same integer durations on real sentences, zeros past each length

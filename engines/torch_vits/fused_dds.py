@@ -1,0 +1,73 @@
+"""The duration predictor's DDSConv prologue as one Triton kernel: depthwise dilated convolution,
+LayerNorm and GELU.
+
+Each DDSConv layer of the stochastic duration predictor starts with a depthwise (one filter per
+channel) dilated convolution of ``K`` taps, then LayerNorm over the channels and an exact GELU,
+before its 1x1 convolution (:func:`engines.torch_vits.fused_gemm.gemm`, which adds the second
+norm, GELU and residual in its epilogue). Run as PyTorch operations that is ``K`` multiply-adds of
+strided views, a LayerNorm and a GELU: five kernels and five passes over ``[B, T, C]`` per layer,
+fifteen layers a chunk. :func:`sepconv_ln_gelu` does it in one pass, in float32.
+
+Layout: the layer's input lives, masked, in the middle rows of a zero-padded buffer
+``[B, T + 2*pad, C]`` (:class:`engines.torch_vits.fast_stage_a.FastStageA` keeps the duration
+predictor's stream there), so every tap reads inside the buffer.
+
+What it does not know: the model, text, which layer it runs. It needs Triton and CUDA tensors (or
+``TRITON_INTERPRET=1`` and CPU tensors, which is how the tests run it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engines.torch_vits.fused_conv import available  # noqa: F401  (re-exported: same requirement)
+from engines.torch_vits.launch import KernelLaunch, launch
+
+#: time rows per program (a [BLOCK_T, C rounded up to a power of two] float32 tile), warps
+BLOCK = (32, 4)
+
+
+def _kernel():
+    """The jitted kernel, imported on first use (see :mod:`engines.torch_vits.fused_conv`)."""
+    from engines.torch_vits._dds_kernel import sepconv_ln_gelu_kernel
+
+    return sepconv_ln_gelu_kernel
+
+
+def sepconv_ln_gelu(buf: torch.Tensor, pad: int, dilation: int, taps_kc: torch.Tensor, bias: torch.Tensor,
+                    ln: tuple, out: torch.Tensor | None = None, block: tuple | None = None) -> torch.Tensor:
+    """``gelu(layer_norm(bias + sum_j x[t + (j - K//2) * dilation] * taps_kc[j]))`` for ``x`` the middle
+    ``T`` rows of ``buf`` ``[B, T + 2*pad, C]`` (rows ``pad .. pad + T - 1``; unit column stride), as a
+    float32 ``[B, T, C]`` tensor (``out``, or new). ``taps_kc``: ``[K, C]`` contiguous (tap ``j`` of every
+    channel), ``K`` odd, ``pad >= (K // 2) * dilation``; ``ln``: ``(gamma, beta, eps)``."""
+    b, rows, c = buf.shape
+    k = taps_kc.shape[0]
+    t = rows - 2 * pad
+    if buf.stride(2) != 1 or k % 2 == 0 or tuple(taps_kc.shape) != (k, c) or not taps_kc.is_contiguous() \
+            or t < 1 or pad < (k // 2) * dilation:
+        raise ValueError(f"sepconv_ln_gelu: buffer {tuple(buf.shape)} (pad {pad}, unit column stride), taps "
+                         f"{tuple(taps_kc.shape)} (contiguous [K, C], K odd) and dilation {dilation} do not fit")
+    if out is None:
+        out = torch.empty(b, t, c, device=buf.device, dtype=torch.float32)
+    if tuple(out.shape) != (b, t, c) or out.stride(2) != 1:
+        raise ValueError(f"sepconv_ln_gelu: out must be a [B, T, C] view with unit column stride, not "
+                         f"{tuple(out.shape)}")
+    gamma, beta, eps = ln
+    cp = 1 << (c - 1).bit_length()
+    bt, warps = block or BLOCK
+    launch(KernelLaunch(_kernel(), (-(-t // bt), b), (
+        buf, taps_kc, bias, gamma, beta, out, t, int(pad), int(dilation), float(eps),
+        buf.stride(0), buf.stride(1), out.stride(0), out.stride(1)),
+        dict(C=c, CP=cp, K=k, BLOCK_T=bt, num_warps=warps)))
+    return out
+
+
+def sepconv_ln_gelu_reference(buf, pad, dilation, taps_kc, bias, ln):
+    """What :func:`sepconv_ln_gelu` computes, as the PyTorch operations it replaces."""
+    k = taps_kc.shape[0]
+    t = buf.shape[1] - 2 * pad
+    half = k // 2
+    y = bias.float() + sum(buf[:, pad + (j - half) * dilation: pad + (j - half) * dilation + t].float() * taps_kc[j]
+                           for j in range(k))
+    g, be, eps = ln
+    return torch.nn.functional.gelu(torch.nn.functional.layer_norm(y, (y.shape[-1],), g, be, eps))
