@@ -22,7 +22,11 @@ Configurations:
 * ``wn@BxWxS``: the defaults with the WN kernel's block (time positions, warps, stages);
 * ``rc@C:BxW``: the defaults with the resblock kernel's block for ``C`` channels;
 * ``nodds``: the defaults with the DDSConv prologue as PyTorch operations, not
-  :mod:`engines.torch_vits.fused_dds`'s kernel.
+  :mod:`engines.torch_vits.fused_dds`'s kernel;
+* ``nooverlap``: the defaults with the PCM copied to the host after the last chunk, not chunk by
+  chunk on a copy stream;
+* ``pipe2``: the defaults with stage A in two pipeline groups (``BOOKTTS_TORCH_PIPELINE=2``; the prior
+  noise is drawn per group, so its audio differs).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ def main(argv=None) -> int:
     def ints(text: str) -> tuple:
         return tuple(int(v) for v in text.split("x"))
 
+    pipeline_default = eng.pipeline
     caches: dict[str, tuple] = {}  # each configuration's own CUDA graphs (a capture bakes its tiles in)
     current = [None]
 
@@ -86,6 +91,8 @@ def main(argv=None) -> int:
         if eng.model.stage_a_kernels != kernels:
             eng.model.use_fast_stage_a(True, kernels=kernels)  # packs the weights, outside the timed passes
         eng.model._fast_a.fused_dds = kind != "nodds"
+        eng.copy_overlap = kind != "nooverlap"
+        eng.pipeline = 2 if kind == "pipe2" else pipeline_default
         fused_wn._block_config = wn_default
         fused_conv._block_config = rc_default
         fused_gemm.BLOCKS = dict(gemm_default)
@@ -100,7 +107,8 @@ def main(argv=None) -> int:
             fused_conv._block_config = lambda c, k=3: blk if c == ch else rc_default(c, k)
 
     configs = a.configs.split(",")
-    unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc", "nodds")}
+    unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc", "nodds",
+                                                                 "nooverlap", "pipe2")}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}

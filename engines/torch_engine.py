@@ -352,6 +352,10 @@ class TorchEngine:
         self.pad_rows = self.is_cuda
         self.pipeline = self._pipeline_groups()
         self._stream = None
+        self._copier = None  # the device-to-host copy stream (CUDA, one pipeline group)
+        #: copy each chunk's PCM to the host while the next chunk computes (CUDA, one pipeline group);
+        #: False copies after the last chunk (for A/B runs)
+        self.copy_overlap = True
         if compile is None:
             compile = _env_flag(COMPILE_ENV)
         # Default: compile on CUDA, except with the fused decoder, which ran faster eager on the H200
@@ -718,6 +722,15 @@ class TorchEngine:
 
             queued = [launch_a(g) for g in groups[:2]]
             blocks = []  # (rows, frame bucket, int16 [n, f*hop] on the device)
+            # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to back
+            # in one fresh host buffer (on CUDA pinned, from PyTorch's caching host allocator, filled by
+            # async copies): one copy of the audio, not a [B, S] array padded to the longest item. With one
+            # group on CUDA the batch's size is known before stage B, and each chunk's copy runs on a copy
+            # stream while the next chunk computes; otherwise the copies follow the last chunk.
+            copier = self._copy_stream() if self.is_cuda and len(groups) == 1 and self.copy_overlap else None
+            host = None
+            offsets = np.zeros(b, dtype=np.int64)
+            off = 0
             for gi in range(len(groups)):
                 rows_g, fr_host, done = queued.pop(0)
                 if done is not None:
@@ -729,33 +742,33 @@ class TorchEngine:
                 # batch's lengths, so the same batch and seed give the same noise
                 eps = (torch.randn(len(rows_g), c, int(fh.max()), generator=gen, device=dev)
                        if sc.noise_scale != 0 else None)
+                plan = self.stage_b_chunks(fh)
+                if copier is not None:
+                    host = torch.empty(sum(len(lo) * f * self.hop for lo, f in plan), dtype=torch.int16,
+                                       pin_memory=True)
                 with self._flags(benchmark=self.is_cuda and self.autotune):
-                    for local, f in self.stage_b_chunks(fh):
+                    for local, f in plan:
                         rows = rows_g[local]
                         pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
                                               eps_rows=local)
                         n = len(rows)
-                        # compiled: pcm is a CUDA graph's output, overwritten by the next replay
                         # compiled or stage B graphs: pcm is a graph's output, overwritten by a later replay
-                        blocks.append((rows, f, pcm[:n].clone() if self.compiled or self.stage_b_graphs
-                                       else pcm[:n]))
+                        blk = pcm[:n].clone() if self.compiled or self.stage_b_graphs else pcm[:n]
+                        blocks.append((rows, f, blk))  # kept until the copies are done
+                        if copier is not None:
+                            copier.wait_stream(main)
+                            off = self._pack_block(host, off, offsets, rows, f, blk, copier)
                 if gi + 2 < len(groups):
                     queued.append(launch_a(groups[gi + 2]))
-            # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to
-            # back in one fresh host buffer (on CUDA pinned, from PyTorch's caching host allocator,
-            # filled by stream-ordered async copies): one copy of the audio, not a [B, S] array padded
-            # to the longest item
-            need = sum(len(r) * f * self.hop for r, f, _ in blocks)
-            host = torch.empty(need, dtype=torch.int16, pin_memory=self.is_cuda)
-            offsets = np.zeros(b, dtype=np.int64)
-            off = 0
-            for rows, f, pcm in blocks:
-                n, w = len(rows), f * self.hop
-                host[off:off + n * w].view(n, w).copy_(pcm, non_blocking=self.is_cuda)
-                offsets[rows] = off + w * np.arange(n)
-                off += n * w
+            if host is None:
+                host = torch.empty(sum(len(r) * f * self.hop for r, f, _ in blocks), dtype=torch.int16,
+                                   pin_memory=self.is_cuda)
+                for rows, f, blk in blocks:
+                    off = self._pack_block(host, off, offsets, rows, f, blk, None)
             if self.is_cuda:
                 main.synchronize()
+                if copier is not None:
+                    copier.synchronize()
         return host.numpy(), offsets, frames_host * self.hop  # the buffer is this call's own
 
     def stage_a_rows(self, n: int, tc: int) -> int:
@@ -825,6 +838,21 @@ class TorchEngine:
             bounds.append(min(max(c, bounds[-1] + 1), len(chunks) - (n - k)))
         bounds.append(len(chunks))
         return [list(chunks[a:z]) for a, z in zip(bounds[:-1], bounds[1:])]
+
+    def _pack_block(self, host, off: int, offsets, rows, f: int, blk, stream) -> int:
+        """Copy one chunk's PCM ``[n, f*hop]`` into ``host`` at ``off`` (asynchronously on CUDA, on ``stream``
+        when given), record its items' offsets; returns the next offset."""
+        n, w = len(rows), f * self.hop
+        ctx = self.torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+        with ctx:
+            host[off:off + n * w].view(n, w).copy_(blk, non_blocking=self.is_cuda)
+        offsets[rows] = off + w * np.arange(n)
+        return off + n * w
+
+    def _copy_stream(self):
+        if self._copier is None:
+            self._copier = self.torch.cuda.Stream(self.device)
+        return self._copier
 
     def _side_stream(self):
         if self._stream is None:
