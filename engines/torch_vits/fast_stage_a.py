@@ -51,7 +51,7 @@ With ``kernels=True`` (the engine's default on CUDA, ``$BOOKTTS_TORCH_STAGE_A_GE
 but the attention's runs through :func:`engines.torch_vits.fused_gemm.gemm`: on the tensor cores
 as three float16 products of split operands (about 22 significant bits, near float32; see that
 module), with the residual, LayerNorm, activation and mask in its epilogue, and each DDSConv
-layer's depthwise convolution, LayerNorm and GELU run as one kernel
+layer's depthwise convolution, LayerNorm and GELU, and each flow's spline, run as one kernel each
 (:mod:`engines.torch_vits.fused_dds`). The encoder's stream then lives, masked, in the FFN's padded input buffer (:meth:`FastStageA._encoder_tc`); padding
 rows hold zeros instead of unmasked values, which never reach a real position either way.
 """
@@ -65,6 +65,7 @@ import torch
 import torch.nn.functional as F
 
 from engines.torch_vits.fused_dds import sepconv_ln_gelu
+from engines.torch_vits.fused_dds import spline_inverse as fused_spline_inverse
 from engines.torch_vits.fused_gemm import gemm, pack
 
 #: additive logit of a padding key (as the channel-first path's masked_fill): exp() gives exactly 0
@@ -166,8 +167,9 @@ class FastStageA:
         hp = model.hp
         #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, near fp32, fused epilogues)
         self.kernels = bool(kernels)
-        #: with ``kernels``: each DDSConv layer's prologue through :mod:`engines.torch_vits.fused_dds`
-        #: (False runs it as PyTorch operations; for A/B runs, ``bench/ab_interleave.py``)
+        #: with ``kernels``: each DDSConv layer's prologue and each flow's spline through the kernels of
+        #: :mod:`engines.torch_vits.fused_dds` (False runs them as PyTorch operations; for A/B runs,
+        #: ``bench/ab_interleave.py``)
         self.fused_dds = True
         enc = model.enc_p
         self.device = enc.emb.weight.device
@@ -466,7 +468,10 @@ class FastStageA:
                 self._dds(p["dds"], buf, mid, m3, lengths)
                 st = project(p["proj_w"], p["proj_b"], p.get("proj_kn"))  # [b, t, 3K-1]
                 nb = p["nb"]
-                z1 = spline_inverse(z1, st, nb, p["tail"], consts=p["consts"]) * mask
+                if self.kernels and self.fused_dds:  # the spline and the mask in one kernel
+                    z1 = fused_spline_inverse(z1, st, lengths, nb, p["tail"])
+                else:
+                    z1 = spline_inverse(z1, st, nb, p["tail"], consts=p["consts"]) * mask
             else:  # the affine flow, on the channel that is returned
                 return (z0 - p["m"][0]) * p["scale"][0] * mask
         raise AssertionError("unreachable")  # pragma: no cover

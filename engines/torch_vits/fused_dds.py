@@ -1,5 +1,5 @@
-"""The duration predictor's DDSConv prologue as one Triton kernel: depthwise dilated convolution,
-LayerNorm and GELU.
+"""Two Triton kernels of the stochastic duration predictor: the DDSConv prologue (depthwise dilated
+convolution, LayerNorm and GELU) and the inverse rational-quadratic spline of its flows.
 
 Each DDSConv layer of the stochastic duration predictor starts with a depthwise (one filter per
 channel) dilated convolution of ``K`` taps, then LayerNorm over the channels and an exact GELU,
@@ -11,6 +11,10 @@ fifteen layers a chunk. :func:`sepconv_ln_gelu` does it in one pass, in float32.
 Layout: the layer's input lives, masked, in the middle rows of a zero-padded buffer
 ``[B, T + 2*pad, C]`` (:class:`engines.torch_vits.fast_stage_a.FastStageA` keeps the duration
 predictor's stream there), so every tap reads inside the buffer.
+
+:func:`spline_inverse` is :func:`engines.torch_vits.fast_stage_a.spline_inverse` (softmax of the
+bin widths and heights, their running sums, the bin search, the knots' gather and the quadratic's
+root) followed by the mask, per element in one pass instead of some forty small kernels a flow.
 
 What it does not know: the model, text, which layer it runs. It needs Triton and CUDA tensors (or
 ``TRITON_INTERPRET=1`` and CPU tensors, which is how the tests run it).
@@ -71,3 +75,30 @@ def sepconv_ln_gelu_reference(buf, pad, dilation, taps_kc, bias, ln):
                            for j in range(k))
     g, be, eps = ln
     return torch.nn.functional.gelu(torch.nn.functional.layer_norm(y, (y.shape[-1],), g, be, eps))
+
+
+#: time rows per program of :func:`spline_inverse`, warps
+SPLINE_BLOCK = (64, 4)
+
+
+def spline_inverse(x: torch.Tensor, st: torch.Tensor, lengths: torch.Tensor, num_bins: int, tail_bound: float,
+                   min_w: float = 1e-3, min_h: float = 1e-3, min_d: float = 1e-3,
+                   block: tuple | None = None) -> torch.Tensor:
+    """:func:`engines.torch_vits.fast_stage_a.spline_inverse` of ``x`` ``[B, T]`` (any strides) with the
+    unnormalized widths, heights and inner derivatives side by side in ``st`` ``[B, T, 3*num_bins - 1]``
+    (unit last stride), times the mask of ``lengths``: a new float32 ``[B, T]`` tensor."""
+    b, t = x.shape
+    if min_w != min_h:  # pragma: no cover - VITS uses one minimum for both
+        raise ValueError("widths and heights are normalized together; they need the same minimum")
+    if tuple(st.shape) != (b, t, 3 * num_bins - 1) or st.stride(2) != 1:
+        raise ValueError(f"spline_inverse: st must be [B, T, {3 * num_bins - 1}] with unit last stride, not "
+                         f"{tuple(st.shape)}")
+    from engines.torch_vits._dds_kernel import spline_inverse_kernel
+
+    out = torch.empty(b, t, device=x.device, dtype=torch.float32)
+    bt, warps = block or SPLINE_BLOCK
+    launch(KernelLaunch(spline_inverse_kernel, (-(-t // bt), b), (
+        x, st, lengths, out, t, x.stride(0), x.stride(1), st.stride(0), st.stride(1), float(tail_bound),
+        float(min_w), float(min_d)), dict(NB=num_bins, KP=1 << (num_bins - 1).bit_length(), BLOCK_T=bt,
+                                          num_warps=warps)))
+    return out

@@ -100,6 +100,27 @@ def dds_cases(device: str) -> dict:
     return out
 
 
+def spline_cases(device: str) -> dict:
+    """:func:`~engines.torch_vits.fused_dds.spline_inverse` against the PyTorch spline it replaces (times
+    the mask), on inputs inside and outside the tail bound, from a strided ``[B, T]`` view, with a
+    padded tail and a row of length 0."""
+    from engines.torch_vits import fused_dds as D
+    from engines.torch_vits.fast_stage_a import spline_inverse
+
+    g = torch.Generator().manual_seed(6)
+    nb, tail, b, t = 10, 5.0, 3, 150
+    z = torch.randn(b, 2, t, generator=g) * 3.0  # some beyond +-5: the identity outside
+    z[0, 1, :4] = torch.tensor([-5.0, 5.0, 0.0, -4.999])  # on and near the bounds
+    st = torch.randn(b, t, 3 * nb - 1, generator=g) * 2.0
+    st[1, :, 2 * nb:] += 25.0  # derivatives through softplus's linear branch
+    lengths = torch.tensor([t, 77, 0])
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).float()
+    want = spline_inverse(z[:, 1], st, nb, tail) * mask
+    got = D.spline_inverse(z.to(device)[:, 1], st.to(device), lengths.to(device), nb, tail, block=(32, 4)).cpu()
+    return {"spline": {"err": float((got - want).abs().max()), "scale": float(want.abs().max()),
+                       "tail_zero": bool(not got[1, 77:].any() and not got[2].any())}}
+
+
 def stage_a_case(device: str) -> dict:
     """The voice's stage A (fp32 weights from its ONNX file) on real sentences: the kernel path
     against the cuBLAS/CPU GEMM path of the same FastStageA."""
@@ -171,6 +192,7 @@ def main(device: str) -> dict:
         G.BLOCKS = dict(CPU_BLOCKS)
     out = {f"{cid}@{p}": r for p in PRECISIONS for cid, r in kernel_cases(device, p).items()}
     out.update(dds_cases(device))
+    out.update(spline_cases(device))
     if device == "cpu":
         G.BLOCKS = dict(CPU_STAGE_A_BLOCKS)
     out["stage-a"] = stage_a_case(device)

@@ -49,6 +49,14 @@ def test_dds_prologue_matches_pytorch(results, case):
     assert got["err"] <= 2e-5 * max(1.0, got["scale"]), got
 
 
+def test_spline_kernel_matches_pytorch(results):
+    # the duration flows' inverse spline and mask in one kernel: the PyTorch spline's values (float32;
+    # the softmax and sums in another order), the identity outside the bound, zeros past each length
+    _, r = results
+    got = r["spline"]
+    assert got["err"] <= 2e-5 * max(1.0, got["scale"]) and got["tail_zero"], got
+
+
 def test_stage_a_through_kernel(results):
     # the voice's encoder and duration predictor with every GEMM in the kernel: the same prior
     # (rounding only), the same integer durations on real sentences, zeros past each length
