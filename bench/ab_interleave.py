@@ -21,6 +21,8 @@ Configurations:
   set, as :data:`engines.torch_vits.fused_gemm.BLOCKS`;
 * ``wn@BxWxS``: the defaults with the WN kernel's block (time positions, warps, stages);
 * ``rc@C:BxW``: the defaults with the resblock kernel's block for ``C`` channels;
+* ``up@CI:B``: the defaults with the upsampling kernel's ``B`` input positions a program for ``CI``
+  input channels;
 * ``nodds``: the defaults with the DDSConv prologue as PyTorch operations, not
   :mod:`engines.torch_vits.fused_dds`'s kernel;
 * ``nooverlap``: the defaults with the PCM copied to the host after the last chunk, not chunk by
@@ -73,6 +75,7 @@ def main(argv=None) -> int:
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"))
     wn_default, rc_default, gemm_default = fused_wn._block_config, fused_conv._block_config, dict(fused_gemm.BLOCKS)
+    up_default = fused_conv._upsample_block
 
     def ints(text: str) -> tuple:
         return tuple(int(v) for v in text.split("x"))
@@ -96,19 +99,23 @@ def main(argv=None) -> int:
         fused_wn._block_config = wn_default
         fused_conv._block_config = rc_default
         fused_gemm.BLOCKS = dict(gemm_default)
+        fused_conv._upsample_block = up_default
         if kind == "wn128":
             fused_wn._block_config = lambda hidden: (128, 8, 3)
         elif kind == "gemm":
             fused_gemm.BLOCKS = dict(zip(("plain", "ln"), (ints(blk) for blk in arg.split("/"))))
         elif kind == "wn":
             fused_wn._block_config = lambda hidden, blk=ints(arg): blk
+        elif kind == "up":
+            ci, bt = (int(v) for v in arg.split(":"))
+            fused_conv._upsample_block = lambda c, ci=ci, bt=bt: bt if c == ci else up_default(c)
         elif kind == "rc":
             ch, blk = int(arg.split(":")[0]), ints(arg.split(":")[1])
             fused_conv._block_config = lambda c, k=3: blk if c == ch else rc_default(c, k)
 
     configs = a.configs.split(",")
     unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc", "nodds",
-                                                                 "nooverlap", "pipe2")}
+                                                                 "nooverlap", "pipe2", "up")}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}

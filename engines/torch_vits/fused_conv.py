@@ -236,6 +236,12 @@ def upsample_supported(c_in: int, c_out: int, kernel_size: int, stride: int, pad
             and c_out in SUPPORTED_CHANNELS)
 
 
+def _upsample_block(c_in: int) -> int:
+    """Input positions per program of :func:`upsample` (4 warps; all output phases of a position in one
+    program): fewer for the 256-channel first layer, whose input tiles are twice as wide."""
+    return 32 if c_in > 128 else 64
+
+
 def pack_up_weight(weight: torch.Tensor) -> torch.Tensor:
     """A ConvTranspose1d weight ``[C_in, C_out, K]`` as :func:`upsample` reads it: ``[K, C_in, C_out]``."""
     return weight.detach().permute(2, 0, 1).contiguous()
@@ -255,7 +261,7 @@ def upsample(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, stride: i
     from engines.torch_vits._resconv_kernel import upsample_kernel
 
     out = torch.empty(b, t * stride, co, dtype=x.dtype, device=x.device)
-    block_t = 32 if ci > 128 else 64
+    block_t = _upsample_block(ci)
     launch(KernelLaunch(upsample_kernel, (-(-(t + 1) // block_t), b),
                         (x, w_kio, bias, out, lengths if lengths is not None else x, t, int(padding), int(len_scale)),
                         dict(CI=ci, CO=co, U=int(stride), BLOCK_T=block_t, HAS_LEN=lengths is not None, num_warps=4)))
