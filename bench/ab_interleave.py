@@ -46,15 +46,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def main(argv=None) -> int:
-    import numpy as np
     import torch
 
     from engines import EngineSpec
-    from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import TorchEngine
     from engines.torch_vits import fused_conv, fused_gemm, fused_wn
     from engines.weights import voice_from_weights
-    from gpu_throughput import load_alice
+    from gpu_throughput import alice_workload
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", required=True)
@@ -66,12 +64,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     voice = voice_from_weights(a.weights)
-    seqs = load_alice()
-    rng = np.random.default_rng(0)
-    pick = np.sort(rng.choice(len(seqs), size=min(a.n, len(seqs)), replace=False))
-    seqs = [seqs[i] for i in pick]
-    sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
-    batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
+    seqs, batch = alice_workload(voice, a.n)
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"))
     wn_default, rc_default, gemm_default = fused_wn._block_config, fused_conv._block_config, dict(fused_gemm.BLOCKS)

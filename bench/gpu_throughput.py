@@ -68,6 +68,19 @@ def load_alice(path: Path = DATA) -> list[list[int]]:
     return [ids[off[i]:off[i + 1]].tolist() for i in range(len(off) - 1)]
 
 
+def alice_workload(voice, n: int):
+    """The benchmark workload: ``n`` sentences of Alice picked with seed 0 (in book order) and one
+    :class:`~engines.base.SynthesisBatch` of them at the voice's scales, seed 0: (sentences, batch)."""
+    from engines.base import Scales, SynthesisBatch
+
+    seqs = load_alice()
+    rng = np.random.default_rng(0)
+    pick = np.sort(rng.choice(len(seqs), size=min(n, len(seqs)), replace=False))
+    seqs = [seqs[i] for i in pick]
+    sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
+    return seqs, SynthesisBatch.from_sequences(seqs, sc, seed=0)
+
+
 # --------------------------------------------------------------------------- measurement
 class Bench:
     def __init__(self, args):
@@ -81,10 +94,7 @@ class Bench:
         self.t_start = time.perf_counter()
         self.voice = voice_from_weights(args.weights) if args.weights else resolve_voice()
         self.sr = self.voice.sample_rate
-        seqs = load_alice()
-        rng = np.random.default_rng(0)
-        pick = np.sort(rng.choice(len(seqs), size=min(args.n, len(seqs)), replace=False))
-        self.seqs = [seqs[i] for i in pick]
+        self.seqs, _ = alice_workload(self.voice, args.n)
         self.rows: list[dict] = []
         self.out: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "rows": self.rows}
         if torch.cuda.is_available():

@@ -41,11 +41,11 @@ def main(argv=None) -> int:
     import torch
 
     from engines import EngineSpec
-    from engines.base import Scales, SynthesisBatch
+    from engines.base import Scales
     from engines.torch_engine import TorchEngine
     from engines.torch_vits import fused_gemm
     from engines.weights import voice_from_weights
-    from gpu_throughput import load_alice
+    from gpu_throughput import alice_workload
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", required=True)
@@ -58,12 +58,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     voice = voice_from_weights(a.weights)
-    seqs = load_alice()
-    rng = np.random.default_rng(0)
-    pick = np.sort(rng.choice(len(seqs), size=min(a.n, len(seqs)), replace=False))
-    seqs = [seqs[i] for i in pick]
+    seqs, batch = alice_workload(voice, a.n)
     sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
-    batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"),
                       fast_stage_a=False)

@@ -105,22 +105,15 @@ def main(argv=None) -> int:
         k, _, v = kv.partition("=")
         os.environ[k] = v
 
-    import numpy as np
     import torch
 
     from engines import EngineSpec
-    from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import TorchEngine
     from engines.weights import voice_from_weights
-    from gpu_throughput import load_alice
+    from gpu_throughput import alice_workload
 
     voice = voice_from_weights(a.weights)
-    seqs = load_alice()
-    rng = np.random.default_rng(0)
-    pick = np.sort(rng.choice(len(seqs), size=min(a.n, len(seqs)), replace=False))
-    seqs = [seqs[i] for i in pick]
-    sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
-    batch = SynthesisBatch.from_sequences(seqs, sc, seed=0)
+    _, batch = alice_workload(voice, a.n)
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False)
 
