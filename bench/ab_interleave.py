@@ -129,7 +129,8 @@ def main(argv=None) -> int:
             times[cfg].append(time.perf_counter() - t0)
     use(configs[0])
     audio_s = samples[configs[0]] / voice.sample_rate
-    out = {"gpu": torch.cuda.get_device_name(0) if eng.is_cuda else "cpu", "torch": torch.__version__, "sentences": len(seqs),
+    out = {"gpu": torch.cuda.get_device_name(0) if eng.is_cuda else "cpu", "torch": torch.__version__,
+           "sentences": len(seqs),
            "audio_s": round(audio_s, 1), "reps": a.reps, "configs": {}}
     for cfg in configs:
         med = statistics.median(times[cfg])

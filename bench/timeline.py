@@ -47,7 +47,8 @@ def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
               if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"] in phases]
     launch = {}
     for e in ev:
-        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+        runtime = e.get("cat") in ("cuda_runtime", "cuda_driver")
+        if e.get("ph") == "X" and runtime and "correlation" in e.get("args", {}):
             launch[e["args"]["correlation"]] = e["ts"]
     dev = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     out = {p: {"kernels": 0, "intervals": [], "host_ms": 0.0} for p in phases + ("other",)}

@@ -77,8 +77,8 @@ CUDA graphs of stage A (``$BOOKTTS_TORCH_GRAPHS``; default on CUDA on the channe
 stage A launches some 300 small kernels per chunk, and the GPU outran the host that launched them
 (H200: 79 ms of kernels, 105 ms of host time per batch of 1024 sentences). Each chunk's rows are
 then padded (:meth:`TorchEngine.stage_a_rows`: to a multiple of :data:`STAGE_A_ROW_STEP` rows, at
-most the width's chunk size; padding rows have id 0, length 1 and zero noise, and their outputs are dropped), so
-chunk shapes repeat across batches, and a chunk runs through
+most the width's chunk size; padding rows have id 0, length 1 and zero noise, and their outputs are
+dropped), so chunk shapes repeat across batches, and a chunk runs through
 :class:`~engines.torch_vits.graphs.GraphCache` keyed by (padded rows, width, length scale): eager
 the first time a shape is seen, captured the second, replayed after that. Every op of stage A
 treats each row on its own (per-row GEMMs, attention per item and head, masks and sums per row),

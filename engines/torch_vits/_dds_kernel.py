@@ -31,7 +31,8 @@ def sepconv_ln_gelu_kernel(buf_ptr, taps_ptr, b_ptr, g_ptr, be_ptr, out_ptr, T, 
     diff = tl.where(ok, acc - mean[:, None], 0.0)
     var = tl.sum(diff * diff, axis=1) / C
     y = diff * (1.0 / tl.sqrt(var + eps))[:, None]
-    y = y * tl.load(g_ptr + offs_c, mask=c_ok, other=0.0)[None, :] + tl.load(be_ptr + offs_c, mask=c_ok, other=0.0)[None, :]
+    gamma = tl.load(g_ptr + offs_c, mask=c_ok, other=0.0)
+    y = y * gamma[None, :] + tl.load(be_ptr + offs_c, mask=c_ok, other=0.0)[None, :]
     y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))  # GELU, exact (erf)
     tl.store(out_ptr + pid_b * o_b + offs_t[:, None].to(tl.int64) * o_t + offs_c[None, :], y, mask=ok)
 

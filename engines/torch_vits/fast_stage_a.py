@@ -52,8 +52,9 @@ but the attention's runs through :func:`engines.torch_vits.fused_gemm.gemm`: on 
 as three float16 products of split operands (about 22 significant bits, near float32; see that
 module), with the residual, LayerNorm, activation and mask in its epilogue, and each DDSConv
 layer's depthwise convolution, LayerNorm and GELU, and each flow's spline, run as one kernel each
-(:mod:`engines.torch_vits.fused_dds`). The encoder's stream then lives, masked, in the FFN's padded input buffer (:meth:`FastStageA._encoder_tc`); padding
-rows hold zeros instead of unmasked values, which never reach a real position either way.
+(:mod:`engines.torch_vits.fused_dds`). The encoder's stream then lives, masked, in the FFN's padded
+input buffer (:meth:`FastStageA._encoder_tc`); padding rows hold zeros instead of unmasked values,
+which never reach a real position either way.
 """
 
 from __future__ import annotations

@@ -39,9 +39,9 @@ Capture runs inside the call, so under the caller's ambient settings (cuDNN flag
 current device); a key must change when those do. Capture uses ``capture_error_mode=
 "thread_local"`` (as PyTorch's own CUDA-graph trees of ``torch.compile`` do): calls that are unsafe
 during capture fail in this thread only, not in other threads of the process that happen to use
-CUDA meanwhile. A capture that fails (an unsupported operation, a host sync inside ``fn``, out of
-memory) is not fatal: the cache warns once, drops its graphs, runs eagerly from then on (:attr:`GraphCache.enabled` False, :attr:`GraphCache.error`
-says why) and returns the eager result.
+CUDA meanwhile. A capture that fails (an unsupported operation, a host sync inside ``fn``, out of memory) is not
+fatal: the cache warns once, drops its graphs, runs eagerly from then on (:attr:`GraphCache.enabled`
+False, :attr:`GraphCache.error` says why) and returns the eager result.
 
 What it does not know: what the function computes, how inputs were padded to repeat shapes,
 or the engine's switches. CUDA graphs exist only on CUDA devices: a cache for another device is
