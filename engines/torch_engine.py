@@ -171,6 +171,12 @@ PIPELINE_ENV = "BOOKTTS_TORCH_PIPELINE"
 #: records its own); "0" launches kernels one by one; unset: graphs on CUDA on the channels-last eager
 #: stage A and the eager stage B. CUDA only.
 GRAPHS_ENV = "BOOKTTS_TORCH_GRAPHS"
+#: At most this many CUDA graphs per stage; chunks of a new shape past that run eagerly. Each graph keeps
+#: its inputs and outputs in device memory (a full stage-A chunk's about 100 MB): a long-lived worker
+#: would otherwise collect a graph for every shape it ever meets. The benchmark batch of 1024 sentences
+#: uses 13 stage-A and 31 stage-B shapes (10.2 GB reserved for both, run 26); the cap itself has not
+#: been measured against memory on a GPU.
+MAX_GRAPHS_PER_STAGE = 128
 #: Stage A's chunks are padded to a multiple of this many rows when they run as CUDA graphs (each
 #: shape a graph; TorchEngine.stage_a_rows).
 STAGE_A_ROW_STEP = 8
@@ -804,7 +810,7 @@ class TorchEngine:
         if self._graphs is None:  # (GraphCache refuses a CPU device; the switch never gets here on one)
             from engines.torch_vits.graphs import GraphCache
 
-            self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A")
+            self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A", max_graphs=MAX_GRAPHS_PER_STAGE)
         packed = self.model.packed_stage_a
         if self._graphs_for is not packed:  # graphs read the packed weights they were captured with
             self._graphs.reset()
@@ -921,7 +927,8 @@ class TorchEngine:
         if self._graphs_b is None:
             from engines.torch_vits.graphs import GraphCache
 
-            self._graphs_b = GraphCache(self._stage_b_pcm, self.device, name="stage B")
+            self._graphs_b = GraphCache(self._stage_b_pcm, self.device, name="stage B",
+                                        max_graphs=MAX_GRAPHS_PER_STAGE)
         return self._graphs_b
 
     def reset_graphs(self) -> None:
