@@ -72,10 +72,10 @@ def main(argv=None) -> int:
     import torch
 
     from engines import EngineSpec
-    from engines.base import Scales, SynthesisBatch
+    from engines.base import Scales
     from engines.torch_engine import TorchEngine
     from engines.weights import voice_from_weights
-    from gpu_throughput import load_alice
+    from gpu_throughput import alice_workload
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", required=True)
@@ -88,15 +88,8 @@ def main(argv=None) -> int:
         ap.error("CUDA graphs need a CUDA device")
 
     voice = voice_from_weights(a.weights)
-    seqs = load_alice()
     sc = Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
-
-    def pick(seed: int):
-        rng = np.random.default_rng(seed)
-        idx = np.sort(rng.choice(len(seqs), size=min(a.n, len(seqs)), replace=False))
-        return SynthesisBatch.from_sequences([seqs[i] for i in idx], sc, seed=seed)
-
-    batches = [pick(0), pick(1)]
+    batches = [alice_workload(voice, a.n, seed)[1] for seed in (0, 1)]
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False)
     if not eng.fast_stage_a:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import torch
 
-from engines.torch_vits.fused_conv import available  # noqa: F401  (re-exported: same requirement)
 from engines.torch_vits.launch import KernelLaunch, launch
 
 #: time rows per program (a [BLOCK_T, C rounded up to a power of two] float32 tile), warps
