@@ -51,7 +51,7 @@ def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
         if e.get("ph") == "X" and runtime and "correlation" in e.get("args", {}):
             launch[e["args"]["correlation"]] = e["ts"]
     dev = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    out = {p: {"kernels": 0, "intervals": [], "host_ms": 0.0} for p in phases + ("other",)}
+    out = {p: {"kernels": 0, "intervals": [], "host_ms": 0.0, "by_name": {}} for p in phases + ("other",)}
     for s, e, name in ranges:
         out[name]["host_ms"] += (e - s) / 1000.0
     for k in dev:
@@ -63,6 +63,9 @@ def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
                     phase, width = name, e - s
         out[phase]["kernels"] += 1
         out[phase]["intervals"].append((k["ts"], k["ts"] + k["dur"]))
+        d = out[phase]["by_name"].setdefault(k["name"][:90], [0, 0.0])
+        d[0] += 1
+        d[1] += k["dur"] / 1000.0
     res = {}
     all_iv = []
     by_name: dict[str, list] = {}
@@ -83,6 +86,8 @@ def analyse(trace: dict, phases: tuple[str, ...]) -> dict:
                           for n, (c, ms) in sorted(by_name.items(), key=lambda x: -x[1][1])[:30]]
     for p, d in out.items():
         iv = d.pop("intervals")
+        d["top_kernels"] = [{"name": n, "count": c, "ms": round(ms, 2)}  # per phase: what to fuse next
+                            for n, (c, ms) in sorted(d.pop("by_name").items(), key=lambda x: -x[1][1])[:15]]
         all_iv += iv
         d["busy_ms"] = round(union(iv) / 1000.0, 2)
         d["span_ms"] = round((max(e for _, e in iv) - min(s for s, _ in iv)) / 1000.0, 2) if iv else 0.0

@@ -362,6 +362,9 @@ class TorchEngine:
         #: copy each chunk's PCM to the host while the next chunk computes (CUDA, one pipeline group);
         #: False copies after the last chunk (for A/B runs)
         self.copy_overlap = True
+        #: with the fused flow: stage B's input made by one kernel (:mod:`engines.torch_vits.fused_prior`),
+        #: already in the flow's layout; False makes it with PyTorch operations (for A/B runs)
+        self.fused_prior = self.fused_flow
         if compile is None:
             compile = _env_flag(COMPILE_ENV)
         # Default: compile on CUDA, except with the fused decoder, which ran faster eager on the H200
@@ -582,7 +585,10 @@ class TorchEngine:
     def _stage_b_pcm(self, z_p, frames):
         torch = self.torch
         mask = (torch.arange(z_p.shape[-1], device=z_p.device)[None, :] < frames[:, None]).unsqueeze(1).to(z_p.dtype)
-        z = self.flow.reverse(z_p, mask)  # float32 stream, half-precision dilated convolutions
+        if self.fused_flow:  # z_p is this call's own (a temporary or a graph's static input): the flow may
+            z = self.flow.reverse(z_p, mask, frames, overwrite=True)  # work in it if its layout allows
+        else:
+            z = self.flow.reverse(z_p, mask)  # float32 stream, half-precision dilated convolutions
         return self.dec((z * mask).to(self.dtype), frames, pcm_scale=MAX_WAV_VALUE)
 
     def chunk_rows(self, bucket: int) -> int:
@@ -615,10 +621,13 @@ class TorchEngine:
         GEMMs run through their kernel, stage A's (:func:`~engines.torch_vits.precompile.enumerate_stage_a`)."""
         import itertools
 
-        from engines.torch_vits.precompile import enumerate_launches, enumerate_stage_a
+        from engines.torch_vits.precompile import enumerate_launches, enumerate_prior, enumerate_stage_a
 
         shapes = self.warmup_shapes(self.spec.max_batch) if shapes is None else shapes
-        b = enumerate_launches(self._stage_b_pcm, shapes, self.hparams.inter_channels, self.device)
+        c = self.hparams.inter_channels
+        b = enumerate_launches(self._stage_b_pcm, shapes, c, self.device)
+        if self.fused_prior:
+            b = itertools.chain(b, enumerate_prior(c, self.device))
         return itertools.chain(b, enumerate_stage_a(self.model.stage_a, self.device)) if self.model.stage_a_kernels \
             else b
 
@@ -903,6 +912,17 @@ class TorchEngine:
         torch = self.torch
         n = len(rows)
         idx = torch.as_tensor(np.asarray(rows, dtype=np.int64)).to(self.device, non_blocking=True)
+        padded = self.padded_rows(n, f)  # few shapes: graphs and cuDNN autotuning repeat
+        if self.fused_prior:  # z_p as [rows, frames, C] (the fused flow's layout), padding rows 0, in one kernel
+            from engines.torch_vits.fused_prior import sample_prior
+
+            e_rows = (torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device, non_blocking=True)
+                      if eps is not None else None)
+            z = sample_prior(m_p, logs_p, durations, idx, f, padded, eps, e_rows, noise_scale).transpose(1, 2)
+            fr = frames[idx]
+            if padded > n:
+                fr = torch.cat([fr, fr.new_zeros(padded - n)])
+            return self._stage_b_call(padded, f, z, fr)
         m, logs = self.model.expand_prior(m_p[idx], logs_p[idx], durations[idx], f)
         if eps is not None:
             e = eps[torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device, non_blocking=True)]
@@ -912,15 +932,19 @@ class TorchEngine:
                 e = e[..., :f]
             m = m + e * torch.exp(logs) * noise_scale
         fr = frames[idx]
-        padded = self.padded_rows(n, f)  # few shapes: graphs and cuDNN autotuning repeat
         if padded > n:
             m = torch.cat([m, m.new_zeros(padded - n, *m.shape[1:])])
             fr = torch.cat([fr, fr.new_zeros(padded - n)])
+        return self._stage_b_call(padded, f, m, fr)
+
+    def _stage_b_call(self, padded: int, f: int, z_p, frames):
+        """Stage B (flow, decoder, PCM) of a chunk's ``z_p`` ``[padded, C, f]``: replayed as a CUDA graph,
+        compiled or eager."""
         if self.compiled:
-            torch.compiler.cudagraph_mark_step_begin()
+            self.torch.compiler.cudagraph_mark_step_begin()
         if self.stage_b_graphs:
-            return self._stage_b_graph_cache()((padded, f), (m, fr))
-        return self._stage_b(m, fr)
+            return self._stage_b_graph_cache()((padded, f), (z_p, frames))
+        return self._stage_b(z_p, frames)
 
     def _stage_b_graph_cache(self):
         """Stage B's :class:`~engines.torch_vits.graphs.GraphCache` (made on first use)."""

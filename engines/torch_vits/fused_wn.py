@@ -179,13 +179,19 @@ def wn_layer(x: torch.Tensor, layer: dict, lengths: torch.Tensor, skip: torch.Te
     return (None, None) if last else (x_out, xc_out)
 
 
-def wn(x: torch.Tensor, layers: list[dict], lengths: torch.Tensor, *, block: tuple | None = None) -> torch.Tensor:
+def wn(x: torch.Tensor, layers: list[dict], lengths: torch.Tensor, *, xc: torch.Tensor | None = None,
+       block: tuple | None = None) -> torch.Tensor:
     """All layers of a WN (``layers`` from :func:`pack_wn`) on ``[B, T, H]`` float32 ``x``: the skip
     sum ``[B, T, H]`` float32, zero past each length. ``x`` is overwritten (it is one of the two
-    ping-pong buffers of the stream)."""
+    ping-pong buffers of the stream), and so is ``xc``: ``x`` already rounded to the convolution's
+    dtype (as :func:`coupling_io` writes it; made here when None)."""
     skip = torch.empty_like(x)
     dtype = layers[0]["w_in"].dtype
-    cur = (x, x if dtype == torch.float32 else x.to(dtype))  # the first layer's input, rounded once
+    if dtype == torch.float32:
+        xc = x
+    elif xc is None:
+        xc = x.to(dtype)  # the first layer's input, rounded once
+    cur = (x, xc)
     spare = (torch.empty_like(x), None if dtype == torch.float32 else torch.empty_like(cur[1]))
     n = len(layers)
     for i, p in enumerate(layers):
@@ -195,6 +201,88 @@ def wn(x: torch.Tensor, layers: list[dict], lengths: torch.Tensor, *, block: tup
         if not last:
             cur, spare = nxt, cur
     return skip
+
+
+def pack_matrix(w_kn: torch.Tensor, rows: int, cols: int) -> dict:
+    """A ``[K, N]`` float32 matrix as :func:`coupling_io` reads it: zero-padded to ``[rows, cols]``,
+    scaled by a power of two so that its largest entry is about 2^14 (float16 range, no subnormals
+    for all but negligible entries), and split into float16 halves ``hi + lo / 2048``:
+    ``w = (hi + lo / 2048) * scale`` to about 2^-22 relative."""
+    w = w_kn.detach().float()
+    k, n = w.shape
+    if k > rows or n > cols:
+        raise ValueError(f"cannot pad a [{k}, {n}] matrix to [{rows}, {cols}]")
+    peak = float(w.abs().max())
+    scale = 2.0 ** (math.ceil(math.log2(peak)) - 14) if peak > 0 else 1.0
+    full = w.new_zeros(rows, cols)
+    full[:k, :n] = w / scale  # exact: a power of two
+    hi = full.half()
+    return {"hi": hi.contiguous(), "lo": ((full - hi.float()) * COUPLING_LO_SCALE).half().contiguous(),
+            "scale": scale}
+
+
+#: the split's low half is stored times this (``_coupling_kernel._split``), away from float16's subnormals
+COUPLING_LO_SCALE = 2048.0
+#: time positions per program of :func:`coupling_io` (GPU; the tests use smaller tiles on CPU)
+COUPLING_BLOCK_T = 64
+
+
+def coupling_io(y: torch.Tensor, lengths: torch.Tensor, half: int, *, skip: torch.Tensor | None = None,
+                post: dict | None = None, dst: int = 0, pre: dict | None = None, src: int = 0,
+                xc_dtype: torch.dtype = torch.float16, block_t: int | None = None):
+    """The 1x1 convolutions of a coupling layer around its WN, in one pass over ``y`` (the flow's
+    stream, ``[B, T, C]`` float32, updated in place).
+
+    * ``post`` (:func:`pack_matrix` of the ``post`` weight ``[H, half]`` plus ``"b"``, its bias):
+      ``y[:, :, dst:dst+half] = (y[...] - (skip @ w_post + b_post)) * mask`` for the skip sum
+      ``skip`` ``[B, T, H]`` float32 of the coupling's WN;
+    * ``pre`` (the ``pre`` weight ``[half, H]`` likewise): returns the next WN's input
+      ``h = (y[:, :, src:src+half] @ w_pre + b_pre) * mask`` ``[B, T, H]`` float32 and ``h`` rounded
+      to ``xc_dtype`` (the WN convolution's dtype), else ``(None, None)``. With both, ``src`` must
+      be ``dst``: the next coupling reads the half this one just wrote (what Flip between two
+      couplings amounts to), straight from registers.
+
+    Both products run on the float16 tensor cores as three products of split operands (about 22
+    significant bits, near float32: the flow's 1x1 convolutions need it, see
+    :func:`~engines.torch_vits.modules.mixed_precision_flow`). ``mask``: ``t < lengths``."""
+    b, t, c = y.shape
+    if y.dtype != torch.float32 or not y.is_contiguous() or post is None and pre is None:
+        raise ValueError(f"coupling_io needs a contiguous float32 [B, T, C] stream and post and/or pre; got "
+                         f"{tuple(y.shape)} {y.dtype}")
+    if post is not None and pre is not None and src != dst:
+        raise ValueError("with post and pre, the next coupling's source half must be the half just updated")
+    w = post if post is not None else pre
+    hp = w["hi"].shape[1] if post is not None else w["hi"].shape[0]
+    h = w["hi"].shape[0] if post is not None else w["hi"].shape[1]
+    if h % 64 or hp < half or hp & (hp - 1) or max(dst, src) + half > c:
+        raise ValueError(f"coupling_io takes a hidden width that is a multiple of 64 and halves inside the stream; "
+                         f"got H={h}, padded half {hp}, half {half} at {dst}/{src} of {c}")
+    if post is not None and (skip is None or tuple(skip.shape) != (b, t, h) or skip.dtype != torch.float32
+                             or not skip.is_contiguous()):
+        raise ValueError(f"post needs the WN's contiguous float32 [B, T, {h}] skip sum")
+    out = (None, None)
+    if pre is not None:
+        hx = y.new_empty(b, t, h)
+        out = (hx, hx if xc_dtype == torch.float32 else torch.empty(b, t, h, device=y.device, dtype=xc_dtype))
+    dummy = y  # pointer arguments the constexpr flags leave unread
+    bt = block_t or COUPLING_BLOCK_T
+    post_args = (post["hi"], post["lo"], post["b"]) if post is not None else (dummy,) * 3
+    pre_args = (pre["hi"], pre["lo"], pre["b"]) if pre is not None else (dummy,) * 3
+    launch(KernelLaunch(
+        _coupling_kernel(), (-(-t // bt), b),
+        (y, skip if skip is not None else dummy, *post_args, *pre_args,
+         out[0] if pre is not None else dummy, out[1] if pre is not None else dummy, lengths, t,
+         float(post["scale"]) if post is not None else 1.0, float(pre["scale"]) if pre is not None else 1.0),
+        dict(C=c, H=h, HALF=half, HP=hp, DST=dst, SRC=src, POST=post is not None, PRE=pre is not None, BLOCK_T=bt,
+             num_warps=4, num_stages=1),
+    ))
+    return out
+
+
+def _coupling_kernel():
+    from engines.torch_vits._coupling_kernel import coupling_io_kernel
+
+    return coupling_io_kernel
 
 
 def wn_layer_reference(x, w_in, b_in, w_rs, b_rs, lengths, dilation, skip=None, *, last=False):

@@ -13,7 +13,8 @@ dtypes to the key itself (another shape is another graph). For a key:
   ``fn`` runs once more eagerly on the cache's capture stream (the warm-up PyTorch's CUDA-graph
   documentation asks for, on the stream the capture then uses: libraries keep per-stream
   handles and workspaces that must not be created mid-capture), then is captured with
-  ``torch.cuda.graph(..., pool=, stream=)`` and replayed once for this call's result;
+  ``torch.cuda.graph(..., pool=, stream=)``; the inputs are copied in again (``fn`` may
+  overwrite its inputs, and the warm-up did) and the graph replayed once for this call's result;
 * **later** calls copy the inputs into the static buffers and replay the graph.
 
 Results of a replay are the graph's static output tensors. They are valid **until the next replay
@@ -155,14 +156,13 @@ class GraphCache:
                 return self.fn(*inputs, *args)
             self._graphs[key] = entry
             self.stats.captures += 1
-        else:
-            entry.load(inputs)
+        entry.load(inputs)  # also after a capture: the warm-up run may have overwritten the static inputs
         self.stats.replays += 1
         return entry.replay()
 
     def _capture(self, inputs: tuple, args: tuple) -> _Graph:
-        """Static copies of ``inputs``, a warm-up run on the capture stream, the capture (its
-        inputs already loaded: the caller replays it next)."""
+        """Static copies of ``inputs``, a warm-up run on the capture stream, the capture (the caller
+        loads the inputs again and replays it next)."""
         with torch.cuda.device(self.device):
             if self._stream is None:
                 self._stream = torch.cuda.Stream(self.device)

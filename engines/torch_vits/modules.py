@@ -378,12 +378,14 @@ class ResidualCouplingBlock(nn.Module):
         self.fused = False
         self._fused_plan: list | None = None  # packed weights of the fused path (use_fused)
 
-    def reverse(self, x, mask, lengths=None):
+    def reverse(self, x, mask, lengths=None, overwrite: bool = False):
         """``x``: ``[B, C, T]``; ``mask``: ``[B, 1, T]`` prefix mask (``t < length``). With
         :meth:`use_fused` on, the WN layers run through the fused Triton kernel; ``lengths``
-        (``[B]``, the mask's lengths) spares deriving them from ``mask``."""
+        (``[B]``, the mask's lengths) spares deriving them from ``mask``; the output is then a
+        ``[B, C, T]`` view of a ``[B, T, C]`` tensor, and with ``overwrite`` a float32 ``x`` laid out
+        that way (``x.transpose(1, 2)`` contiguous) is worked in and returned, not copied."""
         if self.fused:
-            return self._reverse_fused(x, mask, lengths)
+            return self._reverse_fused(x, mask, lengths, overwrite)
         for flow in reversed(self.flows):
             x = flow.reverse(x, mask)
         return x
@@ -428,34 +430,50 @@ class ResidualCouplingBlock(nn.Module):
                 b_post = f.post.bias.detach().float()
                 if flipped:  # the layer's x0 is the reversed upper half, its x1 the reversed lower half
                     w_pre, w_post, b_post = w_pre.flip(1), w_post.flip(0), b_post.flip(0)
+                hidden = w_pre.shape[0]
+                hp = 1 << (f.half - 1).bit_length()  # the half as a power-of-two tile
                 plan.append({"upper_in": flipped, "half": f.half,
-                             "w_pre": w_pre.contiguous(), "b_pre": f.pre.bias.detach().float().contiguous(),
-                             "w_post": w_post.contiguous(), "b_post": b_post.contiguous(),
+                             "pre": {**fused_wn.pack_matrix(w_pre.t(), hp, hidden),
+                                     "b": f.pre.bias.detach().float().contiguous()},
+                             "post": {**fused_wn.pack_matrix(w_post.t(), hidden, hp), "b": b_post.contiguous()},
                              "wn": fused_wn.pack_wn(f.enc)})
             plan.append({"final_flip": flipped, "block": block})
         self._fused_plan = plan if on else None
         self.fused = on
         return self
 
-    def _reverse_fused(self, x, mask, lengths=None):
+    def _reverse_fused(self, x, mask, lengths=None, overwrite: bool = False):
         from engines.torch_vits import fused_wn
 
         b, c, t = x.shape
         if lengths is None:
             lengths = mask.reshape(b, t).sum(dim=1)
         lengths = lengths.to(torch.int32).contiguous()
-        m = mask.reshape(b, t, 1).float()
         y = x.transpose(1, 2).float().contiguous()  # [B, T, C], never flipped (see use_fused)
-        for step in self._fused_plan[:-1]:
-            hf = step["half"]
-            src, dst = (y[..., hf:], y[..., :hf]) if step["upper_in"] else (y[..., :hf], y[..., hf:])
-            h = F.linear(src, step["w_pre"], step["b_pre"])  # [B, T, H] contiguous; its tail is read as 0
-            skip = fused_wn.wn(h, step["wn"], lengths, block=self._fused_plan[-1]["block"])
-            stats = F.linear(skip, step["w_post"], step["b_post"])
-            dst.sub_(stats).mul_(m)  # x1 = (x1 - stats * mask) * mask, in place in y
+        if y.data_ptr() == x.data_ptr() and not overwrite:
+            y = y.clone()  # x is already [B, T, C] in memory: work in a copy of it
+        steps, block = self._fused_plan[:-1], self._fused_plan[-1]["block"]
+        xc_dtype = steps[0]["wn"][0]["w_in"].dtype
+
+        def halves(step):  # (offset of the half the coupling reads, of the half it updates)
+            return (step["half"], 0) if step["upper_in"] else (0, step["half"])
+
+        h, hc = fused_wn.coupling_io(y, lengths, steps[0]["half"], pre=steps[0]["pre"], src=halves(steps[0])[0],
+                                     xc_dtype=xc_dtype)
+        for i, step in enumerate(steps):
+            skip = fused_wn.wn(h, step["wn"], lengths, xc=hc, block=block)
+            dst = halves(step)[1]
+            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            if nxt is not None and halves(nxt)[0] != dst:  # no Flip in between: its own pass for the next input
+                fused_wn.coupling_io(y, lengths, step["half"], skip=skip, post=step["post"], dst=dst)
+                h, hc = fused_wn.coupling_io(y, lengths, nxt["half"], pre=nxt["pre"], src=halves(nxt)[0],
+                                             xc_dtype=xc_dtype)
+            else:  # x1 = (x1 - post(skip)) * mask in place in y, then the next coupling's pre from registers
+                h, hc = fused_wn.coupling_io(y, lengths, step["half"], skip=skip, post=step["post"], dst=dst,
+                                             pre=None if nxt is None else nxt["pre"], src=dst, xc_dtype=xc_dtype)
         if self._fused_plan[-1]["final_flip"]:
             y = y.flip(-1)
-        return y.transpose(1, 2).contiguous().to(x.dtype)
+        return y.transpose(1, 2).to(x.dtype)  # [B, C, T], channels last in memory: the decoder's NHWC layout
 
 
 # --------------------------------------------------------------------------- generator

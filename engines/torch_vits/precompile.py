@@ -129,6 +129,29 @@ def enumerate_stage_a(stage_a: Callable, device, lengths: Iterable[int] = STAGE_
         yield seen
 
 
+#: phoneme widths for :func:`enumerate_prior`: its kernel is compiled once per power of two of a batch's width
+#: (at least 16); batches wider than 512 phonemes compile theirs when first met
+PRIOR_WIDTHS = (16, 32, 64, 128, 256, 512)
+
+
+def enumerate_prior(channels: int, device, widths: Iterable[int] = PRIOR_WIDTHS) -> Iterator[list[KernelLaunch]]:
+    """The launches of :func:`~engines.torch_vits.fused_prior.sample_prior` (stage B's input) for batches
+    ``widths`` phonemes wide, with and without prior noise, without launching them (one list)."""
+    import torch
+
+    from engines.torch_vits.fused_prior import sample_prior
+
+    seen: list[KernelLaunch] = []
+    with torch.inference_mode(), observe(seen.append, run=False):
+        for t in widths:
+            m = torch.zeros(1, channels, t, device=device)
+            d = torch.ones(1, t, device=device)
+            item = torch.zeros(1, dtype=torch.long, device=device)
+            for noise in (0.0, 1.0):
+                sample_prior(m, m, d, item, 64, 1, torch.zeros(1, channels, 64, device=device), item, noise)
+    yield seen
+
+
 class _Pool(ThreadPoolExecutor):
     """A thread pool that remembers the exceptions of the jobs it ran (Triton's ``AsyncCompileMode``
     with ``ignore_errors=True`` drops them; they are still raised to it)."""
