@@ -51,10 +51,13 @@ import torch
 
 from engines.torch_vits.launch import KernelLaunch, launch
 
-#: (BLOCK_M queries, BLOCK_N keys, warps, stages) of a program. Tests under the interpreter set
-#: smaller tiles here (several programs and key blocks a row, ragged tails). Not yet measured on
-#: the GPU: 64 x 64 with 4 warps is the usual flash-attention tile for a head width near 100.
-BLOCK = (64, 64, 4, 2)
+#: (BLOCK_M queries, BLOCK_N keys, warps, stages) of a program. Tests under the interpreter pass
+#: smaller tiles (several programs and key blocks a row, ragged tails). Not yet timed on a GPU. Chosen
+#: by register spills alone (the voice's d = 96, "tf32x3"; compiled for sm_90a by Triton 3.9 without a
+#: device, ``ptxas -v``): every tile uses 255 registers and spills; spill stores in bytes: 64 x 16 with
+#: 4 warps 400, 64 x 32 / 8 warps 348, 64 x 32 / 4 warps 844, 128 x 32 / 8 warps 800, 64 x 64 / 8
+#: warps 848, 64 x 64 / 4 warps 1496 (the band's code is about half of that: 788 without it).
+BLOCK = (64, 32, 8, 2)
 #: ``tl.dot``'s input precision for every product: "tf32x3" (near float32, see above) or "ieee"
 PRECISION = "tf32x3"
 
