@@ -25,6 +25,9 @@ Configurations:
   input channels;
 * ``nodds``: the defaults with the DDSConv prologue as PyTorch operations, not
   :mod:`engines.torch_vits.fused_dds`'s kernel;
+* ``noattn``: the defaults with the encoder's attention as :meth:`FastStageA._attend
+  <engines.torch_vits.fast_stage_a.FastStageA._attend>` (cuBLAS float32 and PyTorch), not
+  :mod:`engines.torch_vits.fused_attn`'s kernel;
 * ``nooverlap``: the defaults with the PCM copied to the host after the last chunk, not chunk by
   chunk on a copy stream;
 * ``pipe2``: the defaults with stage A in two pipeline groups (``BOOKTTS_TORCH_PIPELINE=2``; the prior
@@ -87,6 +90,7 @@ def main(argv=None) -> int:
         if eng.model.stage_a_kernels != kernels:
             eng.model.use_fast_stage_a(True, kernels=kernels)  # packs the weights, outside the timed passes
         eng.model._fast_a.fused_dds = kind != "nodds"
+        eng.model._fast_a.fused_attention = kind != "noattn"
         eng.copy_overlap = kind != "nooverlap"
         eng.pipeline = 2 if kind == "pipe2" else pipeline_default
         fused_wn._block_config = wn_default
@@ -108,7 +112,7 @@ def main(argv=None) -> int:
 
     configs = a.configs.split(",")
     unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc", "nodds",
-                                                                 "nooverlap", "pipe2", "up")}
+                                                                 "noattn", "nooverlap", "pipe2", "up")}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}

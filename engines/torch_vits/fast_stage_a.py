@@ -52,9 +52,11 @@ but the attention's runs through :func:`engines.torch_vits.fused_gemm.gemm`: on 
 as three float16 products of split operands (about 22 significant bits, near float32; see that
 module), with the residual, LayerNorm, activation and mask in its epilogue, and each DDSConv
 layer's depthwise convolution, LayerNorm and GELU, and each flow's spline, run as one kernel each
-(:mod:`engines.torch_vits.fused_dds`). The encoder's stream then lives, masked, in the FFN's padded
-input buffer (:meth:`FastStageA._encoder_tc`); padding rows hold zeros instead of unmasked values,
-which never reach a real position either way.
+(:mod:`engines.torch_vits.fused_dds`); so does each encoder layer's attention
+(:mod:`engines.torch_vits.fused_attn`: an online softmax, no ``S`` buffer; its products as three
+TF32 products of split operands, also about 22 bits; ``fused_attention``). The encoder's stream
+then lives, masked, in the FFN's padded input buffer (:meth:`FastStageA._encoder_tc`); padding
+rows hold zeros instead of unmasked values, which never reach a real position either way.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from engines.torch_vits.fused_attn import relative_attention
 from engines.torch_vits.fused_dds import sepconv_ln_gelu
 from engines.torch_vits.fused_dds import spline_inverse as fused_spline_inverse
 from engines.torch_vits.fused_gemm import gemm, pack
@@ -172,6 +175,10 @@ class FastStageA:
         #: :mod:`engines.torch_vits.fused_dds` (False runs them as PyTorch operations; for A/B runs,
         #: ``bench/ab_interleave.py``)
         self.fused_dds = True
+        #: with ``kernels``: each encoder layer's attention through the one kernel of
+        #: :mod:`engines.torch_vits.fused_attn` (False runs :meth:`_attend`, six cuBLAS/PyTorch kernels; for
+        #: A/B runs, ``bench/ab_interleave.py``)
+        self.fused_attention = True
         enc = model.enc_p
         self.device = enc.emb.weight.device
         self.dtype = enc.emb.weight.dtype
@@ -376,8 +383,9 @@ class FastStageA:
         in the middle rows of the FFN's padded input buffer; q/k/v are written split by head and
         the attention output read merged by head (no copies); the output projection and the FFN's
         second convolution (im2col over the padded hidden buffer) add the residual and normalize in
-        their epilogue; the FFN's first convolution applies ReLU and the mask. The attention
-        itself is :meth:`_encoder`'s."""
+        their epilogue; the FFN's first convolution applies ReLU and the mask. The attention is
+        :func:`~engines.torch_vits.fused_attn.relative_attention`'s one kernel (with
+        ``fused_attention``; else :meth:`_encoder`'s :meth:`_attend`)."""
         b, t = ids.shape
         c, h, d, fch, k = self.C, self.H, self.d, self.F, self.ffn_k
         hb = h * b
@@ -388,12 +396,17 @@ class FastStageA:
         torch.mul(F.embedding(ids, self.emb), m3 * self.emb_scale, out=x)
         cols1 = buf1.as_strided((b, t, k * c), ((t + 2 * p) * c, c, 1))  # row t: x[t - p .. t + p]
         cols2 = buf2.as_strided((b, t, k * fch), ((t + 2 * p) * fch, fch, 1))
-        kbias = self._key_bias(lengths, t, x.dtype)
+        fused = self.fused_attention
+        kbias = None if fused else self._key_bias(lengths, t, x.dtype)
         qkv = x.new_empty(3 * h, b, t, d)
         o = x.new_empty(hb, t, d)
         for L in self.layers:
             gemm(x, L["qkv_kn"], L["qkv_b"], qkv)
-            self._attend(L, *(qkv[i * h:(i + 1) * h].view(hb, t, d) for i in range(3)), kbias, o)
+            q, kk, v = (qkv[i * h:(i + 1) * h].view(hb, t, d) for i in range(3))  # row n: head n // b, item n % b
+            if fused:
+                relative_attention(q, kk, v, L["ek_t"], L["ev"], lengths, self.w, o)
+            else:
+                self._attend(L, q, kk, v, kbias, o)
             gemm(o.view(h, b, t, d), L["o_kn"], L["o_b"], x, residual=x, ln=L["n1"], lengths=lengths)
             gemm(cols1, L["f1_kn"], L["f1_b"], hid, act="relu", lengths=lengths)
             gemm(cols2, L["f2_kn"], L["f2_b1"], x, residual=x, ln=L["n2"], lengths=lengths)

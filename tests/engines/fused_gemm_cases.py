@@ -35,6 +35,18 @@ CASE_IDS = ["plain", "relu+mask", "residual+ln-in-place", "heads-in-heads-out", 
 # the DDSConv prologue kernel (engines.torch_vits.fused_dds): (id, channels, kernel, dilation, pad, rows)
 DDS_CASES = [("dds-c40-k3-d1", 40, 3, 1, 9, 37),  # 40 channels: masked lanes up to 64; several programs
              ("dds-c192-k3-d9-edge", 192, 3, 9, 9, 20)]  # the voice's width and widest dilation: taps at the edges
+# the relative attention kernel (engines.torch_vits.fused_attn): (id, heads, d, window, T, lengths, block)
+ATTN_CASES = [
+    # the voice's head width and window; T = 75 with 16 x 16 tiles: five query tiles and up to five key
+    # blocks a row, the last of each ragged; lengths T (every key), 1 (one key, band at the edge), 40 (a
+    # length inside a tile, tiles past it skipped) and 17 (one key of the second block)
+    ("attn-d96-w4-t75", 2, 96, 4, 75, [75, 1, 40, 17], (16, 16, 4, 1)),
+    # d = 40: columns masked in the second channel tile (32 + 16); query tiles of 32 against key blocks
+    # of 16, so a band spans three key blocks; window 4 at T = 37
+    ("attn-d40-w4-t37-32x16", 2, 40, 4, 37, [37, 1, 23], (32, 16, 4, 1)),
+    # one tile wider than the chunk (T = 32 in a 64 x 64 tile, the GPU's default), one head, window 1
+    ("attn-d96-w1-t32-one-tile", 1, 96, 1, 32, [32, 5], (64, 64, 4, 1)),
+]
 
 
 def kernel_cases(device: str, precision: str) -> dict:
@@ -121,6 +133,38 @@ def spline_cases(device: str) -> dict:
                        "tail_zero": bool(not got[1, 77:].any() and not got[2].any())}}
 
 
+def attn_cases(device: str) -> dict:
+    """:func:`~engines.torch_vits.fused_attn.relative_attention` against
+    :meth:`~engines.torch_vits.fast_stage_a.FastStageA._attend` (float32 PyTorch, the path it replaces;
+    ``err``) and against a float64 reference with explicit masks (``err64``), on the real rows; padding
+    rows must be finite."""
+    from types import SimpleNamespace
+
+    from engines.torch_vits import fused_attn as A
+    from engines.torch_vits.fast_stage_a import FastStageA
+
+    out = {}
+    g = torch.Generator().manual_seed(7)
+    for cid, h, d, w, t, lens, block in ATTN_CASES:
+        b = len(lens)
+        lengths = torch.tensor(lens)
+        # logits of a few units (q . k with std ~2.5), as the voice's (1/sqrt(d) folded into q)
+        q, k, v = (torch.randn(h * b, t, d, generator=g) * sc for sc in (0.5 / d ** 0.25, 5.0 / d ** 0.25, 1.0))
+        ek_t, ev = torch.randn(d, 2 * w + 1, generator=g), torch.randn(2 * w + 1, d, generator=g)
+        me = SimpleNamespace(H=h, d=d, w=w)
+        want = FastStageA._attend(me, {"ek_t": ek_t, "ev": ev}, q, k, v, FastStageA._key_bias(me, lengths, t, q.dtype),
+                                  torch.empty(h * b, t, d))
+        exact = A.relative_attention_reference(q, k, v, ek_t, ev, lengths, w)
+        dev = [x.to(device) for x in (q, k, v, ek_t, ev, lengths)]
+        got = A.relative_attention(*dev[:6], w, torch.full((h * b, t, d), float("nan"), device=device),
+                                   block=block).cpu()
+        real = (torch.arange(t)[None, :] < lengths[:, None]).repeat(h, 1)  # [H*B, T]
+        out[cid] = {"err": float((got - want)[real].abs().max()), "scale": float(want[real].abs().max()),
+                    "err64": float((got.double() - exact)[real].abs().max()),
+                    "pad_finite": bool(torch.isfinite(got).all())}
+    return out
+
+
 def stage_a_case(device: str) -> dict:
     """The voice's stage A (fp32 weights from its ONNX file) on real sentences: the kernel path
     against the cuBLAS/CPU GEMM path of the same FastStageA."""
@@ -193,6 +237,7 @@ def main(device: str) -> dict:
     out = {f"{cid}@{p}": r for p in PRECISIONS for cid, r in kernel_cases(device, p).items()}
     out.update(dds_cases(device))
     out.update(spline_cases(device))
+    out.update(attn_cases(device))
     if device == "cpu":
         G.BLOCKS = dict(CPU_STAGE_A_BLOCKS)
     out["stage-a"] = stage_a_case(device)

@@ -57,8 +57,23 @@ def test_spline_kernel_matches_pytorch(results):
     assert got["err"] <= 2e-5 * max(1.0, got["scale"]) and got["tail_zero"], got
 
 
+@pytest.mark.parametrize("case", [c[0] for c in cases.ATTN_CASES])
+def test_relative_attention_matches_attend(results, case):
+    # the encoder's windowed relative attention in one kernel (online softmax over key blocks, the band's
+    # relative-key logits and relative-value term picked out of the blocks that meet it): the values of
+    # FastStageA._attend, the float32 path it replaces, and of a float64 reference, on every real row, at
+    # float32 rounding on CPU (a dropped relative term or a wrong key mask is an error of order 1); rows
+    # past each length finite. The cases cover ragged tiles, lengths 1 and T, and masked channels.
+    device, r = results
+    got = r[case]
+    assert got["pad_finite"], got
+    assert got["err"] <= TOL[device] * max(1.0, got["scale"]), got
+    assert got["err64"] <= TOL[device] * max(1.0, got["scale"]), got
+
+
 def test_stage_a_through_kernel(results):
-    # the voice's encoder and duration predictor with every GEMM in the kernel: the same prior
+    # the voice's encoder and duration predictor with every GEMM in the kernel, and the attention in its
+    # own (engines.torch_vits.fused_attn): the same prior
     # (rounding only), the same integer durations on real sentences, zeros past each length
     device, r = results
     got = r["stage-a"]
