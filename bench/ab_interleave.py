@@ -28,6 +28,12 @@ Configurations:
 * ``noattn``: the defaults with the encoder's attention as :meth:`FastStageA._attend
   <engines.torch_vits.fast_stage_a.FastStageA._attend>` (cuBLAS float32 and PyTorch), not
   :mod:`engines.torch_vits.fused_attn`'s kernel;
+* ``noprior``: the defaults with stage B's input made by PyTorch operations, not
+  :mod:`engines.torch_vits.fused_prior`'s kernel;
+* ``attn@MxNxWxS``: the defaults with the attention kernel's tiles (query rows, key columns, warps,
+  stages), as :data:`engines.torch_vits.fused_attn.BLOCK`;
+* ``cio@BxW``: the defaults with the coupling kernel's time positions and warps a program
+  (:func:`engines.torch_vits.fused_wn.coupling_io`);
 * ``nooverlap``: the defaults with the PCM copied to the host after the last chunk, not chunk by
   chunk on a copy stream;
 * ``pipe2``: the defaults with stage A in two pipeline groups (``BOOKTTS_TORCH_PIPELINE=2``; the prior
@@ -53,7 +59,7 @@ def main(argv=None) -> int:
 
     from engines import EngineSpec
     from engines.torch_engine import TorchEngine
-    from engines.torch_vits import fused_conv, fused_gemm, fused_wn
+    from engines.torch_vits import fused_attn, fused_conv, fused_gemm, fused_wn
     from engines.weights import voice_from_weights
     from gpu_throughput import alice_workload
 
@@ -71,6 +77,7 @@ def main(argv=None) -> int:
     eng = TorchEngine(voice, EngineSpec(name="torch", precision="fp16", device=a.device, max_batch=a.n),
                       weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"))
     wn_default, rc_default, gemm_default = fused_wn._block_config, fused_conv._block_config, dict(fused_gemm.BLOCKS)
+    attn_default, cio_default = fused_attn.BLOCK, (fused_wn.COUPLING_BLOCK_T, fused_wn.COUPLING_WARPS)
     up_default = fused_conv._upsample_block
 
     def ints(text: str) -> tuple:
@@ -91,6 +98,9 @@ def main(argv=None) -> int:
             eng.model.use_fast_stage_a(True, kernels=kernels)  # packs the weights, outside the timed passes
         eng.model._fast_a.fused_dds = kind != "nodds"
         eng.model._fast_a.fused_attention = kind != "noattn"
+        eng.fused_prior = eng.fused_flow and kind != "noprior"
+        fused_attn.BLOCK = ints(arg) if kind == "attn" else attn_default
+        fused_wn.COUPLING_BLOCK_T, fused_wn.COUPLING_WARPS = ints(arg) if kind == "cio" else cio_default
         eng.copy_overlap = kind != "nooverlap"
         eng.pipeline = 2 if kind == "pipe2" else pipeline_default
         fused_wn._block_config = wn_default
@@ -112,7 +122,8 @@ def main(argv=None) -> int:
 
     configs = a.configs.split(",")
     unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc", "nodds",
-                                                                 "noattn", "nooverlap", "pipe2", "up")}
+                                                                 "noattn", "nooverlap", "pipe2", "up", "noprior", "attn",
+                                                                 "cio")}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}

@@ -52,12 +52,15 @@ import torch
 from engines.torch_vits.launch import KernelLaunch, launch
 
 #: (BLOCK_M queries, BLOCK_N keys, warps, stages) of a program. Tests under the interpreter pass
-#: smaller tiles (several programs and key blocks a row, ragged tails). Not yet timed on a GPU. Chosen
-#: by register spills alone (the voice's d = 96, "tf32x3"; compiled for sm_90a by Triton 3.9 without a
-#: device, ``ptxas -v``): every tile uses 255 registers and spills; spill stores in bytes: 64 x 16 with
-#: 4 warps 400, 64 x 32 / 8 warps 348, 64 x 32 / 4 warps 844, 128 x 32 / 8 warps 800, 64 x 64 / 8
-#: warps 848, 64 x 64 / 4 warps 1496 (the band's code is about half of that: 788 without it).
-BLOCK = (64, 32, 8, 2)
+#: smaller tiles (several programs and key blocks a row, ragged tails). Timed on the H200 (run 36,
+#: ``[1024, 128, 96]`` q/k/v, lengths random, median of 20 calls): 64 x 16 with 4 warps and 2 stages
+#: 221 us, 64 x 32 / 4 / 1 234 us, 64 x 64 / 4 / 2 335 us, 32 x 32 / 4 / 1 471 us (plain TF32 at
+#: 64 x 16: 121 us, but 4e-3 off). **64 x 32 with 8 warps and "tf32x3" ended in an illegal memory
+#: access** there (Triton 3.6; the same tile with "ieee" ran, and so did every 4-warp tile): do not
+#: use 8 warps with "tf32x3" without checking on the GPU. Every tile spills registers (ptxas for
+#: sm_90a, Triton 3.9: 255 registers; spill stores in bytes: 64 x 16 / 4 warps 400, 64 x 64 / 4
+#: warps 1496).
+BLOCK = (64, 16, 4, 2)
 #: ``tl.dot``'s input precision for every product: "tf32x3" (near float32, see above) or "ieee"
 PRECISION = "tf32x3"
 

@@ -223,8 +223,9 @@ def pack_matrix(w_kn: torch.Tensor, rows: int, cols: int) -> dict:
 
 #: the split's low half is stored times this (``_coupling_kernel._split``), away from float16's subnormals
 COUPLING_LO_SCALE = 2048.0
-#: time positions per program of :func:`coupling_io` (GPU; the tests use smaller tiles on CPU)
+#: time positions and warps per program of :func:`coupling_io`
 COUPLING_BLOCK_T = 64
+COUPLING_WARPS = 4
 
 
 def coupling_io(y: torch.Tensor, lengths: torch.Tensor, half: int, *, skip: torch.Tensor | None = None,
@@ -274,7 +275,7 @@ def coupling_io(y: torch.Tensor, lengths: torch.Tensor, half: int, *, skip: torc
          out[0] if pre is not None else dummy, out[1] if pre is not None else dummy, lengths, t,
          float(post["scale"]) if post is not None else 1.0, float(pre["scale"]) if pre is not None else 1.0),
         dict(C=c, H=h, HALF=half, HP=hp, DST=dst, SRC=src, POST=post is not None, PRE=pre is not None, BLOCK_T=bt,
-             num_warps=4, num_stages=1),
+             num_warps=COUPLING_WARPS, num_stages=1),
     ))
     return out
 

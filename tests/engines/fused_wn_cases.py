@@ -161,6 +161,35 @@ def flow_cases(device: str, block=None, weights=None) -> dict:
     return out
 
 
+def prior_cases(device: str) -> dict:
+    """Stage B's input kernel (:func:`engines.torch_vits.fused_prior.sample_prior`) against the PyTorch
+    operations it replaces, on a chunk of three of five items with padding rows."""
+    from engines.torch_vits import fused_prior as P
+
+    g = torch.Generator().manual_seed(2)
+    b, c, t = 5, 192, 23
+    m_p = torch.randn(b, c, t, generator=g)
+    logs_p = 0.3 * torch.randn(b, c, t, generator=g)
+    lens = torch.tensor([23, 10, 1, 17, 5])
+    dur = torch.randint(0, 5, (b, t), generator=g).float() * (torch.arange(t)[None] < lens[:, None])
+    dur[2] = 0.0  # an item with no frames at all: every frame takes m = logs = 0
+    items = torch.tensor([3, 0, 2])
+    eps = torch.randn(4, c, 40, generator=g)
+    eps_rows = torch.tensor([1, 3, 0])
+    out = {}
+    # 64 frames: past every item's total and past the noise's 40 frames; 30: some items cut short
+    for frames in (64, 30):
+        for ns in (0.0, 0.667):
+            args = [x.to(device) for x in (m_p, logs_p, dur, items)] + [frames, 4, eps.to(device),
+                                                                        eps_rows.to(device), ns]
+            got = P.sample_prior(*args).cpu()
+            want = P.sample_prior_reference(*args).cpu()
+            out[f"prior-f{frames}-noise{ns}"] = {"err": float((got - want).abs().max()),
+                                                 "scale": float(want.abs().max()),
+                                                 "pad_rows_zero": bool(not got[3:].any())}
+    return out
+
+
 def engine_cases(device: str) -> dict:
     """The engine's switch: BOOKTTS_TORCH_FUSED_FLOW=1 (fp32 on CPU under the interpreter) against =0."""
     if device != "cpu":
@@ -191,7 +220,7 @@ def main(device: str) -> None:
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
     t0 = time.perf_counter()
-    out = {**kernel_cases(device), **flow_cases(device), **engine_cases(device)}
+    out = {**kernel_cases(device), **flow_cases(device), **prior_cases(device), **engine_cases(device)}
     out["elapsed_s"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(out))
 

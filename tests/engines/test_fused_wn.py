@@ -66,6 +66,17 @@ def test_fused_flow_keeps_padding_out(results):
     assert r["flow-fused-padding-independent"]["rel_l2"] <= limit, r["flow-fused-padding-independent"]
 
 
+@pytest.mark.parametrize("case", ["prior-f64-noise0.0", "prior-f64-noise0.667", "prior-f30-noise0.0",
+                                  "prior-f30-noise0.667"])
+def test_stage_b_input_kernel_matches_pytorch(results, case):
+    # z_p = m + eps * exp(logs) * noise_scale expanded to frames by the durations, in the flow's [rows, frames, C]
+    # layout: the same float32 operations as expand_prior and the engine's noise (exp may differ in its last
+    # bit on the GPU); frames past an item's total take m = logs = 0 and noise past its frames 0; padding rows 0
+    _, r = results
+    got = r[case]
+    assert got["err"] <= 1e-6 * max(1.0, got["scale"]) and got["pad_rows_zero"], got
+
+
 def test_engine_switch_runs_the_fused_flow(results):
     # BOOKTTS_TORCH_FUSED_FLOW=1 reaches the engine's stage B (under the interpreter on CPU, fp32):
     # info says so and the int16 audio matches the unfused engine's to one step of rounding
