@@ -404,14 +404,17 @@ class ResidualCouplingBlock(nn.Module):
                    for f in couplings)
 
     def use_fused(self, on: bool = True, block: tuple | None = None) -> "ResidualCouplingBlock":
-        """Run :meth:`reverse` with the WN layers through the fused Triton kernel. Call after any
-        dtype/device move: the kernel's weight layout is made here (the ``in_layers`` keep their
-        dtype: fp16/bf16 after :func:`mixed_precision_flow`; everything else is float32).
+        """Run :meth:`reverse` with the WN layers through the fused Triton kernel, and each coupling's
+        ``post`` convolution, update and the next coupling's ``pre`` convolution through
+        :func:`~engines.torch_vits.fused_wn.coupling_io` (split float16 products, about 22 bits). Call
+        after any dtype/device move: the kernels' weight layouts are made here (the ``in_layers``
+        keep their dtype: fp16/bf16 after :func:`mixed_precision_flow`; the rest is float32).
 
-        The fused path keeps the stream in ``[B, T, C]`` float32 from entry to exit (one layout
-        change each way for the whole flow) and applies no Flip: a coupling layer that would see
-        the channels flipped reads and writes the unflipped halves with ``pre``'s input columns
-        and ``post``'s output rows reversed instead, which is the same arithmetic.
+        The fused path keeps the stream in ``[B, T, C]`` float32 from entry to exit (at most one
+        layout change on the way in, none on the way out: the result is a ``[B, C, T]`` view) and
+        applies no Flip: a coupling layer that would see the channels flipped reads and writes the
+        unflipped halves with ``pre``'s input columns and ``post``'s output rows reversed instead,
+        which is the same arithmetic.
         ``block``: the kernel's (time positions per program, warps[, stages]), for tuning."""
         from engines.torch_vits import fused_wn
 

@@ -146,6 +146,15 @@ def flow_cases(device: str, block=None, weights=None) -> dict:
         ref32 = plain32.reverse(x, mask).cpu()
         y32 = fused32.reverse(x, mask, lengths).cpu()
         alone = fused32.reverse(x[1:, :, :short].contiguous(), mask[1:, :, :short]).cpu()  # lengths from the mask
+        # an input already [B, T, C] in memory (as the engine's stage-B input kernel writes it): worked in a copy,
+        # and with overwrite=True in place
+        x_btc = x.transpose(1, 2).contiguous().transpose(1, 2)
+        kept = fused32.reverse(x_btc, mask, lengths)
+        unchanged = bool(torch.equal(x_btc, x))
+        inplace = fused32.reverse(x_btc, mask, lengths, overwrite=True)
+        layout = {"copy_equal": bool(torch.equal(kept.cpu(), y32)), "input_unchanged": unchanged,
+                  "overwrite_in_place": inplace.data_ptr() == x_btc.data_ptr(),
+                  "overwrite_equal": bool(torch.equal(inplace.cpu(), y32))}
         # fp16: the full item only (the masking is the same code as at fp32; each item costs seconds here)
         ref16 = plain16.reverse(x[:1], mask[:1]).cpu()
         y16 = fused16.reverse(x[:1], mask[:1], lengths[:1]).cpu()
@@ -158,6 +167,7 @@ def flow_cases(device: str, block=None, weights=None) -> dict:
     out["flow-fused-tail-zero"] = {"err": float(y32[1, :, short:].abs().max()),
                                    "plain": float(ref32[1, :, short:].abs().max())}
     out["flow-fused-padding-independent"] = {"rel_l2": _rel(y32[1, :, :short], alone[0])}
+    out["flow-fused-btc-input"] = layout
     return out
 
 

@@ -77,6 +77,14 @@ def test_stage_b_input_kernel_matches_pytorch(results, case):
     assert got["err"] <= 1e-6 * max(1.0, got["scale"]) and got["pad_rows_zero"], got
 
 
+def test_fused_flow_input_in_its_own_layout(results):
+    # the engine hands the flow a [B, C, T] view of a [B, T, C] tensor: the flow works in a copy of it unless
+    # told it may overwrite it, and gives the same output either way
+    _, r = results
+    assert r["flow-fused-btc-input"] == {"copy_equal": True, "input_unchanged": True, "overwrite_in_place": True,
+                                         "overwrite_equal": True}, r["flow-fused-btc-input"]
+
+
 def test_engine_switch_runs_the_fused_flow(results):
     # BOOKTTS_TORCH_FUSED_FLOW=1 reaches the engine's stage B (under the interpreter on CPU, fp32):
     # info says so and the int16 audio matches the unfused engine's to one step of rounding
