@@ -32,6 +32,8 @@ Configurations:
   :mod:`engines.torch_vits.fused_prior`'s kernel;
 * ``attn@MxNxWxS``: the defaults with the attention kernel's tiles (query rows, key columns, warps,
   stages), as :data:`engines.torch_vits.fused_attn.BLOCK`;
+* ``attnp@PRECISION``: the defaults with the attention kernel's products in ``PRECISION`` (``tf32x3``,
+  ``ieee`` or ``fp16x3``), as :data:`engines.torch_vits.fused_attn.PRECISION`;
 * ``cio@BxW``: the defaults with the coupling kernel's time positions and warps a program
   (:func:`engines.torch_vits.fused_wn.coupling_io`);
 * ``nooverlap``: the defaults with the PCM copied to the host after the last chunk, not chunk by
@@ -78,6 +80,7 @@ def main(argv=None) -> int:
                       weights_path=a.weights, warmup=False, allow_cpu_half=not a.device.startswith("cuda"))
     wn_default, rc_default, gemm_default = fused_wn._block_config, fused_conv._block_config, dict(fused_gemm.BLOCKS)
     attn_default, cio_default = fused_attn.BLOCK, (fused_wn.COUPLING_BLOCK_T, fused_wn.COUPLING_WARPS)
+    attnp_default = fused_attn.PRECISION
     up_default = fused_conv._upsample_block
 
     def ints(text: str) -> tuple:
@@ -100,6 +103,7 @@ def main(argv=None) -> int:
         eng.model._fast_a.fused_attention = kind != "noattn"
         eng.fused_prior = eng.fused_flow and kind != "noprior"
         fused_attn.BLOCK = ints(arg) if kind == "attn" else attn_default
+        fused_attn.PRECISION = arg if kind == "attnp" else attnp_default
         fused_wn.COUPLING_BLOCK_T, fused_wn.COUPLING_WARPS = ints(arg) if kind == "cio" else cio_default
         eng.copy_overlap = kind != "nooverlap"
         eng.pipeline = 2 if kind == "pipe2" else pipeline_default
@@ -123,7 +127,9 @@ def main(argv=None) -> int:
     configs = a.configs.split(",")
     unknown = {c for c in configs if c.partition("@")[0] not in ("now", "cublas", "wn128", "gemm", "wn", "rc", "nodds",
                                                                  "noattn", "nooverlap", "pipe2", "up", "noprior", "attn",
-                                                                 "cio")}
+                                                                 "cio", "attnp")}
+    unknown |= {c for c in configs if c.partition("@")[0] == "attnp"
+                and c.partition("@")[2] not in fused_attn.PRECISIONS}
     if unknown:
         ap.error(f"unknown configurations {sorted(unknown)}")
     samples = {}

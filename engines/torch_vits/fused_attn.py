@@ -35,6 +35,24 @@ float16's normal range, as most probabilities of a peaked softmax are). The soft
 ``exp``, sums, the final division) is float32. ``"ieee"`` (exact float32 products on the CUDA
 cores) is the accurate fallback for an A/B run.
 
+``"fp16x3"`` runs the same near-float32 products on the float16 tensor cores (twice TF32's rate,
+half the operand registers): each float32 tile ``x`` is multiplied by a power of two ``S``, split
+into ``hi = (x*S).to(fp16)`` and the unscaled remainder ``lo = (x*S - hi).to(fp16)``, and
+``a @ b = (a_hi@b_hi + a_hi@b_lo + a_lo@b_hi) / (S_a*S_b)``, the three products into one float32
+accumulator (about 22 significant bits; the dropped ``a_lo@b_lo`` is ``~2**-22`` of each product;
+the scalings are exact). ``q``, ``k``, ``v``, ``ek_t`` and ``ev`` get ``S = 2**6``: their values,
+of order 1-10 for the voice, stay far below float16's largest 65504 (up to ~1000 fits), and the
+remainders of values of order 1 stay above float16's smallest normal number ``2**-14`` (a
+subnormal remainder would lose bits), so the logits are their accumulator times ``2**-12``. The
+probabilities (in ``[0, 1]``, the running maximum's being 1) and the band's get ``S = 2**14``:
+the largest is 16384, and high parts stay normal down to ``p ~ 2**-28`` (4e-9), where the
+float16 split of :mod:`engines.torch_vits.fused_gemm` without a scale would go subnormal below
+``6e-5``; smaller probabilities, and subnormal remainders, are off by at most ``2**-39``
+absolutely, nothing next to a row's sum (at least 1). The output accumulators thus carry
+``2**20``, removed with ``1/l`` at the end; the online softmax's rescaling by ``exp(m_old -
+m_new)`` is unchanged. Under the interpreter the float16 products are exact, so the tests check
+the split and scales there; the tensor cores' rounding is the GPU's to measure.
+
 Tiles: ``d`` (96 for the voice, not a power of two) is held as two power-of-two column tiles,
 ``DA`` (the largest power of two below ``d``, at least 16) and ``DB`` (the rest rounded up to a
 power of two, at least 16; columns ``>= d`` masked): 64 + 32 for the voice, no wasted columns,
@@ -59,10 +77,15 @@ from engines.torch_vits.launch import KernelLaunch, launch
 #: access** there (Triton 3.6; the same tile with "ieee" ran, and so did every 4-warp tile): do not
 #: use 8 warps with "tf32x3" without checking on the GPU. Every tile spills registers (ptxas for
 #: sm_90a, Triton 3.9: 255 registers; spill stores in bytes: 64 x 16 / 4 warps 400, 64 x 64 / 4
-#: warps 1496).
+#: warps 1496). "fp16x3" (not timed yet), ptxas-blackwell -v for sm_90a on Triton 3.9's PTX, spill stores
+#: in bytes (x / warps / stages): 64 x 16 / 4 / 2 0 (tf32x3 there: 648 by the same count), 64 x 32 / 4 / 2
+#: 180, 64 x 32 / 8 / 2 0 (252 registers), 64 x 64 / 8 / 2 32, 128 x 32 / 8 / 2 76, 64 x 64 / 4 / 2 528.
 BLOCK = (64, 16, 4, 2)
-#: ``tl.dot``'s input precision for every product: "tf32x3" (near float32, see above) or "ieee"
+#: ``tl.dot``'s input precision for every product: "tf32x3" (near float32, see above) or "ieee", or
+#: "fp16x3" (three float16 products of scaled split operands, see above)
 PRECISION = "tf32x3"
+#: the values :data:`PRECISION` and ``precision=`` accept
+PRECISIONS = ("tf32x3", "ieee", "fp16x3")
 
 
 def _kernel():
@@ -90,7 +113,12 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ek_t: 
     ``q``, ``k``, ``v``, ``out``: contiguous float32 ``[H*B, T, d]`` (row ``n``: head ``n // B``, item
     ``n % B``; ``1/sqrt(d)`` folded into ``q``); ``ek_t``: contiguous float32 ``[d, 2w+1]``; ``ev``:
     contiguous float32 ``[2w+1, d]``; ``lengths``: ``[B]`` integers, each in ``1 .. T`` (not checked: that
-    would wait for the device). Rows of ``out`` at or past their item's length hold finite values."""
+    would wait for the device). Rows of ``out`` at or past their item's length hold finite values.
+    ``block``: :data:`BLOCK`'s tuple (default :data:`BLOCK`); ``precision``: one of :data:`PRECISIONS`
+    (default :data:`PRECISION`)."""
+    precision = precision or PRECISION
+    if precision not in PRECISIONS:
+        raise ValueError(f"relative_attention: precision {precision!r} is not one of {PRECISIONS}")
     w = int(w)
     if w < 0:
         raise ValueError(f"relative_attention: window {w} must be >= 0")
@@ -118,7 +146,7 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ek_t: 
     bm, bn, warps, stages = block or BLOCK
     launch(KernelLaunch(_kernel(), (-(-t // bm), b, hb // b), (q, k, v, ek_t, ev, lengths, out, t),
                         dict(D=d, DA=da, DB=db, W=w, RP=max(16, _pow2(r)), BLOCK_M=bm, BLOCK_N=bn,
-                             PRECISION=precision or PRECISION, num_warps=warps, num_stages=stages)))
+                             PRECISION=precision, num_warps=warps, num_stages=stages)))
     return out
 
 

@@ -35,17 +35,23 @@ CASE_IDS = ["plain", "relu+mask", "residual+ln-in-place", "heads-in-heads-out", 
 # the DDSConv prologue kernel (engines.torch_vits.fused_dds): (id, channels, kernel, dilation, pad, rows)
 DDS_CASES = [("dds-c40-k3-d1", 40, 3, 1, 9, 37),  # 40 channels: masked lanes up to 64; several programs
              ("dds-c192-k3-d9-edge", 192, 3, 9, 9, 20)]  # the voice's width and widest dilation: taps at the edges
-# the relative attention kernel (engines.torch_vits.fused_attn): (id, heads, d, window, T, lengths, block)
+# the relative attention kernel (engines.torch_vits.fused_attn): (id, heads, d, window, T, lengths, block,
+# std of the logits q . k), each run in every precision of ATTN_PRECISIONS (case ids "<id>@<precision>")
+ATTN_PRECISIONS = ("tf32x3", "fp16x3")
 ATTN_CASES = [
     # the voice's head width and window; T = 75 with 16 x 16 tiles: five query tiles and up to five key
     # blocks a row, the last of each ragged; lengths T (every key), 1 (one key, band at the edge), 40 (a
     # length inside a tile, tiles past it skipped) and 17 (one key of the second block)
-    ("attn-d96-w4-t75", 2, 96, 4, 75, [75, 1, 40, 17], (16, 16, 4, 1)),
+    ("attn-d96-w4-t75", 2, 96, 4, 75, [75, 1, 40, 17], (16, 16, 4, 1), 2.5),
     # d = 40: columns masked in the second channel tile (32 + 16); query tiles of 32 against key blocks
     # of 16, so a band spans three key blocks; window 4 at T = 37
-    ("attn-d40-w4-t37-32x16", 2, 40, 4, 37, [37, 1, 23], (32, 16, 4, 1)),
+    ("attn-d40-w4-t37-32x16", 2, 40, 4, 37, [37, 1, 23], (32, 16, 4, 1), 2.5),
     # one tile wider than the chunk (T = 32 in a 64 x 64 tile, the GPU's default), one head, window 1
-    ("attn-d96-w1-t32-one-tile", 1, 96, 1, 32, [32, 5], (64, 64, 4, 1)),
+    ("attn-d96-w1-t32-one-tile", 1, 96, 1, 32, [32, 5], (64, 64, 4, 1), 2.5),
+    # peaked softmaxes: logits q . k with std 5, a row's spanning ~22 (up to 36), so probabilities go down
+    # to ~1e-10 (1e-16): fp16x3's high parts of p * 2**14 subnormal, and its remainders. (Larger logits
+    # leave float32 rounding of the logits themselves, times |v|, above the tolerance in any precision.)
+    ("attn-d96-w4-t50-peaked", 2, 96, 4, 50, [50, 29], (16, 16, 4, 1), 5.0),
 ]
 
 
@@ -145,23 +151,26 @@ def attn_cases(device: str) -> dict:
 
     out = {}
     g = torch.Generator().manual_seed(7)
-    for cid, h, d, w, t, lens, block in ATTN_CASES:
+    for cid, h, d, w, t, lens, block, logit_std in ATTN_CASES:
         b = len(lens)
         lengths = torch.tensor(lens)
-        # logits of a few units (q . k with std ~2.5), as the voice's (1/sqrt(d) folded into q)
-        q, k, v = (torch.randn(h * b, t, d, generator=g) * sc for sc in (0.5 / d ** 0.25, 5.0 / d ** 0.25, 1.0))
+        # logits q . k with std logit_std (2.5: a few units, as the voice's; 1/sqrt(d) folded into q)
+        q, k, v = (torch.randn(h * b, t, d, generator=g) * sc
+                   for sc in (logit_std / 5.0 / d ** 0.25, 5.0 / d ** 0.25, 1.0))
         ek_t, ev = torch.randn(d, 2 * w + 1, generator=g), torch.randn(2 * w + 1, d, generator=g)
         me = SimpleNamespace(H=h, d=d, w=w)
         want = FastStageA._attend(me, {"ek_t": ek_t, "ev": ev}, q, k, v, FastStageA._key_bias(me, lengths, t, q.dtype),
                                   torch.empty(h * b, t, d))
         exact = A.relative_attention_reference(q, k, v, ek_t, ev, lengths, w)
         dev = [x.to(device) for x in (q, k, v, ek_t, ev, lengths)]
-        got = A.relative_attention(*dev[:6], w, torch.full((h * b, t, d), float("nan"), device=device),
-                                   block=block).cpu()
         real = (torch.arange(t)[None, :] < lengths[:, None]).repeat(h, 1)  # [H*B, T]
-        out[cid] = {"err": float((got - want)[real].abs().max()), "scale": float(want[real].abs().max()),
-                    "err64": float((got.double() - exact)[real].abs().max()),
-                    "pad_finite": bool(torch.isfinite(got).all())}
+        for precision in ATTN_PRECISIONS:
+            got = A.relative_attention(*dev[:6], w, torch.full((h * b, t, d), float("nan"), device=device),
+                                       block=block, precision=precision).cpu()
+            out[f"{cid}@{precision}"] = {"err": float((got - want)[real].abs().max()),
+                                         "scale": float(want[real].abs().max()),
+                                         "err64": float((got.double() - exact)[real].abs().max()),
+                                         "pad_finite": bool(torch.isfinite(got).all())}
     return out
 
 

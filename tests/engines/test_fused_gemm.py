@@ -57,18 +57,31 @@ def test_spline_kernel_matches_pytorch(results):
     assert got["err"] <= 2e-5 * max(1.0, got["scale"]) and got["tail_zero"], got
 
 
+@pytest.mark.parametrize("precision", cases.ATTN_PRECISIONS)
 @pytest.mark.parametrize("case", [c[0] for c in cases.ATTN_CASES])
-def test_relative_attention_matches_attend(results, case):
+def test_relative_attention_matches_attend(results, case, precision):
     # the encoder's windowed relative attention in one kernel (online softmax over key blocks, the band's
     # relative-key logits and relative-value term picked out of the blocks that meet it): the values of
     # FastStageA._attend, the float32 path it replaces, and of a float64 reference, on every real row, at
     # float32 rounding on CPU (a dropped relative term or a wrong key mask is an error of order 1); rows
-    # past each length finite. The cases cover ragged tiles, lengths 1 and T, and masked channels.
+    # past each length finite. The cases cover ragged tiles, lengths 1 and T, masked channels and peaked
+    # softmaxes. "fp16x3": the interpreter multiplies float16 exactly, so on CPU this checks its split and
+    # scales (a dropped remainder product or a wrong scale is an error far above float32 rounding).
     device, r = results
-    got = r[case]
+    got = r[f"{case}@{precision}"]
     assert got["pad_finite"], got
     assert got["err"] <= TOL[device] * max(1.0, got["scale"]), got
     assert got["err64"] <= TOL[device] * max(1.0, got["scale"]), got
+
+
+def test_relative_attention_refuses_unknown_precision():
+    # a misspelt precision is one clear error, not a Triton compile error (or a silent "tf32")
+    from engines.torch_vits import fused_attn as A
+
+    x = torch.zeros(2, 5, 24)
+    with pytest.raises(ValueError, match="precision 'tf32'"):
+        A.relative_attention(x, x, x, torch.zeros(24, 3), torch.zeros(3, 24), torch.tensor([5, 5]), 1, x.clone(),
+                             precision="tf32")
 
 
 def test_stage_a_through_kernel(results):
