@@ -30,8 +30,8 @@ Configurations:
   :mod:`engines.torch_vits.fused_attn`'s kernel;
 * ``noprior``: the defaults with stage B's input made by PyTorch operations, not
   :mod:`engines.torch_vits.fused_prior`'s kernel;
-* ``attn@MxNxWxS``: the defaults with the attention kernel's tiles (query rows, key columns, warps,
-  stages), as :data:`engines.torch_vits.fused_attn.BLOCK`;
+* ``attn@MxNxWxS[:PRECISION]``: the defaults with the attention kernel's tiles (query rows, key columns,
+  warps, stages), as :data:`engines.torch_vits.fused_attn.BLOCK` (and its products' precision);
 * ``attnp@PRECISION``: the defaults with the attention kernel's products in ``PRECISION`` (``tf32x3``,
   ``ieee`` or ``fp16x3``), as :data:`engines.torch_vits.fused_attn.PRECISION`;
 * ``cio@BxW``: the defaults with the coupling kernel's time positions and warps a program
@@ -102,8 +102,9 @@ def main(argv=None) -> int:
         eng.model._fast_a.fused_dds = kind != "nodds"
         eng.model._fast_a.fused_attention = kind != "noattn"
         eng.fused_prior = eng.fused_flow and kind != "noprior"
-        fused_attn.BLOCK = ints(arg) if kind == "attn" else attn_default
-        fused_attn.PRECISION = arg if kind == "attnp" else attnp_default
+        fused_attn.BLOCK = ints(arg.split(":")[0]) if kind == "attn" else attn_default
+        fused_attn.PRECISION = (arg if kind == "attnp" else arg.split(":")[1] if kind == "attn" and ":" in arg
+                                else attnp_default)
         fused_wn.COUPLING_BLOCK_T, fused_wn.COUPLING_WARPS = ints(arg) if kind == "cio" else cio_default
         eng.copy_overlap = kind != "nooverlap"
         eng.pipeline = 2 if kind == "pipe2" else pipeline_default

@@ -25,8 +25,8 @@ Key blocks past the item's length are not visited; a query tile wholly past it w
 Query rows at or past the length but in a tile that is not are computed as real ones (finite;
 they never reach a real position).
 
-Precision: the products run through ``tl.dot`` on float32 operands with
-``input_precision="tf32x3"`` (:data:`PRECISION`): each operand is split into a TF32 high part and
+Precision (:data:`PRECISION`, default ``"fp16x3"``, below): with ``"tf32x3"`` the products run
+through ``tl.dot`` on float32 operands with ``input_precision="tf32x3"``: each operand is split into a TF32 high part and
 a TF32 remainder and three tensor-core products are summed in float32, about 22 significant bits
 (the dropped remainder x remainder term is ``~2**-22`` of each product), near float32 as stage A
 needs (durations are the ``ceil`` of its output). Its range is float32's (unlike the float16
@@ -35,8 +35,9 @@ float16's normal range, as most probabilities of a peaked softmax are). The soft
 ``exp``, sums, the final division) is float32. ``"ieee"`` (exact float32 products on the CUDA
 cores) is the accurate fallback for an A/B run.
 
-``"fp16x3"`` runs the same near-float32 products on the float16 tensor cores (twice TF32's rate,
-half the operand registers): each float32 tile ``x`` is multiplied by a power of two ``S``, split
+``"fp16x3"`` (the default: 0.975 of the whole model's time with ``"tf32x3"``, run 38) runs the
+same near-float32 products on the float16 tensor cores (twice TF32's rate, half the operand
+registers): each float32 tile ``x`` is multiplied by a power of two ``S``, split
 into ``hi = (x*S).to(fp16)`` and the unscaled remainder ``lo = (x*S - hi).to(fp16)``, and
 ``a @ b = (a_hi@b_hi + a_hi@b_lo + a_lo@b_hi) / (S_a*S_b)``, the three products into one float32
 accumulator (about 22 significant bits; the dropped ``a_lo@b_lo`` is ``~2**-22`` of each product;
@@ -70,20 +71,28 @@ import torch
 from engines.torch_vits.launch import KernelLaunch, launch
 
 #: (BLOCK_M queries, BLOCK_N keys, warps, stages) of a program. Tests under the interpreter pass
-#: smaller tiles (several programs and key blocks a row, ragged tails). Timed on the H200 (run 36,
-#: ``[1024, 128, 96]`` q/k/v, lengths random, median of 20 calls): 64 x 16 with 4 warps and 2 stages
-#: 221 us, 64 x 32 / 4 / 1 234 us, 64 x 64 / 4 / 2 335 us, 32 x 32 / 4 / 1 471 us (plain TF32 at
-#: 64 x 16: 121 us, but 4e-3 off). **64 x 32 with 8 warps and "tf32x3" ended in an illegal memory
-#: access** there (Triton 3.6; the same tile with "ieee" ran, and so did every 4-warp tile): do not
-#: use 8 warps with "tf32x3" without checking on the GPU. Every tile spills registers (ptxas for
-#: sm_90a, Triton 3.9: 255 registers; spill stores in bytes: 64 x 16 / 4 warps 400, 64 x 64 / 4
-#: warps 1496). "fp16x3" (not timed yet), ptxas-blackwell -v for sm_90a on Triton 3.9's PTX, spill stores
-#: in bytes (x / warps / stages): 64 x 16 / 4 / 2 0 (tf32x3 there: 648 by the same count), 64 x 32 / 4 / 2
-#: 180, 64 x 32 / 8 / 2 0 (252 registers), 64 x 64 / 8 / 2 32, 128 x 32 / 8 / 2 76, 64 x 64 / 4 / 2 528.
-BLOCK = (64, 16, 4, 2)
-#: ``tl.dot``'s input precision for every product: "tf32x3" (near float32, see above) or "ieee", or
-#: "fp16x3" (three float16 products of scaled split operands, see above)
-PRECISION = "tf32x3"
+#: smaller tiles (several programs and key blocks a row, ragged tails). Timed on the H200, one call
+#: on ``[1024, 128, 96]`` / ``[128, 416, 96]`` q/k/v, lengths random, median of 20 calls
+#: (``bench/results/h200-2026-11-30-run3[68]-attn_probe.txt``):
+#:
+#: * "fp16x3" (run 38): 64 x 32 with 4 warps and 2 stages 126 / 100 us (the default), 64 x 16 / 4 / 2
+#:   129 / 118 us, 64 x 64 / 4 / 2 159 / 116 us, 128 x 32 / 8 / 2 151 / 121 us. In the whole model
+#:   (run 38, interleaved) these took 0.975, 0.976, 0.977 and 0.980 of the time with "tf32x3" at
+#:   64 x 16.
+#: * "tf32x3" (runs 36, 38): 64 x 16 / 4 / 2 221 / 215 us, 64 x 32 / 4 / 1 234 us, 64 x 64 / 4 / 2
+#:   335 us; "ieee" 462-668 us; plain TF32 116-255 us but 4e-3 off.
+#: * **A 64-row tile with 8 warps ended in an illegal memory access** on the H200 (Triton 3.6) with
+#:   either tensor-core precision (64 x 32 and 64 x 64; runs 35, 38), not with "ieee" (no tensor
+#:   cores) nor with 128 x 32 / 8 warps: do not use 8 warps with 64-row tiles.
+#:
+#: Registers (ptxas-blackwell -v for sm_90a on Triton 3.9's PTX, compiled without a device): every
+#: tile sits at 255 registers; spill stores in bytes, "fp16x3": 64 x 32 / 4 / 2 180, 64 x 16 / 4 / 2
+#: 0, 64 x 64 / 4 / 2 528; "tf32x3": 64 x 16 / 4 / 2 648, 64 x 64 / 4 / 2 1724.
+BLOCK = (64, 32, 4, 2)
+#: ``tl.dot``'s input precision for every product: "fp16x3" (three float16 products of scaled split
+#: operands, about 22 bits, see above; the default), "tf32x3" (near float32) or "ieee" (exact float32
+#: products on the CUDA cores)
+PRECISION = "fp16x3"
 #: the values :data:`PRECISION` and ``precision=`` accept
 PRECISIONS = ("tf32x3", "ieee", "fp16x3")
 
