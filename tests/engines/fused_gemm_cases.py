@@ -29,6 +29,8 @@ PRECISIONS = ("fp16x3", "fp16x3u")
 CPU_BLOCKS = {"plain": (16, 16, 32, 4, 2), "ln": (16, 16, 32, 4, 2)}
 # few, large tiles for the whole stage A under the interpreter (its time grows with the program count)
 CPU_STAGE_A_BLOCKS = {"plain": (512, 256, 256, 4, 1), "ln": (512, 256, 256, 4, 1)}
+# and the attention's: one program a (head, item) row, one key block, for the stage A case's widths (<= 128)
+CPU_STAGE_A_ATTN_BLOCK = (128, 128, 4, 1)
 
 CASE_IDS = ["plain", "relu+mask", "residual+ln-in-place", "heads-in-heads-out", "im2col-in-channel-first-out",
             "ln+gelu+post-residual+mask"]
@@ -248,7 +250,10 @@ def main(device: str) -> dict:
     out.update(spline_cases(device))
     out.update(attn_cases(device))
     if device == "cpu":
+        from engines.torch_vits import fused_attn
+
         G.BLOCKS = dict(CPU_STAGE_A_BLOCKS)
+        fused_attn.BLOCK = CPU_STAGE_A_ATTN_BLOCK
     out["stage-a"] = stage_a_case(device)
     return out
 

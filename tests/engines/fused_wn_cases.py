@@ -148,13 +148,15 @@ def flow_cases(device: str, block=None, weights=None) -> dict:
         alone = fused32.reverse(x[1:, :, :short].contiguous(), mask[1:, :, :short]).cpu()  # lengths from the mask
         # an input already [B, T, C] in memory (as the engine's stage-B input kernel writes it): worked in a copy,
         # and with overwrite=True in place
-        x_btc = x.transpose(1, 2).contiguous().transpose(1, 2)
-        kept = fused32.reverse(x_btc, mask, lengths)
-        unchanged = bool(torch.equal(x_btc, x))
-        inplace = fused32.reverse(x_btc, mask, lengths, overwrite=True)
-        layout = {"copy_equal": bool(torch.equal(kept.cpu(), y32)), "input_unchanged": unchanged,
+        # (the short item alone, as `alone`: each run costs seconds here)
+        x_s = x[1:, :, :short]
+        x_btc = x_s.transpose(1, 2).contiguous().transpose(1, 2)
+        kept = fused32.reverse(x_btc, mask[1:, :, :short], lengths[1:])
+        unchanged = bool(torch.equal(x_btc, x_s))
+        inplace = fused32.reverse(x_btc, mask[1:, :, :short], lengths[1:], overwrite=True)
+        layout = {"copy_equal": bool(torch.equal(kept.cpu(), alone)), "input_unchanged": unchanged,
                   "overwrite_in_place": inplace.data_ptr() == x_btc.data_ptr(),
-                  "overwrite_equal": bool(torch.equal(inplace.cpu(), y32))}
+                  "overwrite_equal": bool(torch.equal(inplace.cpu(), alone))}
         # fp16: the full item only (the masking is the same code as at fp32; each item costs seconds here)
         ref16 = plain16.reverse(x[:1], mask[:1]).cpu()
         y16 = fused16.reverse(x[:1], mask[:1], lengths[:1]).cpu()
