@@ -912,39 +912,32 @@ class TorchEngine:
         torch = self.torch
         n = len(rows)
         idx = torch.as_tensor(np.asarray(rows, dtype=np.int64)).to(self.device, non_blocking=True)
+        e_rows = (torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device, non_blocking=True)
+                  if eps is not None else None)
         padded = self.padded_rows(n, f)  # few shapes: graphs and cuDNN autotuning repeat
+        fr = frames[idx]
+        if padded > n:
+            fr = torch.cat([fr, fr.new_zeros(padded - n)])
         if self.fused_prior:  # z_p as [rows, frames, C] (the fused flow's layout), padding rows 0, in one kernel
             from engines.torch_vits.fused_prior import sample_prior
 
-            e_rows = (torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device, non_blocking=True)
-                      if eps is not None else None)
             z = sample_prior(m_p, logs_p, durations, idx, f, padded, eps, e_rows, noise_scale).transpose(1, 2)
-            fr = frames[idx]
+        else:
+            z, logs = self.model.expand_prior(m_p[idx], logs_p[idx], durations[idx], f)
+            if eps is not None:
+                e = eps[e_rows]
+                if e.shape[-1] < f:
+                    e = torch.nn.functional.pad(e, (0, f - e.shape[-1]))
+                else:
+                    e = e[..., :f]
+                z = z + e * torch.exp(logs) * noise_scale
             if padded > n:
-                fr = torch.cat([fr, fr.new_zeros(padded - n)])
-            return self._stage_b_call(padded, f, z, fr)
-        m, logs = self.model.expand_prior(m_p[idx], logs_p[idx], durations[idx], f)
-        if eps is not None:
-            e = eps[torch.as_tensor(np.asarray(eps_rows, dtype=np.int64)).to(self.device, non_blocking=True)]
-            if e.shape[-1] < f:
-                e = torch.nn.functional.pad(e, (0, f - e.shape[-1]))
-            else:
-                e = e[..., :f]
-            m = m + e * torch.exp(logs) * noise_scale
-        fr = frames[idx]
-        if padded > n:
-            m = torch.cat([m, m.new_zeros(padded - n, *m.shape[1:])])
-            fr = torch.cat([fr, fr.new_zeros(padded - n)])
-        return self._stage_b_call(padded, f, m, fr)
-
-    def _stage_b_call(self, padded: int, f: int, z_p, frames):
-        """Stage B (flow, decoder, PCM) of a chunk's ``z_p`` ``[padded, C, f]``: replayed as a CUDA graph,
-        compiled or eager."""
+                z = torch.cat([z, z.new_zeros(padded - n, *z.shape[1:])])
         if self.compiled:
-            self.torch.compiler.cudagraph_mark_step_begin()
+            torch.compiler.cudagraph_mark_step_begin()
         if self.stage_b_graphs:
-            return self._stage_b_graph_cache()((padded, f), (z_p, frames))
-        return self._stage_b(z_p, frames)
+            return self._stage_b_graph_cache()((padded, f), (z, fr))
+        return self._stage_b(z, fr)
 
     def _stage_b_graph_cache(self):
         """Stage B's :class:`~engines.torch_vits.graphs.GraphCache` (made on first use)."""

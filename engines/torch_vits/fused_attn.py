@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import torch
 
-from engines.torch_vits.launch import KernelLaunch, launch
+from engines.torch_vits.launch import KernelLaunch, launch, pow2
 
 #: (BLOCK_M queries, BLOCK_N keys, warps, stages) of a program. Tests under the interpreter pass
 #: smaller tiles (several programs and key blocks a row, ragged tails). Timed on the H200, one call
@@ -104,14 +104,10 @@ def _kernel():
     return relative_attention_kernel
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 def column_tiles(d: int) -> tuple[int, int]:
     """The two power-of-two column tiles (``DA``, ``DB``) a head width ``d`` is held in."""
     da = 1 << ((d - 1).bit_length() - 1) if d > 16 else 16  # the largest power of two below d
-    return da, max(16, _pow2(d - da))
+    return da, pow2(d - da, 16)
 
 
 def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ek_t: torch.Tensor, ev: torch.Tensor,
@@ -154,7 +150,7 @@ def relative_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ek_t: 
     da, db = column_tiles(d)
     bm, bn, warps, stages = block or BLOCK
     launch(KernelLaunch(_kernel(), (-(-t // bm), b, hb // b), (q, k, v, ek_t, ev, lengths, out, t),
-                        dict(D=d, DA=da, DB=db, W=w, RP=max(16, _pow2(r)), BLOCK_M=bm, BLOCK_N=bn,
+                        dict(D=d, DA=da, DB=db, W=w, RP=pow2(r, 16), BLOCK_M=bm, BLOCK_N=bn,
                              PRECISION=precision, num_warps=warps, num_stages=stages)))
     return out
 

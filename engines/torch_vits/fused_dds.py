@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from engines.torch_vits.launch import KernelLaunch, launch
+from engines.torch_vits.launch import KernelLaunch, launch, pow2
 
 #: time rows per program (a [BLOCK_T, C rounded up to a power of two] float32 tile), warps
 BLOCK = (32, 4)
@@ -56,7 +56,7 @@ def sepconv_ln_gelu(buf: torch.Tensor, pad: int, dilation: int, taps_kc: torch.T
         raise ValueError(f"sepconv_ln_gelu: out must be a [B, T, C] view with unit column stride, not "
                          f"{tuple(out.shape)}")
     gamma, beta, eps = ln
-    cp = 1 << (c - 1).bit_length()
+    cp = pow2(c)
     bt, warps = block or BLOCK
     launch(KernelLaunch(_kernel(), (-(-t // bt), b), (
         buf, taps_kc, bias, gamma, beta, out, t, int(pad), int(dilation), float(eps),
@@ -98,6 +98,6 @@ def spline_inverse(x: torch.Tensor, st: torch.Tensor, lengths: torch.Tensor, num
     bt, warps = block or SPLINE_BLOCK
     launch(KernelLaunch(spline_inverse_kernel, (-(-t // bt), b), (
         x, st, lengths, out, t, x.stride(0), x.stride(1), st.stride(0), st.stride(1), float(tail_bound),
-        float(min_w), float(min_d)), dict(NB=num_bins, KP=1 << (num_bins - 1).bit_length(), BLOCK_T=bt,
+        float(min_w), float(min_d)), dict(NB=num_bins, KP=pow2(num_bins), BLOCK_T=bt,
                                           num_warps=warps)))
     return out

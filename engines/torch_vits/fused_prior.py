@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from engines.torch_vits.launch import KernelLaunch, launch
+from engines.torch_vits.launch import KernelLaunch, launch, pow2
 
 #: frames per program (GPU; the tests use the same)
 BLOCK_F = 32
@@ -34,10 +34,6 @@ def _kernel():
     from engines.torch_vits._prior_kernel import sample_prior_kernel
 
     return sample_prior_kernel
-
-
-def _pow2(n: int, least: int = 1) -> int:
-    return max(least, 1 << max(0, int(n) - 1).bit_length())
 
 
 def sample_prior(m_p: torch.Tensor, logs_p: torch.Tensor, durations: torch.Tensor, items: torch.Tensor,
@@ -68,7 +64,7 @@ def sample_prior(m_p: torch.Tensor, logs_p: torch.Tensor, durations: torch.Tenso
         (m_p, logs_p, durations, items, e, eps_rows if noise else items, out,
          n, frames, t, e.shape[2], float(noise_scale),
          m_p.stride(0), m_p.stride(1), durations.stride(0), e.stride(0), e.stride(1)),
-        dict(C=c, CP=_pow2(c), TP=_pow2(t, MIN_WIDTH), NOISE=noise, BLOCK_F=BLOCK_F, num_warps=4),
+        dict(C=c, CP=pow2(c), TP=pow2(t, MIN_WIDTH), NOISE=noise, BLOCK_F=BLOCK_F, num_warps=4),
     ))
     return out
 

@@ -71,6 +71,7 @@ import torch
 import torch.nn.functional as F
 
 from engines.torch_vits.fused_conv import available  # noqa: F401  (re-exported: same requirement)
+from engines.torch_vits.fused_gemm import LO_SCALE  # the same split: low halves times 2**11 (2048 in the kernel)
 from engines.torch_vits.launch import KernelLaunch, launch
 
 #: Hidden channel counts the kernel takes: multiples of 64 up to 256 (explicit gate blocks, at most four).
@@ -96,6 +97,13 @@ def _kernel():
     return wn_layer_kernel
 
 
+def _fp16_scale(w: torch.Tensor) -> float:
+    """The power of two that brings ``w``'s largest entry to about 2^14 (float16 range, no subnormals for
+    all but negligible entries); 1 for a zero matrix."""
+    peak = float(w.abs().max())
+    return 2.0 ** (math.ceil(math.log2(peak)) - 14) if peak > 0 else 1.0
+
+
 def pack_layer(in_weight: torch.Tensor, in_bias: torch.Tensor, rs_weight: torch.Tensor, rs_bias: torch.Tensor,
                dilation: int) -> dict:
     """One WN layer's weights as the kernel reads them.
@@ -109,8 +117,7 @@ def pack_layer(in_weight: torch.Tensor, in_bias: torch.Tensor, rs_weight: torch.
     * the biases in float32 and the dilation.
     """
     w = rs_weight.detach()[:, :, 0].t().float()
-    peak = float(w.abs().max())
-    w_scale = 2.0 ** (math.ceil(math.log2(peak)) - 14) if peak > 0 else 1.0
+    w_scale = _fp16_scale(w)
     w = w / w_scale  # exact: a power of two
     w_hi = w.half()
     w_lo = (w - w_hi.float()).half()
@@ -212,17 +219,14 @@ def pack_matrix(w_kn: torch.Tensor, rows: int, cols: int) -> dict:
     k, n = w.shape
     if k > rows or n > cols:
         raise ValueError(f"cannot pad a [{k}, {n}] matrix to [{rows}, {cols}]")
-    peak = float(w.abs().max())
-    scale = 2.0 ** (math.ceil(math.log2(peak)) - 14) if peak > 0 else 1.0
+    scale = _fp16_scale(w)
     full = w.new_zeros(rows, cols)
     full[:k, :n] = w / scale  # exact: a power of two
     hi = full.half()
-    return {"hi": hi.contiguous(), "lo": ((full - hi.float()) * COUPLING_LO_SCALE).half().contiguous(),
+    return {"hi": hi.contiguous(), "lo": ((full - hi.float()) * LO_SCALE).half().contiguous(),
             "scale": scale}
 
 
-#: the split's low half is stored times this (``_coupling_kernel._split``), away from float16's subnormals
-COUPLING_LO_SCALE = 2048.0
 #: time positions and warps per program of :func:`coupling_io`
 COUPLING_BLOCK_T = 64
 COUPLING_WARPS = 4

@@ -23,6 +23,12 @@ from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple
 
 
+def pow2(n: int, least: int = 1) -> int:
+    """The smallest power of two >= ``n`` and >= ``least``: a kernel tile's width (``tl.arange`` takes
+    powers of two only)."""
+    return max(least, 1 << max(0, int(n) - 1).bit_length())
+
+
 class KernelLaunch(NamedTuple):
     """One launch of a jitted Triton kernel: ``kernel[grid](*args, **options)``."""
 

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.torch_vits.hparams import VitsHParams
+from engines.torch_vits.launch import pow2
 
 LRELU_SLOPE = 0.1
 
@@ -434,7 +435,7 @@ class ResidualCouplingBlock(nn.Module):
                 if flipped:  # the layer's x0 is the reversed upper half, its x1 the reversed lower half
                     w_pre, w_post, b_post = w_pre.flip(1), w_post.flip(0), b_post.flip(0)
                 hidden = w_pre.shape[0]
-                hp = 1 << (f.half - 1).bit_length()  # the half as a power-of-two tile
+                hp = pow2(f.half)  # the half as a power-of-two tile
                 plan.append({"upper_in": flipped, "half": f.half,
                              "pre": {**fused_wn.pack_matrix(w_pre.t(), hp, hidden),
                                      "b": f.pre.bias.detach().float().contiguous()},
