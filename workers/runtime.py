@@ -171,10 +171,33 @@ def get_engine(voice, spec: EngineSpec | None = None):
             from workers import metrics
 
             metrics.engine_loaded(info, time.perf_counter() - t0)
-            log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d",
+            log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d; %s",
                      info.name, info.precision, info.device, voice.name, info.sample_rate, info.max_batch,
-                     time.perf_counter() - t0, os.getpid())
+                     time.perf_counter() - t0, os.getpid(), startup_report(info, time.perf_counter() - t0))
         return engine
+
+
+_PROCESS_T0 = time.monotonic()
+
+
+def startup_report(info, engine_s: float) -> str:
+    """Why start-up took what it took: the process's age, the engine's own start-up steps
+    (``info.extra``: Triton precompile, warm-up) and where compiled kernels are cached."""
+    x = info.extra or {}
+    parts = [f"process up {time.monotonic() - _PROCESS_T0:.1f} s"]
+    if x.get("precompile"):
+        compiled, kernels = x.get("precompile_compiled"), x.get("precompile_kernels")
+        parts.append(f"Triton kernels {kernels}: {compiled} compiled, {(kernels or 0) - (compiled or 0)} from the "
+                     f"cache in {x.get('precompile_s', 0):.1f} s")
+        parts.append(f"kernel cache {os.environ.get('TRITON_CACHE_DIR') or '~/.triton/cache'}"
+                     + ("" if os.environ.get("TRITON_CACHE_DIR") else
+                        " (set TRITON_CACHE_DIR to a volume kept per node, or every new worker compiles again)"))
+        if x.get("precompile_error"):
+            parts.append(f"precompile failed: {x['precompile_error']}")
+    if x.get("warmup"):
+        parts.append(f"warm-up {x['warmup']}")
+    parts.append(f"engine build and warm-up {engine_s:.1f} s")
+    return "; ".join(parts)
 
 
 def preload() -> None:

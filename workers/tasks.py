@@ -312,7 +312,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
             synth = synthesize_units(units, engine)
             metrics.batch_done(engine.info, queue, synth.size,
                                sum(len(a) for it in synth.items for a in it) / engine.info.sample_rate,
-                               synth.infer_ms / 1000.0, time.perf_counter() - t0)
+                               synth.infer_ms / 1000.0, time.perf_counter() - t0, planned=len(units))
         except (EngineUnavailable, VoiceError) as exc:  # the node's fault (no package, device, voice)
             raise _EngineMissing(exc) from exc
     except _EngineMissing as exc:

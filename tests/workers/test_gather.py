@@ -127,3 +127,16 @@ def test_cancelled_job_is_not_gathered(redis_url, start_worker, short_book, seco
     time.sleep(0.5)
     assert not (tmp_path / "b" / ".work" / "batches").exists() or not records(tmp_path / "b")
     assert store.get_job(b).status is JobStatus.CANCELLED
+
+
+def test_startup_report_says_why():
+    from engines.base import EngineInfo
+    from workers.runtime import startup_report
+
+    info = EngineInfo("torch", "fp16", "cuda:0", 22050, 1024,
+                      extra={"precompile": True, "precompile_s": 12.5, "precompile_kernels": 40,
+                             "precompile_compiled": 30, "warmup": "lazy"})
+    text = startup_report(info, 14.0)
+    assert "30 compiled, 10 from the cache in 12.5 s" in text
+    assert "TRITON_CACHE_DIR" in text and "warm-up lazy" in text and "14.0 s" in text
+    assert "Triton" not in startup_report(EngineInfo("onnx", "fp32", "cpu", 22050, 32), 0.5)
