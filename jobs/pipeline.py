@@ -96,6 +96,13 @@ class BatchRecord:
     sample_rate: int
     splits: int = 0
     """How many times the batch was split in two after the device ran out of memory."""
+    engine_batch: str | None = None
+    """Id of the engine call that synthesized this batch (a worker may run several planned
+    batches, of several jobs, in one engine call); None in records of older versions."""
+    engine_batch_size: int | None = None
+    """Utterances in that engine call (None: the batch ran alone, ``len(items)``)."""
+    engine_batch_units: int = 1
+    """Planned batches in that engine call."""
 
     @property
     def audio_samples(self) -> int:
@@ -342,31 +349,105 @@ def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None
     existing = job.batch_record(batch_id)
     if existing is not None:
         return existing
-    if engine.info.sample_rate != job.sample_rate:  # checked before any audio is written
-        raise DeterministicEngineError(f"engine sample rate {engine.info.sample_rate} differs from the voice's {job.sample_rate}")
-    rows = job.batch_rows(batch_id)
+    unit = Unit(job, batch_id, attempt=attempt, queued_at=queued_at)
+    synth = synthesize_units([unit], engine)
+    return write_unit(synth, 0, worker=worker)
+
+
+@dataclass
+class Unit:
+    """One planned batch of one job, as a piece of a (possibly larger) engine batch."""
+
+    job: Job
+    batch_id: int
+    attempt: int = 1
+    queued_at: str | None = None
+
+
+@dataclass
+class SynthesizedUnits:
+    """The audio of several units synthesized in one engine call, before it is written."""
+
+    units: list[Unit]
+    items: list[list[np.ndarray]]
+    """Per unit, per row in batch order: int16 audio (normalised where the job asks for it)."""
+    engine_info: object
+    infer_ms: float
+    splits: int
+    started_at: str
+    finished_at: str
+    engine_batch: str
+    """Identifies the engine call (shared by every unit synthesized in it)."""
+
+    @property
+    def size(self) -> int:
+        return sum(len(i) for i in self.items)
+
+
+def synthesis_class(job: Job) -> str:
+    """Units of jobs with the same class can share one engine batch: same voice weights, sample rate
+    and synthesis scales (the engine takes one set of scales per batch)."""
+    ident = {"voice": job.meta["voice"]["model_sha256"], "sr": job.sample_rate, "scales": job.meta["scales"]}
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
+    """Synthesize the rows of ``units`` (planned batches, of one or several jobs of one
+    :func:`synthesis_class`) in one engine call, split in two on out-of-memory. Writes nothing."""
+    if not units:
+        raise JobError("no units to synthesize")
+    first = units[0].job
+    for u in units:
+        if engine.info.sample_rate != u.job.sample_rate:  # checked before any audio is written
+            raise DeterministicEngineError(
+                f"engine sample rate {engine.info.sample_rate} differs from the voice's {u.job.sample_rate}")
+        if u.job.scales != first.scales:
+            raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different synthesis scales; "
+                           f"they cannot share an engine batch")
+    rows_per = [u.job.batch_rows(u.batch_id) for u in units]
+    rows = [r for rs in rows_per for r in rs]
     started = now_iso()
-    seed = (int(job.job_id[:8], 16) + batch_id) & 0x7FFFFFFF
-    items, infer_ms, splits = _synthesize_rows(engine, rows, job.scales, seed)
-    if job.config.normalize:
-        items = [_normalize(a) for a in items]
-    finished = now_iso()
+    seed = (int(first.job_id[:8], 16) + units[0].batch_id) & 0x7FFFFFFF
+    flat, infer_ms, splits = _synthesize_rows(engine, rows, first.scales, seed)
+    items: list[list[np.ndarray]] = []
+    k = 0
+    for u, rs in zip(units, rows_per):
+        part = flat[k:k + len(rs)]
+        k += len(rs)
+        items.append([_normalize(a) for a in part] if u.job.config.normalize else part)
+    tag = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+    return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag)
+
+
+def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -> BatchRecord:
+    """Write unit ``index`` of ``synth``: its audio file, then its record (atomically, record last).
+
+    Idempotent like :func:`run_batch`: a unit whose record appeared meanwhile keeps that record.
+    """
+    unit, items, info = synth.units[index], synth.items[index], synth.engine_info
+    job, batch_id = unit.job, unit.batch_id
+    rows = job.batch_rows(batch_id)
     rec_path = job.record_path(batch_id)
+    existing = job.batch_record(batch_id)
+    if existing is not None:
+        return existing
     token = os.urandom(4).hex()
     audio_name = f"b{batch_id:06d}-{token}.wav"
     with atomic_path(rec_path.parent / audio_name) as tmp:
-        sf.write(str(tmp), np.concatenate(items) if items else np.zeros(0, np.int16), engine.info.sample_rate,
+        sf.write(str(tmp), np.concatenate(items) if items else np.zeros(0, np.int16), info.sample_rate,
                  subtype="PCM_16", format="WAV")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
+    share = len(items) / max(synth.size, 1)  # this unit's share of the engine call's time
     rec = BatchRecord(
         batch_id=batch_id, job_id=job.job_id, audio_file=audio_name,
         items=[{"book_index": r.utt.book_index, "chapter_index": r.utt.chapter_index,
                 "utterance_index": r.utt.utterance_index, "offset": int(offsets[i]), "samples": int(len(items[i]))}
                for i, r in enumerate(rows)],
-        engine=engine.info.name, precision=engine.info.precision, device=engine.info.device,
-        infer_ms=round(float(infer_ms), 3), started_at=started, finished_at=finished,
-        worker=worker or default_worker_name(), attempt=attempt, queued_at=queued_at,
-        sample_rate=engine.info.sample_rate, splits=splits,
+        engine=info.name, precision=info.precision, device=info.device,
+        infer_ms=round(synth.infer_ms * share, 3), started_at=synth.started_at, finished_at=synth.finished_at,
+        worker=worker or default_worker_name(), attempt=unit.attempt, queued_at=unit.queued_at,
+        sample_rate=info.sample_rate, splits=synth.splits, engine_batch=synth.engine_batch,
+        engine_batch_size=synth.size, engine_batch_units=len(synth.units),
     )
     if rec_path.exists():  # another delivery finished first: keep its record, drop our audio
         (rec_path.parent / audio_name).unlink(missing_ok=True)
@@ -496,7 +577,8 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
                         "text": u.text, "phoneme_count": len(u.phoneme_ids),
                         "missing_phonemes": u.missing_phonemes,
                         "status": "synthesized" if rec else "skipped: nothing speakable",
-                        "batch_id": r.batch_id, "batch_size": len(rec.items) if rec else 0,
+                        "batch_id": r.batch_id,
+                        "batch_size": (rec.engine_batch_size or len(rec.items)) if rec else 0,
                         "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
                         "pause_after_s": pause / sr,
                         "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,

@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from jobs.cli_options import engine_options, friendly_errors, job_options
-from jobs.config import batch_defaults
+from jobs.config import batch_defaults, runs_on_gpu
 from jobs.errors import BrokerError, EngineError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues, queue_name,
@@ -186,6 +186,13 @@ def _report_end(store, info) -> None:
 @click.option("--max-batch", type=click.IntRange(1, 4096), default=None,
               help="Largest batch the engine is built for (plan jobs with --max-batch at most this) "
                    "[default: 32 on CPU, 1024 with --gpus or a cuda device].")
+@click.option("--max-batch-phonemes", type=click.IntRange(1), default=None, envvar="BOOKTTS_MAX_BATCH_PHONEMES",
+              help="Most padded phoneme ids (utterances x longest) in one engine batch "
+                   "[default: 6400 on CPU, 262144 on a GPU; env BOOKTTS_MAX_BATCH_PHONEMES].")
+@click.option("--gather/--no-gather", default=None, envvar="BOOKTTS_GATHER",
+              help="Fill each engine batch with queued planned batches of any job with the same voice and "
+                   "scales, up to --max-batch / --max-batch-phonemes (jobs are planned in small batches; "
+                   "a GPU worker combines them) [default: on for a GPU engine, off on CPU; env BOOKTTS_GATHER].")
 @click.option("--queues", "-Q", default=",".join(default_queues()), show_default=True,
               help="Queues to consume, comma-separated, highest priority first (taken strictly in this order).")
 @click.option("--concurrency", "-c", type=click.IntRange(1), default=1, show_default=True,
@@ -212,8 +219,8 @@ def _report_end(store, info) -> None:
               help="Serve Prometheus metrics on this port (0 = off) [env BOOKTTS_METRICS_PORT].")
 @redis_option
 @one_line_errors
-def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max_deliveries, preload_voice, name,
-           loglevel, gpus, autoscale, metrics_port, redis_url) -> None:
+def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurrency, pool, lease_seconds,
+           max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
@@ -221,6 +228,8 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
     if max_batch is None:  # (engine_options has already filled it in for a cuda device)
         max_batch = batch_defaults(dataclasses.replace(engine_spec, device="cuda:0") if gpus else engine_spec)[0]
         engine_spec = dataclasses.replace(engine_spec, max_batch=max_batch)
+    if gather is None:
+        gather = runs_on_gpu(dataclasses.replace(engine_spec, device="cuda:0") if gpus else engine_spec)
     queue_list = [q.strip() for q in queues.split(",") if q.strip()]
     if not queue_list:
         raise click.BadParameter("give at least one queue", param_hint="--queues")
@@ -229,6 +238,10 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
             raise click.BadParameter("--gpus sets --device cuda:0 and --concurrency 1 for each GPU's worker; "
                                      "leave out --device, --concurrency and --autoscale", param_hint="--gpus")
         from workers.ops_commands import run_gpu_workers
+
+        os.environ["BOOKTTS_GATHER"] = "1" if gather else "0"  # read by each GPU's worker command
+        if max_batch_phonemes:
+            os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
 
         sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
                                  lease_seconds=lease_seconds, max_deliveries=max_deliveries, voice=preload_voice,
@@ -248,13 +261,15 @@ def worker(engine_spec, max_batch, queues, concurrency, pool, lease_seconds, max
         metrics.prepare_dir()  # before any pool process exists: the children write there
         metrics.serve(metrics_port)
     settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
-                              max_deliveries=max_deliveries)
+                              max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes)
     os.environ.update(settings.to_env())
     if pool == "solo" and concurrency != 1:
         raise click.BadParameter("the solo pool runs one batch at a time", param_hint="--concurrency")
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "
                f"queues {','.join(queue_list)}, {pool} "
+               f"{'gathering up to ' if gather else 'batches alone, at most '}{max_batch} utterances / "
+               f"{settings.max_batch_phonemes} padded ids a batch, "
                f"{f'autoscale {autoscale}' if autoscale_pair else f'x{concurrency}'}, lease {lease_seconds:g} s, "
                f"{f'metrics on :{metrics_port}, ' if metrics_port else ''}"
                f"Redis {redact_url(store.url)}", err=True)

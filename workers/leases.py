@@ -31,23 +31,43 @@ log = logging.getLogger("booktts.leases")
 
 
 class Heartbeat:
-    """Renew a batch lease in a daemon thread while the ``with`` block runs."""
+    """Renew leases in a daemon thread while the ``with`` block runs (or until :meth:`stop`).
+
+    It starts with one piece of work (a batch id or ``finalize`` of a job); :meth:`add` and
+    :meth:`discard` change the set while it runs (a worker that gathered several batches into
+    one engine call renews them all, and drops each once it is counted).
+    """
 
     def __init__(self, store: JobStore, job_id: str, batch: int | str, holder: Holder, lease_s: float,
                  interval_s: float | None = None) -> None:
-        self.store, self.job_id, self.batch, self.holder = store, job_id, batch, holder
+        self.store, self.holder = store, holder
         self.lease_s = lease_s
         self.interval_s = interval_s or max(lease_s / 3.0, 0.2)
+        self._pieces: list[tuple[str, int | str]] = [(job_id, batch)]
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}-{batch}", daemon=True)
         self.lost = False
 
     def __enter__(self) -> "Heartbeat":
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def start(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def add(self, job_id: str, batch: int | str) -> None:
+        with self._lock:
+            self._pieces.append((job_id, batch))
+
+    def discard(self, job_id: str, batch: int | str) -> None:
+        with self._lock:
+            if (job_id, batch) in self._pieces:
+                self._pieces.remove((job_id, batch))
 
     def stop(self) -> None:
         self._stop.set()
@@ -56,18 +76,21 @@ class Heartbeat:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                r = self.store.renew(self.job_id, self.batch, self.holder, self.lease_s)
-            except redis.exceptions.RedisError as exc:
-                log.warning("lease %s/%s: cannot renew (%s); retrying", self.job_id, self.batch, exc)
-                continue
-            if r == 0 and not self.lost:
-                self.lost = True
-                log.warning("lease %s/%s: taken over by another worker; finishing anyway (the output is "
-                            "idempotent and counted once)", self.job_id, self.batch)
-            elif r == 2:
-                log.warning("lease %s/%s: had vanished (Redis restarted or this process stalled); re-taken",
-                            self.job_id, self.batch)
+            with self._lock:
+                pieces = list(self._pieces)
+            for job_id, batch in pieces:
+                try:
+                    r = self.store.renew(job_id, batch, self.holder, self.lease_s)
+                except redis.exceptions.RedisError as exc:
+                    log.warning("lease %s/%s: cannot renew (%s); retrying", job_id, batch, exc)
+                    continue
+                if r == 0 and not self.lost:
+                    self.lost = True
+                    log.warning("lease %s/%s: taken over by another worker; finishing anyway (the output is "
+                                "idempotent and counted once)", job_id, batch)
+                elif r == 2:
+                    log.warning("lease %s/%s: had vanished (Redis restarted or this process stalled); re-taken",
+                                job_id, batch)
 
 
 class ReaperThread(threading.Thread):

@@ -60,7 +60,9 @@ def _build() -> dict:
     from prometheus_client import Counter, Histogram
 
     return {
-        "batches": Counter("booktts_batches", "Batches synthesized.", LABELS),
+        "batches": Counter("booktts_batches", "Planned batches synthesized.", LABELS),
+        "engine_calls": Counter("booktts_engine_batches", "Engine calls (a call may combine planned batches).",
+                                LABELS),
         "utterances": Counter("booktts_utterances", "Utterances synthesized.", LABELS),
         "audio": Counter("booktts_audio_seconds", "Seconds of audio synthesized.", LABELS),
         "engine": Counter("booktts_engine_seconds", "Engine (inference) seconds spent on synthesized batches.", LABELS),
@@ -111,11 +113,14 @@ def _safe(fn):
 
 
 @_safe
-def batch_done(info, queue: str | None, items: int, audio_s: float, engine_s: float, wall_s: float) -> None:
-    """One batch synthesized by this process with the engine of ``info`` (:class:`engines.base.EngineInfo`)."""
+def batch_done(info, queue: str | None, items: int, audio_s: float, engine_s: float, wall_s: float,
+               planned: int = 1) -> None:
+    """One engine call of this process with the engine of ``info`` (:class:`engines.base.EngineInfo`)
+    that synthesized ``planned`` planned batches (several when the worker combined them)."""
     m = _m()
     lab = _labels(info.name, info.precision, info.device, queue)
-    m["batches"].labels(**lab).inc()
+    m["batches"].labels(**lab).inc(planned)
+    m["engine_calls"].labels(**lab).inc()
     m["utterances"].labels(**lab).inc(items)
     m["audio"].labels(**lab).inc(max(audio_s, 0.0))
     m["engine"].labels(**lab).inc(max(engine_s, 0.0))

@@ -14,6 +14,9 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_WORKER_VOICE``       voice to load at process start (default: none, load on demand)
 ``BOOKTTS_LEASE_SECONDS``      batch lease TTL (default 180); heartbeat every third of it
 ``BOOKTTS_MAX_DELIVERIES``     deliveries of one batch before it is declared failed (default 6)
+``BOOKTTS_GATHER``             ``0``: run each planned batch alone; default: combine queued batches of
+                               the same voice and scales up to the engine's budget (:mod:`workers.batcher`)
+``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
 ``BOOKTTS_FAKE_FAIL_ID``       fake engine only: refuse batches containing this phoneme id
 ``BOOKTTS_FAKE_OOM_OVER``      fake engine only: raise out-of-memory above this batch size
 ``BOOKTTS_FAKE_TRANSIENT_FIRST`` fake engine only: the first N batches of each process fail transiently
@@ -45,6 +48,19 @@ class WorkerSettings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     voice: str | None = None
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    gather: bool | None = None
+    """Combine queued planned batches (of any job of the same synthesis class) up to the engine's budget;
+    None: on for an engine that runs on a GPU."""
+    max_batch_phonemes: int | None = None
+    """Padded phoneme ids in one engine batch; None: the default for the engine's device."""
+
+    def __post_init__(self) -> None:
+        from jobs.config import batch_defaults, runs_on_gpu
+
+        if self.max_batch_phonemes is None:
+            object.__setattr__(self, "max_batch_phonemes", batch_defaults(self.engine)[1])
+        if self.gather is None:
+            object.__setattr__(self, "gather", runs_on_gpu(self.engine))
 
     @property
     def heartbeat_s(self) -> float:
@@ -55,6 +71,8 @@ class WorkerSettings:
             "BOOKTTS_WORKER_ENGINE": json.dumps(self.engine.to_dict()),
             "BOOKTTS_LEASE_SECONDS": repr(float(self.lease_seconds)),
             "BOOKTTS_MAX_DELIVERIES": str(int(self.max_deliveries)),
+            "BOOKTTS_GATHER": "1" if self.gather else "0",
+            "BOOKTTS_MAX_BATCH_PHONEMES": str(int(self.max_batch_phonemes)),
         }
         if self.voice:
             env["BOOKTTS_WORKER_VOICE"] = self.voice
@@ -70,6 +88,9 @@ class WorkerSettings:
             lease_seconds=float(env.get("BOOKTTS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)),
             voice=env.get("BOOKTTS_WORKER_VOICE") or None,
             max_deliveries=int(env.get("BOOKTTS_MAX_DELIVERIES", DEFAULT_MAX_DELIVERIES)),
+            gather={"1": True, "0": False}.get(env.get("BOOKTTS_GATHER", "")),
+            max_batch_phonemes=int(env["BOOKTTS_MAX_BATCH_PHONEMES"]) if env.get("BOOKTTS_MAX_BATCH_PHONEMES")
+            else None,
         )
 
 
@@ -150,10 +171,33 @@ def get_engine(voice, spec: EngineSpec | None = None):
             from workers import metrics
 
             metrics.engine_loaded(info, time.perf_counter() - t0)
-            log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d",
+            log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d; %s",
                      info.name, info.precision, info.device, voice.name, info.sample_rate, info.max_batch,
-                     time.perf_counter() - t0, os.getpid())
+                     time.perf_counter() - t0, os.getpid(), startup_report(info, time.perf_counter() - t0))
         return engine
+
+
+_PROCESS_T0 = time.monotonic()
+
+
+def startup_report(info, engine_s: float) -> str:
+    """Why start-up took what it took: the process's age, the engine's own start-up steps
+    (``info.extra``: Triton precompile, warm-up) and where compiled kernels are cached."""
+    x = info.extra or {}
+    parts = [f"process up {time.monotonic() - _PROCESS_T0:.1f} s"]
+    if x.get("precompile"):
+        compiled, kernels = x.get("precompile_compiled"), x.get("precompile_kernels")
+        parts.append(f"Triton kernels {kernels}: {compiled} compiled, {(kernels or 0) - (compiled or 0)} from the "
+                     f"cache in {x.get('precompile_s', 0):.1f} s")
+        parts.append(f"kernel cache {os.environ.get('TRITON_CACHE_DIR') or '~/.triton/cache'}"
+                     + ("" if os.environ.get("TRITON_CACHE_DIR") else
+                        " (set TRITON_CACHE_DIR to a volume kept per node, or every new worker compiles again)"))
+        if x.get("precompile_error"):
+            parts.append(f"precompile failed: {x['precompile_error']}")
+    if x.get("warmup"):
+        parts.append(f"warm-up {x['warmup']}")
+    parts.append(f"engine build and warm-up {engine_s:.1f} s")
+    return "; ".join(parts)
 
 
 def preload() -> None:

@@ -18,6 +18,11 @@ Keys (``<P>`` is :data:`PREFIX`, ``<J>`` a job id, ``<B>`` a batch id):
 ``<P>job:<J>:records``                 hash     batch id -> JSON summary (worker, attempt, audio s, times)
 ``<P>job:<J>:requeued``                hash     batch id -> JSON {at, holder}: re-enqueued by the reaper
 ``<P>job:<J>:finalize``                string   set once (NX) by the task that completes the set
+``<P>job:<J>:queued``                  hash     batch id -> JSON time it was (last) enqueued
+``<P>ready:<C>``                       zset     ``<J>:<B>`` of queued batches of synthesis class ``<C>``
+                                                (:func:`jobs.pipeline.synthesis_class`), scored by
+                                                priority and length: where a worker finds more batches to
+                                                fill its engine (:mod:`workers.batcher`)
 ``<P>lease:<J>:<B>``                   string   JSON holder, with a TTL (the lease); ``<B>`` may be ``finalize``
 ``<P>reaper``                          string   a short lock so one reaper sweeps at a time
 =====================================  =======  ===============================================
@@ -49,7 +54,9 @@ MAX_RECENT_JOBS = 1000
 FINALIZE = "finalize"
 #: Seconds a done job stays in Redis.
 DONE_JOB_TTL_S = 30 * 24 * 3600
-_JOB_PARTS = ("done", "failed", "running", "deliveries", "records", "requeued", FINALIZE)
+_JOB_PARTS = ("done", "failed", "running", "deliveries", "records", "requeued", "queued", FINALIZE)
+#: Score of a ready batch: priority rank (0 = high) times this, plus its longest utterance.
+READY_RANK_SCALE = 1_000_000
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -619,6 +626,43 @@ class JobStore:
         finalize holds a lease: the caller re-enqueues finalize, at most once per ``stale_s``."""
         return bool(self._stale(keys=[self.k(job_id, FINALIZE), self.k_lease(job_id, FINALIZE)],
                                 args=[_enc(now()), repr(float(stale_s))]))
+
+    # ------------------------------------------------------------ the ready index (worker-side batching)
+    @staticmethod
+    def k_ready(sclass: str) -> str:
+        return f"{PREFIX}ready:{sclass}"
+
+    def add_ready(self, job_id: str, sclass: str, rank: int, batches: dict[int, int], queued_at: str) -> None:
+        """Index queued batches (id -> longest utterance) so workers of this synthesis class can
+        combine them into larger engine batches; remember when they were queued."""
+        if not batches:
+            return
+        with self.r.pipeline(transaction=False) as p:
+            p.zadd(self.k_ready(sclass), {f"{job_id}:{b}": rank * READY_RANK_SCALE + int(n)
+                                          for b, n in batches.items()})
+            p.hset(self.k(job_id, "queued"), mapping={str(b): _enc(queued_at) for b in batches})
+            p.hset(self.k_job(job_id), "sclass", _enc(sclass))
+            p.execute()
+
+    def drop_ready(self, sclass: str, members: Iterable[tuple[str, int]]) -> None:
+        members = [f"{j}:{b}" for j, b in members]
+        if members and sclass:
+            self.r.zrem(self.k_ready(sclass), *members)
+
+    def ready_candidates(self, sclass: str, lo: float, hi: float, limit: int) -> list[tuple[str, int, float]]:
+        """Up to ``limit`` indexed batches with scores in [lo, hi], lowest first: (job, batch, score)."""
+        out = []
+        for m, score in self.r.zrangebyscore(self.k_ready(sclass), lo, hi, start=0, num=limit, withscores=True):
+            j, _, b = m.decode().rpartition(":")
+            if j and b.isdigit():
+                out.append((j, int(b), float(score)))
+        return out
+
+    def queued_at(self, job_id: str, batch: int) -> str | None:
+        return _dec(self.r.hget(self.k(job_id, "queued"), str(batch)))
+
+    def sclass(self, job_id: str) -> str:
+        return _dec(self.r.hget(self.k_job(job_id), "sclass")) or ""
 
     def forget(self, job_id: str) -> None:
         """Delete everything Redis holds about a job (tests, housekeeping)."""

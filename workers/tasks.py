@@ -48,6 +48,8 @@ from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, 
 from workers.leases import Heartbeat, ReaperThread
 from workers import metrics
 from workers.backlog import EST_HEADER
+from workers import batcher
+from workers.batcher import Claimed
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
 
 log = logging.getLogger("booktts.tasks")
@@ -79,14 +81,22 @@ def get_store() -> JobStore:
 
 
 def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
-    """One ``synthesize_batch`` message per batch on ``queue``. Returns how many were sent."""
+    """One ``synthesize_batch`` message per batch on ``queue``, and the batches in the ready index
+    (:mod:`workers.batcher`) for workers that combine them. Returns how many were sent."""
     from jobs.pipeline import now_iso
 
     batch_ids = [int(b) for b in batch_ids]
     if not batch_ids:
         return 0
     queued_at = now_iso()
-    est = _batch_estimates(job_dir, job_id, batch_ids)
+    job = _try_load(job_dir, job_id)
+    est = _batch_estimates(job, batch_ids)
+    if job is not None:
+        from jobs.pipeline import synthesis_class
+        from workers.batcher import rank_of
+
+        shapes = {b: job.batches[b].max_len for b in batch_ids if 0 <= b < len(job.batches)}
+        get_store().add_ready(job_id, synthesis_class(job), rank_of(queue), shapes, queued_at)
     with app.producer_or_acquire() as producer:
         for b in batch_ids:
             headers = {EST_HEADER: est[b]} if b in est else None  # read by `backlog` (queued audio seconds)
@@ -95,18 +105,38 @@ def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
     return len(batch_ids)
 
 
-def _batch_estimates(job_dir: str, job_id: str, batch_ids) -> dict[int, float]:
-    """Estimated audio seconds per batch (``Job.batch_estimated_seconds``); {} if the job cannot be read."""
+def _try_load(job_dir: str, job_id: str):
     try:
-        job = _load(str(job_dir), job_id)
+        return _load(str(job_dir), job_id)
+    except Exception as exc:  # only for estimates and the ready index; never block enqueueing
+        log.debug("job %s in %s not readable here: %s", job_id, job_dir, exc)
+        return None
+
+
+def _batch_estimates(job, batch_ids) -> dict[int, float]:
+    """Estimated audio seconds per batch (``Job.batch_estimated_seconds``); {} if the job cannot be read."""
+    if job is None:
+        return {}
+    try:
         return {b: round(job.batch_estimated_seconds(b), 3) for b in batch_ids}
     except Exception as exc:  # an estimate is only for the backlog report; never block enqueueing
-        log.debug("no batch estimates for job %s: %s", job_id, exc)
+        log.debug("no batch estimates for job %s: %s", job.job_id, exc)
         return {}
 
 
-def enqueue_finalize(job_dir: str, job_id: str, queue: str) -> None:
-    finalize_job.apply_async((str(job_dir), job_id), queue=queue)
+def enqueue_finalize(job_dir: str, job_id: str, queue: str, countdown: float | None = None) -> None:
+    finalize_job.apply_async((str(job_dir), job_id), queue=queue, countdown=countdown)
+
+
+def _give_back(store: JobStore, claimed, holder: Holder) -> None:
+    """Units this worker gathered but will not finish: drop their leases and queue them again
+    (their own messages may already have been skipped). Their delivery count bounds any loop."""
+    for c in claimed:
+        try:
+            store.release(c.job_id, c.batch_id, holder)
+            enqueue_batches(c.job_dir, c.job_id, [c.batch_id], c.queue)
+        except Exception as exc:  # the lease expires and the reaper re-enqueues it
+            log.warning("job %s batch %d: could not re-queue it (%s); the reaper will", c.job_id, c.batch_id, exc)
 
 
 # ------------------------------------------------------------------ helpers
@@ -244,8 +274,6 @@ def _hold_for_retry(store: JobStore, job_id: str, key, holder, lease_seconds: fl
           acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: str | None = None) -> dict:
     """Synthesize one batch of a job with this process's engine (see the module doc)."""
-    from jobs.pipeline import run_batch
-
     job_dir, job_id, batch_id = _parse(job_dir, job_id, batch_id)
     store = get_store()
     queue, holder, verdict, value = _claim(self, store, job_dir, job_id, batch_id)
@@ -258,44 +286,104 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     attempt = int(value)
     s = runtime.settings()
     _HOLDERS[str(self.request.id)] = (holder.to_json(), attempt)
+    seed = Claimed(job_dir, job_id, batch_id, attempt, queued_at, queue)
+    hb = Heartbeat(store, job_id, batch_id, holder, s.lease_seconds, s.heartbeat_s).start()
+    extra: list = []
     try:
-        with Heartbeat(store, job_id, batch_id, holder, s.lease_seconds, s.heartbeat_s):
-            job = _load(job_dir, job_id)
-            try:
-                engine = runtime.get_engine(job.voice)
-                t0 = time.perf_counter()
-                rec = run_batch(job, batch_id, engine, worker=holder.worker, attempt=attempt, queued_at=queued_at)
-                if rec.worker == holder.worker and rec.attempt == attempt:  # synthesized now, not found done
-                    metrics.batch_done(engine.info, queue, len(rec.items), rec.audio_samples / rec.sample_rate,
-                                       rec.infer_ms / 1000.0, time.perf_counter() - t0)
-            except (EngineUnavailable, VoiceError) as exc:  # the node's fault (no package, device, voice)
-                raise _EngineMissing(exc) from exc
+        job = _load(job_dir, job_id)
+        existing = job.batch_record(batch_id)
+        if existing is not None:  # written before (Redis lost the count): count it, nothing to run
+            hb.stop()
+            return _count(store, job_dir, job_id, batch_id, holder, existing, queue)
+        try:
+            engine = runtime.get_engine(job.voice)
+            if s.gather:
+                extra = batcher.gather(store, job, seed, holder, max_items=engine.info.max_batch,
+                                       max_padded=s.max_batch_phonemes, lease_s=s.lease_seconds,
+                                       max_deliveries=s.max_deliveries, load_job=load_job_here)
+                for c, _ in extra:
+                    hb.add(c.job_id, c.batch_id)
+                    runtime.remember_job(c.job_id, c.job_dir, c.queue)
+            from jobs.pipeline import Unit, synthesize_units
+
+            units = [Unit(job, batch_id, attempt, queued_at)] + [Unit(j, c.batch_id, c.attempt, c.queued_at)
+                                                                 for c, j in extra]
+            t0 = time.perf_counter()
+            synth = synthesize_units(units, engine)
+            metrics.batch_done(engine.info, queue, synth.size,
+                               sum(len(a) for it in synth.items for a in it) / engine.info.sample_rate,
+                               synth.infer_ms / 1000.0, time.perf_counter() - t0, planned=len(units))
+        except (EngineUnavailable, VoiceError) as exc:  # the node's fault (no package, device, voice)
+            raise _EngineMissing(exc) from exc
     except _EngineMissing as exc:
+        hb.stop()
+        _give_back(store, [c for c, _ in extra], holder)
         # This node cannot run the engine: give the message back for another node and stop.
         store.release(job_id, batch_id, holder)
         _HOLDERS.pop(str(self.request.id), None)
         log.error("error: %s; this worker stops, batch %d goes back to the queue", exc.inner, batch_id)
         _request_worker_shutdown()
         raise Reject(str(exc.inner), requeue=True) from exc
-    except RETRYABLE:
-        _hold_for_retry(store, job_id, batch_id, holder, s.lease_seconds)
+    except BaseException as exc:
+        hb.stop()
+        _give_back(store, [c for c, _ in extra], holder)
+        if isinstance(exc, RETRYABLE):
+            _hold_for_retry(store, job_id, batch_id, holder, s.lease_seconds)
         raise
+    claimed = [seed] + [c for c, _ in extra]
+    _HOLDERS.pop(str(self.request.id), None)  # from here on failures are handled by the writer
+    batcher.offloader().write(lambda: _write_and_count(store, synth, claimed, holder, hb))
+    if extra:
+        log.info("job %s batch %d: engine batch of %d utterances with %d more batches of %d jobs", job_id,
+                 batch_id, synth.size, len(extra), len({c.job_id for c, _ in extra} | {job_id}))
+    return {"job": job_id, "batch": batch_id, "engine_batch": synth.size, "units": len(claimed)}
+
+
+def load_job_here(path):
+    from jobs.pipeline import load_job
+
+    return load_job(path)
+
+
+def _count(store: JobStore, job_dir: str, job_id: str, batch_id: int, holder: Holder, rec, queue: str) -> dict:
+    """Count a written batch in Redis (once); enqueue the job's finalize if it was the last."""
     audio_s = rec.audio_samples / rec.sample_rate
     summary = {"worker": rec.worker, "attempt": rec.attempt, "audio_s": round(audio_s, 3),
                "started_at": rec.started_at, "finished_at": rec.finished_at, "queued_at": rec.queued_at,
-               "splits": rec.splits, "infer_ms": rec.infer_ms}
+               "splits": rec.splits, "infer_ms": rec.infer_ms, "engine_batch_size": rec.engine_batch_size}
     verdict, added = store.complete(job_id, batch_id, holder, summary, audio_s)
     if verdict == "missing":
         from workers.control import rebuild_job
 
         rebuild_job(store, job_dir, job_id, queue)  # counts this batch from its record on disk
         verdict, added = store.complete(job_id, batch_id, holder, summary, audio_s)
+    store.drop_ready(store.sclass(job_id), [(job_id, batch_id)])
     if verdict == "finalize":
         _enqueue_finalize_or_release_guard(store, job_dir, job_id, queue)
     log.info("job %s batch %d: %s (%.1f s audio, attempt %d)%s", job_id, batch_id,
-             "done" if added else "already counted", audio_s, attempt,
+             "done" if added else "already counted", audio_s, rec.attempt,
              "; last batch, finalize enqueued" if verdict == "finalize" else "")
     return {"job": job_id, "batch": batch_id, "audio_s": audio_s, "counted": added, "job_state": verdict}
+
+
+def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartbeat) -> None:
+    """On the writer thread: write each unit's audio and record, count it, then drop its lease
+    renewal. A unit that cannot be written goes back to the queue (its delivery count bounds it)."""
+    from jobs.pipeline import write_unit
+
+    try:
+        for i, c in enumerate(claimed):
+            try:
+                rec = write_unit(synth, i, worker=holder.worker)
+                hb.discard(c.job_id, c.batch_id)
+                _count(store, c.job_dir, c.job_id, c.batch_id, holder, rec, c.queue)
+            except Exception as exc:
+                hb.discard(c.job_id, c.batch_id)
+                log.error("job %s batch %d: not written (%s: %s); queued again", c.job_id, c.batch_id,
+                          type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+                _give_back(store, [c], holder)
+    finally:
+        hb.stop()
 
 
 class _EngineMissing(Exception):
@@ -309,8 +397,6 @@ class _EngineMissing(Exception):
           acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def finalize_job(self, job_dir: str, job_id: str) -> dict:
     """Assemble the chapter files and manifest of a job whose batches are all done."""
-    from jobs.pipeline import finalize
-
     job_dir, job_id, _ = _parse(job_dir, job_id)
     store = get_store()
     queue, holder, verdict, value = _claim(self, store, job_dir, job_id, FINALIZE)
@@ -320,32 +406,55 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
         log.info("job %s finalize: skipped (%s)", job_id, verdict)
         return {"job": job_id, "skipped": verdict}
     s = runtime.settings()
-    _HOLDERS[str(self.request.id)] = (holder.to_json(), int(value))
-    try:
-        with Heartbeat(store, job_id, FINALIZE, holder, s.lease_seconds, s.heartbeat_s):
-            job = _load(job_dir, job_id)
-            missing = job.pending_batches()
-            if missing:
-                # Redis counted batches whose records this node cannot see (or that were deleted):
-                # run them again rather than fail.
-                store.r.srem(store.k(job_id, "done"), *missing)
-                store.r.delete(store.k(job_id, FINALIZE))
-                store.release(job_id, FINALIZE, holder)
-                from workers.state import JobStatus
+    hb = Heartbeat(store, job_id, FINALIZE, holder, s.lease_seconds, s.heartbeat_s).start()
+    # Chapter encoding runs on this process's finalize threads, so the engine takes the next
+    # batch now; the lease (renewed until finalize ends) protects the step if the process dies.
+    batcher.offloader().finalize(lambda: _finalize_in_background(store, job_dir, job_id, queue, holder, hb))
+    return {"job": job_id, "finalize": "started"}
 
-                store.set_status(job_id, JobStatus.RUNNING)
-                enqueue_batches(job_dir, job_id, missing, queue)
-                log.warning("job %s: %d batches counted as done have no record on disk; re-enqueued",
-                            job_id, len(missing))
-                return {"job": job_id, "requeued": missing}
-            summary = finalize(job)
-    except RETRYABLE:
-        _hold_for_retry(store, job_id, FINALIZE, holder, s.lease_seconds)
-        raise
-    store.finish(job_id, asdict(summary))
-    runtime.forget_job(job_id)
-    log.info("job %s: finalized, %d chapter files, %.1f s audio", job_id, len(summary.chapter_files), summary.audio_s)
-    return {"job": job_id, "audio_s": summary.audio_s, "chapter_files": len(summary.chapter_files)}
+
+def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: str, holder: Holder,
+                            hb: Heartbeat) -> None:
+    from jobs.pipeline import finalize
+
+    try:
+        job = _load(job_dir, job_id)
+        missing = job.pending_batches()
+        if missing:
+            # Redis counted batches whose records this node cannot see (or that were deleted):
+            # run them again rather than fail.
+            store.r.srem(store.k(job_id, "done"), *missing)
+            store.r.delete(store.k(job_id, FINALIZE))
+            store.release(job_id, FINALIZE, holder)
+            from workers.state import JobStatus
+
+            store.set_status(job_id, JobStatus.RUNNING)
+            enqueue_batches(job_dir, job_id, missing, queue)
+            log.warning("job %s: %d batches counted as done have no record on disk; re-enqueued",
+                        job_id, len(missing))
+            return
+        summary = finalize(job)
+        store.finish(job_id, asdict(summary))
+        runtime.forget_job(job_id)
+        log.info("job %s: finalized, %d chapter files, %.1f s audio", job_id, len(summary.chapter_files),
+                 summary.audio_s)
+    except RETRYABLE as exc:
+        log.warning("job %s finalize: %s: %s; queued again", job_id, type(exc).__name__, exc)
+        try:
+            store.release(job_id, FINALIZE, holder)
+            enqueue_finalize(job_dir, job_id, queue, countdown=RETRY_BACKOFF)
+        except Exception as exc2:  # the lease expires; the reaper's stale-finalize rule re-enqueues it
+            log.warning("job %s finalize: could not re-queue it (%s); the reaper will", job_id, exc2)
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else ""
+        log.error("job %s finalize failed: %s: %s", job_id, type(exc).__name__, msg)
+        try:
+            store.fail_job(job_id, f"finalize: {type(exc).__name__}: {msg} (worker {holder.worker})")
+            store.release(job_id, FINALIZE, holder)
+        except redis.exceptions.RedisError as rexc:
+            log.error("job %s: finalize failure not recorded in Redis: %s", job_id, rexc)
+    finally:
+        hb.stop()
 
 
 # ------------------------------------------------------------------ worker process lifecycle
@@ -386,5 +495,6 @@ def _on_process_init(**_) -> None:
 
 @signals.worker_process_shutdown.connect
 def _on_process_shutdown(**_) -> None:
+    batcher.drain_if_started(timeout=float(os.environ.get("BOOKTTS_SHUTDOWN_DRAIN_S", 600)))
     if _reaper is not None:
         _reaper.stop()

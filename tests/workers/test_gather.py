@@ -1,0 +1,142 @@
+"""Worker-side batch formation (workers/batcher.py) with a real redis-server and real workers.
+
+Jobs are planned in small batches (``--max-batch 2``); a worker started with ``--gather`` and a
+larger engine budget combines queued batches of every job of the same voice and scales into one
+engine call. The output must be exactly what the local runner writes (the fake engine's audio
+depends on each utterance alone), every utterance once, and leases, kills and priorities must
+still hold per planned batch.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.workers.test_distributed import (LEASE_S, SECOND_BOOK, assert_same_output, local_manifest, manifest,
+                                            submit, wait_status)
+from workers.state import JobStatus, JobStore
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
+
+
+def records(out: Path) -> list[dict]:
+    import json
+
+    return [json.loads(p.read_text()) for p in sorted((out / ".work" / "batches").glob("b*.json"))]
+
+
+def chapter_bytes(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*.flac"))}
+
+
+@pytest.fixture
+def second_book(tmp_path) -> Path:
+    p = tmp_path / "second.txt"
+    p.write_text(SECOND_BOOK, encoding="utf-8")
+    return p
+
+
+def test_gathered_batches_of_two_jobs_match_the_local_runner(redis_url, start_worker, short_book, second_book,
+                                                            tmp_path, voice):
+    store = JobStore(redis_url)
+    a_out, b_out = tmp_path / "a", tmp_path / "b"
+    a = submit(redis_url, short_book, a_out, "--max-batch", "2")
+    b = submit(redis_url, second_book, b_out, "--max-batch", "2")
+    planned = store.get_job(a).batches + store.get_job(b).batches
+    start_worker(redis_url, "g", args=["--gather", "--max-batch", "16"], lease_s=LEASE_S)
+    for j in (a, b):
+        assert wait_status(store, j, timeout=60).status is JobStatus.DONE
+    for book, out, j in ((short_book, a_out, a), (second_book, b_out, b)):
+        local_out = tmp_path / f"local-{j}"
+        assert_same_output(manifest(out), local_manifest(book, local_out, voice, max_batch=2))
+        assert chapter_bytes(out) == chapter_bytes(local_out), "gathered audio differs from the local runner's"
+    recs = records(a_out) + records(b_out)
+    assert len(recs) == planned, "one record per planned batch"
+    calls = {r["engine_batch"] for r in recs}
+    assert len(calls) < planned, "planned batches were combined into fewer engine calls"
+    shared = [c for c in calls if {r["job_id"] for r in recs if r["engine_batch"] == c} == {a, b}]
+    assert shared, "an engine call combined batches of both jobs"
+    for r in recs:
+        assert r["engine_batch_size"] <= 16
+        assert r["engine_batch_size"] == sum(len(x["items"]) for x in recs if x["engine_batch"] == r["engine_batch"])
+        assert r["queued_at"] and r["attempt"] == 1
+    rows = manifest(a_out) + manifest(b_out)
+    by_call = {r["engine_batch"]: r["engine_batch_size"] for r in recs}
+    assert {row["batch_size"] for row in rows if row["status"] == "synthesized"} <= set(by_call.values())
+
+
+def test_high_priority_batches_are_gathered_first(redis_url, start_worker, short_book, second_book, tmp_path):
+    store = JobStore(redis_url)
+    low = submit(redis_url, short_book, tmp_path / "low", "--max-batch", "2", "--priority", "low")
+    high = submit(redis_url, second_book, tmp_path / "high", "--max-batch", "2", "--priority", "high")
+    start_worker(redis_url, "g", args=["--gather", "--max-batch", "4"], lease_s=LEASE_S)
+    for j in (low, high):
+        assert wait_status(store, j, timeout=60).status is JobStatus.DONE
+    hi = records(tmp_path / "high")
+    lo = records(tmp_path / "low")
+    last_high = max(r["started_at"] for r in hi)
+    assert all(r["started_at"] >= last_high for r in lo if r["engine_batch"] not in {h["engine_batch"] for h in hi}), \
+        "a low batch ran alone before the high job's batches were all started"
+
+
+def test_different_scales_are_never_combined(redis_url, start_worker, short_book, tmp_path):
+    store = JobStore(redis_url)
+    a = submit(redis_url, short_book, tmp_path / "a", "--max-batch", "2")
+    b = submit(redis_url, short_book, tmp_path / "b", "--max-batch", "2", "--length-scale", "1.3")
+    start_worker(redis_url, "g", args=["--gather", "--max-batch", "32"], lease_s=LEASE_S)
+    for j in (a, b):
+        assert wait_status(store, j, timeout=60).status is JobStatus.DONE
+    ca = {r["engine_batch"] for r in records(tmp_path / "a")}
+    cb = {r["engine_batch"] for r in records(tmp_path / "b")}
+    assert not ca & cb
+
+
+def test_worker_killed_holding_gathered_batches(redis_url, start_worker, short_book, second_book, tmp_path, voice):
+    """SIGKILL of a worker that holds several gathered batches: each comes back through its lease
+    and ends up written exactly once by the other worker."""
+    store = JobStore(redis_url)
+    a = submit(redis_url, short_book, tmp_path / "a", "--max-batch", "2")
+    b = submit(redis_url, second_book, tmp_path / "b", "--max-batch", "2")
+    slow = start_worker(redis_url, "slow", env={"BOOKTTS_FAKE_DELAY_S": "30"},
+                        args=["--gather", "--max-batch", "16"], lease_s=LEASE_S)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(store.running(a)) + len(store.running(b)) < 3:
+        time.sleep(0.05)
+    held = len(store.running(a)) + len(store.running(b))
+    assert held >= 3, "the worker gathered several batches into one engine call"
+    slow.kill_group()
+    start_worker(redis_url, "fast", args=["--gather", "--max-batch", "16"], lease_s=LEASE_S)
+    for j in (a, b):
+        assert wait_status(store, j, timeout=90).status is JobStatus.DONE
+    assert_same_output(manifest(tmp_path / "a"), local_manifest(short_book, tmp_path / "la", voice, max_batch=2))
+    assert_same_output(manifest(tmp_path / "b"), local_manifest(second_book, tmp_path / "lb", voice, max_batch=2))
+    for j in (a, b):
+        assert all(r["worker"] == "fast@test" for r in store.records(j).values())
+
+
+def test_cancelled_job_is_not_gathered(redis_url, start_worker, short_book, second_book, tmp_path):
+    store = JobStore(redis_url)
+    a = submit(redis_url, short_book, tmp_path / "a", "--max-batch", "2")
+    b = submit(redis_url, second_book, tmp_path / "b", "--max-batch", "2")
+    store.cancel(b)
+    start_worker(redis_url, "g", args=["--gather", "--max-batch", "32"], lease_s=LEASE_S)
+    assert wait_status(store, a, timeout=60).status is JobStatus.DONE
+    time.sleep(0.5)
+    assert not (tmp_path / "b" / ".work" / "batches").exists() or not records(tmp_path / "b")
+    assert store.get_job(b).status is JobStatus.CANCELLED
+
+
+def test_startup_report_says_why():
+    from engines.base import EngineInfo
+    from workers.runtime import startup_report
+
+    info = EngineInfo("torch", "fp16", "cuda:0", 22050, 1024,
+                      extra={"precompile": True, "precompile_s": 12.5, "precompile_kernels": 40,
+                             "precompile_compiled": 30, "warmup": "lazy"})
+    text = startup_report(info, 14.0)
+    assert "30 compiled, 10 from the cache in 12.5 s" in text
+    assert "TRITON_CACHE_DIR" in text and "warm-up lazy" in text and "14.0 s" in text
+    assert "Triton" not in startup_report(EngineInfo("onnx", "fp32", "cpu", 22050, 32), 0.5)

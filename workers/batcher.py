@@ -1,0 +1,215 @@
+"""Worker-side batch formation, and the work a worker does off its engine's thread.
+
+A job is planned in small, length-sorted *units* (its planned batches, sized for a CPU
+worker) so that submitting stays cheap and worker-agnostic: one Celery message per unit.
+A worker whose engine takes more (a GPU: 1024 utterances) fills it at run time:
+
+- :func:`gather` starts from the unit of the message it received and adds queued units of
+  *any* job of the same synthesis class (:func:`jobs.pipeline.synthesis_class`: same voice
+  weights and scales), found in a Redis sorted set scored by priority and length
+  (:meth:`workers.state.JobStore.add_ready`), nearest in length first and higher priorities
+  first, until the engine's item or padded-phoneme budget is full. Each unit it adds is
+  leased exactly as if its own message had been delivered (:meth:`JobStore.begin`), so
+  exactly-once, leases, cancel and the reaper work per unit as before; the unit's own
+  message, when it arrives later, finds it done (or leased) and is skipped.
+- :class:`Offloader` writes the units' audio and records and counts them in Redis on a
+  writer thread while the engine runs the next batch, and runs ``finalize`` (chapter
+  encoding, the manifest) on a thread pool, so the engine's process never waits for disks
+  or encoders. The Celery message is acknowledged when the engine call is done; the units'
+  leases, renewed by a heartbeat until their records are written and counted, are what
+  protects the work if the process dies in between (the reaper re-enqueues them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import redis
+
+from workers.state import READY_RANK_SCALE, Holder, JobStore
+
+log = logging.getLogger("booktts.batcher")
+
+#: Candidates read from the ready index per look-up.
+SCAN_LIMIT = 256
+#: Engine calls whose results may wait for the writer at once (bounds host memory).
+WRITER_DEPTH = 2
+
+
+@dataclass
+class Claimed:
+    """A unit this worker holds the lease of."""
+
+    job_dir: str
+    job_id: str
+    batch_id: int
+    attempt: int
+    queued_at: str | None
+    queue: str
+
+
+def rank_of(queue: str) -> int:
+    from workers.celery_app import PRIORITIES, priority_of_queue
+
+    return PRIORITIES.index(priority_of_queue(queue))
+
+
+def unit_shape(job, batch_id: int) -> tuple[int, int]:
+    """(utterances, longest utterance in phoneme ids) of one planned batch."""
+    b = job.batches[batch_id]
+    return b.size, b.max_len
+
+
+def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_items: int, max_padded: int,
+           lease_s: float, max_deliveries: int, load_job) -> list[tuple[Claimed, object]]:
+    """More units to run with ``seed`` in one engine call: (claimed unit, its job), leased.
+
+    Budget: at most ``max_items`` utterances and ``max_padded`` padded phoneme ids (utterances x
+    longest) in the whole engine batch, seed included. Units of other jobs are taken only if
+    their job directory opens here (``load_job``) and has the seed's synthesis class.
+    """
+    from jobs.pipeline import synthesis_class
+
+    sclass = synthesis_class(seed_job)
+    items, longest = unit_shape(seed_job, seed.batch_id)
+    if items >= max_items:
+        return []
+    out: list[tuple[Claimed, object]] = []
+    stale: list[tuple[str, int]] = []
+    tried: set[tuple[str, int]] = {(seed.job_id, seed.batch_id)}
+    try:
+        for rank in range(3):  # high, normal, low: a higher priority's units go first
+            base = rank * READY_RANK_SCALE
+            # nearest in length first: the seed's length and longer (ascending), then shorter (descending)
+            longer = store.ready_candidates(sclass, base + longest, base + READY_RANK_SCALE - 1, SCAN_LIMIT)
+            shorter = store.ready_candidates(sclass, base, base + longest - 1, SCAN_LIMIT)
+            for job_id, batch_id, _ in longer + shorter[::-1]:
+                if items >= max_items:
+                    break
+                if (job_id, batch_id) in tried:
+                    continue
+                tried.add((job_id, batch_id))
+                job = _open(store, job_id, load_job)
+                if job is None or synthesis_class(job) != sclass or batch_id >= len(job.batches):
+                    stale.append((job_id, batch_id))
+                    continue
+                n, length = unit_shape(job, batch_id)
+                width = max(longest, length)
+                if items + n > max_items or (items + n) * width > max_padded:
+                    continue
+                verdict, value = store.begin(job_id, batch_id, holder, lease_s, max_deliveries)
+                if verdict in ("done", "failed", "cancelled", "missing", "exhausted"):
+                    stale.append((job_id, batch_id))
+                    if verdict == "exhausted":  # let its own message record the failure
+                        store.release(job_id, batch_id, holder)
+                    continue
+                if verdict != "ok":  # leased by another worker
+                    continue
+                info = store.get_job(job_id)
+                out.append((Claimed(str(job.out_dir), job_id, batch_id, int(value), store.queued_at(job_id, batch_id),
+                                    info.queue if info else seed.queue), job))
+                items += n
+                longest = width
+            if items >= max_items:
+                break
+    finally:
+        store.drop_ready(sclass, stale + [(c.job_id, c.batch_id) for c, _ in out])
+    return out
+
+
+_JOB_DIRS: dict[str, str] = {}
+
+
+def _open(store: JobStore, job_id: str, load_job):
+    """The job ``job_id`` from the directory Redis records for it, or None if it cannot be opened here."""
+    from pathlib import Path
+
+    from jobs.errors import TTSError
+
+    job_dir = _JOB_DIRS.get(job_id)
+    if job_dir is None:
+        info = store.get_job(job_id)
+        if info is None or not info.out_dir:
+            return None
+        job_dir = _JOB_DIRS.setdefault(job_id, info.out_dir)
+    try:
+        job = load_job(Path(job_dir))
+    except (TTSError, OSError, ValueError) as exc:
+        log.debug("job %s in %s cannot be opened here (%s); not gathered", job_id, job_dir, exc)
+        return None
+    return job if job.job_id == job_id else None
+
+
+class Offloader:
+    """This process's writer thread (batch records) and finalize pool. One per worker process."""
+
+    def __init__(self, finalize_threads: int | None = None) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=WRITER_DEPTH)
+        self._writer = threading.Thread(target=self._run, name="booktts-writer", daemon=True)
+        self._writer.start()
+        n = finalize_threads or max(1, min(4, (os.cpu_count() or 2) // 2))
+        self._finalize = ThreadPoolExecutor(n, thread_name_prefix="booktts-finalize")
+        self._pending: set[Future] = set()
+        self._lock = threading.Lock()
+
+    def write(self, fn) -> None:
+        """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""
+        self._q.put(fn)
+
+    def finalize(self, fn) -> None:
+        fut = self._finalize.submit(fn)
+        with self._lock:
+            self._pending.add(fut)
+        fut.add_done_callback(self._done)
+
+    def _done(self, fut: Future) -> None:
+        with self._lock:
+            self._pending.discard(fut)
+
+    def _run(self) -> None:
+        while True:
+            fn = self._q.get()
+            try:
+                fn()
+            except Exception:  # fn handles its own failures; this keeps the thread alive
+                log.exception("writer: unexpected error")
+            finally:
+                self._q.task_done()
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait for queued writes and running finalizes (warm shutdown, tests)."""
+        self._q.join()
+        with self._lock:
+            pending = list(self._pending)
+        for f in pending:
+            try:
+                f.result(timeout=timeout)
+            except Exception:
+                pass
+
+
+_offloader: tuple[int, Offloader] | None = None
+_off_lock = threading.Lock()
+
+
+def offloader() -> Offloader:
+    """This process's :class:`Offloader` (a new one after a fork)."""
+    global _offloader
+    with _off_lock:
+        if _offloader is None or _offloader[0] != os.getpid():
+            _offloader = (os.getpid(), Offloader())
+        return _offloader[1]
+
+
+def drain_if_started(timeout: float | None = None) -> None:
+    off = _offloader
+    if off is not None and off[0] == os.getpid():
+        try:
+            off[1].drain(timeout)
+        except redis.exceptions.RedisError:
+            pass
