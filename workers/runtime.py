@@ -14,6 +14,8 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_WORKER_VOICE``       voice to load at process start (default: none, load on demand)
 ``BOOKTTS_LEASE_SECONDS``      batch lease TTL (default 180); heartbeat every third of it
 ``BOOKTTS_MAX_DELIVERIES``     deliveries of one batch before it is declared failed (default 6)
+``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
+                               unset or empty: anywhere); see :func:`check_job_dir`
 ``BOOKTTS_FAKE_FAIL_ID``       fake engine only: refuse batches containing this phoneme id
 ``BOOKTTS_FAKE_OOM_OVER``      fake engine only: raise out-of-memory above this batch size
 ``BOOKTTS_FAKE_TRANSIENT_FIRST`` fake engine only: the first N batches of each process fail transiently
@@ -32,11 +34,14 @@ import time
 from dataclasses import dataclass
 
 from engines import EngineSpec
+from jobs.errors import JobError
 
 log = logging.getLogger("booktts.worker")
 
 DEFAULT_LEASE_SECONDS = 180.0
 DEFAULT_MAX_DELIVERIES = 6
+#: Environment variable of the allowed roots (``os.pathsep``-separated), also read by ``worker --allowed-root``.
+ALLOWED_ROOTS_ENV = "BOOKTTS_ALLOWED_ROOTS"
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class WorkerSettings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     voice: str | None = None
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    allowed_roots: tuple[str, ...] = ()
+    """Real paths of the directories job directories must be in; empty: anywhere."""
 
     @property
     def heartbeat_s(self) -> float:
@@ -58,6 +65,7 @@ class WorkerSettings:
         }
         if self.voice:
             env["BOOKTTS_WORKER_VOICE"] = self.voice
+        env[ALLOWED_ROOTS_ENV] = os.pathsep.join(self.allowed_roots)
         return env
 
     @classmethod
@@ -70,7 +78,47 @@ class WorkerSettings:
             lease_seconds=float(env.get("BOOKTTS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)),
             voice=env.get("BOOKTTS_WORKER_VOICE") or None,
             max_deliveries=int(env.get("BOOKTTS_MAX_DELIVERIES", DEFAULT_MAX_DELIVERIES)),
+            allowed_roots=real_roots((env.get(ALLOWED_ROOTS_ENV) or "").split(os.pathsep)),
         )
+
+
+# ------------------------------------------------------------------ allowed roots
+
+
+class OutsideAllowedRoots(JobError):
+    """A task named a job directory outside the worker's allowed roots: refused, nothing written."""
+
+
+def real_roots(roots) -> tuple[str, ...]:
+    """The real paths (symlinks and ``..`` resolved) of ``roots``, empty entries dropped, in order, once each."""
+    out: list[str] = []
+    for r in roots:
+        if r is None or not str(r).strip():
+            continue
+        real = os.path.realpath(str(r))
+        if real not in out:
+            out.append(real)
+    return tuple(out)
+
+
+def check_job_dir(job_dir: str, roots: tuple[str, ...] | None = None) -> str:
+    """The real path of ``job_dir`` from a task message, if it lies in one of ``roots`` (default: this
+    worker's); raises :class:`OutsideAllowedRoots` otherwise. Without roots every directory is accepted.
+
+    The path is resolved with ``os.path.realpath`` first, so neither a symlink nor ``..`` leads out of a
+    root, and the caller goes on with the resolved path (not the message's), so a symlink swapped after
+    the check changes nothing.
+    """
+    real = os.path.realpath(job_dir)
+    roots = settings().allowed_roots if roots is None else roots
+    if not roots:
+        return real
+    for root in roots:
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return real
+    shown = f" (from the message: {job_dir})" if real != job_dir else ""
+    raise OutsideAllowedRoots(f"job directory {real}{shown} is outside the allowed roots of this worker "
+                              f"({', '.join(roots)}); nothing was written there")
 
 
 _settings: WorkerSettings | None = None
