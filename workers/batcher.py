@@ -138,7 +138,9 @@ def _open(store: JobStore, job_id: str, load_job):
             return None
         job_dir = _JOB_DIRS.setdefault(job_id, info.out_dir)
     try:
-        job = load_job(Path(job_dir))
+        from workers.runtime import check_job_dir
+
+        job = load_job(Path(check_job_dir(job_dir)))  # only under this worker's --allowed-root
     except (TTSError, OSError, ValueError) as exc:
         log.debug("job %s in %s cannot be opened here (%s); not gathered", job_id, job_dir, exc)
         return None

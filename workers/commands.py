@@ -24,11 +24,11 @@ import click
 
 from jobs.cli_options import engine_options, friendly_errors, job_options
 from jobs.config import batch_defaults, runs_on_gpu
-from jobs.errors import BrokerError, EngineError, JobError
+from jobs.errors import BrokerError, EngineError, InputError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues, queue_name,
                                 redact_url, use_redis)
-from workers.runtime import DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, WorkerSettings
+from workers.runtime import ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, WorkerSettings, real_roots
 
 TERMINAL_EXIT = {"done": 0, "failed": JobError.exit_code, "cancelled": JobError.exit_code}
 
@@ -217,13 +217,23 @@ def _report_end(store, info) -> None:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True,
               envvar="BOOKTTS_METRICS_PORT",
               help="Serve Prometheus metrics on this port (0 = off) [env BOOKTTS_METRICS_PORT].")
+@click.option("--allowed-root", "allowed_roots", multiple=True, metavar="DIR", envvar=ALLOWED_ROOTS_ENV,
+              type=click.Path(file_okay=False, path_type=str),
+              help="Accept job directories only under DIR (repeatable; symlinks and .. resolved); a task naming "
+                   "another directory is refused and nothing is written there [env "
+                   f"{ALLOWED_ROOTS_ENV}, dirs separated by {os.pathsep!r}; default: anywhere].")
 @redis_option
 @one_line_errors
 def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurrency, pool, lease_seconds,
-           max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, redis_url) -> None:
+           max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, allowed_roots,
+           redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
+    for root in allowed_roots:
+        if not os.path.isdir(root):
+            raise InputError(f"--allowed-root {root}: no such directory; create it or fix the path")
+    allowed_roots = real_roots(allowed_roots)
     store = _connect(redis_url)  # fail fast, one line, if Redis is not there
     if max_batch is None:  # (engine_options has already filled it in for a cuda device)
         max_batch = batch_defaults(dataclasses.replace(engine_spec, device="cuda:0") if gpus else engine_spec)[0]
@@ -245,7 +255,8 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
 
         sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
                                  lease_seconds=lease_seconds, max_deliveries=max_deliveries, voice=preload_voice,
-                                 name=name, loglevel=loglevel, redis_url=store.url, metrics_port=metrics_port))
+                                 name=name, loglevel=loglevel, redis_url=store.url, metrics_port=metrics_port,
+                                 allowed_roots=allowed_roots))
     autoscale_pair = None
     if autoscale:
         try:
@@ -261,7 +272,8 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         metrics.prepare_dir()  # before any pool process exists: the children write there
         metrics.serve(metrics_port)
     settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
-                              max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes)
+                              max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes,
+                              allowed_roots=allowed_roots)
     os.environ.update(settings.to_env())
     if pool == "solo" and concurrency != 1:
         raise click.BadParameter("the solo pool runs one batch at a time", param_hint="--concurrency")

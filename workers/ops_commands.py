@@ -2,7 +2,7 @@
 
     watch INBOX -o OUTROOT [--interval S] [--once]     submit every complete book dropped into INBOX once
     backlog [--json] [--serve PORT]                    queued / in-flight batches and queued audio per queue
-    beat --config watch.json                           Celery beat: inbox scans on a schedule (see workers.watch)
+    beat --config watch.json                           scan the config's inboxes, each on its interval (workers.watch)
 
 and the GPU supervisor behind ``worker --gpus all|LIST`` (:func:`run_gpu_workers`): one
 worker process per visible GPU, each with its own ``CUDA_VISIBLE_DEVICES`` and
@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -32,7 +31,6 @@ from jobs.cli_options import job_options
 from jobs.errors import BrokerError, EngineUnavailable, InputError
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES
 from workers.commands import _connect, one_line_errors, redis_option
-from workers import watch as _watch  # registers the beat scan task (booktts.watch_scan) with the app
 
 log = logging.getLogger("booktts.ops")
 
@@ -154,24 +152,42 @@ def _redact(url: str) -> str:
 @click.command("beat")
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), required=True,
               envvar="BOOKTTS_WATCH_CONFIG", help="Watch config (JSON; see docs/operations.md) [env BOOKTTS_WATCH_CONFIG].")
-@click.option("--schedule-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Where beat keeps its last-run times [default: TMPDIR/booktts-beat-schedule].")
-@click.option("--loglevel", "-l", default="INFO", show_default=True)
+@click.option("--schedule-file", type=click.Path(path_type=Path, dir_okay=False), default=None, hidden=True,
+              help="Ignored (kept so that older command lines still start).")
+@click.option("--loglevel", "-l", default="WARNING", show_default=True,
+              help="Log level of the scan code (each pass's results are printed whatever it is).")
 @redis_option
 @one_line_errors
 def beat(config_path, schedule_file, loglevel, redis_url) -> None:
-    """Run Celery beat with one inbox scan per configured inbox and interval (task booktts.watch_scan,
-    sent to the config's ops queue; run a worker with --queues booktts.ops where the inboxes are mounted)."""
-    from workers.celery_app import app
-    from workers.watch import beat_schedule, load_config
+    """Scan every inbox of the watch config on its own interval, in this process (run it where the
+    inboxes and output roots are mounted). The same pass as `watch`; no scan is ever sent to a queue,
+    so no broker message can name a directory to scan. SIGTERM/Ctrl-C stop after the current pass."""
+    from workers.watch import load_config, open_inboxes, run_schedule
 
+    logging.getLogger().setLevel(getattr(logging, str(loglevel).upper(), logging.WARNING))
     cfg = load_config(config_path)
     store = _connect(redis_url)
-    app.conf.beat_schedule = beat_schedule(cfg)
-    schedule_file = schedule_file or Path(tempfile.gettempdir()) / "booktts-beat-schedule"
-    click.echo(f"beat: {len(cfg['inboxes'])} inbox(es) -> queue {cfg['queue']}, Redis {_redact(store.url)}",
-               err=True)
-    app.Beat(schedule=str(schedule_file), loglevel=loglevel, max_interval=5).run()
+    boxes = open_inboxes(cfg, store)
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    click.echo(f"beat: scanning {len(boxes)} inbox(es) in this process, Redis {_redact(store.url)}", err=True)
+    for box, every in boxes:
+        click.echo(f"  {box.inbox} -> {box.out_root} every {every:g} s (settle {box.settle_s:g} s), queue {box.queue}",
+                   err=True)
+
+    def report(box, res):
+        for line in res.lines():
+            click.echo(f"{box.inbox}: {line}", err=line.startswith("error:"))
+
+    try:
+        run_schedule(boxes, stop, report)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 # ------------------------------------------------------------------ worker --gpus
@@ -260,11 +276,12 @@ def _pdeathsig():
 
 def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str], pool: str, lease_seconds: float,
                     max_deliveries: int, voice: str | None, name: str | None, loglevel: str, redis_url: str,
-                    metrics_port: int = 0) -> int:
+                    metrics_port: int = 0, allowed_roots=()) -> int:
     """Start one ``worker`` per selected GPU and supervise them. Returns the exit code.
 
-    Each child gets ``CUDA_VISIBLE_DEVICES=<gpu>`` and ``--device cuda:0 --concurrency 1`` (the
-    Redis URL through the environment, never on its command line). SIGTERM, SIGINT and SIGQUIT
+    Each child gets ``CUDA_VISIBLE_DEVICES=<gpu>``, ``--device cuda:0 --concurrency 1`` and the
+    supervisor's ``--allowed-root`` directories (the Redis URL through the environment, never on
+    its command line). SIGTERM, SIGINT and SIGQUIT
     are forwarded once to every child (Celery: warm shutdown, the running batch finishes). When
     one child exits on its own, the others are stopped the same way and the supervisor exits with
     that child's code, so a restart policy (systemd, compose, Kubernetes) brings the node back
@@ -304,6 +321,8 @@ def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str]
                    "--loglevel", loglevel]
             if engine_spec.threads:
                 cmd += ["--threads", str(engine_spec.threads)]
+            for root in allowed_roots:
+                cmd += ["--allowed-root", root]
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "REDIS_URL": redis_url,
                    "BOOKTTS_METRICS_DEVICE": f"cuda:{gpu}"}
             env.pop("BOOKTTS_METRICS_PORT", None)

@@ -17,6 +17,8 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_GATHER``             ``0``: run each planned batch alone; default: combine queued batches of
                                the same voice and scales up to the engine's budget (:mod:`workers.batcher`)
 ``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
+``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
+                               unset or empty: anywhere); see :func:`check_job_dir`
 ``BOOKTTS_FAKE_FAIL_ID``       fake engine only: refuse batches containing this phoneme id
 ``BOOKTTS_FAKE_OOM_OVER``      fake engine only: raise out-of-memory above this batch size
 ``BOOKTTS_FAKE_TRANSIENT_FIRST`` fake engine only: the first N batches of each process fail transiently
@@ -35,11 +37,14 @@ import time
 from dataclasses import dataclass
 
 from engines import EngineSpec
+from jobs.errors import JobError
 
 log = logging.getLogger("booktts.worker")
 
 DEFAULT_LEASE_SECONDS = 180.0
 DEFAULT_MAX_DELIVERIES = 6
+#: Environment variable of the allowed roots (``os.pathsep``-separated), also read by ``worker --allowed-root``.
+ALLOWED_ROOTS_ENV = "BOOKTTS_ALLOWED_ROOTS"
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class WorkerSettings:
     None: on for an engine that runs on a GPU."""
     max_batch_phonemes: int | None = None
     """Padded phoneme ids in one engine batch; None: the default for the engine's device."""
+    allowed_roots: tuple[str, ...] = ()
+    """Real paths of the directories job directories must be in; empty: anywhere."""
 
     def __post_init__(self) -> None:
         from jobs.config import batch_defaults, runs_on_gpu
@@ -76,6 +83,7 @@ class WorkerSettings:
         }
         if self.voice:
             env["BOOKTTS_WORKER_VOICE"] = self.voice
+        env[ALLOWED_ROOTS_ENV] = os.pathsep.join(self.allowed_roots)
         return env
 
     @classmethod
@@ -91,7 +99,47 @@ class WorkerSettings:
             gather={"1": True, "0": False}.get(env.get("BOOKTTS_GATHER", "")),
             max_batch_phonemes=int(env["BOOKTTS_MAX_BATCH_PHONEMES"]) if env.get("BOOKTTS_MAX_BATCH_PHONEMES")
             else None,
+            allowed_roots=real_roots((env.get(ALLOWED_ROOTS_ENV) or "").split(os.pathsep)),
         )
+
+
+# ------------------------------------------------------------------ allowed roots
+
+
+class OutsideAllowedRoots(JobError):
+    """A task named a job directory outside the worker's allowed roots: refused, nothing written."""
+
+
+def real_roots(roots) -> tuple[str, ...]:
+    """The real paths (symlinks and ``..`` resolved) of ``roots``, empty entries dropped, in order, once each."""
+    out: list[str] = []
+    for r in roots:
+        if r is None or not str(r).strip():
+            continue
+        real = os.path.realpath(str(r))
+        if real not in out:
+            out.append(real)
+    return tuple(out)
+
+
+def check_job_dir(job_dir: str, roots: tuple[str, ...] | None = None) -> str:
+    """The real path of ``job_dir`` from a task message, if it lies in one of ``roots`` (default: this
+    worker's); raises :class:`OutsideAllowedRoots` otherwise. Without roots every directory is accepted.
+
+    The path is resolved with ``os.path.realpath`` first, so neither a symlink nor ``..`` leads out of a
+    root, and the caller goes on with the resolved path (not the message's), so a symlink swapped after
+    the check changes nothing.
+    """
+    real = os.path.realpath(job_dir)
+    roots = settings().allowed_roots if roots is None else roots
+    if not roots:
+        return real
+    for root in roots:
+        if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+            return real
+    shown = f" (from the message: {job_dir})" if real != job_dir else ""
+    raise OutsideAllowedRoots(f"job directory {real}{shown} is outside the allowed roots of this worker "
+                              f"({', '.join(roots)}); nothing was written there")
 
 
 _settings: WorkerSettings | None = None

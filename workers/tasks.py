@@ -23,7 +23,11 @@ Failure handling:
 - a worker that cannot build its engine gives the message back (``Reject(requeue=True)``) and
   stops: that is the node's fault, not the batch's;
 - a batch delivered more than ``BOOKTTS_MAX_DELIVERIES`` times (its worker died each time) is
-  declared failed instead of looping.
+  declared failed instead of looping;
+- a job directory outside the worker's allowed roots (``worker --allowed-root``,
+  ``BOOKTTS_ALLOWED_ROOTS``; :func:`workers.runtime.check_job_dir`) is refused before anything is
+  read or written: one ``error: refused ...`` log line, a failure recorded in the job (when Redis
+  knows it), no retry. Every task of this module takes its directory through :func:`_parse`.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from kombu.exceptions import OperationalError
 
 from jobs.errors import BrokerError, EngineUnavailable, JobError, TransientEngineError, VoiceError
 from workers import runtime
+from workers.runtime import OutsideAllowedRoots
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
 from workers.leases import Heartbeat, ReaperThread
 from workers import metrics
@@ -156,14 +161,14 @@ def _queue_of(task: Task) -> str:
 
 
 def _parse(job_dir, job_id, batch_id=None):
-    if not isinstance(job_dir, str) or not job_dir:
+    """Check a task's arguments; returns the job directory as its real path inside the allowed roots
+    (raises :class:`OutsideAllowedRoots` before anything touches a directory outside them)."""
+    if not isinstance(job_dir, str) or not job_dir or "\0" in job_dir:
         raise JobError(f"task argument job_dir {job_dir!r} is not a directory path")
     check_job_id(job_id)
-    if batch_id is None:
-        return job_dir, job_id, None
-    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+    if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0):
         raise JobError(f"task argument batch_id {batch_id!r} is not a batch number")
-    return job_dir, job_id, batch_id
+    return runtime.check_job_dir(job_dir), job_id, batch_id
 
 
 def _load(job_dir: str, job_id: str):
@@ -196,10 +201,42 @@ def _enqueue_finalize_or_release_guard(store: JobStore, job_dir: str, job_id: st
         raise
 
 
+def _refused(task: Task, exc: OutsideAllowedRoots, task_id, args, kwargs) -> None:
+    """A job directory outside the allowed roots: one log line, and the failure recorded in the job
+    if Redis knows the job (a forged message about an unknown job leaves Redis alone)."""
+    named = dict(zip(("job_dir", "job_id", "batch_id"), args or ()), **(kwargs or {}))
+    job_id, batch = named.get("job_id"), named.get("batch_id")
+    what = "finalize" if task.name == TASK_FINALIZE else f"batch {batch}"
+    log.error("error: refused %s for job %s %s (task %s): %s; start the worker with --allowed-root covering "
+              "the job directory if this job is genuine", task.name, job_id, what, task_id, exc)
+    try:
+        check_job_id(job_id)
+    except Exception:
+        return
+    store = get_store()
+    failure = {"batch": FINALIZE if task.name == TASK_FINALIZE else batch, "error_type": type(exc).__name__,
+               "error": str(exc), "worker": task.request.hostname, "attempt": task.request.retries + 1,
+               "task_id": str(task_id)}
+    try:
+        from jobs.pipeline import now_iso
+
+        failure["at"] = now_iso()
+        if task.name == TASK_FINALIZE:
+            if store.get_job(job_id) is not None:
+                store.fail_job(job_id, f"finalize: {type(exc).__name__}: {exc} (worker {task.request.hostname})")
+        elif isinstance(batch, int) and not isinstance(batch, bool):
+            store.fail(job_id, batch, "", failure)  # a job Redis does not know: "missing", nothing written
+    except redis.exceptions.RedisError as rexc:
+        log.error("job %s %s: the refusal could not be recorded in Redis: %s", job_id, what, rexc)
+
+
 class BatchTask(Task):
     """Base of both tasks: records a failure that will not be retried in the job."""
 
     def on_failure(self, exc, task_id, args, kwargs, einfo):
+        if isinstance(exc, OutsideAllowedRoots):
+            _refused(self, exc, task_id, args, kwargs)
+            return
         holder_json, attempt = _HOLDERS.pop(str(task_id), ("", self.request.retries + 1))
         try:
             job_dir, job_id, batch = (list(args) + [None, None, None])[:3]
@@ -271,7 +308,7 @@ def _hold_for_retry(store: JobStore, job_id: str, key, holder, lease_seconds: fl
 
 @app.task(bind=True, base=BatchTask, name=TASK_SYNTHESIZE, autoretry_for=RETRYABLE, max_retries=MAX_RETRIES,
           retry_backoff=RETRY_BACKOFF, retry_backoff_max=RETRY_BACKOFF_MAX, retry_jitter=True,
-          acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+          acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots,))
 def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: str | None = None) -> dict:
     """Synthesize one batch of a job with this process's engine (see the module doc)."""
     job_dir, job_id, batch_id = _parse(job_dir, job_id, batch_id)
@@ -394,7 +431,7 @@ class _EngineMissing(Exception):
 
 @app.task(bind=True, base=BatchTask, name=TASK_FINALIZE, autoretry_for=RETRYABLE, max_retries=MAX_RETRIES,
           retry_backoff=RETRY_BACKOFF, retry_backoff_max=RETRY_BACKOFF_MAX, retry_jitter=True,
-          acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+          acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots,))
 def finalize_job(self, job_dir: str, job_id: str) -> dict:
     """Assemble the chapter files and manifest of a job whose batches are all done."""
     job_dir, job_id, _ = _parse(job_dir, job_id)
@@ -467,6 +504,18 @@ _reaper: ReaperThread | None = None
 def _on_worker_init(**_) -> None:
     global _MAIN_PID
     _MAIN_PID = os.getpid()
+
+
+@signals.celeryd_after_setup.connect
+def _on_after_setup(**_) -> None:
+    """Once per worker, in its main process: which job directories it accepts."""
+    roots = runtime.settings().allowed_roots
+    if roots:
+        log.info("accepting job directories only under %s", ", ".join(roots))
+    else:
+        log.warning("no --allowed-root set: accepting job directories anywhere (any client of the broker can "
+                    "make this worker write into any directory it can write that holds a job); set "
+                    "--allowed-root DIR or %s", runtime.ALLOWED_ROOTS_ENV)
 
 
 @signals.worker_process_init.connect

@@ -1,9 +1,13 @@
 """A watched inbox: every complete book file dropped into it is submitted exactly once.
 
 ``python cli.py watch INBOX -o OUTROOT`` scans in a loop; ``--once`` does one pass (for
-cron); :func:`watch_scan` is the same pass as a Celery task for deployments that run
-``python cli.py beat --config watch.json`` (the config format is :func:`load_config`'s
+cron); ``python cli.py beat --config watch.json`` scans several inboxes, each on its own
+interval, in its own loop (:func:`run_schedule`; the config format is :func:`load_config`'s
 docstring and ``docs/operations.md``). Each pass is :meth:`Inbox.scan`.
+
+Scanning is never a task a broker message can start: the inboxes and output roots come only
+from the command line or the config file of the process that scans (a message naming a
+directory would let any broker client move files out of it and submit their text).
 
 What a pass does with a file directly inside INBOX:
 
@@ -54,7 +58,7 @@ import redis
 from jobs.config import JobConfig
 from jobs.errors import BrokerError, InputError, JobError, TTSError
 from jobs.files import atomic_path, read_json, slug, write_json
-from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, app, queue_name
+from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, queue_name
 from jobs.files import sha256_file as file_sha256
 
 log = logging.getLogger("booktts.watch")
@@ -65,9 +69,6 @@ DONE, FAILED = "done", "failed"
 IGNORED_SUFFIXES = (".part", ".tmp")
 REASON_SUFFIX = ".reason.txt"
 LEDGER_VERSION = 1
-TASK_WATCH_SCAN = "booktts.watch_scan"
-#: Queue of the beat scan tasks (consumed by a CPU worker that mounts the inbox).
-OPS_QUEUE = "booktts.ops"
 #: A scan holds the inbox's Redis lock at most this long (a pass that plans a huge book takes a while).
 REDIS_LOCK_S = 30 * 60
 
@@ -363,7 +364,7 @@ class Inbox:
         self.save_ledger(ledger)
 
 
-# ------------------------------------------------------------------ Celery beat
+# ------------------------------------------------------------------ beat: several inboxes from a config file
 
 
 def job_config(options: dict | None) -> JobConfig:
@@ -380,7 +381,6 @@ def load_config(path: Path) -> dict:
     """Read and check a watch config file (JSON)::
 
         {
-          "queue": "booktts.ops",                  # optional: where the scan tasks go
           "inboxes": [
             {
               "inbox": "/srv/books/inbox",         # required: the watched directory
@@ -394,7 +394,9 @@ def load_config(path: Path) -> dict:
           ]
         }
 
-    Returns ``{"queue": ..., "inboxes": [normalised entries]}``; a bad file is an InputError.
+    Returns ``{"inboxes": [normalised entries]}``; a bad file is an InputError. A top-level
+    ``"queue"`` (where older versions sent scan tasks) is accepted and ignored: the scans run in
+    the process that read the file.
     """
     path = Path(path)
     try:
@@ -426,34 +428,29 @@ def load_config(path: Path) -> dict:
         out.append({"inbox": str(e["inbox"]), "out": str(e["out"]), "every_s": every,
                     "settle_s": float(e.get("settle_s", every / 2)), "priority": prio,
                     "queue_prefix": str(e.get("queue_prefix", DEFAULT_QUEUE_PREFIX)), "job": dict(e.get("job") or {})})
-    return {"queue": str(raw.get("queue", OPS_QUEUE)), "inboxes": out}
+    return {"inboxes": out}
 
 
-def beat_schedule(config: dict) -> dict:
-    """Celery ``beat_schedule`` entries for a loaded watch config: one scan task per inbox and
-    interval, sent to the ops queue, expiring after one interval (a backlog of stale scans is
-    dropped, not run)."""
-    sched = {}
-    for e in config["inboxes"]:
-        sched[f"watch {e['inbox']}"] = {
-            "task": TASK_WATCH_SCAN,
-            "schedule": e["every_s"],
-            "kwargs": {"inbox": e["inbox"], "out_root": e["out"], "priority": e["priority"],
-                       "queue_prefix": e["queue_prefix"], "settle_s": e["settle_s"], "job": e["job"]},
-            "options": {"queue": config["queue"], "expires": e["every_s"]},
-        }
-    return sched
+def open_inboxes(config: dict, store) -> list[tuple[Inbox, float]]:
+    """An :class:`Inbox` and its interval for every entry of a loaded config (a missing inbox is an
+    InputError now, not at its first scan)."""
+    return [(Inbox(Path(e["inbox"]), Path(e["out"]), store, job_config(e["job"]), e["priority"], e["queue_prefix"],
+                   e["settle_s"]), e["every_s"]) for e in config["inboxes"]]
 
 
-@app.task(name=TASK_WATCH_SCAN, ignore_result=True, acks_late=False)
-def watch_scan(inbox: str, out_root: str, priority: str = DEFAULT_PRIORITY, queue_prefix: str = DEFAULT_QUEUE_PREFIX,
-               settle_s: float = 0.0, job: dict | None = None) -> dict:
-    """One pass over ``inbox`` (the beat task). Runs on a worker that mounts the inbox and OUTROOT."""
-    from workers.tasks import get_store
-
-    box = Inbox(Path(inbox), Path(out_root), get_store(), job_config(job), priority, queue_prefix, settle_s)
-    res = box.scan()
-    for line in res.lines():
-        log.info("watch %s: %s", inbox, line)
-    return {"submitted": len(res.submitted), "duplicates": len(res.duplicates), "failed": len(res.failed),
-            "waiting": len(res.waiting), "busy": res.busy, "error": res.error}
+def run_schedule(boxes: list[tuple[Inbox, float]], stop, report=None, clock=time.monotonic) -> None:
+    """Scan every inbox once at once, then each again after its interval, until ``stop`` (a
+    :class:`threading.Event`) is set; a pass in progress finishes first. ``report(inbox, result)``
+    is called after each pass. A pass that raises (the watcher's own settings) ends the loop."""
+    due = [clock()] * len(boxes)
+    while not stop.is_set():
+        now = clock()
+        for i, (box, every) in enumerate(boxes):
+            if stop.is_set():
+                return
+            if due[i] <= now:
+                res = box.scan()
+                if report is not None:
+                    report(box, res)
+                due[i] = max(due[i] + every, clock())
+        stop.wait(max(0.0, min(due) - clock()))

@@ -61,6 +61,10 @@ def parse_cli(args: list[str], where: str) -> click.Context:
         raise AssertionError(f"{where}: cli.py {' '.join(args)}: {exc.format_message()}") from None
 
 
+def under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 def k8s_docs() -> list[dict]:
     docs = []
     for f in sorted(K8S.glob("*.yaml")):
@@ -183,6 +187,11 @@ def test_compose_runs_redis_workers_watcher_flower_with_valid_commands():
     assert ours["gpu-worker"]["build"]["dockerfile"].endswith("Dockerfile.gpu")
     w = parse_cli(ours["watcher"]["command"], "watcher")
     assert str(w.params["inbox"]).startswith("/data/") and str(w.params["out_root"]).startswith("/data/")
+    for name in ("worker", "gpu-worker"):  # workers accept job directories only where the watcher puts them
+        roots = parse_cli(ours[name]["command"], name).params["allowed_roots"]
+        assert roots and all(r.startswith("/data/") for r in roots), f"{name}: --allowed-root under /data"
+        assert any(under(str(w.params["out_root"]), r) for r in roots), f"{name}: the watcher's jobs are accepted"
+        assert not any(under(str(w.params["inbox"]), r) for r in roots), f"{name}: the inbox is not a job root"
     flower = services["flower"]
     assert "flower" in flower["image"] and "flower" in flower["command"]
     assert all(p.startswith("127.0.0.1:") for p in flower["ports"]), "Flower only on localhost"
@@ -201,7 +210,7 @@ def gpu_deployment(docs):
     return deps[0]
 
 
-def test_gpu_worker_deployment_one_gpu_per_pod_graceful_shutdown_cache_volume():
+def test_gpu_worker_deployment_one_gpu_per_pod_graceful_shutdown_cache_volume(monkeypatch):
     docs = k8s_docs()
     dep = gpu_deployment(docs)
     pod = dep["spec"]["template"]["spec"]
@@ -223,6 +232,10 @@ def test_gpu_worker_deployment_one_gpu_per_pod_graceful_shutdown_cache_volume():
     assert {v["persistentVolumeClaim"]["claimName"] for v in vols.values() if "persistentVolumeClaim" in v} <= claims
     env = {e["name"]: e for e in c["env"]}
     assert env["REDIS_URL"]["valueFrom"]["secretKeyRef"]["name"] == "booktts-redis"
+    # job directories only under the shared volume: the variable is the one the worker command reads
+    monkeypatch.setenv("BOOKTTS_ALLOWED_ROOTS", env["BOOKTTS_ALLOWED_ROOTS"]["value"])
+    roots = parse_cli(c["args"], "gpu-worker Deployment").params["allowed_roots"]
+    assert roots and all(under(r, "/data") for r in roots) and "persistentVolumeClaim" in vols[mounts["/data"]]
 
 
 def test_keda_scales_the_gpu_deployment_on_every_gpu_priority_list_and_in_flight_work():
@@ -262,8 +275,8 @@ def test_kustomization_lists_every_manifest():
 
 
 def test_example_watch_config_loads():
-    from workers.watch import beat_schedule, load_config
+    from workers.watch import load_config
 
     cfg = load_config(DOCKER / "watch.example.json")
-    sched = beat_schedule(cfg)
-    assert sched and all(e["options"]["queue"] == cfg["queue"] for e in sched.values())
+    assert cfg["inboxes"] and all(e["inbox"].startswith("/data/") and e["out"].startswith("/data/")
+                                  for e in cfg["inboxes"])

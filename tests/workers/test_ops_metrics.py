@@ -162,7 +162,7 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
     with open(log, "wb") as f:
         sup = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "worker", "--gpus", "all", "--engine", "fake",
                                 "--voice", "", "--lease-seconds", "3", "-n", "node", "--metrics-port", str(port),
-                                "--redis-url", redis_url], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                "--allowed-root", str(tmp_path), "--redis-url", redis_url], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
                                start_new_session=True)
     kids: list[int] = []
     try:
@@ -181,6 +181,8 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
             assert cmd[cmd.index(b"--max-batch") + 1] == str(GPU_MAX_BATCH).encode()
             assert redis_url.encode() not in b" ".join(cmd), "the Redis URL travels in the environment"
             assert e["REDIS_URL"] == redis_url and e["BOOKTTS_METRICS_DEVICE"] == f"cuda:{e['CUDA_VISIBLE_DEVICES']}"
+            # each GPU's worker gets the supervisor's allowed roots
+            assert cmd[cmd.index(b"--allowed-root") + 1] == str(tmp_path.resolve()).encode()
         store = JobStore(redis_url)
         out = tmp_path / "out"
         job_id = submit(redis_url, short_book, out, "--max-batch", "1")
@@ -197,6 +199,7 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
         assert sup.wait(timeout=30) == 0, log.read_text()[-3000:]
         text = log.read_text()
         assert text.count("Warm shutdown") >= 2, "each worker was asked for a warm shutdown"
+        assert text.count(f"accepting job directories only under {tmp_path.resolve()}") == 2
         assert not any(Path(f"/proc/{k}").exists() for k in kids), "the children exited and were reaped"
     finally:
         for k in kids:

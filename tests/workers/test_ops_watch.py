@@ -1,4 +1,4 @@
-"""The watched inbox (workers/watch.py, `cli.py watch`, the beat scan task) with a real redis-server
+"""The watched inbox (workers/watch.py, `cli.py watch`, `cli.py beat`) with a real redis-server
 and real worker / watcher / beat subprocesses."""
 
 from __future__ import annotations
@@ -251,19 +251,22 @@ def test_watcher_submits_each_file_once_across_restart_and_redrop(redis_url, sta
 # ------------------------------------------------------------------ beat
 
 
-def test_beat_schedule_loads_sends_scans_and_a_worker_runs_them(redis_url, start_worker, tmp_path, procs):
-    from workers.watch import OPS_QUEUE, TASK_WATCH_SCAN, beat_schedule, load_config
+def test_beat_scans_its_configured_inboxes_itself_and_sends_no_scan_messages(redis_url, tmp_path, procs):
     from jobs.errors import InputError
+    from workers.watch import load_config
 
-    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox, urgent, out = tmp_path / "inbox", tmp_path / "urgent", tmp_path / "out"
     inbox.mkdir()
+    urgent.mkdir()
     cfg_path = tmp_path / "watch.json"
-    cfg_path.write_text(json.dumps({"inboxes": [{"inbox": str(inbox), "out": str(out), "every_s": 1, "settle_s": 0,
+    cfg_path.write_text(json.dumps({"queue": "booktts.ops",  # an older config's key: accepted, unused
+                                    "inboxes": [{"inbox": str(inbox), "out": str(out), "every_s": 0.3, "settle_s": 0,
+                                                 "priority": "low", "job": {"max_batch": 2}},
+                                                {"inbox": str(urgent), "out": str(out), "every_s": 0.5,
                                                  "priority": "high", "job": {"max_batch": 2}}]}))
     cfg = load_config(cfg_path)
-    (entry,) = beat_schedule(cfg).values()
-    assert entry["task"] == TASK_WATCH_SCAN and entry["schedule"] == 1.0
-    assert entry["options"] == {"queue": OPS_QUEUE, "expires": 1.0}
+    assert [(e["inbox"], e["every_s"], e["settle_s"], e["priority"]) for e in cfg["inboxes"]] == \
+        [(str(inbox), 0.3, 0.0, "low"), (str(urgent), 0.5, 0.25, "high")]
     bad = tmp_path / "bad.json"
     for text, msg in (("{", "not valid JSON"), ('{"inboxes": []}', "non-empty"),
                       ('{"inboxes": [{"inbox": "a"}]}', 'needs "inbox" and "out"'),
@@ -271,28 +274,30 @@ def test_beat_schedule_loads_sends_scans_and_a_worker_runs_them(redis_url, start
         bad.write_text(text)
         with pytest.raises(InputError, match=msg):
             load_config(bad)
-    # the real beat process sends the scan task to the ops queue on schedule
+    # the beat process scans both inboxes itself, each at its priority
     store = JobStore(redis_url)
-    beat = Proc(["beat", "--config", str(cfg_path), "--redis-url", redis_url, "--schedule-file",
-                 str(tmp_path / "beat-schedule")], tmp_path / "beat.log")
+    beat = Proc(["beat", "--config", str(cfg_path), "--redis-url", redis_url], tmp_path / "beat.log")
     procs.append(beat)
-    wait_for(lambda: store.r.llen(OPS_QUEUE) >= 1, 30, "a scan task sent by beat", beat, beat.log)
-    msg = json.loads(store.r.lindex(OPS_QUEUE, -1))
-    assert msg["headers"]["task"] == TASK_WATCH_SCAN
-    import base64
-
-    args, kwargs, _embed = json.loads(base64.b64decode(msg["body"]))
-    assert args == [] and kwargs == entry["kwargs"]
-    # ... and a worker on the ops queue runs those scans: a dropped book is submitted (high priority)
     drop(inbox, "tea.txt", BOOKS["tea.txt"])
-    w = start_worker(redis_url, "ops", args=["--queues", OPS_QUEUE])
-    wait_for(lambda: (inbox / "done" / "tea.txt.reason.txt").exists(), 30, "the book submitted by a beat scan",
-             beat, beat.log)
-    beat.kill()
-    (job,) = store.recent_jobs()
-    assert job.priority == "high" and store.r.llen("tts.high") == job.batches
-    assert reason(inbox, "done", "tea.txt").startswith(f"submitted as job {job.id} on tts.high")
-    assert f"Task {TASK_WATCH_SCAN}[" in w.output()
+    drop(urgent, "pool.txt", BOOKS["pool.txt"])
+    wait_for(lambda: (inbox / "done" / "tea.txt.reason.txt").exists()
+             and (urgent / "done" / "pool.txt.reason.txt").exists(), 30, "both books submitted by beat", beat,
+             beat.log)
+    beat.p.send_signal(signal.SIGTERM)
+    assert beat.p.wait(timeout=20) == 0, beat.output()[-2000:]
+    jobs = {j.priority: j for j in store.recent_jobs()}
+    assert set(jobs) == {"low", "high"}
+    assert reason(inbox, "done", "tea.txt").startswith(f"submitted as job {jobs['low'].id} on tts.low")
+    assert reason(urgent, "done", "pool.txt").startswith(f"submitted as job {jobs['high'].id} on tts.high")
+    # nothing but the books' batches went through the broker: no scan task a worker would run
+    lists = {k.decode(): store.r.llen(k) for k in store.r.keys("*") if store.r.type(k) == b"list"}
+    assert lists == {"tts.low": jobs["low"].batches, "tts.high": jobs["high"].batches}, lists
+    assert f"{inbox}: submitted tea.txt: job {jobs['low'].id}" in beat.output()
+    # a missing inbox is one line when beat starts
+    bad.write_text(json.dumps({"inboxes": [{"inbox": str(tmp_path / "nope"), "out": str(out)}]}))
+    res = subprocess.run([sys.executable, str(CLI), "beat", "--config", str(bad), "--redis-url", redis_url],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stderr.startswith("error: inbox ") and len(res.stderr.splitlines()) == 1
 
 
 def test_watch_once_takes_new_files_after_one_settle_period_and_exits(redis_url, tmp_path):
