@@ -835,7 +835,7 @@ def main(argv=None) -> int:
         binary = find_redis_server(a.redis_server)
         version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
         redis_proc, url = start_redis(binary, workdir, base_env)
-        res["redis_server"] = {"binary": str(binary), "version": version, "url": url}
+        res["redis_server"] = {"binary": str(binary), "version": version, "url": url, "pid": redis_proc.p.pid}
         log(f"redis-server {binary} on {url}")
         env = child_env(extra, url, {})
         queues = ",".join(f"{a.queue_prefix}.{p}" for p in ("high", "normal", "low"))
