@@ -454,7 +454,8 @@ def plan_estimates(a, env: dict, job_args: list[str]) -> dict[str, dict]:
         r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         m = _EST_RE.search(r.stdout)
         if r.returncode != 0 or not m:
-            raise SetupError(f"cli.py plan {book} failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[-800:]}")
+            why = (r.stderr or r.stdout).strip()[-800:]
+            raise SetupError(f"cli.py plan {book} failed (exit {r.returncode}): {why}")
         utt = re.search(r"utterances: (\d+)", r.stdout)
         bat = re.search(r"batches: (\d+)", r.stdout)
         return book, {"est_audio_s_at_1": float(m.group(1)), "utterances": int(utt.group(1)) if utt else None,
@@ -706,7 +707,8 @@ def print_report(res: dict) -> None:
     s = res.get("summary") or {}
     ph = s.get("phases") or {}
     print("\n== bulk distributed benchmark ==")
-    print(f"date {res['date']}  commit {res['commit']}  machine {res['machine'].get('gpus') or res['machine'].get('cpu')}")
+    where = res["machine"].get("gpus") or res["machine"].get("cpu")
+    print(f"date {res['date']}  commit {res['commit']}  machine {where}")
     print(f"workers: {res['config']['workers']}; engine {res['config']['engine']} {res['config']['precision']} "
           f"on {res['config']['device']}; voice {res['config']['voice']}")
     print(f"jobs: {len(res.get('jobs', []))}, all done: {s.get('all_done')}; {s.get('hours_speech')} h of speech "
@@ -723,7 +725,8 @@ def print_report(res: dict) -> None:
     print(f"GPU busy share (infer / wall / devices): {s.get('gpu_busy_share')}; sampled: {res.get('sampled')}")
     base = res.get("engine_baseline") or {}
     if base.get("engine_x"):
-        print(f"engine alone: {base['engine_x']:,} x ({base.get('engine_config')}); bulk / engine = {res.get('bulk_over_engine')}")
+        print(f"engine alone: {base['engine_x']:,} x ({base.get('engine_config')}); "
+              f"bulk / engine = {res.get('bulk_over_engine')}")
     bad = [c for c in res.get("checks", []) if not c["ok"]]
     print(f"checks: {len(res.get('checks', [])) - len(bad)}/{len(res.get('checks', []))} jobs ok"
           + "".join(f"\n  {c['job_id']}: {'; '.join(c['problems'])}" for c in bad))

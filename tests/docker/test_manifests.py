@@ -287,7 +287,8 @@ def test_triton_kernel_cache_is_a_volume_of_the_node_in_the_image_compose_and_k8
     assert vol.get("hostPath", {}).get("type") in ("Directory", "DirectoryOrCreate"), "a directory of the node"
     if vol["hostPath"]["type"] == "DirectoryOrCreate":  # the kubelet creates it owned by root
         uid = pod["securityContext"]["runAsUser"]
-        inits = [i for i in pod.get("initContainers", []) if any(mt["name"] == mounts[cache] for mt in i["volumeMounts"])]
+        inits = [i for i in pod.get("initContainers", [])
+                 if any(mt["name"] == mounts[cache] for mt in i["volumeMounts"])]
         assert len(inits) == 1, "an init container makes the node's directory the worker's"
         (init,) = inits
         where = next(mt["mountPath"] for mt in init["volumeMounts"] if mt["name"] == mounts[cache])

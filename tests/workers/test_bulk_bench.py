@@ -145,3 +145,25 @@ def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
     assert not [p for p in pids if _alive(p)]
     assert not Path(res["work_dir"]).exists()
     assert out.with_name("bulk-logs.txt").read_text().count("=====") == 2
+
+
+def test_engine_baseline_runs_gpu_throughput_on_the_first_gpu_with_the_voice_weights(tmp_path, monkeypatch):
+    """The call and the figure it keeps, with a stand-in bench/gpu_throughput.py that records its call."""
+    stub = tmp_path / "bench" / "gpu_throughput.py"
+    stub.parent.mkdir()
+    stub.write_text(
+        "import json, os, sys\n"
+        "out = sys.argv[sys.argv.index('--json') + 1]\n"
+        "rows = [{'config': 'eager fp16', 'precision': 'fp16', 'batch': 1024, 'x_realtime': 20500.0}]\n"
+        "json.dump({'gpu': 'stand-in', 'torch': 'x', 'rows': rows, 'argv': sys.argv[1:],\n"
+        "           'visible': os.environ.get('CUDA_VISIBLE_DEVICES')}, open(out, 'w'))\n"
+        "print('stand-in ran')\n")
+    monkeypatch.setattr(bulk, "ROOT", tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    a = bulk.parse_args(["--voice", str(tmp_path / "v.safetensors"), "--baseline-args", "--sections eager --reps 2"])
+    res = bulk.engine_baseline(a, dict(os.environ), tmp_path)
+    assert res["rc"] == 0 and res["engine_x"] == 20500.0 and res["engine_config"] == "eager fp16 b=1024"
+    data = json.loads((tmp_path / "engine.json").read_text())
+    assert data["argv"][2:] == ["--sections", "eager", "--reps", "2", "--weights", str(tmp_path / "v.safetensors")]
+    assert data["visible"] == "3", "the engine alone on the first of the workers' GPUs"
+    assert "stand-in ran" in res["output_tail"]
