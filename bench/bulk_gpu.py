@@ -412,10 +412,10 @@ def start_workers(a, env: dict, workdir: Path, queues: str, host: str) -> list[P
             procs.append(Proc(f"worker{i}", cmd, workdir / f"worker-{i}.log", env))
     for i in range(a.finalize_workers):
         cmd = [sys.executable, str(CLI), "worker", "--name", f"bulk-fin{i}@{host}", "--loglevel", "INFO",
-               *shlex.split(a.finalize_worker_args)]
+               "--voice", "", *shlex.split(a.finalize_worker_args)]  # no engine unless a batch comes
         procs.append(Proc(f"finalize{i}", cmd, workdir / f"worker-fin{i}.log", env))
     for p in procs:
-        log(f"started {p.name} (pid {p.p.pid}): {' '.join(p.cmd[2:])}")
+        log(f"started {p.name} (pid {p.p.pid}): {shlex.join(p.cmd[2:])}")
     return procs
 
 
@@ -757,7 +757,9 @@ def parse_args(argv=None):
     g.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
                    help="environment for every worker (repeat; e.g. BOOKTTS_TORCH_AUTOTUNE=0)")
     g.add_argument("--finalize-workers", type=int, default=0, help="extra `cli.py worker` processes for finalize")
-    g.add_argument("--finalize-worker-args", default="", help="their arguments, one shell-quoted string")
+    g.add_argument("--finalize-worker-args", default="",
+                   help="their arguments, one shell-quoted string; give their --queues (by default a worker "
+                        "also takes synthesis batches, with a CPU engine)")
     g.add_argument("--worker-timeout-s", type=float, default=300.0, help="seconds for every worker to be ready")
     g = ap.add_argument_group("books")
     g.add_argument("--book", action="append", default=None, help=f"book file (repeat; default {DEFAULT_BOOK.name})")
