@@ -770,7 +770,7 @@ def parse_args(argv=None):
     g.add_argument("--scale-step", type=float, default=0.1)
     g.add_argument("--length-scales", default=None, help="explicit list, e.g. 1.0,1.1,1.2 (overrides start/step)")
     g.add_argument("--max-batch", type=int, default=None,
-                   help="jobs' --max-batch (default: the GPU default with a cuda device, else the CPU one)")
+                   help="jobs' --max-batch (default: submit's own, small batches the GPU worker combines)")
     g.add_argument("--max-batch-phonemes", type=int, default=None, help="jobs' --max-batch-phonemes (likewise)")
     g.add_argument("--submit-arg", action="append", default=[], metavar="ARG",
                    help="extra job option for plan and submit (repeat; e.g. --submit-arg=--chapters=1-3)")
@@ -853,11 +853,12 @@ def main(argv=None) -> int:
         procs = start_workers(a, {**env, **overrides}, workdir, queues, host)
         t_workers = time.time()
         job_args = ["--voice", a.voice, *a.submit_arg]
-        if a.device.startswith("cuda") or a.max_batch or a.max_batch_phonemes:
-            from jobs.config import GPU_MAX_BATCH, GPU_MAX_BATCH_PHONEMES
-
-            job_args += ["--max-batch", str(a.max_batch or GPU_MAX_BATCH),
-                         "--max-batch-phonemes", str(a.max_batch_phonemes or GPU_MAX_BATCH_PHONEMES)]
+        # Jobs are planned as any submitter plans them (submit's defaults: small batches); the GPU
+        # worker fills its engine from them (worker-side batching). --max-batch plans larger ones.
+        if a.max_batch:
+            job_args += ["--max-batch", str(a.max_batch)]
+        if a.max_batch_phonemes:
+            job_args += ["--max-batch-phonemes", str(a.max_batch_phonemes)]
         # planning on the CPU overlaps the workers' engine builds on the GPU (both untimed)
         with ThreadPoolExecutor(1) as pool:
             fut = pool.submit(plan_estimates, a, env, job_args)
