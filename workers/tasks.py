@@ -395,12 +395,29 @@ def _count(store: JobStore, job_dir: str, job_id: str, batch_id: int, holder: Ho
         rebuild_job(store, job_dir, job_id, queue)  # counts this batch from its record on disk
         verdict, added = store.complete(job_id, batch_id, holder, summary, audio_s)
     store.drop_ready(store.sclass(job_id), [(job_id, batch_id)])
-    if verdict == "finalize":
+    if verdict == "finalize" and not _finalize_here(store, job_dir, job_id, queue, holder):
         _enqueue_finalize_or_release_guard(store, job_dir, job_id, queue)
     log.info("job %s batch %d: %s (%.1f s audio, attempt %d)%s", job_id, batch_id,
              "done" if added else "already counted", audio_s, rec.attempt,
              "; last batch, finalize enqueued" if verdict == "finalize" else "")
     return {"job": job_id, "batch": batch_id, "audio_s": audio_s, "counted": added, "job_state": verdict}
+
+
+def _finalize_here(store: JobStore, job_dir: str, job_id: str, queue: str, holder: Holder) -> bool:
+    """Start the job's finalize on this process's finalize threads at once, under its own lease,
+    instead of sending a message that would wait behind the queue (full of the planned batches'
+    messages, already done). False if the lease could not be taken: the caller enqueues it."""
+    s = runtime.settings()
+    fin = Holder(worker=holder.worker, host=holder.host, pid=os.getpid(), task_id=f"finalize-{os.urandom(6).hex()}")
+    try:
+        verdict, _ = store.begin(job_id, FINALIZE, fin, s.lease_seconds, s.max_deliveries)
+    except redis.exceptions.RedisError:
+        return False
+    if verdict != "ok":
+        return verdict in ("done", "cancelled", "leased")  # someone else has it, or nothing to do
+    hb = Heartbeat(store, job_id, FINALIZE, fin, s.lease_seconds, s.heartbeat_s).start()
+    batcher.offloader().finalize(lambda: _finalize_in_background(store, job_dir, job_id, queue, fin, hb))
+    return True
 
 
 def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartbeat) -> None:
