@@ -82,12 +82,9 @@ def one_line(text: str) -> str:
 def submit_book(store, book: Path, out_dir: Path, config: JobConfig, priority: str, queue: str):
     """Submit one book the way ``cli.py submit`` does: plan it here, register it and enqueue its
     unfinished batches. Returns (job, JobInfo, batches enqueued)."""
-    from jobs.pipeline import prepare_job
-    from workers.control import start_job
+    from workers.control import submit_job
 
-    job = prepare_job([book], out_dir, config)
-    info, n = start_job(store, job, priority, queue, mode="submit")
-    return job, info, n
+    return submit_job(store, [book], out_dir, config, priority, queue)
 
 
 @dataclass
