@@ -95,6 +95,10 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     return store.require_job(job.job_id), n
 
 
+#: A submit's claim of its directory in Redis before the job is registered lapses after this long.
+SUBMIT_CLAIM_S = 600.0
+
+
 def check_not_active_elsewhere(info: JobInfo | None, out_dir: str) -> None:
     """The same job (same books and settings) may run in one directory at a time."""
     if info is not None and info.out_dir != out_dir and info.status.active:
@@ -119,7 +123,7 @@ def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, que
         holder = claims.local_run_holder(Path(out_dir))
         if holder is not None:
             raise claims.busy_refusal(Path(out_dir), holder)
-        previous = store.claim_dir(resolved, job_id)
+        previous = store.claim_dir(resolved, job_id, provisional_s=SUBMIT_CLAIM_S)
         return None if previous == job_id else (lambda: store.release_dir(resolved, job_id, previous))
 
     job = _pipeline().prepare_job(list(books), Path(out_dir), config, before_write=before_write)

@@ -503,13 +503,16 @@ class JobStore:
         v = self.r.get(self.k_dir(out_dir))
         return v.decode() if v is not None else None
 
-    def claim_dir(self, out_dir: str, job_id: str) -> str | None:
+    def claim_dir(self, out_dir: str, job_id: str, provisional_s: float | None = None) -> str | None:
         """Register ``job_id`` as the job of ``out_dir`` (a resolved path), atomically.
 
-        Refused (JobError naming the directory and the other job) while another job that Redis
-        knows as queued, running or finalizing in that directory holds it; a holder that is
-        finished, failed, cancelled, forgotten, or moved elsewhere is replaced. Returns the
-        previous holder (``job_id`` itself if it held it already), for :meth:`release_dir`.
+        Refused (JobError naming the directory and the other job) while another job holds it that
+        Redis knows as queued, running or finalizing in that directory, or that is being submitted
+        (a provisional claim, not yet registered); a holder that is finished, failed, cancelled,
+        forgotten, or moved elsewhere is replaced. ``provisional_s``: a submit claims before it
+        writes the job's files and registers it; such a claim lapses after this many seconds unless
+        the registration (a claim without it) makes it permanent. Returns the previous holder
+        (``job_id`` itself if it held it already), for :meth:`release_dir`.
         """
         check_job_id(job_id)
         key = self.k_dir(out_dir)
@@ -519,21 +522,34 @@ class JobStore:
                     p.watch(key)
                     cur = p.get(key)
                     cur = cur.decode() if cur is not None else None
+                    if cur == job_id and provisional_s:
+                        p.reset()
+                        return cur  # ours already (a resume): keep it as it is
                     if cur is not None and cur != job_id:
-                        other = p.hmget(self.k_job(cur), "status", "out_dir")
-                        status, other_dir = _dec(other[0]), _dec(other[1])
-                        if status in _ACTIVE_VALUES and other_dir == out_dir:
-                            p.reset()
-                            raise JobError(
-                                f"{out_dir} is the output directory of job {cur}, which is {status}; this is job "
-                                f"{job_id} (other books or settings): choose another -o directory, or cancel job "
-                                f"{cur} and delete {out_dir} first")
+                        self._refuse_if_held(p, out_dir, cur, job_id, key)
                     p.multi()
-                    p.set(key, job_id)
+                    if provisional_s:
+                        p.set(key, job_id, px=max(int(provisional_s * 1000), 1))
+                    else:
+                        p.set(key, job_id)
                     p.execute()
                     return cur
                 except redis.exceptions.WatchError:
                     continue
+
+    def _refuse_if_held(self, p, out_dir: str, cur: str, job_id: str, key: str) -> None:
+        status, other_dir = (_dec(v) for v in p.hmget(self.k_job(cur), "status", "out_dir"))
+        todo = (f"this is job {job_id} (other books or settings): choose another -o directory, or cancel job "
+                f"{cur} and delete {out_dir} first")
+        if status is None:
+            ttl_ms = p.pttl(key)
+            if ttl_ms is not None and ttl_ms > 0:  # provisional: its submit has not registered it yet
+                p.reset()
+                raise JobError(f"{out_dir} is being submitted as job {cur} (not registered yet; the claim "
+                               f"lapses in {ttl_ms / 1000:.0f} s if that submit died); {todo}")
+        elif status in _ACTIVE_VALUES and other_dir == out_dir:
+            p.reset()
+            raise JobError(f"{out_dir} is the output directory of job {cur}, which is {status}; {todo}")
 
     def release_dir(self, out_dir: str, job_id: str, previous: str | None) -> None:
         """Undo :meth:`claim_dir`: give the directory back to ``previous`` if ``job_id`` holds it."""

@@ -171,3 +171,20 @@ def test_an_output_directory_is_held_by_one_active_job(redis_url):
     s.set_fields(e, out_dir="/elsewhere")
     s.r.set(s.k_dir(d), e)  # its job moved to another directory: stale, replaced
     assert s.claim_dir(d, "jobF") == e
+
+
+def test_a_provisional_directory_claim_keeps_others_out_until_registered_or_lapsed(redis_url):
+    from jobs.errors import JobError
+
+    s = _store(redis_url)
+    d = "/shared/out/new"
+    assert s.claim_dir(d, "jobA", provisional_s=30) is None  # a submit, before it wrote anything
+    assert 0 < s.r.pttl(s.k_dir(d)) <= 30_000
+    with pytest.raises(JobError, match=f"{d} is being submitted as job jobA"):
+        s.claim_dir(d, "jobB", provisional_s=30)
+    assert s.claim_dir(d, "jobA") == "jobA" and s.r.ttl(s.k_dir(d)) == -1, "registered: permanent"
+    assert s.claim_dir(d, "jobA", provisional_s=30) == "jobA" and s.r.ttl(s.k_dir(d)) == -1, "a resume keeps it"
+    s.r.delete(s.k_dir(d))
+    s.claim_dir(d, "jobA", provisional_s=0.2)
+    time.sleep(0.3)  # that submit died before registering: the claim lapses
+    assert s.claim_dir(d, "jobB") is None and s.dir_holder(d) == "jobB"
