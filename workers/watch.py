@@ -16,8 +16,8 @@ What a pass does with a file directly inside INBOX:
 - it identifies the file by the **SHA-256 of its content**. Content already submitted
   from this inbox is not submitted again: the file goes to ``done/`` with the reason
   ``duplicate of ...``;
-- otherwise it submits the book exactly as ``cli.py submit`` does (``prepare_job`` then
-  :func:`workers.control.start_job`, see :func:`submit_book`) into its own output
+- otherwise it submits the book exactly as ``cli.py submit`` does (:func:`workers.control.submit_job`:
+  ``prepare_job`` then ``start_job``, see :func:`submit_book`) into its own output
   directory ``OUTROOT/<stem>-<sha8>/`` (``manifest.parquet`` appears there when the job is
   done), then moves the file to ``done/``;
 - a bad book (:class:`~jobs.errors.InputError`: empty, binary, not UTF-8, a broken EPUB...)
