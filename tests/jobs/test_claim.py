@@ -179,3 +179,19 @@ def test_finalize_refuses_a_directory_claimed_by_another_job(short_book, tmp_pat
     with pytest.raises(JobError, match="b1b1b1b1b1b1b1b1"):
         finalize(job)
     assert not (out / "manifest.parquet").exists()
+
+
+def test_claims_without_hard_links_fall_back_to_exclusive_create(tmp_path, monkeypatch):
+    import errno
+
+    from jobs import claim as claims
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(claims.os, "link", no_links)
+    assert claims.claim(tmp_path, "c2c2c2c2c2c2c2c2") is True
+    assert claims.claim(tmp_path, "c2c2c2c2c2c2c2c2") is False, "held already by the same job"
+    with pytest.raises(JobError, match="holds another job, c2c2c2c2c2c2c2c2"):
+        claims.claim(tmp_path, "d3d3d3d3d3d3d3d3")
+    assert [p.name for p in (tmp_path / ".work").iterdir()] == ["claim.json"], "no temporary files left"
