@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
+from jobs import claim as claims
 from jobs.config import AUDIO_FORMATS, JobConfig
 from jobs.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from jobs.files import atomic_path, inside, read_json, slug, write_json
@@ -161,14 +162,38 @@ class Job:
             raise JobError(f"job {self.job_id} has no batch {batch_id}") from None
 
     def record_path(self, batch_id: int) -> Path:
-        return self.out_dir / WORK_DIR / "batches" / f"b{batch_id:06d}.json"
+        """Where this job's record of a batch goes; the name carries the job id."""
+        return self.out_dir / WORK_DIR / "batches" / f"b{batch_id:06d}-{self.job_id}.json"
 
     def batch_record(self, batch_id: int) -> BatchRecord | None:
-        p = self.record_path(batch_id)
-        return BatchRecord.load(p) if p.exists() else None
+        """This job's record of ``batch_id``, or None: the batch is not done.
+
+        A record is accepted only if it names this job and this batch and lists exactly the
+        batch's planned utterances, in order; anything else (another job's record, in the
+        unnamed ``bNNNNNN.json`` of directories written before job ids were in the names) is
+        not this batch's output, and the batch runs again.
+        """
+        legacy = self.out_dir / WORK_DIR / "batches" / f"b{batch_id:06d}.json"
+        for p in (self.record_path(batch_id), legacy):
+            try:
+                rec = BatchRecord.load(p)
+            except FileNotFoundError:
+                continue
+            if self._is_own_record(rec, batch_id):
+                return rec
+        return None
+
+    def _is_own_record(self, rec: BatchRecord, batch_id: int) -> bool:
+        if rec.job_id != self.job_id or rec.batch_id != batch_id:
+            return False
+        rows = self._by_batch.get(batch_id, [])
+        return len(rec.items) == len(rows) and all(
+            (i["book_index"], i["chapter_index"], i["utterance_index"])
+            == (r.utt.book_index, r.utt.chapter_index, r.utt.utterance_index) for i, r in zip(rec.items, rows))
 
     def pending_batches(self) -> list[int]:
-        return [b.batch_id for b in self.batches if not self.record_path(b.batch_id).exists()]
+        """Batches without a record of this job (every record is read and checked)."""
+        return [b.batch_id for b in self.batches if self.batch_record(b.batch_id) is None]
 
     def batch_estimated_seconds(self, batch_id: int) -> float:
         return estimate_seconds(self.batch_rows(batch_id), self.scales.length_scale)
@@ -206,11 +231,17 @@ def _check_inputs(books: list[Path]) -> list[dict]:
 
 
 def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: VoiceConfig | None = None,
-                progress=None) -> Job:
-    """Ingest, segment, phonemize and plan; write ``job.json`` and ``plan.parquet``.
+                progress=None, before_write=None) -> Job:
+    """Ingest, segment, phonemize and plan; claim ``out_dir``; write ``job.json`` and ``plan.parquet``.
 
     If ``out_dir`` already holds the same job (same inputs, voice and settings), it is
-    returned as it is (this is how a re-run resumes). Another job there is a JobError.
+    returned as it is (this is how a re-run resumes). Another job there (its claim, or its
+    job.json) is a JobError, at once or when the claim is taken (:mod:`jobs.claim`).
+
+    Everything that can refuse runs before anything is written: planning in memory, then
+    ``before_write(job_id)`` (the distributed runner claims the directory in Redis there; it may
+    return an undo callable), then the claim file, then the plan and job.json. A refusal or error
+    after that removes what this call created, and nothing else.
     """
     from jobs.ingest import load_book
 
@@ -222,10 +253,11 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     inputs = _check_inputs(books)
     voice = voice or resolve_voice(config.voice)
     job_id = job_identity(inputs, config, voice)
+    claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if (out_dir / JOB_FILE).exists():
         existing = load_job(out_dir)
         if existing.job_id == job_id:
-            return existing
+            return _claim_and_write(out_dir, job_id, before_write, None)  # resume (claims a pre-claim directory)
         raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
                        f"choose another -o directory or delete it")
 
@@ -270,11 +302,47 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             "estimated_audio_s": estimate_seconds(rows, scales.length_scale),
         },
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir / PLAN_FILE) as tmp:
-        pq.write_table(to_table(rows), tmp)
-    write_json(out_dir / JOB_FILE, meta)  # written last: its presence means the job is prepared
-    return Job(job_id, out_dir, config, meta, rows)
+    return _claim_and_write(out_dir, job_id, before_write, Job(job_id, out_dir, config, meta, rows))
+
+
+def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) -> Job:
+    """Claim ``out_dir`` for ``job_id`` and write ``job`` (None: job.json is there already).
+    On any failure, undo what this call created: the claim, files, folders it made."""
+    undo = []
+    made_dirs = [d for d in (out_dir / WORK_DIR, out_dir, *out_dir.parents) if not d.exists()]  # innermost first
+    try:
+        if before_write is not None:
+            release = before_write(job_id)
+            if release is not None:
+                undo.append(release)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if claims.claim(out_dir, job_id):
+            undo.append(lambda: claims.release_claim(out_dir, job_id))
+        if job is None or (out_dir / JOB_FILE).exists():  # the same job, planned already (or just now)
+            existing = load_job(out_dir)
+            if existing.job_id != job_id:  # only a job.json older than claims can differ here
+                raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
+                               f"choose another -o directory or delete it")
+            return existing
+        for name in (PLAN_FILE, JOB_FILE):
+            if not (out_dir / name).exists():
+                undo.append(lambda name=name: (out_dir / name).unlink(missing_ok=True))
+        with atomic_path(out_dir / PLAN_FILE) as tmp:
+            pq.write_table(to_table(job.rows), tmp)
+        write_json(out_dir / JOB_FILE, job.meta)  # written last: its presence means the job is prepared
+        return job
+    except BaseException:
+        for step in reversed(undo):
+            try:
+                step()
+            except Exception:  # undo is best effort; the original error is what matters
+                pass
+        for d in made_dirs:  # only those still empty
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        raise
 
 
 _JOB_CACHE: dict[tuple[str, float], Job] = {}
@@ -303,6 +371,7 @@ def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
     it must be the same voice: same source model hash where the file records it, same sample rate.
     """
     job = load_job(out_dir)
+    claims.claim(out_dir, job.job_id)  # refuses another job's claim; claims a directory older than claims
     if voice_name and voice_name != job.config.voice:
         voice = resolve_voice(voice_name)
         want = job.meta["voice"]
@@ -432,7 +501,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     if existing is not None:
         return existing
     token = os.urandom(4).hex()
-    audio_name = f"b{batch_id:06d}-{token}.wav"
+    audio_name = f"b{batch_id:06d}-{job.job_id}-{token}.wav"
     with atomic_path(rec_path.parent / audio_name) as tmp:
         sf.write(str(tmp), np.concatenate(items) if items else np.zeros(0, np.int16), info.sample_rate,
                  subtype="PCM_16", format="WAV")
@@ -449,9 +518,10 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
         sample_rate=info.sample_rate, splits=synth.splits, engine_batch=synth.engine_batch,
         engine_batch_size=synth.size, engine_batch_units=len(synth.units),
     )
-    if rec_path.exists():  # another delivery finished first: keep its record, drop our audio
+    first = job.batch_record(batch_id)
+    if first is not None:  # another delivery finished first: keep its record, drop our audio
         (rec_path.parent / audio_name).unlink(missing_ok=True)
-        return BatchRecord.load(rec_path)
+        return first
     write_json(rec_path, asdict(rec))
     return rec
 
@@ -520,6 +590,7 @@ def finalize(job: Job) -> FinalizeSummary:
     """
     import pyarrow as pa
 
+    claims.check_claim(job.out_dir, job.job_id)  # chapter files and manifest have fixed names
     missing = job.pending_batches()
     if missing:
         raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "

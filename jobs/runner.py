@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from jobs.claim import claim, run_lock
 from jobs.pipeline import FinalizeSummary, Job, finalize, finalized_summary, run_batch
 
 
@@ -31,17 +32,21 @@ def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = 
 
     ``on_batch(batch_id, audio_seconds)`` is called after each batch (for progress bars).
     Batches already done (a previous, interrupted run) are not synthesized again.
+    The directory's run lock is held throughout: another local run into the same directory
+    (even of the same job) is refused while this one runs (:func:`jobs.claim.run_lock`).
     """
-    pending = job.pending_batches()
-    skipped = len(job.batches) - len(pending)
-    audio_s = 0.0
-    t0 = time.perf_counter()
-    for batch_id in pending:
-        rec = run_batch(job, batch_id, engine, worker="local")
-        secs = rec.audio_samples / rec.sample_rate
-        audio_s += secs
-        if on_batch:
-            on_batch(batch_id, secs)
-    wall = time.perf_counter() - t0
-    summary = finalized_summary(job) if not pending and job.finalized else finalize(job)
+    with run_lock(job.out_dir, job.job_id):
+        claim(job.out_dir, job.job_id)
+        pending = job.pending_batches()
+        skipped = len(job.batches) - len(pending)
+        audio_s = 0.0
+        t0 = time.perf_counter()
+        for batch_id in pending:
+            rec = run_batch(job, batch_id, engine, worker="local")
+            secs = rec.audio_samples / rec.sample_rate
+            audio_s += secs
+            if on_batch:
+                on_batch(batch_id, secs)
+        wall = time.perf_counter() - t0
+        summary = finalized_summary(job) if not pending and job.finalized else finalize(job)
     return RunStats(len(pending), skipped, audio_s, wall, summary)

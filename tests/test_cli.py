@@ -1,9 +1,11 @@
 """The command line: bad input gets one clear line and a non-zero exit, never a traceback;
 real runs produce complete output and resume."""
 
+import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -155,3 +157,65 @@ def test_planned_job_refuses_another_voice(short_book, tmp_path, voice):
     (tmp_path / "other.onnx.json").write_text(json.dumps(cfg))
     assert_one_line_error(cli("run", "-o", out, "--engine", "fake", "--voice", other), "not the voice")
     shutil.rmtree(out)
+
+
+def cli_proc(*args, env=None):
+    full = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full.pop("BOOKTTS_DEBUG", None)
+    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full)
+
+
+def finish(proc, timeout=120):
+    out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+ALICE = ROOT / "tests" / "data" / "alice-pg11.txt"
+
+
+def test_two_different_jobs_run_into_one_directory_at_once(tmp_path):
+    """Issue 15: two `run` of the same book with different --chapters into one directory at the same
+    time. One job gets the directory; the other is refused with one line naming the directory and
+    the first job; the finished job's every manifest row plays its own audio."""
+    from tests.fake_audio import assert_rows_play_their_own_audio
+
+    out = tmp_path / "D"
+    common = ["-o", out, "--max-batch", "32", "--length-scale", "0.1", "--engine", "fake"]
+    procs = [cli_proc("run", ALICE, "--chapters", "1-11", *common), cli_proc("run", ALICE, *common)]
+    results = [finish(p) for p in procs]
+    ok = [r for r in results if r.returncode == 0]
+    refused = [r for r in results if r.returncode != 0]
+    assert len(ok) == 1 and len(refused) == 1, [(r.returncode, r.stderr[-600:]) for r in results]
+    winner = json.loads((out / "job.json").read_text())["job_id"]
+    assert f"job {winner}:" in ok[0].stderr
+    assert_one_line_error(refused[0], str(out), f"holds another job, {winner}", "choose another -o directory")
+    assert refused[0].returncode == 4
+    assert assert_rows_play_their_own_audio(out) > 0
+    assert all(winner in p.name for p in (out / ".work" / "batches").iterdir())
+
+
+def test_identical_runs_into_one_directory_at_once(short_book, tmp_path):
+    """Two identical `run` at once: the second is refused while the first synthesizes (engines may
+    differ between them, and their chapter files and manifest must not mix); each batch is
+    synthesized once and the output plays its own audio."""
+    from tests.fake_audio import assert_rows_play_their_own_audio
+
+    out = tmp_path / "D"
+    args = ["run", short_book, "-o", out, "--max-batch", "1", "--engine", "fake"]
+    first = cli_proc(*args, env={"BOOKTTS_FAKE_DELAY_S": "0.25"})
+    batches = out / ".work" / "batches"
+    deadline = time.monotonic() + 60
+    while not (batches.exists() and any(batches.glob("*.json"))):
+        assert first.poll() is None and time.monotonic() < deadline, finish(first).stderr
+        time.sleep(0.05)
+    second = cli(*args)
+    assert_one_line_error(second, str(out), "being synthesized by another `cli.py run`", "wait for it")
+    res = finish(first)
+    assert res.returncode == 0, res.stderr
+    job = json.loads((out / "job.json").read_text())
+    assert len(list(batches.glob("*.wav"))) == len(job["batches"]), "every batch synthesized once"
+    assert not (out / ".work" / "run.lock").exists()
+    assert assert_rows_play_their_own_audio(out) > 0
+    again = cli(*args)  # and once it is over, the same command resumes (nothing to do)
+    assert again.returncode == 0 and "resuming" in again.stderr, again.stderr

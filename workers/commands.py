@@ -98,13 +98,11 @@ def submit(books, out_dir, priority, queue_prefix, wait, redis_url, config) -> N
     books and settings to the same OUT again does not duplicate work: finished batches are
     kept, a running job is left alone.
     """
-    from jobs.pipeline import prepare_job
-    from workers.control import start_job
+    from workers.control import submit_job
 
     store = _connect(redis_url)
-    job = prepare_job(list(books), out_dir, config)
     queue = queue_name(priority, queue_prefix)
-    info, n = start_job(store, job, priority, queue, mode="submit")
+    job, info, n = submit_job(store, books, out_dir, config, priority, queue)
     click.echo(job.job_id)
     if n:
         click.echo(f"job {job.job_id}: {n} of {info.batches} batches queued on {queue} "
@@ -374,6 +372,9 @@ def resume(target, priority, wait, redis_url) -> None:
     else:
         info = store.require_job(target)
         job = load_job(Path(info.out_dir))
+        if job.job_id != info.id:
+            raise JobError(f"{info.out_dir} now holds job {job.job_id}, not {info.id}; job {info.id} cannot be "
+                           f"resumed there (`resume {info.out_dir}` resumes job {job.job_id})")
     prio = priority or (info.priority if info else DEFAULT_PRIORITY)
     queue = info.queue if (info and not priority) else queue_name(prio)
     if info is not None and info.status.active:

@@ -58,13 +58,15 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     out_dir = str(Path(job.out_dir).resolve())
     info = store.get_job(job.job_id)
     if info is not None and mode != "rebuild":
-        if info.out_dir != out_dir and info.status.active:
-            raise JobError(f"job {job.job_id} (same books and settings) is already {info.status.value} in "
-                           f"{info.out_dir}; wait for it, or cancel it first")
+        check_not_active_elsewhere(info, out_dir)
         if mode == "submit" and info.status.active:
             return info, 0
         if info.out_dir != out_dir:
             store.forget(job.job_id)  # the same job once ran elsewhere: start from this directory's state
+    from jobs import claim as claims
+
+    claims.check_claim(Path(job.out_dir), job.job_id)  # the directory's claim file names another job
+    store.claim_dir(out_dir, job.job_id)  # another active job registered for this directory: JobError
     all_ids = [b.batch_id for b in job.batches]
     pending = job.pending_batches()
     pend = set(pending)
@@ -93,12 +95,52 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     return store.require_job(job.job_id), n
 
 
+#: A submit's claim of its directory in Redis before the job is registered lapses after this long.
+SUBMIT_CLAIM_S = 600.0
+
+
+def check_not_active_elsewhere(info: JobInfo | None, out_dir: str) -> None:
+    """The same job (same books and settings) may run in one directory at a time."""
+    if info is not None and info.out_dir != out_dir and info.status.active:
+        raise JobError(f"job {info.id} (same books and settings) is already {info.status.value} in "
+                       f"{info.out_dir}; wait for it, or cancel it first")
+
+
+def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, queue: str):
+    """Plan ``books`` into ``out_dir``, register the job and enqueue its unfinished batches (``submit``,
+    the watched inbox). Returns (job, JobInfo, batches enqueued).
+
+    Every check that can refuse runs before anything is written into ``out_dir``: the plan, the
+    same job active elsewhere, a local ``cli.py run`` busy in the directory, the directory's Redis
+    claim (:meth:`JobStore.claim_dir`) and its claim file. A refused submit leaves nothing behind.
+    """
+    from jobs import claim as claims
+
+    resolved = str(Path(out_dir).resolve())
+
+    def before_write(job_id: str):
+        check_not_active_elsewhere(store.get_job(job_id), resolved)
+        holder = claims.local_run_holder(Path(out_dir))
+        if holder is not None:
+            raise claims.busy_refusal(Path(out_dir), holder)
+        previous = store.claim_dir(resolved, job_id, provisional_s=SUBMIT_CLAIM_S)
+        return None if previous == job_id else (lambda: store.release_dir(resolved, job_id, previous))
+
+    job = _pipeline().prepare_job(list(books), Path(out_dir), config, before_write=before_write)
+    info, n = start_job(store, job, priority, queue, mode="submit")
+    return job, info, n
+
+
 def rebuild_job(store: JobStore, job_dir: str, job_id: str, queue: str) -> bool:
     """Re-create a job Redis lost, from its directory. True if this call re-created it."""
     job = _pipeline().load_job(Path(job_dir))
     if job.job_id != job_id:
         return False
-    info, n = start_job(store, job, priority_of_queue(queue), queue, mode="rebuild")
+    try:
+        info, n = start_job(store, job, priority_of_queue(queue), queue, mode="rebuild")
+    except JobError as exc:  # another job took the directory over in Redis meanwhile
+        log.warning("job %s was missing from Redis and is not rebuilt: %s", job_id, exc)
+        return False
     log.warning("job %s was missing from Redis (restarted without persistence?): rebuilt from %s, "
                 "%d batches enqueued", job_id, job_dir, n)
     return True

@@ -25,6 +25,7 @@ Keys (``<P>`` is :data:`PREFIX`, ``<J>`` a job id, ``<B>`` a batch id):
                                                 fill its engine (:mod:`workers.batcher`)
 ``<P>lease:<J>:<B>``                   string   JSON holder, with a TTL (the lease); ``<B>`` may be ``finalize``
 ``<P>reaper``                          string   a short lock so one reaper sweeps at a time
+``<P>dir:<resolved out dir>``          string   the job id that holds the directory (:meth:`JobStore.claim_dir`)
 =====================================  =======  ===============================================
 
 The atomic steps (begin a batch, complete it, fail it, renew/claim a lease)
@@ -84,6 +85,9 @@ class BatchStatus(str, Enum):
     """A worker holds its lease."""
     DONE = "done"
     FAILED = "failed"
+
+
+_ACTIVE_VALUES = {s.value for s in JobStatus if s.active}
 
 
 def check_job_id(job_id: str) -> str:
@@ -378,6 +382,10 @@ class JobStore:
     def k_lease(j: str, b: int | str) -> str:
         return f"{PREFIX}lease:{j}:{b}"
 
+    @staticmethod
+    def k_dir(out_dir: str) -> str:
+        return f"{PREFIX}dir:{out_dir}"
+
     K_JOBS = PREFIX + "jobs"
     K_ACTIVE = PREFIX + "active"
     K_REAPER = PREFIX + "reaper"
@@ -493,6 +501,83 @@ class JobStore:
             for key in [self.k_job(job_id)] + [self.k(job_id, part) for part in _JOB_PARTS]:
                 p.expire(key, ttl)
             p.execute()
+        out_dir = _dec(self.r.hget(self.k_job(job_id), "out_dir"))
+        if out_dir and self.dir_holder(out_dir) == job_id:
+            self.r.expire(self.k_dir(out_dir), ttl)
+
+    # ------------------------------------------------------------ output directories
+    def dir_holder(self, out_dir: str) -> str | None:
+        v = self.r.get(self.k_dir(out_dir))
+        return v.decode() if v is not None else None
+
+    def claim_dir(self, out_dir: str, job_id: str, provisional_s: float | None = None) -> str | None:
+        """Register ``job_id`` as the job of ``out_dir`` (a resolved path), atomically.
+
+        Refused (JobError naming the directory and the other job) while another job holds it that
+        Redis knows as queued, running or finalizing in that directory, or that is being submitted
+        (a provisional claim, not yet registered); a holder that is finished, failed, cancelled,
+        forgotten, or moved elsewhere is replaced. ``provisional_s``: a submit claims before it
+        writes the job's files and registers it; such a claim lapses after this many seconds unless
+        the registration (a claim without it) makes it permanent. Returns the previous holder
+        (``job_id`` itself if it held it already), for :meth:`release_dir`.
+        """
+        check_job_id(job_id)
+        key = self.k_dir(out_dir)
+        with self.r.pipeline() as p:
+            while True:
+                try:
+                    p.watch(key)
+                    cur = p.get(key)
+                    cur = cur.decode() if cur is not None else None
+                    if cur == job_id and provisional_s:
+                        p.reset()
+                        return cur  # ours already (a resume): keep it as it is
+                    if cur is not None and cur != job_id:
+                        self._refuse_if_held(p, out_dir, cur, job_id, key)
+                    p.multi()
+                    if provisional_s:
+                        p.set(key, job_id, px=max(int(provisional_s * 1000), 1))
+                    else:
+                        p.set(key, job_id)
+                    p.execute()
+                    return cur
+                except redis.exceptions.WatchError:
+                    continue
+
+    def _refuse_if_held(self, p, out_dir: str, cur: str, job_id: str, key: str) -> None:
+        status, other_dir = (_dec(v) for v in p.hmget(self.k_job(cur), "status", "out_dir"))
+        todo = (f"this is job {job_id} (other books or settings): choose another -o directory, or cancel job "
+                f"{cur} and delete {out_dir} first")
+        if status is None:
+            ttl_ms = p.pttl(key)
+            if ttl_ms is not None and ttl_ms > 0:  # provisional: its submit has not registered it yet
+                p.reset()
+                raise JobError(f"{out_dir} is being submitted as job {cur} (not registered yet; the claim "
+                               f"lapses in {ttl_ms / 1000:.0f} s if that submit died); {todo}")
+        elif status in _ACTIVE_VALUES and other_dir == out_dir:
+            p.reset()
+            raise JobError(f"{out_dir} is the output directory of job {cur}, which is {status}; {todo}")
+
+    def release_dir(self, out_dir: str, job_id: str, previous: str | None) -> None:
+        """Undo :meth:`claim_dir`: give the directory back to ``previous`` if ``job_id`` holds it."""
+        key = self.k_dir(out_dir)
+        with self.r.pipeline() as p:
+            while True:
+                try:
+                    p.watch(key)
+                    cur = p.get(key)
+                    if cur is None or cur.decode() != job_id or previous == job_id:
+                        p.reset()
+                        return
+                    p.multi()
+                    if previous is None:
+                        p.delete(key)
+                    else:
+                        p.set(key, previous)
+                    p.execute()
+                    return
+                except redis.exceptions.WatchError:
+                    continue
 
     def fail_job(self, job_id: str, error: str) -> None:
         self.set_status(job_id, JobStatus.FAILED, finished=now(), error=error)
@@ -666,6 +751,9 @@ class JobStore:
 
     def forget(self, job_id: str) -> None:
         """Delete everything Redis holds about a job (tests, housekeeping)."""
+        out_dir = _dec(self.r.hget(self.k_job(job_id), "out_dir"))
+        if out_dir:
+            self.release_dir(out_dir, job_id, None)
         keys = [self.k_job(job_id)] + [self.k(job_id, p) for p in _JOB_PARTS]
         self.r.delete(*keys)
         self.r.zrem(self.K_JOBS, job_id)

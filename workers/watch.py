@@ -20,8 +20,8 @@ What a pass does with a file directly inside INBOX:
 - it identifies the file by the **SHA-256 of its content**. Content already submitted
   from this inbox is not submitted again: the file goes to ``done/`` with the reason
   ``duplicate of ...``;
-- otherwise it submits the book exactly as ``cli.py submit`` does (``prepare_job`` then
-  :func:`workers.control.start_job`, see :func:`submit_book`) into its own output
+- otherwise it submits the book exactly as ``cli.py submit`` does (:func:`workers.control.submit_job`:
+  ``prepare_job`` then ``start_job``, see :func:`submit_book`) into its own output
   directory ``OUTROOT/<stem>-<sha8>/`` (``manifest.parquet`` appears there when the job is
   done), then moves the file to ``done/``;
 - a bad book (:class:`~jobs.errors.InputError`: empty, binary, not UTF-8, a broken EPUB...)
@@ -83,12 +83,9 @@ def one_line(text: str) -> str:
 def submit_book(store, book: Path, out_dir: Path, config: JobConfig, priority: str, queue: str):
     """Submit one book the way ``cli.py submit`` does: plan it here, register it and enqueue its
     unfinished batches. Returns (job, JobInfo, batches enqueued)."""
-    from jobs.pipeline import prepare_job
-    from workers.control import start_job
+    from workers.control import submit_job
 
-    job = prepare_job([book], out_dir, config)
-    info, n = start_job(store, job, priority, queue, mode="submit")
-    return job, info, n
+    return submit_job(store, [book], out_dir, config, priority, queue)
 
 
 @dataclass

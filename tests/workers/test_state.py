@@ -143,3 +143,48 @@ def test_finalize_uses_the_same_lease_machinery(redis_url):
     info = s.get_job(j)
     assert info.status is JobStatus.DONE and s.running(j) == {} and s.lease_holder(j, FINALIZE) is None
     assert s.begin(j, FINALIZE, _holder("t2"), 10, 6)[0] == "done"
+
+
+def test_an_output_directory_is_held_by_one_active_job(redis_url):
+    from jobs.errors import JobError
+
+    s = _store(redis_url)
+    d = "/shared/out/book"
+    a = _job(s, job_id="jobA")
+    s.set_fields(a, out_dir=d)
+    assert s.claim_dir(d, a) is None and s.dir_holder(d) == a
+    assert s.claim_dir(d, a) == a, "the same job again (resume): fine"
+    with pytest.raises(JobError, match=f"{d} is the output directory of job {a}, which is queued"):
+        s.claim_dir(d, "jobB")
+    assert s.dir_holder(d) == a
+    s.fail_job(a, "x")  # no longer active: another job may take the directory
+    assert s.claim_dir(d, "jobB") == a and s.dir_holder(d) == "jobB"
+    s.release_dir(d, "jobB", a)  # undo of a refused attempt gives it back
+    assert s.dir_holder(d) == a
+    s.release_dir(d, "jobB", None)  # not the holder: nothing happens
+    assert s.dir_holder(d) == a
+    s.finish(a, None)
+    assert 0 < s.r.ttl(s.k_dir(d)) <= 30 * 24 * 3600, "expires with its done job"
+    s.forget(a)
+    assert s.dir_holder(d) is None
+    e = _job(s, job_id="jobE")
+    s.set_fields(e, out_dir="/elsewhere")
+    s.r.set(s.k_dir(d), e)  # its job moved to another directory: stale, replaced
+    assert s.claim_dir(d, "jobF") == e
+
+
+def test_a_provisional_directory_claim_keeps_others_out_until_registered_or_lapsed(redis_url):
+    from jobs.errors import JobError
+
+    s = _store(redis_url)
+    d = "/shared/out/new"
+    assert s.claim_dir(d, "jobA", provisional_s=30) is None  # a submit, before it wrote anything
+    assert 0 < s.r.pttl(s.k_dir(d)) <= 30_000
+    with pytest.raises(JobError, match=f"{d} is being submitted as job jobA"):
+        s.claim_dir(d, "jobB", provisional_s=30)
+    assert s.claim_dir(d, "jobA") == "jobA" and s.r.ttl(s.k_dir(d)) == -1, "registered: permanent"
+    assert s.claim_dir(d, "jobA", provisional_s=30) == "jobA" and s.r.ttl(s.k_dir(d)) == -1, "a resume keeps it"
+    s.r.delete(s.k_dir(d))
+    s.claim_dir(d, "jobA", provisional_s=0.2)
+    time.sleep(0.3)  # that submit died before registering: the claim lapses
+    assert s.claim_dir(d, "jobB") is None and s.dir_holder(d) == "jobB"
