@@ -18,10 +18,43 @@ from pathlib import Path
 
 import click
 
-from jobs.cli_options import engine_options, friendly_errors, job_options
+from jobs.cli_options import engine_options, exit_broken_pipe, friendly_errors, job_options
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+def usage_error_line(exc: click.ClickException) -> str:
+    """click's own error (unknown option, missing argument, bad choice or range) as one line."""
+    msg = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        msg += f" (see `{ctx.command_path} --help`)"
+    return msg
+
+
+class OneLineErrorGroup(click.Group):
+    """The command group whose usage errors are one ``error:`` line (exit code 2), like every other
+    error of the CLI, instead of click's Usage/Try/Error block. A broken stdout pipe exits quietly."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:  # bare `cli.py`: the help
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"error: {usage_error_line(exc)}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        except BrokenPipeError:
+            exit_broken_pipe()
+        sys.exit(rv if isinstance(rv, int) else 0)  # an int: click's Exit (after --help, say)
+
+
+@click.group(cls=OneLineErrorGroup,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("-v", "--verbose", is_flag=True, help="Log more.")
 def main(verbose: bool) -> None:
     """Batch audiobook synthesis with Piper voices: books in, chapter audio and timing manifests out."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from jobs.cli_options import MAX_THREADS, float_range, int_range
 from jobs.cli_options import friendly_errors as _errors
 
 
@@ -57,14 +58,14 @@ def export_onnx_cmd(voice, precisions, out_dir, no_verify) -> None:
               help="Text file(s) or directories of .txt (default: the corpus shipped in data/calibration/).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Directory for stage_b.int8.onnx (Q/DQ), its report, and the fp32 stage A it pairs with.")
-@click.option("--utterances", type=click.IntRange(1), default=None, help="Calibration utterances [default: 200].")
-@click.option("--scan-utterances", type=click.IntRange(1), default=None,
+@click.option("--utterances", type=int_range(1, 100_000), default=None, help="Calibration utterances [default: 200].")
+@click.option("--scan-utterances", type=int_range(1, 10_000), default=None,
               help="Held-out utterances of the per-layer sensitivity scan [default: 4].")
 @click.option("--method", type=click.Choice(["mse", "max", "percentile"]), default="mse", show_default=True,
               help="How an activation's clipping range is chosen from its calibration histogram.")
-@click.option("--target-mcd", type=click.FloatRange(0.01), default=None,
+@click.option("--target-mcd", type=float_range(0.01, 100), default=None,
               help="Admit int8 layers while the scan's MCD against fp32 stays within this [default: 1.4 dB].")
-@click.option("--threads", type=click.IntRange(1), default=None, help="ONNX Runtime threads.")
+@click.option("--threads", type=int_range(1, MAX_THREADS), default=None, help="ONNX Runtime threads.")
 @_errors
 def calibrate_cmd(voice, corpus, out_dir, utterances, scan_utterances, method, target_mcd, threads) -> None:
     """Run the fp32 model over a calibration corpus, record activation ranges, measure each layer's
@@ -92,16 +93,16 @@ def calibrate_cmd(voice, corpus, out_dir, utterances, scan_utterances, method, t
 @click.command("build-engine")
 @_voice_option
 @click.option("--precision", type=click.Choice(["fp16", "int8", "fp32"]), required=True)
-@click.option("--max-batch", type=click.IntRange(1), required=True, help="Largest batch of the plans' profile.")
-@click.option("--max-phonemes", type=click.IntRange(2), default=400, show_default=True,
+@click.option("--max-batch", type=int_range(1, 4096), required=True, help="Largest batch of the plans' profile.")
+@click.option("--max-phonemes", type=int_range(2, 4096), default=400, show_default=True,
               help="Longest utterance in phoneme ids.")
-@click.option("--max-frames", type=click.IntRange(2), default=2048, show_default=True,
+@click.option("--max-frames", type=int_range(2, 65536), default=2048, show_default=True,
               help="Longest utterance in decoder frames (x hop / sample rate = seconds; 2048 = 23.8 s).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="Engine directory for the plans.")
 @click.option("--onnx-dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Graphs from export-onnx / calibrate (default: the voice's cache, created on first use).")
 @click.option("--device", default="cuda:0", show_default=True)
-@click.option("--workspace-gib", type=click.FloatRange(0.25), default=4.0, show_default=True,
+@click.option("--workspace-gib", type=float_range(0.25, 1024), default=4.0, show_default=True,
               help="TensorRT workspace memory pool limit.")
 @click.option("--force", is_flag=True, help="Rebuild even if a plan with the same key exists.")
 @_errors

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import sys
 
@@ -20,11 +21,55 @@ from jobs.config import (
     DEFAULT_MAX_PHONEMES,
     GPU_MAX_BATCH,
     GPU_MAX_BATCH_PHONEMES,
+    LIMITS,
     JobConfig,
     batch_defaults,
     runs_on_gpu,
 )
 from jobs.errors import TTSError
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``nan`` (which passes every comparison) and ``inf``."""
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{rv} is not in the range {self._describe_range()}.", param, ctx)
+        return rv
+
+
+def float_range(lo: float, hi: float, lo_open: bool = False) -> click.ParamType:
+    """A bounded, finite float option type."""
+    return FiniteFloatRange(lo, hi, min_open=lo_open)
+
+
+def int_range(lo: int, hi: int) -> click.ParamType:
+    return click.IntRange(lo, hi)
+
+
+def limit_type(name: str) -> click.ParamType:
+    """The option type of the job setting ``name``, from :data:`jobs.config.LIMITS` (one definition)."""
+    lim = LIMITS[name]
+    return int_range(int(lim.lo), int(lim.hi)) if lim.integer else float_range(lim.lo, lim.hi, lim.lo_open)
+
+
+def exit_broken_pipe() -> None:
+    """stdout's reader went away (``cli.py plan BOOK | head -1``): exit quietly with 141 (128 +
+    SIGPIPE), as standard tools do. stdout is pointed at /dev/null so that the interpreter's
+    final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    sys.exit(141)
+
+
+def _fail(exc: TTSError):
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(exc.exit_code)
 
 
 def friendly_errors(f=None, *, translate=None):
@@ -37,10 +82,6 @@ def friendly_errors(f=None, *, translate=None):
     if f is None:
         return functools.partial(friendly_errors, translate=translate)
 
-    def fail(exc: TTSError):
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         debug = bool(os.environ.get("BOOKTTS_DEBUG"))
@@ -49,7 +90,11 @@ def friendly_errors(f=None, *, translate=None):
         except TTSError as exc:
             if debug:
                 raise
-            fail(exc)
+            _fail(exc)
+        except BrokenPipeError:
+            if debug:
+                raise
+            exit_broken_pipe()
         except KeyboardInterrupt:
             click.echo("interrupted: finished batches are kept; run the same command again to resume", err=True)
             sys.exit(130)
@@ -58,7 +103,7 @@ def friendly_errors(f=None, *, translate=None):
             if debug:
                 raise
             if mapped is not None:
-                fail(mapped)
+                _fail(mapped)
             where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
             click.echo(f"error: {exc.strerror or exc}{where}; check the path, permissions and free disk space", err=True)
             sys.exit(1)
@@ -66,9 +111,13 @@ def friendly_errors(f=None, *, translate=None):
             mapped = translate(exc, kwargs) if translate else None
             if mapped is None or debug:
                 raise
-            fail(mapped)
+            _fail(mapped)
 
     return wrapper
+
+
+#: Most CPU threads an engine may be given (``--threads``).
+MAX_THREADS = 1024
 
 
 def job_options(f):
@@ -81,20 +130,20 @@ def job_options(f):
         click.option("--chapters", default=None, metavar="LIST",
                      help="Chapters to synthesize, 1-based, like 1,3-5 (default: all)."),
         click.option("--encoding", default=None, help="Encoding of TXT/Markdown input (default: UTF-8, BOM allowed)."),
-        click.option("--max-batch", type=click.IntRange(1, 4096), default=None,
+        click.option("--max-batch", type=limit_type("max_batch"), default=None,
                      help=f"Most utterances per batch [default: {CPU_MAX_BATCH} on CPU, {GPU_MAX_BATCH} with a "
                           "cuda device or TensorRT]."),
-        click.option("--max-batch-phonemes", type=click.IntRange(16), default=None,
+        click.option("--max-batch-phonemes", type=limit_type("max_batch_phonemes"), default=None,
                      help=f"Most padded phoneme ids per batch (items x longest) [default: {DEFAULT_MAX_BATCH_PHONEMES} "
                           f"on CPU, {GPU_MAX_BATCH_PHONEMES} with a cuda device or TensorRT]."),
-        click.option("--max-phonemes", type=click.IntRange(8), default=DEFAULT_MAX_PHONEMES, show_default=True,
+        click.option("--max-phonemes", type=limit_type("max_phonemes"), default=DEFAULT_MAX_PHONEMES, show_default=True,
                      help="Longest utterance in phonemes; longer sentences are split at clauses, then words."),
-        click.option("--length-scale", type=float, default=None, help="Speaking rate, >1 slower (default: the voice's)."),
-        click.option("--noise-scale", type=float, default=None, help="Voice variability (default: the voice's); 0 = deterministic."),
-        click.option("--noise-w", type=float, default=None, help="Duration variability (default: the voice's); 0 = deterministic."),
-        click.option("--sentence-pause", type=click.FloatRange(0), default=0.25, show_default=True, help="Seconds of silence after a sentence."),
-        click.option("--paragraph-pause", type=click.FloatRange(0), default=0.6, show_default=True, help="Seconds of silence after a paragraph."),
-        click.option("--title-pause", type=click.FloatRange(0), default=1.0, show_default=True, help="Seconds of silence after a chapter title."),
+        click.option("--length-scale", type=limit_type("length_scale"), default=None, help="Speaking rate, >1 slower (default: the voice's)."),
+        click.option("--noise-scale", type=limit_type("noise_scale"), default=None, help="Voice variability (default: the voice's); 0 = deterministic."),
+        click.option("--noise-w", type=limit_type("noise_w"), default=None, help="Duration variability (default: the voice's); 0 = deterministic."),
+        click.option("--sentence-pause", type=limit_type("sentence_pause_s"), default=0.25, show_default=True, help="Seconds of silence after a sentence."),
+        click.option("--paragraph-pause", type=limit_type("paragraph_pause_s"), default=0.6, show_default=True, help="Seconds of silence after a paragraph."),
+        click.option("--title-pause", type=limit_type("title_pause_s"), default=1.0, show_default=True, help="Seconds of silence after a chapter title."),
         click.option("--normalize/--no-normalize", default=True, show_default=True,
                      help="Scale each utterance to full range, as Piper does."),
     ]
@@ -105,11 +154,16 @@ def job_options(f):
         cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
         max_batch = cpu_batch if max_batch is None else max_batch
         max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
-        config = JobConfig(voice=voice, audio_format=audio_format, chapters=chapters, encoding=encoding,
-                           max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
-                           noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
-                           sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,
-                           title_pause_s=title_pause, normalize=normalize)
+        try:  # the settings' consistency (a batch budget too small for the longest utterance, say)
+            config = JobConfig(voice=voice, audio_format=audio_format, chapters=chapters, encoding=encoding,
+                               max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
+                               noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
+                               sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,
+                               title_pause_s=title_pause, normalize=normalize)
+        except TTSError as exc:
+            if os.environ.get("BOOKTTS_DEBUG"):
+                raise
+            _fail(exc)
         return f(*args, config=config, **kw)
 
     for opt in reversed(opts):
@@ -125,7 +179,7 @@ def engine_options(f):
         click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]), default="fp32",
                      show_default=True, help="Numeric precision, where the backend supports it."),
         click.option("--device", default="cpu", show_default=True, help="cpu or cuda:N."),
-        click.option("--threads", type=click.IntRange(1), default=None, help="CPU threads for the backend (default: all cores)."),
+        click.option("--threads", type=int_range(1, MAX_THREADS), default=None, help="CPU threads for the backend (default: all cores)."),
     ]
 
     @functools.wraps(f)

@@ -6,10 +6,12 @@ Synthesis scales left as ``None`` fall back to the voice's own defaults
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from engines import EngineSpec
 from engines.base import Scales
+from jobs.errors import InputError
 
 #: Default upper bound on phonemes in one utterance; longer sentences are split.
 DEFAULT_MAX_PHONEMES = 400
@@ -22,6 +24,53 @@ CPU_MAX_BATCH = 32
 #: engine's throughput on an H200 rose from 3,244x to 5,310x real-time going from 256 to 1024.
 GPU_MAX_BATCH = 1024
 GPU_MAX_BATCH_PHONEMES = 262144
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The allowed range of one numeric job setting (the CLI's option types are built from these)."""
+
+    option: str
+    """The command-line option that sets it (named in errors)."""
+    lo: float
+    hi: float
+    integer: bool = False
+    lo_open: bool = False
+    """``lo`` itself is not allowed (the value must be more than ``lo``)."""
+
+    def describe(self) -> str:
+        return f"more than {self.lo:g} and at most {self.hi:g}" if self.lo_open else f"{self.lo:g} to {self.hi:g}"
+
+    def allows(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.integer and not isinstance(value, int):
+            return False
+        if not math.isfinite(value):
+            return False
+        return (value > self.lo if self.lo_open else value >= self.lo) and value <= self.hi
+
+
+#: Ranges of the numeric job settings, by :class:`JobConfig` field. A scale of ``None`` (the voice's
+#: default) is always allowed.
+LIMITS: dict[str, Limit] = {
+    "max_phonemes": Limit("--max-phonemes", 8, 2000, integer=True),
+    "max_batch": Limit("--max-batch", 1, 4096, integer=True),
+    "max_batch_phonemes": Limit("--max-batch-phonemes", 16, 1 << 24, integer=True),
+    "length_scale": Limit("--length-scale", 0.1, 10.0),
+    "noise_scale": Limit("--noise-scale", 0.0, 10.0),
+    "noise_w": Limit("--noise-w", 0.0, 10.0),
+    "sentence_pause_s": Limit("--sentence-pause", 0.0, 60.0),
+    "paragraph_pause_s": Limit("--paragraph-pause", 0.0, 60.0),
+    "clause_pause_s": Limit("clause_pause_s", 0.0, 60.0),
+    "title_pause_s": Limit("--title-pause", 0.0, 60.0),
+}
+
+
+def longest_utterance_ids(max_phonemes: int) -> int:
+    """Phoneme ids of the longest utterance ``max_phonemes`` allows (BOS, PAD after BOS and after
+    every phoneme, EOS: ``2 n + 3``)."""
+    return 2 * max_phonemes + 3
 
 
 def runs_on_gpu(engine: EngineSpec | None) -> bool:
@@ -70,6 +119,27 @@ class JobConfig:
     """Scale each utterance to full range, as Piper does by default."""
     engine: EngineSpec = field(default_factory=EngineSpec)
     """The backend that synthesizes (not part of the job's identity)."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`InputError` (one line: the option, the value, the allowed range) for a setting
+        out of range, whoever built this config: the CLI, a ``job.json``, a watch config, a caller."""
+        if self.audio_format not in AUDIO_FORMATS:
+            raise InputError(f"--format {self.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
+        for name, lim in LIMITS.items():
+            value = getattr(self, name)
+            if value is None and name in ("length_scale", "noise_scale", "noise_w"):
+                continue
+            if not lim.allows(value):
+                kind = "a whole number " if lim.integer else ""
+                raise InputError(f"{lim.option} {value!r} is out of range: allowed {kind}{lim.describe()}")
+        need = longest_utterance_ids(self.max_phonemes)
+        if self.max_batch_phonemes < need:
+            raise InputError(f"--max-batch-phonemes {self.max_batch_phonemes} is too small for --max-phonemes "
+                             f"{self.max_phonemes}: an utterance of {self.max_phonemes} phonemes is {need} ids; "
+                             f"allowed {need} to {LIMITS['max_batch_phonemes'].hi:g} (or lower --max-phonemes)")
 
     def scales_for(self, voice) -> Scales:
         """Per-job overrides, falling back to the voice's defaults."""

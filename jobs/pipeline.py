@@ -226,6 +226,8 @@ def _check_inputs(books: list[Path]) -> list[dict]:
             raise InputError(f"{p}: no such file; check the path")
         if p.is_dir():
             raise InputError(f"{p}: is a directory; pass the book files inside it")
+        if not p.is_file():  # a device (/dev/zero), FIFO or socket: reading it could block or never end
+            raise InputError(f"{p}: not a regular file (a device, FIFO or socket); pass a .txt, .md or .epub file")
         out.append({"path": str(p), "sha256": file_sha256(p)})
     return out
 

@@ -219,3 +219,116 @@ def test_identical_runs_into_one_directory_at_once(short_book, tmp_path):
     assert assert_rows_play_their_own_audio(out) > 0
     again = cli(*args)  # and once it is over, the same command resumes (nothing to do)
     assert again.returncode == 0 and "resuming" in again.stderr, again.stderr
+
+
+# ------------------------------------------------------------------ numeric ranges, usage errors, inputs, pipes
+
+
+@pytest.mark.parametrize("option,value,allowed", [
+    ("--length-scale", "0", "0.1<=x<=10"),
+    ("--length-scale", "-5", "0.1<=x<=10"),
+    ("--length-scale", "nan", "0.1<=x<=10"),
+    ("--length-scale", "1000", "0.1<=x<=10"),
+    ("--noise-scale", "-0.1", "0.0<=x<=10"),
+    ("--noise-w", "-1", "0.0<=x<=10"),
+    ("--noise-w", "inf", "0.0<=x<=10"),
+    ("--sentence-pause", "-1", "0.0<=x<=60"),
+    ("--paragraph-pause", "1e9", "0.0<=x<=60"),
+    ("--title-pause", "nan", "0.0<=x<=60"),
+    ("--max-batch", "0", "1<=x<=4096"),
+    ("--max-batch-phonemes", "0", "16<=x<="),
+    ("--max-phonemes", "3", "8<=x<=2000"),
+    ("--max-phonemes", "100000", "8<=x<=2000"),
+])
+def test_out_of_range_numbers_are_one_line_naming_option_value_and_range(short_book, tmp_path, option, value,
+                                                                         allowed):
+    """`--length-scale 0` once planned 0.012 s utterances and exited 0; every numeric job option has a range."""
+    res = cli("plan", short_book, "-o", tmp_path / "p", option, value)
+    assert res.returncode == 2
+    assert_one_line_error(res, option, value if value not in ("1e9",) else "1000000000", allowed)
+    assert not (tmp_path / "p").exists(), "nothing planned"
+
+
+def test_threads_out_of_range_on_run(short_book, tmp_path):
+    res = cli("run", short_book, "-o", tmp_path / "o", "--engine", "fake", "--threads", "0")
+    assert res.returncode == 2
+    assert_one_line_error(res, "--threads", "0", "1<=x<=1024")
+
+
+def test_batch_budget_must_hold_the_longest_utterance(short_book, tmp_path):
+    """--max-batch-phonemes below one utterance of --max-phonemes (2 n + 3 ids) is refused, naming both."""
+    res = cli("plan", short_book, "--max-batch-phonemes", "100")
+    assert res.returncode == 2
+    assert_one_line_error(res, "--max-batch-phonemes 100", "--max-phonemes 400", "803")
+    assert cli("plan", short_book, "--max-batch-phonemes", "100", "--max-phonemes", "48").returncode == 0
+
+
+def test_job_json_cannot_bypass_the_ranges(short_book, tmp_path):
+    """A job.json edited (or written by a caller) with an out-of-range setting is refused, not run."""
+    import json
+
+    out = tmp_path / "job"
+    assert cli("plan", short_book, "-o", out).returncode == 0
+    meta = json.loads((out / "job.json").read_text())
+    meta["config"]["length_scale"] = 0
+    (out / "job.json").write_text(json.dumps(meta))
+    res = cli("run", "-o", out, "--engine", "fake")
+    assert res.returncode == 2
+    assert_one_line_error(res, "--length-scale 0", "allowed 0.1 to 10")
+    assert not (out / "manifest.parquet").exists()
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["plan", "--bogus"], ["--bogus", "cli.py plan --help"]),
+    (["plan"], ["missing argument", "books"]),
+    (["plan", "BOOK", "--format", "mp3"], ["--format", "mp3", "flac"]),
+    (["nosuchcommand"], ["nosuchcommand"]),
+    (["run", "BOOK"], ["--out"]),
+    (["status", "--limit", "0"], ["--limit", "0"]),
+    (["worker", "--pool", "threads"], ["--pool", "threads"]),
+], ids=["unknown-option", "missing-argument", "bad-choice", "unknown-command", "missing-option", "status-range",
+        "worker-choice"])
+def test_usage_errors_are_one_error_line(short_book, args, needles):
+    """click's own usage errors: one `error:` line (no Usage:/Try block), exit code 2."""
+    res = cli(*[short_book if a == "BOOK" else a for a in args])
+    assert res.returncode == 2, res.stderr
+    assert_one_line_error(res, *needles)
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "Usage:" not in res.stderr and "Try " not in res.stderr
+
+
+def test_help_still_works():
+    res = cli("plan", "--help")
+    assert res.returncode == 0 and "Usage:" in res.stdout and "--length-scale" in res.stdout
+    res = cli()
+    assert res.returncode in (0, 2) and "Commands:" in (res.stdout + res.stderr)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "char-device"])
+def test_non_regular_input_files_are_refused_before_reading(tmp_path, kind):
+    """`plan /dev/zero` or a FIFO once hung (the file was hashed before the regular-file check)."""
+    if kind == "fifo":
+        path = tmp_path / "book.txt"
+        os.mkfifo(path)
+    else:
+        path = Path("/dev/zero")
+        assert path.exists() and not path.is_file()
+    res = cli("plan", path, "-o", tmp_path / "p", timeout=60)
+    assert res.returncode == 2
+    assert_one_line_error(res, str(path), "not a regular file")
+    assert not (tmp_path / "p").exists()
+
+
+def test_broken_stdout_pipe_exits_quietly(tmp_path):
+    """`cli.py plan book | head -1`: the reader went away; no traceback, no 'disk space' message, code 141."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line is written
+    env = {**os.environ}
+    env.pop("BOOKTTS_DEBUG", None)
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "plan", str(ROOT / "tests/data/short-story.txt")],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert proc.stderr == "", proc.stderr

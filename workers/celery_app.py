@@ -28,7 +28,8 @@ never from this file; :func:`redact_url` hides it in messages and logs.
 from __future__ import annotations
 
 import os
-from urllib.parse import urlsplit, urlunsplit
+import re
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from celery import Celery
 from celery.app import defaults as celery_defaults
@@ -67,23 +68,83 @@ def default_queues(prefix: str = DEFAULT_QUEUE_PREFIX) -> list[str]:
 
 
 def redis_url(url: str | None = None) -> str:
-    """The Redis URL to use: the argument, else ``$REDIS_URL``, else the local default."""
-    return url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    """The Redis URL to use: the argument, else ``$REDIS_URL``, else the local default.
+
+    A password (or user name) given as a query parameter (``redis://host/0?password=P``, which
+    redis-py accepts but kombu does not) is moved into the URL's user part, percent-encoded, so
+    that every client reads it the same way and every printed form of the URL hides it. Never
+    raises: :func:`check_redis_url` reports a URL that cannot be parsed.
+    """
+    return _credentials_in_userinfo(url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
+
+
+_SECRET_QUERY_KEYS = ("password", "username")
+_BAD_URL = ("the Redis URL (--redis-url or REDIS_URL) cannot be parsed; its form is "
+            "redis://[:PASSWORD@]HOST[:PORT][/DB], and a '#', '/', '?', '@' or '%' in the password must be "
+            "percent-encoded (%23, %2F, %3F, %40, %25)")
+
+
+def _split(url: str):
+    """``urlsplit(url)``, or None when the URL is not a usable Redis URL (a password with an
+    unencoded '#', '/' or '?' ends the user part early and spills into the host, path or fragment)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError:
+        return None
+    if parts.scheme == "unix":
+        return parts
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname or parts.fragment \
+            or "@" in parts.path + parts.query or not re.fullmatch(r"/?\d*", parts.path):
+        return None
+    return parts
+
+
+def _credentials_in_userinfo(url: str) -> str:
+    parts = _split(url)
+    if parts is None or not parts.query or parts.scheme == "unix":
+        return url
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    found = {k: v for k, v in query if k in _SECRET_QUERY_KEYS}
+    if not found:
+        return url
+    user = found.get("username", unquote(parts.username or ""))
+    password = found.get("password", None if parts.password is None else unquote(parts.password))
+    host = parts.netloc.rpartition("@")[2]
+    userinfo = quote(user, safe="") + (f":{quote(password, safe='')}" if password is not None else "")
+    rest = urlencode([(k, v) for k, v in query if k not in _SECRET_QUERY_KEYS])
+    return _join(parts.scheme, f"{userinfo}@{host}" if userinfo else host, parts.path, rest)
+
+
+def _join(scheme: str, netloc: str, path: str, query: str) -> str:
+    return f"{scheme}://{netloc}{path}" + (f"?{query}" if query else "")
+
+
+def check_redis_url(url: str) -> str:
+    """``url`` if it is a Redis URL this runner can use; else :class:`InputError`, one line that
+    shows no part of the URL (it may hold a password)."""
+    from jobs.errors import InputError
+
+    if _split(url) is None:
+        raise InputError(_BAD_URL)
+    return url
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable redis url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
+    """``url`` with its password (if any, in the user part or the query) replaced by ``***``, for
+    messages and logs; a URL that cannot be parsed is not shown at all."""
+    parts = _split(url)
+    if parts is None:
+        return "<unparsable Redis URL>"
+    netloc = parts.netloc
+    if parts.password is not None:
+        host = netloc.rpartition("@")[2]
+        netloc = f"{parts.username or ''}:***@{host}"
+    query = parts.query
+    if query:
+        query = "&".join(f"{k}=***" if k == "password" else f"{k}={v}" if v else k
+                         for k, v in parse_qsl(query, keep_blank_values=True))
+    return _join(parts.scheme, netloc, parts.path, query)
 
 
 def visibility_timeout() -> int:
@@ -166,10 +227,11 @@ def use_redis(url: str | None = None, target: Celery | None = None) -> str:
     """Point ``target`` (default: :data:`app`) at the Redis of ``url`` (or ``$REDIS_URL``).
 
     Connection and producer pools opened for another URL are dropped, so commands run
-    in one process (tests) can talk to different servers.
+    in one process (tests) can talk to different servers. A URL that cannot be parsed is an
+    :class:`~jobs.errors.InputError` (one line, no part of the URL shown).
     """
     target = target or app
-    url = redis_url(url)
+    url = check_redis_url(redis_url(url))
     if target.conf.broker_url != url or target.conf.result_backend != url:
         target.conf.broker_url = url
         target.conf.result_backend = url

