@@ -19,7 +19,7 @@ from jobs.pipeline import finalize, load_job, prepare_job, run_batch
 from jobs.runner import run_local
 from tests.fake_audio import assert_rows_play_their_own_audio
 
-SMALL = dict(max_batch=3, max_batch_phonemes=400)
+SMALL = dict(max_batch=3, max_batch_phonemes=803)
 
 
 def tree(d):
