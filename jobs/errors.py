@@ -12,6 +12,8 @@ these.
     ├── VoiceError            a voice that cannot be found or loaded
     ├── JobError              job state: a different job in the output dir, unknown job id
     ├── BrokerError           Redis / Celery cannot be reached or misbehaves
+    ├── StorageError          writing into the output directory failed (also an OSError: retried by workers)
+    │   └── DiskFullError     no space left on device (ENOSPC, or a quota: EDQUOT)
     └── EngineError           a backend failed (mapped at the engines/ boundary)
         ├── EngineUnavailable the backend cannot run here (missing package or device)
         ├── TransientEngineError   worth retrying (out of memory, lost device)
@@ -20,6 +22,8 @@ these.
 """
 
 from __future__ import annotations
+
+import errno as _errno
 
 
 class TTSError(Exception):
@@ -58,6 +62,40 @@ class BrokerError(TTSError):
     """The broker (Redis) cannot be reached or answered unexpectedly."""
 
     exit_code = 5
+
+
+class StorageError(TTSError, OSError):
+    """Writing a file of the output directory failed: an I/O error of its filesystem.
+
+    Also an :class:`OSError` (``errno``, ``strerror``, ``filename`` = the final path, not the
+    temporary one), so the distributed runner retries it like any I/O error of a shared filesystem.
+    """
+
+    exit_code = 7
+    advice = ("check that filesystem (free space, permissions), then run the same command again to resume "
+              "(workers: `cli.py resume JOB`); finished batches are kept")
+
+    def __init__(self, path, detail: str, code: int = _errno.EIO) -> None:
+        OSError.__init__(self, code, detail, str(path))
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}; {self.advice}"
+
+    def __reduce__(self):  # picklable with its own arguments (OSError's args are not these)
+        return type(self), (self.filename, self.strerror, self.errno)
+
+
+class DiskFullError(StorageError):
+    """The filesystem of the output directory is full (ENOSPC) or a quota is exhausted (EDQUOT)."""
+
+    advice = ("free space on that filesystem, then run the same command again to resume (workers: "
+              "`cli.py resume JOB`); finished batches are kept")
+
+    def __init__(self, path, detail: str = "no space left on device", code: int = _errno.ENOSPC) -> None:
+        super().__init__(path, detail, code)
+
+    def __str__(self) -> str:
+        return f"{self.strerror} writing {self.filename}: {self.advice}"
 
 
 class EngineError(TTSError):

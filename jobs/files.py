@@ -4,23 +4,43 @@ Every output is written under a temporary name in its final directory and
 renamed into place, so a crash never leaves a file that looks complete and is
 not. Output names are built from slugs, and :func:`inside` refuses any path
 that would leave the output directory.
+
+A writer holds a shared ``flock`` on its temporary file until the rename, so
+:func:`sweep_temp_files` can tell the temporary files of killed writers (no lock
+held: removed) from those of live ones, even stopped ones (locked: kept). A
+full disk is raised as :class:`~jobs.errors.DiskFullError` naming the final path.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
+import time
 import unicodedata
 import uuid
 from pathlib import Path
 from typing import Iterator
 
-from jobs.errors import UnsafePathError
+from jobs.errors import DiskFullError, StorageError, TTSError, UnsafePathError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no liveness locks; sweeping falls back to the age rule
+    fcntl = None
 
 TMP_MARK = ".tmp-"
+#: The names :func:`atomic_path` gives its temporary files (and the only names the sweep removes).
+TMP_NAME = re.compile(r"^\.tmp-[0-9a-f]{12}-.+")
+#: errno values that mean "the filesystem is full" (a quota counts as full).
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: Where locks cannot be taken (a filesystem without lock support), a temporary file is only
+#: swept when it has not been modified for this long.
+UNLOCKED_TMP_STALE_S = 3600.0
 
 
 def sha256_file(path) -> str:
@@ -32,20 +52,137 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
+def free_bytes(directory) -> int | None:
+    """Bytes an unprivileged writer may still use in ``directory``'s filesystem (None if unknown)."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def storage_error(final: Path, code: int | None, detail: str) -> StorageError:
+    """A failed write of ``final`` as the documented error: :class:`DiskFullError` when ``code`` is
+    ENOSPC/EDQUOT (or, with no usable errno, when the filesystem has no space left), else
+    :class:`StorageError`."""
+    final = Path(final)
+    if code in DISK_FULL_ERRNOS:
+        return DiskFullError(final, "no space left on device" if code == errno.ENOSPC else "disk quota exceeded",
+                             code)
+    if not code and free_bytes(final.parent) == 0:
+        return DiskFullError(final)
+    return StorageError(final, detail, code or errno.EIO)
+
+
+def _create_locked(final: Path) -> tuple[Path, int]:
+    """Create a new temporary file beside ``final`` holding a shared lock on it (kept until the
+    writer is done). Returns (path, fd). Without lock support the file is simply created.
+
+    A sweeper may lock (exclusively) and remove a file between its creation and our lock; then
+    the lock is refused or lands on a removed inode, and another name is tried."""
+    while True:
+        tmp = final.with_name(f"{TMP_MARK}{uuid.uuid4().hex[:12]}-{final.name}")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        if fcntl is None:
+            return tmp, fd
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        except OSError:  # ENOLCK, EOPNOTSUPP: this filesystem has no locks
+            return tmp, fd
+        mine = os.fstat(fd)
+        try:
+            now = os.stat(tmp, follow_symlinks=False)
+        except FileNotFoundError:
+            now = None
+        if now is not None and (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino):
+            return tmp, fd
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; rename it to ``final`` if the block succeeds."""
+    """Yield a temporary path beside ``final``; rename it to ``final`` if the block succeeds.
+
+    The temporary file exists (empty) when the block starts and is locked until the rename (see
+    :func:`sweep_temp_files`). An ``OSError`` meaning a full disk becomes :class:`DiskFullError`.
+    """
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f"{TMP_MARK}{uuid.uuid4().hex[:12]}-{final.name}")
+    tmp, fd = None, None
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp, fd = _create_locked(final)
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, final)
+    except OSError as exc:
+        if isinstance(exc, TTSError) or exc.errno not in DISK_FULL_ERRNOS:
+            raise
+        raise storage_error(final, exc.errno, exc.strerror or str(exc)) from exc
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        try:
+            if tmp is not None and tmp.exists():
+                tmp.unlink()
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def sweep_temp_files(directories, min_age_s: float = 0.0) -> list[Path]:
+    """Remove the temporary files of dead writers from ``directories`` (not recursively).
+
+    Only regular files named like :func:`atomic_path`'s temporaries are considered, and only those
+    whose lock nobody holds: a live writer (also one that is stopped) keeps its shared lock until
+    it renames the file, a killed one lost it with its process. Where locks are not available a
+    file must also be unmodified for :data:`UNLOCKED_TMP_STALE_S`. ``min_age_s``: keep files
+    modified more recently than this in any case. Returns the removed paths.
+    """
+    removed: list[Path] = []
+    now = time.time()
+    for d in directories:
+        try:
+            entries = list(os.scandir(d))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for e in entries:
+            if not TMP_NAME.match(e.name) or not e.is_file(follow_symlinks=False):
+                continue
+            path = Path(e.path)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:  # gone already (renamed by its writer), or not ours to open
+                continue
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or now - st.st_mtime < min_age_s:
+                    continue
+                locked = False
+                if fcntl is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        locked = True
+                    except BlockingIOError:
+                        continue  # a live writer holds it
+                    except OSError:
+                        pass  # no locks on this filesystem
+                if not locked and now - st.st_mtime < UNLOCKED_TMP_STALE_S:
+                    continue
+                try:
+                    cur = os.stat(path, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if (cur.st_dev, cur.st_ino) != (st.st_dev, st.st_ino):
+                    continue  # replaced meanwhile: not the file we checked
+                path.unlink()
+                removed.append(path)
+            except FileNotFoundError:
+                continue
+            finally:
+                os.close(fd)
+    return removed
 
 
 def write_json(final: Path, obj) -> None:

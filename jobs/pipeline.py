@@ -8,11 +8,14 @@ call them from thin tasks. See docs/DESIGN.md for the job directory.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
+import logging
 import socket
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
@@ -26,7 +29,7 @@ from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
 from jobs.config import AUDIO_FORMATS, JobConfig
 from jobs.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
-from jobs.files import atomic_path, inside, read_json, slug, write_json
+from jobs.files import atomic_path, inside, read_json, slug, storage_error, sweep_temp_files, write_json
 from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
@@ -42,6 +45,11 @@ FINALIZE_THREADS = 8
 WORK_DIR = ".work"
 FINALIZED_FILE = "finalized.json"
 JOB_FORMAT_VERSION = 1
+#: Test knob: seconds ``finalize`` waits in each chapter file (its temporary file open), so that
+#: tests can kill a worker in the middle of a finalize.
+FINALIZE_DELAY_ENV = "BOOKTTS_TEST_FINALIZE_DELAY_S"
+
+log = logging.getLogger("booktts.pipeline")
 
 
 def now_iso() -> str:
@@ -208,6 +216,26 @@ class Job:
     def finalized(self) -> bool:
         return (self.out_dir / WORK_DIR / FINALIZED_FILE).exists() and (self.out_dir / MANIFEST_FILE).exists()
 
+
+def job_directories(job: Job) -> list[Path]:
+    """The directories of ``job`` that this tool writes files into (chapter directories included)."""
+    root = Path(job.out_dir)
+    dirs = {root, root / WORK_DIR, root / WORK_DIR / "batches"}
+    for book in job.meta["books"]:
+        for ch in book["chapters"]:
+            dirs.add(inside(root, ch["file"]).parent)
+    return sorted(dirs)
+
+
+def sweep_stale_temp_files(job: Job) -> list[Path]:
+    """Remove temporary files that killed writers left in ``job``'s directories (never those of a
+    live writer: see :func:`jobs.files.sweep_temp_files`). Called when a local run starts and when
+    a finalize starts (both runners)."""
+    removed = sweep_temp_files(job_directories(job))
+    if removed:
+        log.warning("job %s: removed %d temporary files left by an interrupted writer (%s%s)", job.job_id,
+                    len(removed), ", ".join(p.name for p in removed[:3]), ", ..." if len(removed) > 3 else "")
+    return removed
 
 
 def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig) -> str:
@@ -385,6 +413,42 @@ def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
     return job
 
 
+@contextlib.contextmanager
+def _audio_write_errors(final: Path):
+    """libsndfile's write errors (it says only "System error.") as :class:`StorageError` /
+    :class:`DiskFullError` naming ``final``, from the C ``errno`` of its failed call."""
+    try:
+        yield
+    except sf.LibsndfileError as exc:
+        code = getattr(getattr(sf, "_ffi", None), "errno", 0)  # thread-local, saved by cffi after each call
+        raise storage_error(final, code, f"libsndfile: {exc.error_string or exc}") from exc
+
+
+class _AudioWriter:
+    """``sf.SoundFile(tmp, "w", ...)`` whose open, writes and close raise the errors of
+    :func:`_audio_write_errors` (for ``final``); closed quietly when leaving on an exception."""
+
+    def __init__(self, tmp: Path, final: Path, **kw) -> None:
+        self.final = final
+        with _audio_write_errors(final):
+            self.f = sf.SoundFile(str(tmp), "w", **kw)
+
+    def write(self, data: np.ndarray) -> None:
+        with _audio_write_errors(self.final):
+            self.f.write(data)
+
+    def __enter__(self) -> "_AudioWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            with _audio_write_errors(self.final):
+                self.f.close()
+        else:
+            with contextlib.suppress(Exception):
+                self.f.close()
+
+
 def _normalize(item: np.ndarray) -> np.ndarray:
     """Piper's per-utterance peak normalisation, on int16."""
     peak = int(np.abs(item.astype(np.int32)).max(initial=0))
@@ -504,7 +568,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
         return existing
     token = os.urandom(4).hex()
     audio_name = f"b{batch_id:06d}-{job.job_id}-{token}.wav"
-    with atomic_path(rec_path.parent / audio_name) as tmp:
+    with atomic_path(rec_path.parent / audio_name) as tmp, _audio_write_errors(rec_path.parent / audio_name):
         sf.write(str(tmp), np.concatenate(items) if items else np.zeros(0, np.int16), info.sample_rate,
                  subtype="PCM_16", format="WAV")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
@@ -588,7 +652,8 @@ def finalize(job: Job) -> FinalizeSummary:
     """Assemble chapter files and ``manifest.parquet`` from the batch records. Idempotent.
 
     Raises JobError while any batch is missing. The manifest is written last, so a job
-    directory with a manifest is complete.
+    directory with a manifest is complete. Temporary files of an earlier, killed finalize (or
+    batch writer) are removed first.
     """
     import pyarrow as pa
 
@@ -597,6 +662,7 @@ def finalize(job: Job) -> FinalizeSummary:
     if missing:
         raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
                        f"(first: {missing[0]}); resume the job")
+    sweep_stale_temp_files(job)
     by_chapter: dict[tuple[int, int], list[PlannedUtterance]] = {}
     for r in job.rows:
         by_chapter.setdefault((r.utt.book_index, r.utt.chapter_index), []).append(r)
@@ -630,10 +696,13 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
     path = inside(job.out_dir, ch["file"])
     pos = skipped = 0
     audio = _BatchAudio(job, records=records)  # one per chapter: open files are not shared between threads
+    delay_s = float(os.environ.get(FINALIZE_DELAY_ENV) or 0)
     try:
         with atomic_path(path) as tmp:
-            with sf.SoundFile(str(tmp), "w", samplerate=sr, channels=1, subtype="PCM_16",
+            with _AudioWriter(tmp, path, samplerate=sr, channels=1, subtype="PCM_16",
                               format=cfg.audio_format.upper()) as out:
+                if delay_s:
+                    time.sleep(delay_s)
                 for r in rows:
                     u = r.utt
                     rec = audio.record(r.batch_id) if r.batch_id >= 0 else None

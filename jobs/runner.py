@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from jobs.claim import claim, run_lock
-from jobs.pipeline import FinalizeSummary, Job, finalize, finalized_summary, run_batch
+from jobs.pipeline import FinalizeSummary, Job, finalize, finalized_summary, run_batch, sweep_stale_temp_files
 
 
 @dataclass
@@ -31,12 +31,14 @@ def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = 
     """Run every pending batch of ``job`` through ``engine``, then finalize.
 
     ``on_batch(batch_id, audio_seconds)`` is called after each batch (for progress bars).
-    Batches already done (a previous, interrupted run) are not synthesized again.
+    Batches already done (a previous, interrupted run) are not synthesized again, and the
+    temporary files such a run left behind are removed.
     The directory's run lock is held throughout: another local run into the same directory
     (even of the same job) is refused while this one runs (:func:`jobs.claim.run_lock`).
     """
     with run_lock(job.out_dir, job.job_id):
         claim(job.out_dir, job.job_id)
+        sweep_stale_temp_files(job)
         pending = job.pending_batches()
         skipped = len(job.batches) - len(pending)
         audio_s = 0.0

@@ -12,8 +12,9 @@
 Failure handling:
 
 - transient errors (:class:`~jobs.errors.TransientEngineError`, including an out-of-memory on a
-  single utterance, lost Redis connections, OS errors of a shared filesystem) are retried by
-  Celery (``autoretry_for`` with exponential backoff, :data:`MAX_RETRIES`);
+  single utterance, lost Redis connections, OS errors of a shared filesystem, a full disk:
+  :class:`~jobs.errors.DiskFullError` is an ``OSError``, also for libsndfile's write errors) are
+  retried by Celery (``autoretry_for`` with exponential backoff, :data:`MAX_RETRIES`);
 - out-of-memory on a batch is handled inside ``run_batch``, which splits the batch in two
   (recursively) and records the number of splits;
 - everything else (:class:`~jobs.errors.DeterministicEngineError`, bad input, bugs) and
