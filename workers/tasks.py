@@ -14,7 +14,8 @@ Failure handling:
 - transient errors (:class:`~jobs.errors.TransientEngineError`, including an out-of-memory on a
   single utterance, lost Redis connections, OS errors of a shared filesystem, a full disk:
   :class:`~jobs.errors.DiskFullError` is an ``OSError``, also for libsndfile's write errors) are
-  retried by Celery (``autoretry_for`` with exponential backoff, :data:`MAX_RETRIES`);
+  retried by Celery (``autoretry_for`` with exponential backoff, :data:`MAX_RETRIES`); a write of
+  finished audio that fails so is retried the same way on the writer thread, under the lease;
 - out-of-memory on a batch is handled inside ``run_batch``, which splits the batch in two
   (recursively) and records the number of splits;
 - everything else (:class:`~jobs.errors.DeterministicEngineError`, bad input, bugs) and
@@ -429,7 +430,7 @@ def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartb
     try:
         for i, c in enumerate(claimed):
             try:
-                rec = write_unit(synth, i, worker=holder.worker)
+                rec = _write_retrying(lambda: write_unit(synth, i, worker=holder.worker), c)
                 hb.discard(c.job_id, c.batch_id)
                 _count(store, c.job_dir, c.job_id, c.batch_id, holder, rec, c.queue)
             except Exception as exc:
@@ -439,6 +440,24 @@ def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartb
                 _give_back(store, [c], holder)
     finally:
         hb.stop()
+
+
+def _write_retrying(write, c):
+    """``write()``, retried on the writer thread after a transient error (a full disk, an I/O error of
+    a shared filesystem) with the tasks' backoff, while the heartbeat keeps the lease: the audio is
+    in memory, so a retry only writes again. Raises the last error once :data:`MAX_RETRIES` are spent."""
+    for attempt in range(MAX_RETRIES + 1):
+        try:
+            return write()
+        except RETRYABLE as exc:
+            if attempt == MAX_RETRIES:
+                raise
+            delay = min(RETRY_BACKOFF_MAX, RETRY_BACKOFF * 2 ** attempt)
+            log.warning("job %s batch %d: write failed (%s: %s); Retry in %d s (%d of %d)", c.job_id, c.batch_id,
+                        type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "", delay, attempt + 1,
+                        MAX_RETRIES)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 class _EngineMissing(Exception):
