@@ -457,6 +457,28 @@ def _normalize(item: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(item.astype(np.float32) * (32767.0 / peak)), -32767, 32767).astype(np.int16)
 
 
+def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
+    """The items concatenated, each peak-normalised as :func:`_normalize` does (the same samples),
+    item by item (an utterance fits in the CPU's cache; one pass over a whole batch does not)."""
+    if not items:
+        return np.zeros(0, np.int16)
+    out = np.empty(sum(len(a) for a in items), dtype=np.int16)
+    k = 0
+    for a in items:
+        n = len(a)
+        peak = max(int(a.max()), -int(a.min())) if n else 0
+        if peak == 0:
+            out[k:k + n] = a
+        else:
+            x = a.astype(np.float32)
+            x *= np.float32(32767.0 / peak)
+            np.rint(x, out=x)
+            np.clip(x, -32767, 32767, out=x)
+            out[k:k + n] = x
+        k += n
+    return out
+
+
 def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None):
     """Audio per row; on out-of-memory the rows are split in two and retried (recursively)."""
     try:
@@ -505,7 +527,8 @@ class SynthesizedUnits:
 
     units: list[Unit]
     items: list[list[np.ndarray]]
-    """Per unit, per row in batch order: int16 audio (normalised where the job asks for it)."""
+    """Per unit, per row in batch order: the engine's int16 audio (peak normalisation, where the job asks
+    for it, is applied by :func:`write_unit`)."""
     engine_info: object
     infer_ms: float
     splits: int
@@ -549,7 +572,7 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     for u, rs in zip(units, rows_per):
         part = flat[k:k + len(rs)]
         k += len(rs)
-        items.append([_normalize(a) for a in part] if u.job.config.normalize else part)
+        items.append(part)  # normalised when written (write_unit), off the engine's thread on workers
     tag = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
     return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag)
 
@@ -569,8 +592,9 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     token = os.urandom(4).hex()
     audio_name = f"b{batch_id:06d}-{job.job_id}-{token}.wav"
     with atomic_path(rec_path.parent / audio_name) as tmp, _audio_write_errors(rec_path.parent / audio_name):
-        sf.write(str(tmp), np.concatenate(items) if items else np.zeros(0, np.int16), info.sample_rate,
-                 subtype="PCM_16", format="WAV")
+        audio = (_normalize_concat(items) if job.config.normalize else
+                 np.concatenate(items) if items else np.zeros(0, np.int16))
+        sf.write(str(tmp), audio, info.sample_rate, subtype="PCM_16", format="WAV")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
     share = len(items) / max(synth.size, 1)  # this unit's share of the engine call's time
     rec = BatchRecord(
