@@ -274,6 +274,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     after that removes what this call created, and nothing else.
     """
     from jobs.ingest import load_book
+    from jobs.segment_pool import segment_chapters
 
     if config.audio_format not in AUDIO_FORMATS:
         raise InputError(f"--format {config.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
@@ -292,10 +293,9 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
                        f"choose another -o directory or delete it")
 
     scales = config.scales_for(voice)
-    phonemizer = Phonemizer(voice)
-    segmenter = Segmenter(phonemizer, config.max_phonemes)
-    rows: list[PlannedUtterance] = []
+    Segmenter(Phonemizer(voice), config.max_phonemes)  # refuses a bad voice or limit before any book is read
     books_meta = []
+    to_segment = []  # (book index, chapter) of the selected chapters, in book order
     for b_i, (path, inp) in enumerate(zip(books, inputs)):
         book = load_book(Path(path), encoding=config.encoding)
         selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))
@@ -307,11 +307,13 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
                                   "selected": ch.index in selected})
             if ch.index in selected:
-                rows.extend(PlannedUtterance(u) for u in segmenter.chapter_utterances(b_i, ch))
-                if progress:
-                    progress(b_i, ch.index, len(book.chapters))
+                to_segment.append((b_i, ch))
         books_meta.append({**inp, "title": book.title, "format": book.format, "dir": book_dir,
                            "chapters": chapters_meta})
+    counts = [len(b["chapters"]) for b in books_meta]
+    on_chapter = (lambda b_i, ch: progress(b_i, ch.index, counts[b_i])) if progress else None
+    rows = [PlannedUtterance(u) for utts in segment_chapters(voice, config.max_phonemes, to_segment, progress=on_chapter)
+            for u in utts]
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
     batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes)
