@@ -60,7 +60,7 @@ class RunStats:
     summary: FinalizeSummary
     phases: dict = field(default_factory=dict)
     """Seconds per phase of this run: ``synth_loop`` (first synthesis to last batch handed to the
-    writer), ``engine`` (inside the engine), ``write`` (writer thread busy), ``write_wait`` (the
+    writer), ``engine_busy`` (inside the engine), ``write`` (writer thread busy), ``write_wait`` (the
     loop waiting for the writer: back-pressure and the final drain), ``chapters_early`` (chapter
     threads busy, summed over threads), ``chapters_early_n``, ``chapters_tail`` (after the writer
     drained: writing the chapters still queued, waiting for those being written), ``finalize``
@@ -324,5 +324,5 @@ def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = 
             report(ov)
         t = time.perf_counter()
         summary = finalize(job, written=ov.written, memory=ov.memory, records=ov.records)
-        phases.update(engine=engine_s, write_wait=wait_s, finalize=time.perf_counter() - t, **ov.times)
+        phases.update(engine_busy=engine_s, write_wait=wait_s, finalize=time.perf_counter() - t, **ov.times)
     return RunStats(len(pending), skipped, audio_s, wall, summary, phases)
