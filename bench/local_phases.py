@@ -14,7 +14,8 @@ Printed: one JSON object per run (``--json FILE`` also writes them all), then a 
 Phases (seconds): ``plan``; ``engine_load``; ``synth_loop`` (first synthesis to the last batch
 handed to the writer); ``engine_busy`` (inside the engine) and ``engine_share`` (engine_busy / synth_loop);
 ``write`` (the writer thread busy) and ``write_wait`` (the loop waiting for it); ``chapters_early``
-(chapter threads busy, summed) for ``chapters_early_n`` chapters; ``chapters_tail`` (after the last
+(chapter threads busy, summed) for ``chapters_early_n`` chapters, the first written
+``first_chapter_s`` after the run started; ``chapters_tail`` (after the last
 batch: chapters still queued, those being written); ``finalize`` (the final call: what is left and
 the manifest); ``run`` (run_local, all of it); ``total`` (plan + engine_load + run).
 
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 COLUMNS = ["plan", "engine_load", "synth_loop", "engine_busy", "engine_share", "write", "write_wait", "chapters_early",
-           "chapters_early_n", "chapters_tail", "finalize", "run", "total", "finalize_only"]
+           "chapters_early_n", "first_chapter_s", "chapters_tail", "finalize", "run", "total", "finalize_only"]
 
 
 def fresh_copy(planned: Path, parent: Path, n: int) -> Path:

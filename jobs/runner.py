@@ -34,7 +34,7 @@ import numpy as np
 
 from jobs.claim import claim, run_lock
 from jobs.files import free_bytes
-from jobs.pipeline import (FINALIZE_THREADS, ChapterPart, ChapterWork, FinalizeSummary, Job, Unit, chapter_key,
+from jobs.pipeline import (ChapterPart, ChapterWork, FinalizeSummary, Job, Unit, chapter_key,
                            finalize, finalized_summary, selected_chapters, sweep_stale_temp_files,
                            synthesize_units, write_chapter, write_unit)
 
@@ -44,6 +44,8 @@ log = logging.getLogger("booktts.runner")
 WRITER_DEPTH = 2
 #: Most chapter files written at once while batches are synthesized (also bounded by the cores).
 CHAPTER_THREADS = 4
+#: Most chapter files written at once after the last batch (the loop is done: the host's cores are free).
+TAIL_THREADS = 32
 #: Batch audio kept in memory for the chapters still to be written; past this, they read batch files.
 MEMORY_AUDIO_BYTES = 4 << 30
 #: Orders of the pending batches: ``plan`` (batch id order), ``chapters`` (the batches of chapter
@@ -62,7 +64,8 @@ class RunStats:
     """Seconds per phase of this run: ``synth_loop`` (first synthesis to last batch handed to the
     writer), ``engine_busy`` (inside the engine), ``write`` (writer thread busy), ``write_wait`` (the
     loop waiting for the writer: back-pressure and the final drain), ``chapters_early`` (chapter
-    threads busy, summed over threads), ``chapters_early_n``, ``chapters_tail`` (after the writer
+    threads busy, summed over threads), ``chapters_early_n``, ``first_chapter_s`` (from the start of
+    the run to the first chapter file written early; None: none was), ``chapters_tail`` (after the writer
     drained: writing the chapters still queued, waiting for those being written), ``finalize``
     (the final finalize call: chapters not written yet, the manifest)."""
 
@@ -103,7 +106,8 @@ class _Overlap:
         self.written: dict[tuple[int, int], ChapterPart] = {}
         self.futures: list[tuple[ChapterWork, Future]] = []
         self.disk_trouble = False
-        self.times = {"write": 0.0, "chapters_early": 0.0, "chapters_early_n": 0}
+        self.times = {"write": 0.0, "chapters_early": 0.0, "chapters_early_n": 0, "first_chapter_s": None}
+        self.t0 = time.perf_counter()
         pending_set = set(pending)
         self.chapters = selected_chapters(job)
         self.waiting: dict[tuple[int, int], set[int]] = {}  # chapter -> its batches not written yet
@@ -157,10 +161,11 @@ class _Overlap:
 
     def finish_chapters(self) -> None:
         """Once every batch is written: the chapters still queued for the chapter threads are
-        written now on up to :data:`jobs.pipeline.FINALIZE_THREADS` threads (the loop is done, all
-        cores may encode), while those being written finish."""
+        written now on up to :data:`TAIL_THREADS` threads (the loop is done, all cores may encode),
+        while those being written finish. Chapters not submitted early (the early writes were
+        off, or stopped after a failure) are left to ``finalize``."""
         left = [work for work, f in self.futures if f.cancel()]
-        threads = max(1, min(len(left), os.cpu_count() or 1, FINALIZE_THREADS))
+        threads = max(1, min(len(left), os.cpu_count() or 1, TAIL_THREADS))
         if left:
             with ThreadPoolExecutor(threads, thread_name_prefix="chapters-tail") as pool:
                 for work, part in zip(left, pool.map(lambda w: write_chapter(self.job, w, self.records, self.memory),
@@ -252,6 +257,8 @@ class _Overlap:
         with self.lock:
             self.written[key] = part
             self.times["chapters_early_n"] += 1
+            if self.times["first_chapter_s"] is None:
+                self.times["first_chapter_s"] = time.perf_counter() - self.t0
             for b in {r.batch_id for r in work[3] if r.batch_id >= 0}:
                 users = self.users.get(b)
                 if users is not None:
