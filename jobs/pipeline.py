@@ -274,6 +274,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     after that removes what this call created, and nothing else.
     """
     from jobs.ingest import load_book
+    from jobs.segment_pool import segment_chapters
 
     if config.audio_format not in AUDIO_FORMATS:
         raise InputError(f"--format {config.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
@@ -292,10 +293,9 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
                        f"choose another -o directory or delete it")
 
     scales = config.scales_for(voice)
-    phonemizer = Phonemizer(voice)
-    segmenter = Segmenter(phonemizer, config.max_phonemes)
-    rows: list[PlannedUtterance] = []
+    Segmenter(Phonemizer(voice), config.max_phonemes)  # refuses a bad voice or limit before any book is read
     books_meta = []
+    to_segment = []  # (book index, chapter) of the selected chapters, in book order
     for b_i, (path, inp) in enumerate(zip(books, inputs)):
         book = load_book(Path(path), encoding=config.encoding)
         selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))
@@ -307,11 +307,13 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
                                   "selected": ch.index in selected})
             if ch.index in selected:
-                rows.extend(PlannedUtterance(u) for u in segmenter.chapter_utterances(b_i, ch))
-                if progress:
-                    progress(b_i, ch.index, len(book.chapters))
+                to_segment.append((b_i, ch))
         books_meta.append({**inp, "title": book.title, "format": book.format, "dir": book_dir,
                            "chapters": chapters_meta})
+    counts = [len(b["chapters"]) for b in books_meta]
+    on_chapter = (lambda b_i, ch: progress(b_i, ch.index, counts[b_i])) if progress else None
+    rows = [PlannedUtterance(u) for utts in segment_chapters(voice, config.max_phonemes, to_segment, progress=on_chapter)
+            for u in utts]
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
     batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes)
@@ -627,11 +629,14 @@ MANIFEST_COLUMNS = [
 class _BatchAudio:
     """Reads utterance audio out of batch files, keeping a few open."""
 
-    def __init__(self, job: Job, keep_open: int = 32, records: dict[int, BatchRecord] | None = None) -> None:
+    def __init__(self, job: Job, keep_open: int = 32, records: dict[int, BatchRecord] | None = None,
+                 memory: dict[int, list[np.ndarray]] | None = None) -> None:
         self.job = job
         self.keep_open = keep_open
         #: batch records, read once; may be shared between readers (threads) of the same job
         self.records: dict[int, BatchRecord] = {} if records is None else records
+        #: per batch, its items' audio in batch order, as written (read from here instead of the file)
+        self.memory: dict[int, list[np.ndarray]] = {} if memory is None else memory
         self.files: dict[int, sf.SoundFile] = {}
 
     def record(self, batch_id: int) -> BatchRecord:
@@ -645,6 +650,9 @@ class _BatchAudio:
     def read(self, batch_id: int, pos: int) -> np.ndarray:
         rec = self.record(batch_id)
         item = rec.items[pos]
+        held = self.memory.get(batch_id)
+        if held is not None and len(held[pos]) == item["samples"]:
+            return held[pos]
         f = self.files.get(batch_id)
         if f is None:
             if len(self.files) >= self.keep_open:
@@ -672,12 +680,48 @@ def _pause_seconds(config: JobConfig, pause: PauseKind) -> float:
     }[pause]
 
 
-def finalize(job: Job) -> FinalizeSummary:
+#: One chapter to assemble: (book index, book meta, chapter meta, its planned rows in reading order).
+ChapterWork = tuple[int, dict, dict, list[PlannedUtterance]]
+#: What writing one chapter gives: its manifest columns, its samples, its skipped rows.
+ChapterPart = tuple[dict[str, list], int, int]
+
+
+def chapter_key(work: ChapterWork) -> tuple[int, int]:
+    """(book index, chapter index) of a chapter to assemble."""
+    return work[0], work[2]["index"]
+
+
+def selected_chapters(job: Job) -> list[ChapterWork]:
+    """The chapters ``finalize`` writes, in book order, each with its rows in reading order."""
+    by_chapter: dict[tuple[int, int], list[PlannedUtterance]] = {}
+    for r in job.rows:
+        by_chapter.setdefault((r.utt.book_index, r.utt.chapter_index), []).append(r)
+    return [(b_i, book, ch, sorted(by_chapter.get((b_i, ch["index"]), []), key=lambda r: r.utt.utterance_index))
+            for b_i, book in enumerate(job.meta["books"]) for ch in book["chapters"] if ch["selected"]]
+
+
+def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | None = None,
+                  memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
+    """Write one chapter file (atomically) as ``finalize`` does; its batches must be done.
+
+    ``records``: batch records already read (shared between threads, filled as read);
+    ``memory``: per batch id, the items' audio as written, read instead of the batch file.
+    """
+    return _write_chapter(job, *work, {} if records is None else records, memory)
+
+
+def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None,
+             memory: dict[int, list[np.ndarray]] | None = None,
+             records: dict[int, BatchRecord] | None = None) -> FinalizeSummary:
     """Assemble chapter files and ``manifest.parquet`` from the batch records. Idempotent.
 
     Raises JobError while any batch is missing. The manifest is written last, so a job
     directory with a manifest is complete. Temporary files of an earlier, killed finalize (or
     batch writer) are removed first.
+
+    ``written``: chapters this process wrote already with :func:`write_chapter` since their
+    batches were done, by :func:`chapter_key`; they are not written again and their manifest
+    rows are used as they are. ``memory`` and ``records``: see :func:`write_chapter`.
     """
     import pyarrow as pa
 
@@ -687,16 +731,15 @@ def finalize(job: Job) -> FinalizeSummary:
         raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
                        f"(first: {missing[0]}); resume the job")
     sweep_stale_temp_files(job)
-    by_chapter: dict[tuple[int, int], list[PlannedUtterance]] = {}
-    for r in job.rows:
-        by_chapter.setdefault((r.utt.book_index, r.utt.chapter_index), []).append(r)
-    chapters = [(b_i, book, ch, sorted(by_chapter.get((b_i, ch["index"]), []), key=lambda r: r.utt.utterance_index))
-                for b_i, book in enumerate(job.meta["books"]) for ch in book["chapters"] if ch["selected"]]
+    written = written or {}
+    chapters = selected_chapters(job)
+    todo = [c for c in chapters if chapter_key(c) not in written]
     # Chapters are encoded in parallel (libsndfile runs without the GIL); the manifest keeps book order.
-    threads = max(1, min(len(chapters), os.cpu_count() or 1, FINALIZE_THREADS))
-    records: dict[int, BatchRecord] = {}  # read once, shared by the chapters' readers
+    threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS))
+    records = {} if records is None else records  # read once, shared by the chapters' readers
     with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
-        parts = list(pool.map(lambda c: _write_chapter(job, *c, records), chapters))
+        new = dict(zip(map(chapter_key, todo), pool.map(lambda c: write_chapter(job, c, records, memory), todo)))
+    parts = [written[chapter_key(c)] if chapter_key(c) in written else new[chapter_key(c)] for c in chapters]
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     for part, _, _ in parts:
         for k in cols:
@@ -712,14 +755,14 @@ def finalize(job: Job) -> FinalizeSummary:
     return summary
 
 
-def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
-                   records: dict[int, BatchRecord]) -> tuple[dict[str, list], int, int]:
+def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records: dict[int, BatchRecord],
+                   memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
     """Write one chapter file (atomically) from the batch audio; its manifest columns, samples, skipped rows."""
     cfg, sr = job.config, job.sample_rate
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     path = inside(job.out_dir, ch["file"])
     pos = skipped = 0
-    audio = _BatchAudio(job, records=records)  # one per chapter: open files are not shared between threads
+    audio = _BatchAudio(job, records=records, memory=memory)  # one per chapter: open files are not shared between threads
     delay_s = float(os.environ.get(FINALIZE_DELAY_ENV) or 0)
     try:
         with atomic_path(path) as tmp:
