@@ -543,6 +543,19 @@ class SynthesizedUnits:
     def size(self) -> int:
         return sum(len(i) for i in self.items)
 
+    def written_audio(self, index: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Unit ``index``'s audio as it is written: one int16 array (peak-normalised per item where
+        its job asks for it) and each item's view into it. Computed once (the writer and the local
+        runner's in-memory chapter source share it)."""
+        cache = self.__dict__.setdefault("_written", {})
+        if index not in cache:
+            items = self.items[index]
+            audio = (_normalize_concat(items) if self.units[index].job.config.normalize else
+                     np.concatenate(items) if items else np.zeros(0, np.int16))
+            bounds = np.concatenate([[0], np.cumsum([len(a) for a in items])]).astype(np.int64)
+            cache[index] = (audio, [audio[bounds[i]:bounds[i + 1]] for i in range(len(items))])
+        return cache[index]
+
 
 def synthesis_class(job: Job) -> str:
     """Units of jobs with the same class can share one engine batch: same voice weights, sample rate
@@ -594,8 +607,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     token = os.urandom(4).hex()
     audio_name = f"b{batch_id:06d}-{job.job_id}-{token}.wav"
     with atomic_path(rec_path.parent / audio_name) as tmp, _audio_write_errors(rec_path.parent / audio_name):
-        audio = (_normalize_concat(items) if job.config.normalize else
-                 np.concatenate(items) if items else np.zeros(0, np.int16))
+        audio, _ = synth.written_audio(index)
         sf.write(str(tmp), audio, info.sample_rate, subtype="PCM_16", format="WAV")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
     share = len(items) / max(synth.size, 1)  # this unit's share of the engine call's time

@@ -213,7 +213,7 @@ class _Overlap:
             ours = rec.engine_batch == synth.engine_batch  # not another writer's record of the batch
             nbytes = sum(a.nbytes for a in synth.items[0])
             if ours and self.early and self.users.get(b) and self.memory_bytes + nbytes <= MEMORY_AUDIO_BYTES:
-                self.memory[b] = synth.items[0]
+                self.memory[b] = synth.written_audio(0)[1]  # as written: normalised where the job asks
                 self.memory_bytes += nbytes
             for work in self.chapters:
                 key = chapter_key(work)
