@@ -227,3 +227,15 @@ def make_speak(lexicon: Lexicon | None, normalize_text: bool) -> Callable[[str, 
         return normalize(text, heading=heading) if normalize_text else text
 
     return speak
+
+
+def lexicon_report(lexicon: Lexicon | None, rows) -> dict | None:
+    """For ``job.json`` and ``plan``: the lexicon file, its hash, and how often each entry matched
+    in the planned utterances (``rows``: :class:`jobs.plan.PlannedUtterance`)."""
+    if lexicon is None:
+        return None
+    counts: Counter = Counter()
+    for r in rows:
+        counts.update(lexicon.matches(r.utt.text))
+    return {"path": lexicon.path, "sha256": lexicon.sha256, "entries": len(lexicon.entries),
+            "matches": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))}

@@ -396,14 +396,22 @@ def _normalize_plain(text: str, heading: bool) -> str:
     return _SPACES_RE.sub(" ", t).strip()
 
 
+_HOLD = "\ue000"  # stands for a [[ phonemes ]] block while the text around it is normalised
+
+
 def normalize(text: str, heading: bool = False) -> str:
     """The spoken form of ``text`` (one utterance, or a chapter title with ``heading=True``)."""
-    out = []
-    for is_ph, part in split_phoneme_blocks(text):
+    if "[[" not in text:
+        return _normalize_plain(text, heading)
+    blocks: list[str] = []
+    held = []
+    for is_ph, part in split_phoneme_blocks(text.replace(_HOLD, "")):
         if is_ph:
-            out.append(part)
+            blocks.append(part)
+            held.append(f" {_HOLD} ")
         else:
-            lead = " " if part[:1].isspace() and out else ""
-            trail = " " if part[-1:].isspace() else ""
-            out.append(lead + _normalize_plain(part, heading) + trail)
-    return "".join(out).strip()
+            held.append(part)
+    out = _normalize_plain("".join(held), heading)
+    pieces = out.split(_HOLD)
+    joined = "".join(p + (blocks[k] if k < len(blocks) else "") for k, p in enumerate(pieces))
+    return re.sub(r"\]\]\s+([.,;:!?])", r"]]\1", _SPACES_RE.sub(" ", joined)).strip()

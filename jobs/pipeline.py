@@ -34,7 +34,8 @@ from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
 from jobs.segment import PauseKind, Segmenter
-from jobs.voice import VoiceConfig, resolve_voice
+from jobs.lexicon import lexicon_report, load_lexicon, make_speak
+from jobs.voice import VoiceConfig, resolve_speaker, resolve_voice
 from jobs.files import sha256_file as file_sha256
 
 JOB_FILE = "job.json"
@@ -238,9 +239,11 @@ def sweep_stale_temp_files(job: Job) -> list[Path]:
     return removed
 
 
-def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig) -> str:
+def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig, lexicon_sha256: str | None = None) -> str:
     ident = {"v": JOB_FORMAT_VERSION, "inputs": [i["sha256"] for i in inputs], "config": config.identity(),
              "voice": voice.model_sha256()}
+    if lexicon_sha256:  # a changed lexicon file is another job
+        ident["lexicon"] = lexicon_sha256
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -282,7 +285,9 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         raise InputError(f"-o {out_dir}: exists and is not a directory; choose a directory")
     inputs = _check_inputs(books)
     voice = voice or resolve_voice(config.voice)
-    job_id = job_identity(inputs, config, voice)
+    speaker_id = resolve_speaker(voice, config.speaker)
+    lexicon = load_lexicon(config.lexicon) if config.lexicon else None
+    job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if (out_dir / JOB_FILE).exists():
         existing = load_job(out_dir)
@@ -293,11 +298,13 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
 
     scales = config.scales_for(voice)
     phonemizer = Phonemizer(voice)
-    segmenter = Segmenter(phonemizer, config.max_phonemes)
+    segmenter = Segmenter(phonemizer, config.max_phonemes, speak=make_speak(lexicon, config.normalize_text))
     rows: list[PlannedUtterance] = []
     books_meta = []
     for b_i, (path, inp) in enumerate(zip(books, inputs)):
-        book = load_book(Path(path), encoding=config.encoding)
+        book = load_book(Path(path), encoding=config.encoding, front_matter=config.include_front_matter,
+                         footnotes=config.footnotes)
+        announce = book.announcement() if config.announce else None
         selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))
         book_dir = f"{b_i + 1:02d}-{slug(book.title, 'book')}"
         chapters_meta = []
@@ -307,11 +314,13 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
                                   "selected": ch.index in selected})
             if ch.index in selected:
-                rows.extend(PlannedUtterance(u) for u in segmenter.chapter_utterances(b_i, ch))
+                first = ch.index == book.chapters[0].index
+                rows.extend(PlannedUtterance(u) for u in segmenter.chapter_utterances(
+                    b_i, ch, announce=announce if first else None))
                 if progress:
                     progress(b_i, ch.index, len(book.chapters))
-        books_meta.append({**inp, "title": book.title, "format": book.format, "dir": book_dir,
-                           "chapters": chapters_meta})
+        books_meta.append({**inp, "title": book.title, "author": book.author, "format": book.format,
+                           "dir": book_dir, "chapters": chapters_meta})
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
     batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes)
@@ -320,7 +329,9 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         "job_id": job_id,
         "created_at": now_iso(),
         "config": config.to_dict(),
-        "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate},
+        "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate,
+                  **({"speaker_id": speaker_id} if speaker_id is not None else {})},
+        "lexicon": lexicon_report(lexicon, rows),
         "scales": scales.to_dict(),
         "books": books_meta,
         "batches": [asdict(b) for b in batches],
@@ -594,7 +605,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
 
 MANIFEST_COLUMNS = [
     "book_index", "book_title", "chapter_index", "chapter_title", "utterance_index", "paragraph_index",
-    "sentence_index", "text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
+    "sentence_index", "text", "spoken_text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
     "chapter_path", "start_s", "duration_s", "pause_after_s", "engine", "precision", "device", "infer_ms",
     "started_at", "finished_at", "worker", "queued_at", "attempt",
 ]
@@ -716,7 +727,8 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
                         "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
                         "chapter_title": ch["title"], "utterance_index": u.utterance_index,
                         "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
-                        "text": u.text, "phoneme_count": len(u.phoneme_ids),
+                        "text": u.text, "spoken_text": u.spoken_text if u.spoken_text is not None else u.text,
+                        "phoneme_count": len(u.phoneme_ids),
                         "missing_phonemes": u.missing_phonemes,
                         "status": "synthesized" if rec else "skipped: nothing speakable",
                         "batch_id": r.batch_id,
