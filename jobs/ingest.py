@@ -1068,7 +1068,7 @@ class _Extractor:
         if self.footnotes != "skip" and (types & _NOTE_BODY_TYPES or roles & _NOTE_BODY_ROLES):
             if self.footnotes == "inline":
                 return False
-            sub = _Extractor("skip", self.front_matter)
+            sub = _Extractor("inline", self.front_matter)  # the note body itself is read
             sub._walk(el)
             sub._flush()
             self.notes.extend(sub.blocks)
