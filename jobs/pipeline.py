@@ -43,6 +43,8 @@ PLAN_FILE = "plan.parquet"
 MANIFEST_FILE = "manifest.parquet"
 #: Most chapter files encoded at once by :func:`finalize` (also bounded by the cores).
 FINALIZE_THREADS = 8
+#: Engines that pass a speaker id to the voice (``--speaker``); others refuse a multi-speaker job.
+SPEAKER_ENGINES = ("onnx", "fake")
 WORK_DIR = ".work"
 FINALIZED_FILE = "finalized.json"
 JOB_FORMAT_VERSION = 1
@@ -468,16 +470,21 @@ def _normalize(item: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(item.astype(np.float32) * (32767.0 / peak)), -32767, 32767).astype(np.int16)
 
 
-def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None):
+def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None,
+                     speaker: int | None = None):
     """Audio per row; on out-of-memory the rows are split in two and retried (recursively)."""
+    if speaker is not None and engine.info.name not in SPEAKER_ENGINES:
+        raise DeterministicEngineError(f"engine {engine.info.name} cannot choose a speaker (--speaker); "
+                                       f"use --engine {' or '.join(SPEAKER_ENGINES[:1])}")
     try:
-        res = engine.synthesize(SynthesisBatch.from_sequences([r.utt.phoneme_ids for r in rows], scales, seed))
+        res = engine.synthesize(SynthesisBatch.from_sequences(
+            [r.utt.phoneme_ids for r in rows], scales, seed, None if speaker is None else [speaker] * len(rows)))
     except EngineOutOfMemory:
         if len(rows) == 1:
             raise
         half = len(rows) // 2
-        a, ms_a, s_a = _synthesize_rows(engine, rows[:half], scales, seed)
-        b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed)
+        a, ms_a, s_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker)
+        b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker)
         return a + b, ms_a + ms_b, s_a + s_b + 1
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
@@ -534,6 +541,8 @@ def synthesis_class(job: Job) -> str:
     """Units of jobs with the same class can share one engine batch: same voice weights, sample rate
     and synthesis scales (the engine takes one set of scales per batch)."""
     ident = {"voice": job.meta["voice"]["model_sha256"], "sr": job.sample_rate, "scales": job.meta["scales"]}
+    if job.meta["voice"].get("speaker_id") is not None:
+        ident["speaker"] = job.meta["voice"]["speaker_id"]
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -550,11 +559,14 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
         if u.job.scales != first.scales:
             raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different synthesis scales; "
                            f"they cannot share an engine batch")
+        if u.job.meta["voice"].get("speaker_id") != first.meta["voice"].get("speaker_id"):
+            raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different speakers; "
+                           f"they cannot share an engine batch")
     rows_per = [u.job.batch_rows(u.batch_id) for u in units]
     rows = [r for rs in rows_per for r in rs]
     started = now_iso()
     seed = (int(first.job_id[:8], 16) + units[0].batch_id) & 0x7FFFFFFF
-    flat, infer_ms, splits = _synthesize_rows(engine, rows, first.scales, seed)
+    flat, infer_ms, splits = _synthesize_rows(engine, rows, first.scales, seed, first.meta["voice"].get("speaker_id"))
     items: list[list[np.ndarray]] = []
     k = 0
     for u, rs in zip(units, rows_per):

@@ -187,3 +187,23 @@ def test_speaker_names_and_ids_of_a_multi_speaker_config(voice):
     for bad in ("dan", "3"):
         with pytest.raises(InputError, match="no such speaker"):
             resolve_speaker(multi, bad)
+
+
+def test_speaker_id_reaches_the_engine_batch(tmp_path, short_book, voice, fake_engine, monkeypatch):
+    """A multi-speaker job passes its speaker id with every item (the engine protocol's speaker_ids);
+    an engine that cannot choose a speaker refuses the job instead of using another voice."""
+    import jobs.pipeline as pipeline
+    from engines.base import SynthesisBatch
+
+    multi = dataclasses.replace(voice, num_speakers=4, speaker_id_map={"amy": 0, "bob": 3})
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(speaker="bob"), voice=multi)
+    assert job.meta["voice"]["speaker_id"] == 3
+    seen = []
+    real = fake_engine.synthesize
+    monkeypatch.setattr(fake_engine, "synthesize", lambda b: seen.append(b) or real(b))
+    pipeline.run_batch(job, 0, fake_engine)
+    assert seen and all(list(b.speaker_ids) == [3] * len(b) for b in seen)
+    assert list(SynthesisBatch.from_sequences([[1, 2], [3]], job.scales, speaker_ids=[3, 3]).slice(1, 2).speaker_ids) == [3]
+    monkeypatch.setattr(fake_engine, "info", dataclasses.replace(fake_engine.info, name="torch"))
+    with pytest.raises(Exception, match="cannot choose a speaker"):
+        pipeline._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)
