@@ -391,6 +391,8 @@ def _normalize_plain(text: str, heading: bool) -> str:
     t = _DASH_RE.sub(", ", t)
     t = _ELLIPSIS_RE.sub(lambda m: (", " if m.end() < len(t) and t[m.end():].strip() else "."), t)
     t = re.sub(r",\s*([,.;:!?])", r"\1", t)  # a pause next to other punctuation: keep the other
+    t = re.sub(r"([,.;:!?])\s*,(?=\s|$)", r"\1", t)
+    t = re.sub(r",\s+([\"'”’»)\]])", r",\1", t)  # "I think—”": the pause stays with the word
     t = re.sub(r"^\s*,\s*", "", t)
     t = re.sub(r"([(\[\"“‘])\s*,\s*", r"\1", t)
     return _SPACES_RE.sub(" ", t).strip()
