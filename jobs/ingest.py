@@ -96,7 +96,23 @@ EPUB
 
 Book title
     Gutenberg ``Title:`` line, the Markdown title H1, the EPUB ``dc:title``; else a short line
-    directly followed by a "by Author" line in the front matter; else the file stem.
+    directly followed by a "by Author" line in the front matter; else the file stem
+    (``Book.title_known`` False: never spoken). The author: Gutenberg ``Author:``, that "by ..."
+    line, the EPUB ``dc:creator`` (role ``aut`` or none). ``Book.announcement()`` is
+    "Title, by Author.".
+
+Front and back matter (left out unless ``front_matter=True``, ``--include-front-matter``)
+    EPUB: documents the OPF guide or the nav's landmarks type as copyright-page, colophon, imprint,
+    toc, index, loi or lot, and elements with those ``epub:type`` / ``role`` values. Every format:
+    chapters titled "About the Author", "Contents", "Index", "Copyright", "Colophon", "Also by ...";
+    a short copyright notice (copyright and rights-reserved/ISBN/first-published wording, no long
+    prose) among the first three chapters; paragraphs that are only an ISBN; in the last chapter, a
+    paragraph "About the Author" and the at most 400 words after it.
+
+Footnotes (EPUB)
+    Note bodies (``epub:type``/``role`` footnote, endnote, rearnote) are skipped by default
+    (``footnotes="skip"``); ``"inline"`` reads them where they are in the document, ``"end"`` after
+    the rest of their document. Note reference markers are always dropped.
 """
 
 from __future__ import annotations

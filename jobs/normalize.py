@@ -86,6 +86,10 @@ _ROMAN_TOKEN_RE = re.compile(r"\b(?P<r>[IVXLCDM]+)\b(?P<dot>\.?)")
 _DASH_RE = re.compile(r"\s*(?:—|―|--+|\s–\s)\s*")
 _ELLIPSIS_RE = re.compile(r"\s*(?:…|\.\s?\.\s?\.)(?P<rest>\s*)")
 _SPACES_RE = re.compile(r"[ \t]{2,}")
+_FRACTION_RE = re.compile(r"(?<![\w/.,])(?P<a>\d{1,2})/(?P<b>[2-9]|10)(?![\w/]|[.,]\d)")
+_VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅛": (1, 8)}
+_VULGAR_RE = re.compile(r"(?P<whole>\d+)?\s?(?P<f>[½⅓⅔¼¾⅕⅛])")
+_DEGREE_RE = re.compile(r"(?<=\d)\s?°\s?(?P<u>[CF](?![a-z]))?")
 
 
 def split_phoneme_blocks(text: str) -> list[tuple[bool, str]]:
@@ -244,6 +248,29 @@ def _decade(m: re.Match) -> str:
     return (word[:-1] + "ies") if word.endswith("y") else word + "s"
 
 
+def _fraction_words(a: int, b: int) -> str:
+    names = {2: ("half", "halves"), 4: ("quarter", "quarters")}
+    one, many = names.get(b, (_words(b, "ordinal"), _words(b, "ordinal") + "s"))
+    return f"{'one' if a == 1 else _words(a)} {one if a == 1 else many}"
+
+
+def _fraction(m: re.Match) -> str:
+    a, b = int(m.group("a")), int(m.group("b"))
+    return _fraction_words(a, b) if 0 < a < b else m.group(0)
+
+
+def _vulgar(m: re.Match) -> str:
+    a, b = _VULGAR[m.group("f")]
+    frac = _fraction_words(a, b)
+    return f"{_cardinal_text(m.group('whole'))} and {'a' if a == 1 else ''} {frac.removeprefix('one ') if a == 1 else frac}".replace("  ", " ") \
+        if m.group("whole") else frac
+
+
+def _degrees(m: re.Match) -> str:
+    unit = {"C": " Celsius", "F": " Fahrenheit"}.get(m.group("u") or "", "")
+    return " degrees" + unit
+
+
 def _ordinal(m: re.Match) -> str:
     return _words(int(m.group("n")), "ordinal")
 
@@ -378,6 +405,9 @@ def _normalize_plain(text: str, heading: bool) -> str:
     t = _CURRENCY_RE.sub(_currency, t)
     t = _PERCENT_RE.sub(lambda m: _cardinal_text(*(m.group("num").split(".") + [None])[:2]) + " percent", t)
     t = _DATE_NUM_RE.sub(_numeric_date, t)
+    t = _FRACTION_RE.sub(_fraction, t)
+    t = _VULGAR_RE.sub(_vulgar, t)
+    t = _DEGREE_RE.sub(_degrees, t)
     t = _DATE_ISO_RE.sub(_iso_date, t)
     t = _DATE_MDY_RE.sub(_mdy, t)
     t = _DATE_DMY_RE.sub(_dmy, t)

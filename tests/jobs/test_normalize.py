@@ -75,6 +75,11 @@ from jobs.segment import split_sentences
     ("And then...", "And then."),
     ("well-known", "well-known"),
     ("Tom & Jerry", "Tom and Jerry"),
+    # fractions and degrees
+    ("add 1/2 cup and 3/4 of it", "add one half cup and three quarters of it"),
+    ("2½ miles", "two and a half miles"),
+    ("it was 20°C", "it was twenty degrees Celsius"),
+    ("the 9/11 report", "the nine/eleven report"),
 ])
 def test_spoken_form(text, want):
     assert normalize(text) == want
