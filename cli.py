@@ -74,6 +74,22 @@ def _print_plan(job) -> None:
             mark = " " if ch["selected"] else "-"
             n = counts.get((b_i, ch["index"]), 0)
             click.echo(f" {mark}{ch['index']:4d}  {ch['title'][:60]:60s} {n:6d} utterances")
+    cfg = job.config
+    click.echo(f"text: normalisation {'on' if cfg.normalize_text else 'off'}, footnotes {cfg.footnotes}, "
+               f"front matter {'included' if cfg.include_front_matter else 'skipped'}, "
+               f"announce {'on' if cfg.announce else 'off'}"
+               + (f", speaker {cfg.speaker} (id {job.meta['voice'].get('speaker_id')})" if cfg.speaker else ""))
+    for b_i, book in enumerate(job.meta["books"]):
+        if cfg.announce:
+            said = next((r.utt.text for r in job.rows if r.utt.book_index == b_i and r.utt.paragraph_index == -2), None)
+            if said:
+                click.echo(f"announce: {said}")
+    lex = job.meta.get("lexicon")
+    if lex:
+        m = lex["matches"]
+        click.echo(f"lexicon: {lex['path']} ({lex['entries']} entries, {len(m)} matched"
+                   + (": " + ", ".join(f"{w} x{n}" for w, n in list(m.items())[:20])
+                      + (", ..." if len(m) > 20 else "") if m else "") + ")")
     est = s["estimated_audio_s"]
     click.echo(f"utterances: {s['utterances']} ({s['unspeakable']} with nothing speakable, skipped)")
     click.echo(f"batches: {s['batches']}  padding efficiency: {100 * s['padding_efficiency']:.1f}%")

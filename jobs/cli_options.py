@@ -16,6 +16,7 @@ import click
 from engines import EngineSpec
 from jobs.config import (
     AUDIO_FORMATS,
+    FOOTNOTE_MODES,
     CPU_MAX_BATCH,
     DEFAULT_MAX_BATCH_PHONEMES,
     DEFAULT_MAX_PHONEMES,
@@ -146,11 +147,24 @@ def job_options(f):
         click.option("--title-pause", type=limit_type("title_pause_s"), default=1.0, show_default=True, help="Seconds of silence after a chapter title."),
         click.option("--normalize/--no-normalize", default=True, show_default=True,
                      help="Scale each utterance to full range, as Piper does."),
+        click.option("--normalize-text/--no-normalize-text", default=True, show_default=True,
+                     help="Say numbers, dates, times, currency, abbreviations and URLs as words."),
+        click.option("--footnotes", type=click.Choice(FOOTNOTE_MODES), default="skip", show_default=True,
+                     help="EPUB footnote bodies: skip them, read them inline, or at the end of their chapter."),
+        click.option("--lexicon", type=click.Path(path_type=str), default=None, metavar="FILE",
+                     help="Pronunciation lexicon (TSV word<TAB>respelling or [[ phonemes ]], or JSON)."),
+        click.option("--include-front-matter", is_flag=True, default=False,
+                     help="Also read copyright pages, contents, indexes, ISBNs and 'About the Author'."),
+        click.option("--announce/--no-announce", default=True, show_default=True,
+                     help="Speak 'Title, by Author.' at the start of each book."),
+        click.option("--speaker", default=None, metavar="ID|NAME",
+                     help="Speaker of a multi-speaker voice (id or name from the voice config)."),
     ]
 
     @functools.wraps(f)
     def wrapper(*args, voice, audio_format, chapters, encoding, max_batch, max_batch_phonemes, max_phonemes,
-                length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize, **kw):
+                length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize,
+                normalize_text, footnotes, lexicon, include_front_matter, announce, speaker, **kw):
         cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
         max_batch = cpu_batch if max_batch is None else max_batch
         max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
@@ -159,7 +173,9 @@ def job_options(f):
                                max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
                                noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
                                sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,
-                               title_pause_s=title_pause, normalize=normalize)
+                               title_pause_s=title_pause, normalize=normalize, normalize_text=normalize_text,
+                               footnotes=footnotes, lexicon=lexicon, include_front_matter=include_front_matter,
+                               announce=announce, speaker=speaker)
         except TTSError as exc:
             if os.environ.get("BOOKTTS_DEBUG"):
                 raise

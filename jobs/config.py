@@ -18,6 +18,7 @@ DEFAULT_MAX_PHONEMES = 400
 #: Default budget of padded phoneme ids in one batch (rows x longest row).
 DEFAULT_MAX_BATCH_PHONEMES = 6400
 AUDIO_FORMATS = ("flac", "wav")
+FOOTNOTE_MODES = ("skip", "inline", "end")
 #: Default batch limits on CPU engines: batching buys little there (docs/PERFORMANCE.md).
 CPU_MAX_BATCH = 32
 #: Default batch limits when the engine runs on a GPU (a cuda device, or TensorRT): the torch
@@ -117,6 +118,18 @@ class JobConfig:
     """Silence after a chapter title."""
     normalize: bool = True
     """Scale each utterance to full range, as Piper does by default."""
+    normalize_text: bool = True
+    """Rewrite numbers, dates, abbreviations, URLs... into words before phonemization (:mod:`jobs.normalize`)."""
+    footnotes: str = "skip"
+    """EPUB footnote/endnote bodies: ``skip``, ``inline`` (where they are) or ``end`` (end of their document)."""
+    lexicon: str | None = None
+    """Pronunciation lexicon file (TSV or JSON, :mod:`jobs.lexicon`); its content hash is part of the job."""
+    include_front_matter: bool = False
+    """Keep copyright pages, contents, indexes, "About the Author" and ISBN lines."""
+    announce: bool = True
+    """Speak "Title, by Author." at the start of each book (when the book names its title)."""
+    speaker: str | None = None
+    """Speaker id or name of a multi-speaker voice; None: the voice's default (speaker 0)."""
     engine: EngineSpec = field(default_factory=EngineSpec)
     """The backend that synthesizes (not part of the job's identity)."""
 
@@ -128,6 +141,8 @@ class JobConfig:
         out of range, whoever built this config: the CLI, a ``job.json``, a watch config, a caller."""
         if self.audio_format not in AUDIO_FORMATS:
             raise InputError(f"--format {self.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
+        if self.footnotes not in FOOTNOTE_MODES:
+            raise InputError(f"--footnotes {self.footnotes!r} is not supported; choose {', '.join(FOOTNOTE_MODES)}")
         for name, lim in LIMITS.items():
             value = getattr(self, name)
             if value is None and name in ("length_scale", "noise_scale", "noise_w"):

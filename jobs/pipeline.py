@@ -34,7 +34,8 @@ from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
 from jobs.segment import PauseKind, Segmenter
-from jobs.voice import VoiceConfig, resolve_voice
+from jobs.lexicon import lexicon_report, load_lexicon, make_speak
+from jobs.voice import VoiceConfig, resolve_speaker, resolve_voice
 from jobs.files import sha256_file as file_sha256
 
 JOB_FILE = "job.json"
@@ -42,6 +43,8 @@ PLAN_FILE = "plan.parquet"
 MANIFEST_FILE = "manifest.parquet"
 #: Most chapter files encoded at once by :func:`finalize` (also bounded by the cores).
 FINALIZE_THREADS = 8
+#: Engines that pass a speaker id to the voice (``--speaker``); others refuse a multi-speaker job.
+SPEAKER_ENGINES = ("onnx", "fake")
 WORK_DIR = ".work"
 FINALIZED_FILE = "finalized.json"
 JOB_FORMAT_VERSION = 1
@@ -238,9 +241,11 @@ def sweep_stale_temp_files(job: Job) -> list[Path]:
     return removed
 
 
-def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig) -> str:
+def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig, lexicon_sha256: str | None = None) -> str:
     ident = {"v": JOB_FORMAT_VERSION, "inputs": [i["sha256"] for i in inputs], "config": config.identity(),
              "voice": voice.model_sha256()}
+    if lexicon_sha256:  # a changed lexicon file is another job
+        ident["lexicon"] = lexicon_sha256
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -283,7 +288,9 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         raise InputError(f"-o {out_dir}: exists and is not a directory; choose a directory")
     inputs = _check_inputs(books)
     voice = voice or resolve_voice(config.voice)
-    job_id = job_identity(inputs, config, voice)
+    speaker_id = resolve_speaker(voice, config.speaker)
+    lexicon = load_lexicon(config.lexicon) if config.lexicon else None
+    job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if (out_dir / JOB_FILE).exists():
         existing = load_job(out_dir)
@@ -293,11 +300,14 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
                        f"choose another -o directory or delete it")
 
     scales = config.scales_for(voice)
-    Segmenter(Phonemizer(voice), config.max_phonemes)  # refuses a bad voice or limit before any book is read
+    # refuses a bad voice or limit before any book is read
+    Segmenter(Phonemizer(voice), config.max_phonemes, speak=make_speak(lexicon, config.normalize_text))
     books_meta = []
     to_segment = []  # (book index, chapter) of the selected chapters, in book order
     for b_i, (path, inp) in enumerate(zip(books, inputs)):
-        book = load_book(Path(path), encoding=config.encoding)
+        book = load_book(Path(path), encoding=config.encoding, front_matter=config.include_front_matter,
+                         footnotes=config.footnotes)
+        announce = book.announcement() if config.announce else None
         selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))
         book_dir = f"{b_i + 1:02d}-{slug(book.title, 'book')}"
         chapters_meta = []
@@ -307,12 +317,15 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
                                   "selected": ch.index in selected})
             if ch.index in selected:
-                to_segment.append((b_i, ch))
-        books_meta.append({**inp, "title": book.title, "format": book.format, "dir": book_dir,
-                           "chapters": chapters_meta})
+                first = ch.index == book.chapters[0].index
+                to_segment.append((b_i, ch, announce if first else None))
+        books_meta.append({**inp, "title": book.title, "author": book.author, "format": book.format,
+                           "dir": book_dir, "chapters": chapters_meta})
     counts = [len(b["chapters"]) for b in books_meta]
     on_chapter = (lambda b_i, ch: progress(b_i, ch.index, counts[b_i])) if progress else None
-    rows = [PlannedUtterance(u) for utts in segment_chapters(voice, config.max_phonemes, to_segment, progress=on_chapter)
+    rows = [PlannedUtterance(u)
+            for utts in segment_chapters(voice, config.max_phonemes, to_segment, progress=on_chapter,
+                                         lexicon=lexicon, normalize_text=config.normalize_text)
             for u in utts]
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
@@ -322,7 +335,9 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         "job_id": job_id,
         "created_at": now_iso(),
         "config": config.to_dict(),
-        "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate},
+        "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate,
+                  **({"speaker_id": speaker_id} if speaker_id is not None else {})},
+        "lexicon": lexicon_report(lexicon, rows),
         "scales": scales.to_dict(),
         "books": books_meta,
         "batches": [asdict(b) for b in batches],
@@ -481,16 +496,21 @@ def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None):
+def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None,
+                     speaker: int | None = None):
     """Audio per row; on out-of-memory the rows are split in two and retried (recursively)."""
+    if speaker is not None and engine.info.name not in SPEAKER_ENGINES:
+        raise DeterministicEngineError(f"engine {engine.info.name} cannot choose a speaker (--speaker); "
+                                       f"use --engine {' or '.join(SPEAKER_ENGINES[:1])}")
     try:
-        res = engine.synthesize(SynthesisBatch.from_sequences([r.utt.phoneme_ids for r in rows], scales, seed))
+        res = engine.synthesize(SynthesisBatch.from_sequences(
+            [r.utt.phoneme_ids for r in rows], scales, seed, None if speaker is None else [speaker] * len(rows)))
     except EngineOutOfMemory:
         if len(rows) == 1:
             raise
         half = len(rows) // 2
-        a, ms_a, s_a = _synthesize_rows(engine, rows[:half], scales, seed)
-        b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed)
+        a, ms_a, s_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker)
+        b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker)
         return a + b, ms_a + ms_b, s_a + s_b + 1
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
@@ -561,6 +581,8 @@ def synthesis_class(job: Job) -> str:
     """Units of jobs with the same class can share one engine batch: same voice weights, sample rate
     and synthesis scales (the engine takes one set of scales per batch)."""
     ident = {"voice": job.meta["voice"]["model_sha256"], "sr": job.sample_rate, "scales": job.meta["scales"]}
+    if job.meta["voice"].get("speaker_id") is not None:
+        ident["speaker"] = job.meta["voice"]["speaker_id"]
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -577,11 +599,14 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
         if u.job.scales != first.scales:
             raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different synthesis scales; "
                            f"they cannot share an engine batch")
+        if u.job.meta["voice"].get("speaker_id") != first.meta["voice"].get("speaker_id"):
+            raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different speakers; "
+                           f"they cannot share an engine batch")
     rows_per = [u.job.batch_rows(u.batch_id) for u in units]
     rows = [r for rs in rows_per for r in rs]
     started = now_iso()
     seed = (int(first.job_id[:8], 16) + units[0].batch_id) & 0x7FFFFFFF
-    flat, infer_ms, splits = _synthesize_rows(engine, rows, first.scales, seed)
+    flat, infer_ms, splits = _synthesize_rows(engine, rows, first.scales, seed, first.meta["voice"].get("speaker_id"))
     items: list[list[np.ndarray]] = []
     k = 0
     for u, rs in zip(units, rows_per):
@@ -632,7 +657,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
 
 MANIFEST_COLUMNS = [
     "book_index", "book_title", "chapter_index", "chapter_title", "utterance_index", "paragraph_index",
-    "sentence_index", "text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
+    "sentence_index", "text", "spoken_text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
     "chapter_path", "start_s", "duration_s", "pause_after_s", "engine", "precision", "device", "infer_ms",
     "started_at", "finished_at", "worker", "queued_at", "attempt",
 ]
@@ -795,7 +820,8 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records
                         "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
                         "chapter_title": ch["title"], "utterance_index": u.utterance_index,
                         "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
-                        "text": u.text, "phoneme_count": len(u.phoneme_ids),
+                        "text": u.text, "spoken_text": u.spoken_text if u.spoken_text is not None else u.text,
+                        "phoneme_count": len(u.phoneme_ids),
                         "missing_phonemes": u.missing_phonemes,
                         "status": "synthesized" if rec else "skipped: nothing speakable",
                         "batch_id": r.batch_id,

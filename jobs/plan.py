@@ -32,6 +32,7 @@ PLAN_SCHEMA = pa.schema([
     ("speakable", pa.bool_()),
     ("batch_id", pa.int32()),
     ("batch_pos", pa.int32()),
+    ("spoken_text", pa.string()),
 ])
 
 
@@ -110,16 +111,18 @@ def to_table(rows: list[PlannedUtterance]) -> pa.Table:
         cols["speakable"].append(u.speakable)
         cols["batch_id"].append(r.batch_id)
         cols["batch_pos"].append(r.batch_pos)
+        cols["spoken_text"].append(u.spoken_text if u.spoken_text is not None else u.text)
     return pa.table(cols, schema=PLAN_SCHEMA)
 
 
 def from_table(table: pa.Table) -> list[PlannedUtterance]:
     d = table.to_pydict()
+    spoken = d.get("spoken_text") or [None] * table.num_rows  # plans written before spoken_text
     out = []
     for i in range(table.num_rows):
         u = Utterance(d["book_index"][i], d["chapter_index"][i], d["utterance_index"][i],
                       d["paragraph_index"][i], d["sentence_index"][i], d["text"][i],
                       list(d["phoneme_ids"][i]), d["missing_phonemes"][i], PauseKind(d["pause"][i]),
-                      d["speakable"][i])
+                      d["speakable"][i], spoken[i] if spoken[i] != d["text"][i] else None)
         out.append(PlannedUtterance(u, d["batch_id"][i], d["batch_pos"][i]))
     return out

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Callable
 
 from jobs.ingest import Chapter
+from jobs.lexicon import Lexicon, make_speak
 from jobs.phonemize import Phonemizer
 from jobs.segment import Segmenter, Utterance
 from jobs.voice import VoiceConfig
@@ -58,14 +59,18 @@ def _pieces(ch: Chapter, piece_chars: int) -> list[tuple[Chapter, int]]:
     return out
 
 
-def _init_worker(voice: VoiceConfig, max_phonemes: int) -> None:
+def _segmenter(voice: VoiceConfig, max_phonemes: int, lexicon: Lexicon | None, normalize_text: bool) -> Segmenter:
+    return Segmenter(Phonemizer(voice), max_phonemes, speak=make_speak(lexicon, normalize_text))
+
+
+def _init_worker(voice: VoiceConfig, max_phonemes: int, lexicon: Lexicon | None, normalize_text: bool) -> None:
     global _worker_segmenter
-    _worker_segmenter = Segmenter(Phonemizer(voice), max_phonemes)
+    _worker_segmenter = _segmenter(voice, max_phonemes, lexicon, normalize_text)
 
 
-def _segment_piece(task: tuple[int, Chapter]) -> list[Utterance]:
-    book_index, chapter = task
-    return _worker_segmenter.chapter_utterances(book_index, chapter)
+def _segment_piece(task: tuple[int, Chapter, str | None]) -> list[Utterance]:
+    book_index, chapter, announce = task
+    return _worker_segmenter.chapter_utterances(book_index, chapter, announce=announce)
 
 
 def _join(parts: list[tuple[list[Utterance], int]]) -> list[Utterance]:
@@ -87,26 +92,28 @@ def _context():
     return multiprocessing.get_context("spawn")
 
 
-def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple[int, Chapter]],
+def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple[int, Chapter, str | None]],
                      workers: int | None = None, progress: Callable[[int, Chapter], None] | None = None,
-                     min_chars: int = PARALLEL_MIN_CHARS, piece_chars: int = PIECE_CHARS) -> list[list[Utterance]]:
-    """Utterances of each (book index, chapter) of ``chapters``, in order; the same as segmenting
-    them one after the other in this process. ``workers``: processes (default: the host's cores);
-    ``progress(book_index, chapter)`` after each chapter, in order."""
-    total = sum(_chars(ch) for _, ch in chapters)
+                     min_chars: int = PARALLEL_MIN_CHARS, piece_chars: int = PIECE_CHARS,
+                     lexicon: Lexicon | None = None, normalize_text: bool = False) -> list[list[Utterance]]:
+    """Utterances of each (book index, chapter, announcement or None) of ``chapters``, in order; the
+    same as segmenting them one after the other in this process with the job's spoken-text function
+    (``lexicon``, ``normalize_text``: :func:`jobs.lexicon.make_speak`). ``workers``: processes (default:
+    the host's cores); ``progress(book_index, chapter)`` after each chapter, in order."""
+    total = sum(_chars(ch) for _, ch, _ in chapters)
     workers = min(MAX_WORKERS, host_cores() if workers is None else workers)
-    tasks: list[tuple[int, Chapter]] = []
+    tasks: list[tuple[int, Chapter, str | None]] = []
     owners: list[tuple[int, int]] = []  # per task: (chapter position, first paragraph)
     if workers > 1 and total >= min_chars:
-        for pos, (b_i, ch) in enumerate(chapters):
-            for piece, p_start in _pieces(ch, piece_chars):
-                tasks.append((b_i, piece))
+        for pos, (b_i, ch, announce) in enumerate(chapters):
+            for k, (piece, p_start) in enumerate(_pieces(ch, piece_chars)):
+                tasks.append((b_i, piece, announce if k == 0 else None))  # spoken before the title
                 owners.append((pos, p_start))
     if len(tasks) < 2:
-        segmenter = Segmenter(Phonemizer(voice), max_phonemes)
+        segmenter = _segmenter(voice, max_phonemes, lexicon, normalize_text)
         out = []
-        for b_i, ch in chapters:
-            out.append(segmenter.chapter_utterances(b_i, ch))
+        for b_i, ch, announce in chapters:
+            out.append(segmenter.chapter_utterances(b_i, ch, announce=announce))
             if progress:
                 progress(b_i, ch)
         return out
@@ -114,7 +121,7 @@ def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple
 
     parts: list[list[tuple[list[Utterance], int]]] = [[] for _ in chapters]
     with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=_context(), initializer=_init_worker,
-                             initargs=(voice, max_phonemes)) as pool:
+                             initargs=(voice, max_phonemes, lexicon, normalize_text)) as pool:
         # longest pieces first, so that one big piece does not finish last alone
         by_size = sorted(range(len(tasks)), key=lambda i: -_chars(tasks[i][1]))
         futures = {i: pool.submit(_segment_piece, tasks[i]) for i in by_size}
@@ -124,11 +131,11 @@ def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple
             parts[pos].append((futures[i].result(), p_start))
             last_of_chapter = i + 1 == len(tasks) or owners[i + 1][0] != pos
             if last_of_chapter and progress:
-                for b_i, ch in chapters[done_upto:pos + 1]:
+                for b_i, ch, _ in chapters[done_upto:pos + 1]:
                     progress(b_i, ch)
                 done_upto = pos + 1
     out = [_join(p) for p in parts]
     if progress:
-        for b_i, ch in chapters[done_upto:]:
+        for b_i, ch, _ in chapters[done_upto:]:
             progress(b_i, ch)
     return out

@@ -180,6 +180,10 @@ def test_whole_book_plan_keeps_every_word_of_every_chapter(tmp_path, name):
     for ch in book.chapters:
         utts = [r.utt for r in job.rows if r.utt.chapter_index == ch.index]
         assert [u.utterance_index for u in utts] == list(range(len(utts)))
+        # the book's announcement ("Title, by Author.") opens chapter 1, as its own utterance
+        announced = [u.text for u in utts if u.paragraph_index == -2]
+        assert announced == ([book.announcement()] if ch.index == 1 else [])
+        utts = [u for u in utts if u.paragraph_index != -2]
         assert " ".join(u.text for u in utts).split() == (ch.title + " " + " ".join(ch.paragraphs)).split()
         assert all(len(u.phoneme_ids) <= 2 * job.config.max_phonemes + 3 for u in utts)
     assert job.meta["summary"]["padding_efficiency"] > 0.9

@@ -29,12 +29,15 @@ def test_pieces_are_whole_paragraphs_in_order_with_the_title_first():
 
 def test_parallel_segmentation_equals_serial_on_a_whole_book(voice):
     book = load_book(DATA / "alice-pg11.txt")
-    chapters = [(0, ch) for ch in book.chapters]
+    # the announcement goes with the first piece of chapter 1; the spoken text (normalisation) in every worker
+    chapters = [(0, ch, "Alice, by Lewis Carroll." if i == 0 else None) for i, ch in enumerate(book.chapters)]
     seen = []
-    serial = segment_chapters(voice, 400, chapters, workers=1)
+    serial = segment_chapters(voice, 400, chapters, workers=1, normalize_text=True)
     parallel = segment_chapters(voice, 400, chapters, workers=2, min_chars=0, piece_chars=3000,
-                                progress=lambda b_i, ch: seen.append(ch.index))
-    assert max(len(_pieces(ch, 3000)) for _, ch in chapters) > 1, "chapters were cut into pieces"
+                                progress=lambda b_i, ch: seen.append(ch.index), normalize_text=True)
+    assert max(len(_pieces(ch, 3000)) for _, ch, _ in chapters) > 1, "chapters were cut into pieces"
+    assert serial[0][0].paragraph_index == -2 and serial[0][0].text == "Alice, by Lewis Carroll."
+    assert any(u.spoken_text for utts in serial for u in utts), "normalisation ran"
     assert parallel == serial
     assert seen == [ch.index for ch in book.chapters]
 
@@ -61,5 +64,5 @@ def test_small_inputs_stay_in_this_process(voice, monkeypatch):
     import concurrent.futures
 
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
-    out = segment_chapters(voice, 400, [(0, Chapter(1, "One", ["A short paragraph. Two sentences."]))])
+    out = segment_chapters(voice, 400, [(0, Chapter(1, "One", ["A short paragraph. Two sentences."]), None)])
     assert [u.text for u in out[0]] == ["One", "A short paragraph.", "Two sentences."]
