@@ -15,6 +15,7 @@ import json
 import logging
 import socket
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -474,13 +475,14 @@ def _normalize(item: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(item.astype(np.float32) * (32767.0 / peak)), -32767, 32767).astype(np.int16)
 
 
-def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
-    """The items concatenated, each peak-normalised as :func:`_normalize` does (the same samples),
-    item by item (an utterance fits in the CPU's cache; one pass over a whole batch does not)."""
-    if not items:
-        return np.zeros(0, np.int16)
-    out = np.empty(sum(len(a) for a in items), dtype=np.int16)
-    k = 0
+#: Above this many samples a unit's normalisation is spread over threads (numpy releases the GIL).
+_PARALLEL_NORMALIZE_SAMPLES = 4_000_000
+_normalize_pool: ThreadPoolExecutor | None = None
+_normalize_pool_lock = threading.Lock()
+
+
+def _normalize_into(out: np.ndarray, items: list[np.ndarray], start: int) -> None:
+    k = start
     for a in items:
         n = len(a)
         peak = max(int(a.max()), -int(a.min())) if n else 0
@@ -493,6 +495,31 @@ def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
             np.clip(x, -32767, 32767, out=x)
             out[k:k + n] = x
         k += n
+
+
+def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
+    """The items concatenated, each peak-normalised as :func:`_normalize` does (the same samples),
+    item by item (an utterance fits in the CPU's cache; one pass over a whole batch does not); a big
+    unit's items are shared among a few threads, each writing its own part of the result."""
+    global _normalize_pool
+    if not items:
+        return np.zeros(0, np.int16)
+    lens = [len(a) for a in items]
+    total = sum(lens)
+    out = np.empty(total, dtype=np.int16)
+    parts = min(8, os.cpu_count() or 1, len(items))
+    if total < _PARALLEL_NORMALIZE_SAMPLES or parts < 2:
+        _normalize_into(out, items, 0)
+        return out
+    with _normalize_pool_lock:
+        if _normalize_pool is None:
+            _normalize_pool = ThreadPoolExecutor(parts, thread_name_prefix="booktts-normalize")
+    starts = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    cuts = np.linspace(0, len(items), parts + 1).astype(int)
+    futures = [_normalize_pool.submit(_normalize_into, out, items[cuts[i]:cuts[i + 1]], int(starts[cuts[i]]))
+               for i in range(parts) if cuts[i + 1] > cuts[i]]
+    for f in futures:
+        f.result()
     return out
 
 

@@ -202,3 +202,24 @@ def test_parallel_finalize_equals_one_chapter_at_a_time(short_book, tmp_path, fa
     finalize(load_job(tmp_path / "out"))
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*.flac")} == parallel
     assert manifest(tmp_path / "out") == rows
+
+
+@pytest.mark.parametrize("parallel_above", [10**12, 1000], ids=["one-thread", "threads"])
+def test_batch_normalisation_equals_piper_per_item_normalisation(monkeypatch, parallel_above):
+    """What write_unit writes (_normalize_concat, item by item, a big unit over threads) is exactly the
+    concatenation of _normalize per item: silent items, full-scale items and -32768 included."""
+    import jobs.pipeline as pl
+
+    monkeypatch.setattr(pl, "_PARALLEL_NORMALIZE_SAMPLES", parallel_above)
+    rng = np.random.default_rng(7)
+    for _ in range(25):
+        items = []
+        for _ in range(int(rng.integers(1, 40))):
+            n, amp = int(rng.integers(0, 3000)), int(rng.choice([0, 1, 5, 300, 32767]))
+            a = rng.integers(-amp, amp + 1, size=n).astype(np.int16) if amp else np.zeros(n, np.int16)
+            if n and rng.random() < 0.2:
+                a[0] = -32768
+            items.append(a)
+        want = np.concatenate([pl._normalize(a) for a in items])
+        got = pl._normalize_concat(items)
+        assert got.dtype == np.int16 and np.array_equal(got, want)
