@@ -92,7 +92,7 @@ def _print_plan(job) -> None:
                       + (", ..." if len(m) > 20 else "") if m else "") + ")")
     est = s["estimated_audio_s"]
     click.echo(f"utterances: {s['utterances']} ({s['unspeakable']} with nothing speakable, skipped)")
-    click.echo(f"batches: {s['batches']}  padding efficiency: {100 * s['padding_efficiency']:.1f}%")
+    click.echo(f"batches: {s['batches']} ({job.config.batch_order} order)  padding efficiency: {100 * s['padding_efficiency']:.1f}%")
     click.echo(f"estimated audio: {est / 3600:.0f}h{est % 3600 / 60:02.0f}m ({est:.0f} s)")
 
 

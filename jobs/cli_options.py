@@ -24,7 +24,9 @@ from jobs.config import (
     GPU_MAX_BATCH_PHONEMES,
     LIMITS,
     JobConfig,
+    BATCH_ORDERS,
     batch_defaults,
+    batch_order_default,
     runs_on_gpu,
 )
 from jobs.errors import TTSError
@@ -137,6 +139,10 @@ def job_options(f):
         click.option("--max-batch-phonemes", type=limit_type("max_batch_phonemes"), default=None,
                      help=f"Most padded phoneme ids per batch (items x longest) [default: {DEFAULT_MAX_BATCH_PHONEMES} "
                           f"on CPU, {GPU_MAX_BATCH_PHONEMES} with a cuda device or TensorRT]."),
+        click.option("--batch-order", type=click.Choice(BATCH_ORDERS), default=None,
+                     help="Pack batches by length (least padding) or in reading order (every batch a mix of "
+                          "lengths: the GPU engine's shapes recur and chapters finish early) [default: length on "
+                          "CPU, reading with a cuda device or TensorRT]."),
         click.option("--max-phonemes", type=limit_type("max_phonemes"), default=DEFAULT_MAX_PHONEMES, show_default=True,
                      help="Longest utterance in phonemes; longer sentences are split at clauses, then words."),
         click.option("--length-scale", type=limit_type("length_scale"), default=None, help="Speaking rate, >1 slower (default: the voice's)."),
@@ -162,16 +168,17 @@ def job_options(f):
     ]
 
     @functools.wraps(f)
-    def wrapper(*args, voice, audio_format, chapters, encoding, max_batch, max_batch_phonemes, max_phonemes,
+    def wrapper(*args, voice, audio_format, chapters, encoding, max_batch, max_batch_phonemes, batch_order, max_phonemes,
                 length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize,
                 normalize_text, footnotes, lexicon, include_front_matter, announce, speaker, **kw):
         cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
         max_batch = cpu_batch if max_batch is None else max_batch
         max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
+        batch_order = batch_order or batch_order_default(None)
         try:  # the settings' consistency (a batch budget too small for the longest utterance, say)
             config = JobConfig(voice=voice, audio_format=audio_format, chapters=chapters, encoding=encoding,
                                max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
-                               noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
+                               batch_order=batch_order, noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
                                sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,
                                title_pause_s=title_pause, normalize=normalize, normalize_text=normalize_text,
                                footnotes=footnotes, lexicon=lexicon, include_front_matter=include_front_matter,
@@ -207,6 +214,8 @@ def engine_options(f):
                 kw["max_batch"] = gpu_batch
             if "max_batch_phonemes" in kw and kw["max_batch_phonemes"] is None:
                 kw["max_batch_phonemes"] = gpu_phonemes
+            if "batch_order" in kw and kw["batch_order"] is None:
+                kw["batch_order"] = batch_order_default(spec)
         max_batch = kw.get("max_batch") or getattr(kw.get("config"), "max_batch", CPU_MAX_BATCH)
         spec = dataclasses.replace(spec, max_batch=max_batch)
         return f(*args, engine_spec=spec, **kw)

@@ -79,6 +79,15 @@ def runs_on_gpu(engine: EngineSpec | None) -> bool:
     return engine is not None and ((engine.device or "").startswith("cuda") or engine.name == "tensorrt")
 
 
+BATCH_ORDERS = ("length", "reading")
+
+
+def batch_order_default(engine: EngineSpec | None) -> str:
+    """The batch order a job gets when it does not set one, for this engine: ``reading`` on a GPU
+    (the torch engine buckets by length itself), ``length`` otherwise."""
+    return "reading" if runs_on_gpu(engine) else "length"
+
+
 def batch_defaults(engine: EngineSpec | None) -> tuple[int, int]:
     """(max_batch, max_batch_phonemes) a job gets when it does not set them, for this engine."""
     return (GPU_MAX_BATCH, GPU_MAX_BATCH_PHONEMES) if runs_on_gpu(engine) else (CPU_MAX_BATCH, DEFAULT_MAX_BATCH_PHONEMES)
@@ -130,6 +139,13 @@ class JobConfig:
     """Speak "Title, by Author." at the start of each book (when the book names its title)."""
     speaker: str | None = None
     """Speaker id or name of a multi-speaker voice; None: the voice's default (speaker 0)."""
+    batch_order: str = "length"
+    """How utterances are packed into batches: ``length`` (sorted by length, least padding: CPU engines)
+    or ``reading`` (consecutive utterances in reading order, the budget counting real ids: for engines
+    that bucket by length inside a batch, as the torch engine does; every batch then has the book's mix
+    of lengths, so its shapes and CUDA graphs recur from batch to batch, and chapters are complete, and
+    written, while later ones are synthesized). The CLI's default depends on the engine
+    (:func:`batch_order_default`)."""
     engine: EngineSpec = field(default_factory=EngineSpec)
     """The backend that synthesizes (not part of the job's identity)."""
 
@@ -150,6 +166,8 @@ class JobConfig:
             if not lim.allows(value):
                 kind = "a whole number " if lim.integer else ""
                 raise InputError(f"{lim.option} {value!r} is out of range: allowed {kind}{lim.describe()}")
+        if self.batch_order not in BATCH_ORDERS:
+            raise InputError(f"--batch-order {self.batch_order!r} is not one of {', '.join(BATCH_ORDERS)}")
         need = longest_utterance_ids(self.max_phonemes)
         if self.max_batch_phonemes < need:
             raise InputError(f"--max-batch-phonemes {self.max_batch_phonemes} is too small for --max-phonemes "
@@ -181,4 +199,6 @@ class JobConfig:
         """The settings that decide the output; a different identity means a different job."""
         d = self.to_dict()
         d.pop("engine")
+        if d.get("batch_order") == "length":  # the order of jobs made before the setting existed
+            d.pop("batch_order")
         return d

@@ -330,7 +330,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             for u in utts]
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
-    batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes)
+    batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes, config.batch_order)
     meta = {
         "format_version": JOB_FORMAT_VERSION,
         "job_id": job_id,

@@ -61,9 +61,17 @@ class BatchInfo:
         return self.size * self.max_len
 
 
-def pack_batches(rows: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int) -> list[BatchInfo]:
-    """Assign ``batch_id``/``batch_pos`` to speakable rows, shortest first; return the batches."""
-    todo = sorted((r for r in rows if r.utt.speakable), key=lambda r: (len(r.utt.phoneme_ids), r.key))
+def pack_batches(rows: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int,
+                 order: str = "length") -> list[BatchInfo]:
+    """Assign ``batch_id``/``batch_pos`` to speakable rows; return the batches. ``order`` ``length``:
+    shortest first, the phoneme budget counting padded ids (items x longest); ``reading``: in reading
+    order, the budget counting real ids (the engine pads per length bucket inside the batch)."""
+    speakable = [r for r in rows if r.utt.speakable]
+    if order == "reading":
+        return _pack_reading(sorted(speakable, key=lambda r: r.key), max_batch, max_batch_phonemes)
+    if order != "length":
+        raise ValueError(f"unknown batch order {order!r}")
+    todo = sorted(speakable, key=lambda r: (len(r.utt.phoneme_ids), r.key))
     batches: list[BatchInfo] = []
     current: list[PlannedUtterance] = []
 
@@ -82,6 +90,22 @@ def pack_batches(rows: list[PlannedUtterance], max_batch: int, max_batch_phoneme
             close()
         current.append(r)
     close()
+    return batches
+
+
+def _pack_reading(todo: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int) -> list[BatchInfo]:
+    batches: list[BatchInfo] = []
+    start, real = 0, 0
+    for i, r in enumerate(todo + [None]):
+        n = len(r.utt.phoneme_ids) if r is not None else 0
+        if i > start and (r is None or i - start >= max_batch or real + n > max_batch_phonemes):
+            part = todo[start:i]
+            b = BatchInfo(len(batches), len(part), max(len(p.utt.phoneme_ids) for p in part), real)
+            for pos, p in enumerate(part):
+                p.batch_id, p.batch_pos = b.batch_id, pos
+            batches.append(b)
+            start, real = i, 0
+        real += n
     return batches
 
 

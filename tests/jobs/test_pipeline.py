@@ -5,6 +5,7 @@ Most cases use the fake engine for speed; the integration cases at the end use t
 
 import numpy as np
 import pyarrow.parquet as pq
+from pathlib import Path
 import pytest
 import soundfile as sf
 
@@ -223,3 +224,26 @@ def test_batch_normalisation_equals_piper_per_item_normalisation(monkeypatch, pa
         want = np.concatenate([pl._normalize(a) for a in items])
         got = pl._normalize_concat(items)
         assert got.dtype == np.int16 and np.array_equal(got, want)
+
+
+def test_run_in_reading_order_is_complete_and_writes_chapters_early(tmp_path, voice):
+    """A job packed in reading order (the GPU default) through the local runner: every utterance once,
+    playing its own audio, and the first chapter written before the last batch was synthesized."""
+    from jobs.runner import run_local
+    from tests.fake_audio import assert_rows_play_their_own_audio
+
+    from engines.fake import FakeEngine
+
+    out = tmp_path / "o"
+    job = prepare_job([Path(__file__).resolve().parents[1] / "data" / "alice-pg11.txt"], out, JobConfig(max_batch=64, batch_order="reading", chapters="1-3"))
+    assert job.config.batch_order == "reading" and len(job.batches) > 3
+    chapters = []
+    stats = run_local(job, FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length),
+                      on_chapter=lambda *a: chapters.append(a))
+    assert stats is not None
+    rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    assert len(rows) == len(job.rows)
+    assert assert_rows_play_their_own_audio(out) == sum(r.utt.speakable for r in job.rows)
+    assert len(chapters) >= 2, ("chapters 1 and 2 were written while synthesis went on", chapters)
+    ident = JobConfig(max_batch=64).identity()
+    assert "batch_order" not in ident and JobConfig(max_batch=64, batch_order="reading").identity()["batch_order"]
