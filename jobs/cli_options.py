@@ -141,8 +141,7 @@ def job_options(f):
                           f"on CPU, {GPU_MAX_BATCH_PHONEMES} with a cuda device or TensorRT]."),
         click.option("--batch-order", type=click.Choice(BATCH_ORDERS), default=None,
                      help="Pack batches by length (least padding) or in reading order (every batch a mix of "
-                          "lengths: the GPU engine's shapes recur and chapters finish early) [default: length on "
-                          "CPU, reading with a cuda device or TensorRT]."),
+                          "lengths: chapters are written while later ones are synthesized)."),
         click.option("--max-phonemes", type=limit_type("max_phonemes"), default=DEFAULT_MAX_PHONEMES, show_default=True,
                      help="Longest utterance in phonemes; longer sentences are split at clauses, then words."),
         click.option("--length-scale", type=limit_type("length_scale"), default=None, help="Speaking rate, >1 slower (default: the voice's)."),

@@ -83,9 +83,11 @@ BATCH_ORDERS = ("length", "reading")
 
 
 def batch_order_default(engine: EngineSpec | None) -> str:
-    """The batch order a job gets when it does not set one, for this engine: ``reading`` on a GPU
-    (the torch engine buckets by length itself), ``length`` otherwise."""
-    return "reading" if runs_on_gpu(engine) else "length"
+    """The batch order a job gets when it does not set one: ``length`` for every engine. (``reading``
+    makes chapters complete early, but in a fresh process on the H200 a 6-hour book's engine time was
+    about twice that of length order: each batch then holds every length bucket, so more, smaller
+    chunks, each shape new; docs/PERFORMANCE.md.)"""
+    return "length"
 
 
 def batch_defaults(engine: EngineSpec | None) -> tuple[int, int]:
@@ -144,8 +146,7 @@ class JobConfig:
     or ``reading`` (consecutive utterances in reading order, the budget counting real ids: for engines
     that bucket by length inside a batch, as the torch engine does; every batch then has the book's mix
     of lengths, so its shapes and CUDA graphs recur from batch to batch, and chapters are complete, and
-    written, while later ones are synthesized). The CLI's default depends on the engine
-    (:func:`batch_order_default`)."""
+    written, while later ones are synthesized). Default: :func:`batch_order_default`."""
     engine: EngineSpec = field(default_factory=EngineSpec)
     """The backend that synthesizes (not part of the job's identity)."""
 
