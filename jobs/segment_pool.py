@@ -24,9 +24,9 @@ from jobs.segment import Segmenter, Utterance
 from jobs.voice import VoiceConfig
 
 #: Below this many characters of text the chapters are segmented in this process.
-PARALLEL_MIN_CHARS = 200_000
+PARALLEL_MIN_CHARS = 60_000
 #: Characters of whole paragraphs per piece handed to a worker process.
-PIECE_CHARS = 40_000
+PIECE_CHARS = 20_000
 #: Most worker processes.
 MAX_WORKERS = 32
 
