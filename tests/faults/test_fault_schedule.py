@@ -66,10 +66,10 @@ def alice_paragraphs() -> list[str]:
 
 
 def make_book(rng: random.Random, path: Path, paras: list[str]) -> Path:
-    """2-3 chapters of 2-3 paragraphs of real prose drawn by ``rng`` (a new job each time)."""
+    """2-3 chapters of 2-4 paragraphs of real prose drawn by ``rng`` (a new job each time)."""
     chapters = []
     for c in range(rng.randint(2, 3)):
-        chosen = rng.sample(paras, rng.randint(2, 3))
+        chosen = rng.sample(paras, rng.randint(2, 4))
         chapters.append(f"CHAPTER {ROMAN[c]}.\nPart {rng.randint(1, 10**6)}\n\n" + "\n\n".join(chosen) + "\n")
     path.write_text("\n".join(chapters), encoding="utf-8")
     return path
@@ -141,17 +141,19 @@ class Schedule:
         raise AssertionError(f"job {job_id} not done after {timeout} s: {info} {self.where()}\n{self.worker_logs()}")
 
     def wait_quiet(self, job_id: str, timeout: float = 30) -> None:
-        """Nothing queued, unacknowledged or running: every message (duplicates too) handled."""
+        """Nothing queued or running: every message (duplicates too) taken and handled. (Messages a
+        killed node had taken stay in Redis's ``unacked`` until the visibility timeout, hours: not
+        waited for; their batches were re-enqueued by the reaper.)"""
         r = self.store.r
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                busy = (sum(r.llen(q) for q in ("tts.high", "tts.normal", "tts.low")) + r.hlen("unacked")
+                busy = (sum(r.llen(q) for q in ("tts.high", "tts.normal", "tts.low"))
                         + len(self.store.running(job_id)))
             except Exception:
                 busy = 1
             if not busy:
-                time.sleep(1.0)  # a SIGCONTed worker's last steps
+                time.sleep(1.5)  # the last messages taken, handled; a SIGCONTed worker's last steps
                 return
             time.sleep(0.2)
         raise AssertionError(f"job {job_id}: messages still pending after {timeout} s {self.where()}")
@@ -259,8 +261,8 @@ class Schedule:
 
 def test_randomized_fault_schedule(own_redis, start_worker, tmp_path):
     seed = seed_from_env()
-    n_jobs = int(os.environ.get("BOOKTTS_FAULT_JOBS", "4"))
-    max_faults = int(os.environ.get("BOOKTTS_FAULT_MAX", "4"))
+    n_jobs = int(os.environ.get("BOOKTTS_FAULT_JOBS", "6"))
+    max_faults = int(os.environ.get("BOOKTTS_FAULT_MAX", "4"))  # per job, on average
     rng = random.Random(seed)
     print(f"fault schedule seed {seed} (BOOKTTS_FAULT_SEED={seed} replays it): {n_jobs} jobs, "
           f"up to {max_faults} faults each", flush=True)
@@ -273,22 +275,34 @@ def test_randomized_fault_schedule(own_redis, start_worker, tmp_path):
         w.wait_ready()
     t0 = time.monotonic()
     jobs = utterances = 0
-    for j in range(n_jobs):
+    # the deck: every kind at least once, the rest drawn at random; dealt to the jobs in order, what a
+    # job did not use (it ended first) goes to the next one
+    deck = list(KINDS) + [rng.choice(KINDS) for _ in range(max(0, n_jobs * max_faults - len(KINDS)))]
+    rng.shuffle(deck)
+    deck = deck[:max(n_jobs * max_faults, len(KINDS))]
+    j = -1
+    while True:
+        j += 1
+        if j >= n_jobs and (not deck or j >= n_jobs + 2):  # up to two more jobs for faults not injected yet
+            break
         book = make_book(rng, tmp_path / f"book{j}.txt", paras)
         out = tmp_path / f"job{j}"
         job_id = s.concurrent_submits(book, out)
         batches = s.store.get_job(job_id).batches
         assert batches >= 3, f"a multi-batch job: {batches}"
-        # the faults: at random moments while the job runs, each drawn from KINDS
-        budget = rng.randint(max(1, max_faults // 2), max_faults)
+        # this job's share of the deck, at random moments while it runs (the last job takes what is left)
+        share = -(-len(deck) // max(n_jobs - j, 1))
         injected = 0
-        while injected < budget:
-            time.sleep(rng.uniform(0.1, 1.0))
+        while injected < share and deck:
+            time.sleep(rng.uniform(0.1, 0.8))
             info = s.info(job_id)
             if info is not None and info.status is JobStatus.DONE:
                 break
-            if s.inject(rng.choice(KINDS), job_id, out, batches):
+            if s.inject(deck[0], job_id, out, batches):
+                deck.pop(0)
                 injected += 1
+            else:
+                deck.append(deck.pop(0))  # does not apply now (no worker ready yet, say): later
         s.keep_two()
         info = s.wait_done(job_id)
         assert info.done == info.batches == batches and info.failed == 0 and not s.store.failures(job_id), \
@@ -322,4 +336,5 @@ def test_randomized_fault_schedule(own_redis, start_worker, tmp_path):
     print("fault schedule summary: " + json.dumps(summary), flush=True)
     if os.environ.get("BOOKTTS_FAULT_SUMMARY"):
         Path(os.environ["BOOKTTS_FAULT_SUMMARY"]).write_text(json.dumps(summary, indent=1) + "\n")
-    assert jobs == n_jobs and utterances > 0
+    assert jobs >= n_jobs and utterances > 0
+    assert not deck, f"faults never injected (every job ended first): {deck}"
