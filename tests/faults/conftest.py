@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.report import SUMMARIES
 from tests.workers.conftest import HAVE_REDIS, NO_REDIS, own_redis, redis_server, redis_url, start_worker  # noqa: F401
-
-#: Filled by the schedule tests: one dict per run (seed, faults by kind, jobs, utterances checked).
-SUMMARIES: list[dict] = []
 
 
 def pytest_collection_modifyitems(config, items):

@@ -34,8 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import SUMMARIES
 from tests.faults.invariants import check_job_dir, temp_files
+from tests.faults.report import SUMMARIES
 from tests.workers.test_dir_claims import one_error_line, submit_proc
 from tests.workers.test_distributed import cli
 from tests.workers.test_trust import forge
@@ -89,6 +89,8 @@ class Schedule:
         self.workers: list = []
         self.n_started = 0
         self.faults: Counter = Counter()
+        self.hits: Counter = Counter()  # faults whose target held a batch or finalize lease of the job
+        self.killed: set[int] = set()
         self.log: list[str] = []
 
     def note(self, what: str) -> None:
@@ -192,24 +194,36 @@ class Schedule:
 
     # ---------------------------------------------------------------- faults
 
+    def holders(self, job_id: str) -> list:
+        try:
+            return [h for h in self.store.running(job_id).values() if h is not None]
+        except Exception:  # Redis being restarted
+            return []
+
+    def pick_worker(self, job_id: str):
+        """A ready worker, the one holding a lease of the job more often than not; (worker, held?)."""
+        ws = self.ready()
+        if not ws:
+            return None, False
+        busy = [w for w in ws if w.name in {h.worker for h in self.holders(job_id)}]
+        w = self.rng.choice(busy if busy and self.rng.random() < 0.75 else ws)
+        return w, w in busy
+
     def inject(self, kind: str, job_id: str, out: Path, batches: int) -> bool:
         """One fault of ``kind``; False if it does not apply right now (nothing counted)."""
         rng = self.rng
         if kind == "kill_node":
-            ws = self.ready()
-            if len(ws) < 1:
+            w, held = self.pick_worker(job_id)
+            if w is None:
                 return False
-            w = rng.choice(ws)
             w.kill_group()
-            self.note(f"kill_node {w.name}")
+            self.hits[kind] += held
+            self.note(f"kill_node {w.name}{' (holding a lease)' if held else ''}")
             self.keep_two()
         elif kind == "kill_child":
-            try:
-                holders = [h for b, h in self.store.running(job_id).items() if h is not None]
-            except Exception:
-                holders = []
-            children = {c: w for w in self.ready() for c in w.children()}
-            pids = [h.pid for h in holders if h.pid in children] or sorted(children)
+            children = {c: w for w in self.ready() for c in w.children() if c not in self.killed}
+            held = [h.pid for h in self.holders(job_id) if h.pid in children]
+            pids = held if held and rng.random() < 0.75 else sorted(children)
             if not pids:
                 return False
             pid = rng.choice(pids)
@@ -217,15 +231,17 @@ class Schedule:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 return False
-            self.note(f"kill_child pid {pid} of {children[pid].name}")
+            self.killed.add(pid)
+            self.hits[kind] += pid in held
+            self.note(f"kill_child pid {pid} of {children[pid].name}{' (holding a lease)' if pid in held else ''}")
         elif kind == "stop_past_lease":
-            ws = self.ready()
-            if not ws:
+            w, held = self.pick_worker(job_id)
+            if w is None:
                 return False
-            w = rng.choice(ws)
             pause = LEASE_S + rng.uniform(1.0, 2.5)
             os.killpg(w.pid, signal.SIGSTOP)
-            self.note(f"stop_past_lease {w.name} for {pause:.1f} s")
+            self.hits[kind] += held
+            self.note(f"stop_past_lease {w.name} for {pause:.1f} s{' (holding a lease)' if held else ''}")
             time.sleep(pause)
             os.killpg(w.pid, signal.SIGCONT)
         elif kind in ("redis_lost", "redis_kept"):
@@ -327,10 +343,12 @@ def test_randomized_fault_schedule(own_redis, start_worker, tmp_path):
     faults = dict(sorted(s.faults.items()))
     injected_total = sum(v for k, v in faults.items() if k not in ("concurrent_submit", "dup_after_done"))
     summary = {"seed": seed, "jobs": jobs, "utterances_checked": utterances, "faults": faults,
-               "faults_injected_while_running": injected_total, "workers_started": s.n_started,
+               "faults_injected_while_running": injected_total, "process_faults_on_a_lease_holder": dict(s.hits),
+               "workers_started": s.n_started,
                "seconds": round(took, 1)}
     summary["line"] = (f"seed {seed}: {jobs} jobs, {utterances} utterances checked, {injected_total} faults while "
-                       f"running ({', '.join(f'{k} {v}' for k, v in faults.items())}), {s.n_started} workers "
+                       f"running ({', '.join(f'{k} {v}' for k, v in faults.items())}; {sum(s.hits.values())} kills/stops "
+                       f"hit a lease holder), {s.n_started} workers "
                        f"started, {took:.0f} s")
     SUMMARIES.append(summary)
     print("fault schedule summary: " + json.dumps(summary), flush=True)
