@@ -13,12 +13,13 @@ from tests.workers.conftest import HAVE_REDIS, NO_REDIS, own_redis, redis_server
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without a redis-server binary, skip this directory's tests, saying why (-rs shows it)."""
+    """Without a redis-server binary, skip this directory's tests that need one, saying why (-rs shows it)."""
     if HAVE_REDIS:
         return
     here = Path(__file__).parent
     for item in items:
-        if here in Path(str(item.fspath)).parents:
+        needs = {"redis_server", "redis_url", "own_redis", "start_worker"} & set(getattr(item, "fixturenames", ()))
+        if here in Path(str(item.fspath)).parents and needs:
             item.add_marker(pytest.mark.skip(reason=NO_REDIS))
 
 
