@@ -93,7 +93,7 @@ def _context():
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
+        ctx.set_forkserver_preload(["__main__", __name__])  # each child then imports neither again
         return ctx
     return multiprocessing.get_context("spawn")
 
