@@ -9,6 +9,7 @@ call them from thin tasks. See docs/DESIGN.md for the job directory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -27,6 +28,7 @@ import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
+from jobs import deliver
 from jobs.config import AUDIO_FORMATS, JobConfig
 from jobs.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from jobs.files import atomic_path, inside, read_json, slug, storage_error, sweep_temp_files, write_json
@@ -275,8 +277,11 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     """
     from jobs.ingest import load_book
 
+    from jobs import deliver, formats
+
     if config.audio_format not in AUDIO_FORMATS:
-        raise InputError(f"--format {config.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
+        raise InputError(f"--format {config.audio_format!r} is not supported; choose {', '.join(AUDIO_FORMATS)}")
+    deliver.check_available(config)  # a missing encoder is refused before anything is planned or synthesized
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"-o {out_dir}: exists and is not a directory; choose a directory")
@@ -286,6 +291,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if (out_dir / JOB_FILE).exists():
         existing = load_job(out_dir)
+        _refuse_other_output(out_dir, existing, inputs, config, voice)
         if existing.job_id == job_id:
             return _claim_and_write(out_dir, job_id, before_write, None)  # resume (claims a pre-claim directory)
         raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
@@ -302,7 +308,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         book_dir = f"{b_i + 1:02d}-{slug(book.title, 'book')}"
         chapters_meta = []
         for ch in book.chapters:
-            rel = f"{book_dir}/{ch.index:03d}-{slug(ch.title, 'chapter')}.{config.audio_format}"
+            rel = formats.chapter_relpath(book_dir, ch.index, slug(ch.title, "chapter"), config.audio_format)
             inside(out_dir, rel)
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
                                   "selected": ch.index in selected})
@@ -311,7 +317,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
                 if progress:
                     progress(b_i, ch.index, len(book.chapters))
         books_meta.append({**inp, "title": book.title, "format": book.format, "dir": book_dir,
-                           "chapters": chapters_meta})
+                           **formats.book_details(path), "chapters": chapters_meta})
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
     batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes)
@@ -333,6 +339,17 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         },
     }
     return _claim_and_write(out_dir, job_id, before_write, Job(job_id, out_dir, config, meta, rows))
+
+
+def _refuse_other_output(out_dir: Path, existing: Job, inputs: list[dict], config: JobConfig, voice) -> None:
+    """``out_dir`` holds this same job but with other output settings (format, loudness,
+    captions): refuse with a line naming them (its batches and files were made for those)."""
+    if existing.config.output_settings() == config.output_settings():
+        return
+    same = dataclasses.replace(config, **existing.config.output_settings())
+    if job_identity(inputs, same, voice) == existing.job_id:
+        raise JobError(f"{out_dir} holds this job with {existing.config.output_flags()}; its output settings cannot "
+                       f"change on resume: pass those options to resume, or choose another -o directory")
 
 
 def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) -> Job:
@@ -677,9 +694,9 @@ def finalize(job: Job) -> FinalizeSummary:
     for part, _, _ in parts:
         for k in cols:
             cols[k].extend(part[k])
-    files = [ch["file"] for _, _, ch, _ in chapters]
     total_samples = sum(n for _, n, _ in parts)
     skipped = sum(k for _, _, k in parts)
+    files = deliver.finish(job, cols)  # M4Bs, captions, loudness.json (rewrites cols' paths for M4B)
     table = pa.table(cols)
     with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
         pq.write_table(table, tmp)
@@ -697,42 +714,45 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
     pos = skipped = 0
     audio = _BatchAudio(job, records=records)  # one per chapter: open files are not shared between threads
     delay_s = float(os.environ.get(FINALIZE_DELAY_ENV) or 0)
+    pieces: list[np.ndarray] = []
     try:
         with atomic_path(path) as tmp:
-            with _AudioWriter(tmp, path, samplerate=sr, channels=1, subtype="PCM_16",
-                              format=cfg.audio_format.upper()) as out:
-                if delay_s:
-                    time.sleep(delay_s)
-                for r in rows:
-                    u = r.utt
-                    rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
-                    data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
-                    pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
-                    out.write(data)
-                    if pause:
-                        out.write(np.zeros(pause, np.int16))
-                    skipped += rec is None
-                    row = {
-                        "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
-                        "chapter_title": ch["title"], "utterance_index": u.utterance_index,
-                        "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
-                        "text": u.text, "phoneme_count": len(u.phoneme_ids),
-                        "missing_phonemes": u.missing_phonemes,
-                        "status": "synthesized" if rec else "skipped: nothing speakable",
-                        "batch_id": r.batch_id,
-                        "batch_size": (rec.engine_batch_size or len(rec.items)) if rec else 0,
-                        "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
-                        "pause_after_s": pause / sr,
-                        "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
-                        "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
-                        "started_at": rec.started_at if rec else None,
-                        "finished_at": rec.finished_at if rec else None,
-                        "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
-                        "attempt": rec.attempt if rec else None,
-                    }
-                    for k, v in row.items():
-                        cols[k].append(v)
-                    pos += len(data) + pause
+            if delay_s:
+                time.sleep(delay_s)
+            for r in rows:
+                u = r.utt
+                rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
+                data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
+                pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
+                pieces.append(data)
+                if pause:
+                    pieces.append(np.zeros(pause, np.int16))
+                skipped += rec is None
+                row = {
+                    "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
+                    "chapter_title": ch["title"], "utterance_index": u.utterance_index,
+                    "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
+                    "text": u.text, "phoneme_count": len(u.phoneme_ids),
+                    "missing_phonemes": u.missing_phonemes,
+                    "status": "synthesized" if rec else "skipped: nothing speakable",
+                    "batch_id": r.batch_id,
+                    "batch_size": (rec.engine_batch_size or len(rec.items)) if rec else 0,
+                    "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
+                    "pause_after_s": pause / sr,
+                    "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
+                    "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
+                    "started_at": rec.started_at if rec else None,
+                    "finished_at": rec.finished_at if rec else None,
+                    "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
+                    "attempt": rec.attempt if rec else None,
+                }
+                for k, v in row.items():
+                    cols[k].append(v)
+                pos += len(data) + pause
+            audio.close()
+            pcm = np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
+            del pieces
+            deliver.write_chapter(job, b_i, book, ch, pcm, tmp, path, _audio_write_errors)
     finally:
         audio.close()
     return cols, pos, skipped

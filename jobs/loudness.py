@@ -1,0 +1,214 @@
+"""Per-chapter loudness: measure (ITU-R BS.1770 via pyloudnorm), gain to a target, limit true peaks.
+
+Targets (``--loudness``):
+
+* ``ebu``: EBU R128, integrated loudness -23 LUFS, true peak at most -1 dBTP.
+* ``acx``: ACX (Audible) submission levels: RMS -20 dB (inside the required -23..-18 dB),
+  peaks at most -3 dBFS (true peak, so that no inter-sample peak exceeds it either), 44.1 kHz.
+* ``none``: the audio as synthesized (its values are still measured and reported).
+
+The true peak is estimated on a 4x oversampled signal (polyphase FIR, as BS.1770 Annex 2
+describes). When the gain would push it over the ceiling, a look-ahead limiter lowers only the
+samples around those peaks: a gain curve that is a moving average of a moving minimum of the
+gain each sample needs, so it never exceeds what any sample in reach needs and never jumps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from jobs.config import LOUDNESS_MODES
+from jobs.errors import InputError
+
+EBU_TARGET_LUFS = -23.0
+EBU_CEILING_DBTP = -1.0
+ACX_TARGET_RMS_DB = -20.0
+ACX_RMS_RANGE_DB = (-23.0, -18.0)
+ACX_CEILING_DBTP = -3.0
+ACX_SAMPLE_RATE = 44100
+#: Oversampling of the true-peak estimate (BS.1770-4: at least 4x for 48 kHz).
+OVERSAMPLE = 4
+#: The limiter reaches this far around a peak (seconds): 5 ms attack/release.
+LIMITER_REACH_S = 0.005
+#: The limiter aims this far under the ceiling (dB), so that the estimate's error stays under it.
+LIMITER_MARGIN_DB = 0.1
+#: Shortest audio BS.1770 can gate (one 400 ms block).
+MIN_MEASURE_S = 0.4
+
+
+def _need_scipy():
+    try:
+        import scipy.signal  # noqa: F401
+        import scipy.ndimage  # noqa: F401
+    except ImportError:
+        raise InputError("--loudness needs SciPy for resampling and true-peak estimation: "
+                         "pip install scipy (or pass --loudness none)") from None
+
+
+def _meter(sample_rate: int):
+    try:
+        import pyloudnorm
+    except ImportError:
+        raise InputError("--loudness ebu/acx needs the pyloudnorm package to measure loudness: "
+                         "pip install pyloudnorm (or pass --loudness none)") from None
+    return pyloudnorm.Meter(sample_rate)
+
+
+def check_available(mode: str) -> None:
+    """Raise :class:`InputError` naming the package if ``mode`` cannot run on this host."""
+    if mode not in LOUDNESS_MODES:
+        raise InputError(f"--loudness {mode!r} is not supported; choose {', '.join(LOUDNESS_MODES)}")
+    _need_scipy()
+    if mode != "none":
+        _meter(48000)
+
+
+def output_rate(mode: str, sample_rate: int) -> int:
+    """The sample rate chapter files get: 44.1 kHz for ACX, the voice's otherwise."""
+    return ACX_SAMPLE_RATE if mode == "acx" else sample_rate
+
+
+def describe(mode: str, sample_rate: int) -> str:
+    """One line for ``plan``: what will be applied."""
+    if mode == "ebu":
+        return f"EBU R128: {EBU_TARGET_LUFS:g} LUFS integrated per chapter, true peak <= {EBU_CEILING_DBTP:g} dBTP"
+    if mode == "acx":
+        return (f"ACX: RMS {ACX_TARGET_RMS_DB:g} dB per chapter (allowed {ACX_RMS_RANGE_DB[0]:g} to "
+                f"{ACX_RMS_RANGE_DB[1]:g}), peaks <= {ACX_CEILING_DBTP:g} dBFS, resampled "
+                f"{sample_rate} -> {ACX_SAMPLE_RATE} Hz")
+    return "none: audio as synthesized (peak-normalised per utterance if --normalize); measured only"
+
+
+def resample(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    """Polyphase (Kaiser-windowed FIR) resampling of float audio; exact 2x for 22050 -> 44100."""
+    if from_rate == to_rate or len(x) == 0:
+        return x
+    from scipy.signal import resample_poly
+
+    g = math.gcd(from_rate, to_rate)
+    return resample_poly(x, to_rate // g, from_rate // g).astype(np.float32)
+
+
+def _oversampled_abs(x: np.ndarray) -> np.ndarray:
+    """|x| 4x oversampled, folded back to one value (the largest) per original sample."""
+    from scipy.signal import resample_poly
+
+    if len(x) == 0:
+        return np.zeros(0, np.float32)
+    up = np.abs(resample_poly(x.astype(np.float64), OVERSAMPLE, 1))[: len(x) * OVERSAMPLE]
+    up = np.pad(up, (0, len(x) * OVERSAMPLE - len(up)))
+    return np.maximum(up.reshape(len(x), OVERSAMPLE).max(axis=1), np.abs(x)).astype(np.float32)
+
+
+def true_peak_db(x: np.ndarray) -> float:
+    peak = float(_oversampled_abs(x).max(initial=0.0))
+    return 20 * math.log10(peak) if peak > 0 else -math.inf
+
+
+def sample_peak_db(x: np.ndarray) -> float:
+    peak = float(np.abs(x).max(initial=0.0))
+    return 20 * math.log10(peak) if peak > 0 else -math.inf
+
+
+def rms_db(x: np.ndarray) -> float:
+    if len(x) == 0:
+        return -math.inf
+    ms = float(np.mean(np.square(x, dtype=np.float64)))
+    return 10 * math.log10(ms) if ms > 0 else -math.inf
+
+
+def integrated_lufs(x: np.ndarray, sample_rate: int) -> float:
+    """BS.1770-4 gated integrated loudness (pyloudnorm); -inf for silence or audio under 400 ms."""
+    if len(x) < MIN_MEASURE_S * sample_rate or not np.any(x):
+        return -math.inf
+    return float(_meter(sample_rate).integrated_loudness(x.astype(np.float64)))
+
+
+def limit(x: np.ndarray, sample_rate: int, ceiling_db: float) -> tuple[np.ndarray, bool]:
+    """Lower the samples around true peaks over ``ceiling_db``; (audio, whether anything was lowered)."""
+    from scipy.ndimage import minimum_filter1d, uniform_filter1d
+
+    ceiling = 10 ** ((ceiling_db - LIMITER_MARGIN_DB) / 20)
+    reach = max(1, int(LIMITER_REACH_S * sample_rate))
+    limited = False
+    for _ in range(4):  # the limited signal's own inter-sample peaks: check again
+        peaks = _oversampled_abs(x)
+        if float(peaks.max(initial=0.0)) <= 10 ** (ceiling_db / 20):
+            break
+        limited = True
+        need = np.minimum(1.0, ceiling / np.maximum(peaks, 1e-12)).astype(np.float32)
+        gain = minimum_filter1d(need, size=2 * reach + 1, mode="nearest")
+        gain = np.minimum(uniform_filter1d(gain, size=2 * reach + 1, mode="nearest"), gain)
+        x = (x * gain).astype(np.float32)
+    return x, limited
+
+
+@dataclass
+class Measurement:
+    integrated_lufs: float | None
+    true_peak_dbtp: float | None
+    sample_peak_dbfs: float | None
+    rms_db: float | None
+
+
+def measure(x: np.ndarray, sample_rate: int, loudness: bool = True) -> Measurement:
+    def finite(v: float) -> float | None:
+        return round(v, 2) if math.isfinite(v) else None
+
+    return Measurement(finite(integrated_lufs(x, sample_rate)) if loudness else None,
+                       finite(true_peak_db(x)), finite(sample_peak_db(x)), finite(rms_db(x)))
+
+
+@dataclass
+class ChapterLoudness:
+    """What :func:`process` did to one chapter (JSON-able: ``loudness.json``)."""
+
+    mode: str
+    sample_rate_in: int
+    sample_rate_out: int
+    input: dict
+    output: dict
+    gain_db: float
+    limited: bool
+    target: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def process(pcm: np.ndarray, sample_rate: int, mode: str) -> tuple[np.ndarray, int, ChapterLoudness]:
+    """``pcm`` (int16 or float in [-1, 1]) -> (float32 audio at the output rate, that rate, report)."""
+    if mode not in LOUDNESS_MODES:
+        raise InputError(f"--loudness {mode!r} is not supported; choose {', '.join(LOUDNESS_MODES)}")
+    x = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm.astype(np.float32)
+    out_rate = output_rate(mode, sample_rate)
+    measured = mode != "none"
+    before = measure(x, sample_rate, loudness=measured)
+    x = resample(x, sample_rate, out_rate)
+    gain_db, limited, target = 0.0, False, "none"
+    if mode == "ebu":
+        lufs = integrated_lufs(x, out_rate)
+        gain_db = EBU_TARGET_LUFS - lufs if math.isfinite(lufs) else 0.0
+        target = f"{EBU_TARGET_LUFS:g} LUFS, <= {EBU_CEILING_DBTP:g} dBTP"
+        ceiling = EBU_CEILING_DBTP
+    elif mode == "acx":
+        level = rms_db(x)
+        gain_db = ACX_TARGET_RMS_DB - level if math.isfinite(level) else 0.0
+        target = f"RMS {ACX_TARGET_RMS_DB:g} dB, <= {ACX_CEILING_DBTP:g} dBFS peak"
+        ceiling = ACX_CEILING_DBTP
+    if mode != "none":
+        x = (x * np.float32(10 ** (gain_db / 20))).astype(np.float32)
+        x, limited = limit(x, out_rate, ceiling)
+    else:
+        x = np.clip(x, -1.0, 32767 / 32768)
+    after = measure(x, out_rate, loudness=measured)
+    report = ChapterLoudness(mode, sample_rate, out_rate, asdict(before), asdict(after), round(gain_db, 2), limited,
+                             target)
+    return x, out_rate, report
+
+
+def to_int16(x: np.ndarray) -> np.ndarray:
+    return np.clip(np.rint(x * 32768.0), -32768, 32767).astype(np.int16)
