@@ -172,6 +172,8 @@ class ChapterLoudness:
     input: dict
     output: dict
     gain_db: float
+    gain: float
+    """The linear gain applied (before any limiting), exactly."""
     limited: bool
     target: str
 
@@ -188,7 +190,7 @@ def process(pcm: np.ndarray, sample_rate: int, mode: str) -> tuple[np.ndarray, i
     measured = mode != "none"
     before = measure(x, sample_rate, loudness=measured)
     x = resample(x, sample_rate, out_rate)
-    gain_db, limited, target = 0.0, False, "none"
+    gain_db, limited, target, gain = 0.0, False, "none", np.float32(1.0)
     if mode == "ebu":
         lufs = integrated_lufs(x, out_rate)
         gain_db = EBU_TARGET_LUFS - lufs if math.isfinite(lufs) else 0.0
@@ -200,12 +202,13 @@ def process(pcm: np.ndarray, sample_rate: int, mode: str) -> tuple[np.ndarray, i
         target = f"RMS {ACX_TARGET_RMS_DB:g} dB, <= {ACX_CEILING_DBTP:g} dBFS peak"
         ceiling = ACX_CEILING_DBTP
     if mode != "none":
-        x = (x * np.float32(10 ** (gain_db / 20))).astype(np.float32)
+        gain = np.float32(10 ** (gain_db / 20))
+        x = (x * gain).astype(np.float32)
         x, limited = limit(x, out_rate, ceiling)
     else:
         x = np.clip(x, -1.0, 32767 / 32768)
     after = measure(x, out_rate, loudness=measured)
-    report = ChapterLoudness(mode, sample_rate, out_rate, asdict(before), asdict(after), round(gain_db, 2), limited,
+    report = ChapterLoudness(mode, sample_rate, out_rate, asdict(before), asdict(after), round(gain_db, 2), float(gain), limited,
                              target)
     return x, out_rate, report
 
