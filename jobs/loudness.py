@@ -15,6 +15,7 @@ gain each sample needs, so it never exceeds what any sample in reach needs and n
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 
@@ -33,8 +34,11 @@ ACX_SAMPLE_RATE = 44100
 OVERSAMPLE = 4
 #: The limiter reaches this far around a peak (seconds): 5 ms attack/release.
 LIMITER_REACH_S = 0.005
-#: The limiter aims this far under the ceiling (dB), so that the estimate's error stays under it.
-LIMITER_MARGIN_DB = 0.1
+#: The limiter aims this far under the ceiling (dB), and leaves no estimated true peak above
+#: ``ceiling - LIMITER_MARGIN_DB / 2``: room for another meter's interpolation to read a bit higher.
+LIMITER_MARGIN_DB = 0.4
+#: After limiting, a level this far (LU) off the target gets another pass with more gain.
+RETRY_LU = 0.2
 #: Shortest audio BS.1770 can gate (one 400 ms block).
 MIN_MEASURE_S = 0.4
 
@@ -92,15 +96,27 @@ def resample(x: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
     return resample_poly(x, to_rate // g, from_rate // g).astype(np.float32)
 
 
-def _oversampled_abs(x: np.ndarray) -> np.ndarray:
-    """|x| 4x oversampled, folded back to one value (the largest) per original sample."""
-    from scipy.signal import resample_poly
+@functools.lru_cache(maxsize=1)
+def _true_peak_phases() -> tuple[np.ndarray, ...]:
+    """The 4 phases of a 48-tap interpolation filter (12 taps each, as BS.1770-4 Annex 2 uses)."""
+    from scipy.signal import firwin
 
+    h = firwin(12 * OVERSAMPLE, 0.9 / OVERSAMPLE, window=("kaiser", 8.0)) * OVERSAMPLE
+    return tuple(np.ascontiguousarray(h[p::OVERSAMPLE], dtype=np.float32) for p in range(OVERSAMPLE))
+
+
+def _oversampled_abs(x: np.ndarray) -> np.ndarray:
+    """Per original sample, the largest |value| of the 4x oversampled signal around it (the sample
+    itself and the 3 interpolated values after it)."""
+    x = np.asarray(x, dtype=np.float32)
     if len(x) == 0:
         return np.zeros(0, np.float32)
-    up = np.abs(resample_poly(x.astype(np.float64), OVERSAMPLE, 1))[: len(x) * OVERSAMPLE]
-    up = np.pad(up, (0, len(x) * OVERSAMPLE - len(up)))
-    return np.maximum(up.reshape(len(x), OVERSAMPLE).max(axis=1), np.abs(x)).astype(np.float32)
+    out = np.abs(x)
+    half = 12 // 2
+    for h in _true_peak_phases():
+        y = np.convolve(x, h)[half - 1:half - 1 + len(x)]
+        np.maximum(out, np.abs(y), out=out)
+    return out
 
 
 def true_peak_db(x: np.ndarray) -> float:
@@ -121,10 +137,32 @@ def rms_db(x: np.ndarray) -> float:
 
 
 def integrated_lufs(x: np.ndarray, sample_rate: int) -> float:
-    """BS.1770-4 gated integrated loudness (pyloudnorm); -inf for silence or audio under 400 ms."""
+    """ITU-R BS.1770-4 gated integrated loudness of mono audio; -inf for silence or under 400 ms.
+
+    pyloudnorm's K-weighting filters, and its gating equations evaluated with cumulative sums
+    (its own block loop takes seconds per minute of audio); ``tests/jobs/test_formats.py`` checks
+    that both agree."""
     if len(x) < MIN_MEASURE_S * sample_rate or not np.any(x):
         return -math.inf
-    return float(_meter(sample_rate).integrated_loudness(x.astype(np.float64)))
+    meter = _meter(sample_rate)
+    y = np.asarray(x, dtype=np.float64)
+    for stage in meter._filters.values():
+        y = stage.apply_filter(y)
+    t_g, step = meter.block_size, 1.0 - meter.overlap
+    n_blocks = int(np.round((len(y) / sample_rate - t_g) / (t_g * step))) + 1
+    j = np.arange(n_blocks)
+    lo = (t_g * (j * step) * sample_rate).astype(np.int64)
+    hi = np.minimum((t_g * (j * step + 1) * sample_rate).astype(np.int64), len(y))
+    cs = np.concatenate([[0.0], np.cumsum(np.square(y))])
+    z = (cs[hi] - cs[lo]) / (t_g * sample_rate)
+    with np.errstate(divide="ignore"):
+        block = -0.691 + 10.0 * np.log10(z)
+        above = z[block >= -70.0]
+        if len(above) == 0:
+            return -math.inf
+        relative = -0.691 + 10.0 * np.log10(above.mean()) - 10.0
+        gated = z[(block > relative) & (block > -70.0)]
+        return float(-0.691 + 10.0 * np.log10(gated.mean())) if len(gated) else -math.inf
 
 
 def limit(x: np.ndarray, sample_rate: int, ceiling_db: float) -> tuple[np.ndarray, bool]:
@@ -136,7 +174,7 @@ def limit(x: np.ndarray, sample_rate: int, ceiling_db: float) -> tuple[np.ndarra
     limited = False
     for _ in range(4):  # the limited signal's own inter-sample peaks: check again
         peaks = _oversampled_abs(x)
-        if float(peaks.max(initial=0.0)) <= 10 ** (ceiling_db / 20):
+        if float(peaks.max(initial=0.0)) <= 10 ** ((ceiling_db - LIMITER_MARGIN_DB / 2) / 20):
             break
         limited = True
         need = np.minimum(1.0, ceiling / np.maximum(peaks, 1e-12)).astype(np.float32)
@@ -202,9 +240,17 @@ def process(pcm: np.ndarray, sample_rate: int, mode: str) -> tuple[np.ndarray, i
         target = f"RMS {ACX_TARGET_RMS_DB:g} dB, <= {ACX_CEILING_DBTP:g} dBFS peak"
         ceiling = ACX_CEILING_DBTP
     if mode != "none":
-        gain = np.float32(10 ** (gain_db / 20))
-        x = (x * gain).astype(np.float32)
-        x, limited = limit(x, out_rate, ceiling)
+        src = x
+        for _ in range(4):  # limiting lowers the level a little: raise the gain and limit again
+            gain = np.float32(10 ** (gain_db / 20))
+            x, limited = limit((src * gain).astype(np.float32), out_rate, ceiling)
+            if not limited:
+                break
+            level = integrated_lufs(x, out_rate) if mode == "ebu" else rms_db(x)
+            want = EBU_TARGET_LUFS if mode == "ebu" else ACX_TARGET_RMS_DB
+            if not math.isfinite(level) or abs(level - want) <= RETRY_LU:
+                break
+            gain_db += want - level
     else:
         x = np.clip(x, -1.0, 32767 / 32768)
     after = measure(x, out_rate, loudness=measured)

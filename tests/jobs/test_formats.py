@@ -244,14 +244,29 @@ def test_limiter_holds_the_true_peak_and_keeps_the_loudness():
     """Speech-like audio whose gain to -23 LUFS would put clicks over -1 dBTP."""
     rng = np.random.default_rng(1)
     sr = 22050
-    x = (0.02 * rng.standard_normal(sr * 20)).astype(np.float32)
+    x = (0.01 * rng.standard_normal(sr * 20)).astype(np.float32)
     x[::sr // 3] = 0.99  # sharp peaks, 3 a second
     out, rate, rep = loudness.process(x, sr, "ebu")
     assert rate == sr and rep.limited and rep.gain_db > 10
     assert loudness.true_peak_db(out) <= loudness.EBU_CEILING_DBTP
     assert abs(loudness.integrated_lufs(out, sr) - loudness.EBU_TARGET_LUFS) <= 0.5
-    quiet = np.abs(np.arange(len(x)) % (sr // 3) - 0) > 0.02 * sr  # away from the peaks: pure gain
+    m = np.arange(len(x)) % (sr // 3)
+    quiet = np.minimum(m, sr // 3 - m) > 0.02 * sr  # away from the peaks: pure gain
     np.testing.assert_allclose(out[quiet], x[quiet] * rep.gain, rtol=1e-4, atol=1e-6)
+
+
+def test_integrated_loudness_agrees_with_pyloudnorm_and_true_peak_sees_between_samples():
+    import pyloudnorm
+
+    rng = np.random.default_rng(0)
+    for sr in (22050, 44100):
+        gate = np.repeat(rng.random(60) < 0.7, sr // 4)  # speech-like: bursts and silences
+        x = (0.1 * rng.standard_normal(len(gate)) * gate).astype(np.float32)
+        assert abs(loudness.integrated_lufs(x, sr) - pyloudnorm.Meter(sr).integrated_loudness(x.astype(np.float64))) < 0.01
+    t = np.arange(22050) / 22050
+    s = np.sin(2 * np.pi * 5512.5 * t + np.pi / 4).astype(np.float32)  # samples at +-0.707, true peak 1.0
+    assert abs(loudness.sample_peak_db(s) + 3.01) < 0.01 and abs(loudness.true_peak_db(s)) < 0.2
+    assert loudness.integrated_lufs(np.zeros(22050, np.float32), 22050) == -math.inf
 
 
 def test_loudness_none_keeps_the_samples_and_still_reports(short_book, tmp_path, fake_engine):
