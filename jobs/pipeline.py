@@ -288,10 +288,11 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     inputs = _check_inputs(books)
     voice = voice or resolve_voice(config.voice)
     job_id = job_identity(inputs, config, voice)
+    if (out_dir / JOB_FILE).exists():  # this job with other output settings: say which
+        _refuse_other_output(out_dir, load_job(out_dir), inputs, config, voice)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if (out_dir / JOB_FILE).exists():
         existing = load_job(out_dir)
-        _refuse_other_output(out_dir, existing, inputs, config, voice)
         if existing.job_id == job_id:
             return _claim_and_write(out_dir, job_id, before_write, None)  # resume (claims a pre-claim directory)
         raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
