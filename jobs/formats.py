@@ -358,17 +358,26 @@ def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm: np.ndarray, sampl
         import soundfile as sf
 
         with writer_errors(final):
-            with sf.SoundFile(str(tmp), "w", samplerate=sample_rate, channels=1, subtype="PCM_16",
-                              format="WAV" if fmt == "m4b" else fmt.upper()) as f:
-                if fmt == "wav" and tags:
-                    f.title, f.album, f.comment, f.genre = tags.title, tags.album, tags.comment, tags.genre
-                    if tags.artist:
-                        f.artist = tags.artist
-                    if tags.year:
-                        f.date = tags.year
-                    if tags.track:
-                        f.tracknumber = str(tags.track[0])
-                f.write(to_int16(pcm))
+            f = sf.SoundFile(str(tmp), "w", samplerate=sample_rate, channels=1, subtype="PCM_16",
+                             format="WAV" if fmt == "m4b" else fmt.upper())
+        try:
+            if fmt == "wav" and tags:
+                f.title, f.album, f.comment, f.genre = tags.title, tags.album, tags.comment, tags.genre
+                if tags.artist:
+                    f.artist = tags.artist
+                if tags.year:
+                    f.date = tags.year
+                if tags.track:
+                    f.tracknumber = str(tags.track[0])
+            for block in _blocks(pcm):
+                with writer_errors(final):  # read the C errno right after the failed call
+                    f.write(to_int16(block))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                f.close()
+            raise
+        with writer_errors(final):
+            f.close()
         if fmt == "flac" and tags:
             _tag_flac(tmp, tags)
         return
