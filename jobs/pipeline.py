@@ -419,6 +419,7 @@ def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
     it must be the same voice: same source model hash where the file records it, same sample rate.
     """
     job = load_job(out_dir)
+    deliver.check_available(job.config)  # its output needs packages this host may lack: say so before synthesizing
     claims.claim(out_dir, job.job_id)  # refuses another job's claim; claims a directory older than claims
     if voice_name and voice_name != job.config.voice:
         voice = resolve_voice(voice_name)

@@ -113,6 +113,13 @@ def test_m4b_chapters_tags_and_captions_read_back(short_book, tmp_path, fake_eng
         for ch, (_, start) in zip(chs, want):
             assert abs(float(ch["start"] * ch["time_base"]) - start) <= AAC_FRAME_S
         assert c.streams.audio[0].codec_context.name == "aac"
+        decoded = np.concatenate([f.to_ndarray().reshape(-1) for f in c.decode(c.streams.audio[0])])
+    sr = voice.sample_rate
+    assert abs(len(decoded) - round(total * sr)) <= 2048  # every sample of every chapter is in the M4B
+    for k, (_, start) in enumerate(want):  # and each chapter keeps its -23 LUFS through AAC
+        end = want[k + 1][1] if k + 1 < len(want) else total
+        part = decoded[round(start * sr):round(end * sr)]
+        assert abs(loudness.integrated_lufs(part, sr) - loudness.EBU_TARGET_LUFS) <= 0.5
 
     for ext, sep in (("srt", ","), ("vtt", ".")):
         text = m4bs[0].with_suffix(f".{ext}").read_text(encoding="utf-8")
