@@ -84,6 +84,7 @@ def finish(job, cols: dict[str, list]) -> list[str]:
     for i in range(n):
         rows_of.setdefault((cols["book_index"][i], cols["chapter_index"][i]), []).append(i)
     report = []
+    words = _word_timer(job, cols) if cfg.captions and "vtt" in cfg.captions else None
     for b_i, book, chapters in _selected(job):
         stats = []
         for ch in chapters:
@@ -107,18 +108,37 @@ def finish(job, cols: dict[str, list]) -> list[str]:
             delivered.append(rel)
             book_rows = [i for ch in chapters for i in rows_of.get((b_i, ch["index"]), [])]
             if cfg.captions:
-                captions.write(final, cfg.captions, captions.cues([_row(cols, i) for i in book_rows]))
+                captions.write(final, cfg.captions, captions.cues([_row(cols, i, words) for i in book_rows]))
         else:
             for ch in chapters:
                 delivered.append(ch["file"])
                 if cfg.captions:
                     captions.write(files.inside(job.out_dir, ch["file"]), cfg.captions,
-                                   captions.cues([_row(cols, i) for i in rows_of.get((b_i, ch["index"]), [])]))
+                                   captions.cues([_row(cols, i, words) for i in rows_of.get((b_i, ch["index"]), [])]))
     files.write_json(job.out_dir / LOUDNESS_FILE, {"mode": cfg.loudness,
                                                    "target": loudness.describe(cfg.loudness, job.sample_rate),
                                                    "chapters": report})
     return delivered
 
 
-def _row(cols: dict[str, list], i: int) -> dict:
-    return {"text": cols["text"][i], "start_s": cols["start_s"][i], "duration_s": cols["duration_s"][i]}
+def _row(cols: dict[str, list], i: int, words=None) -> dict:
+    row = {"text": cols["text"][i], "start_s": cols["start_s"][i], "duration_s": cols["duration_s"][i]}
+    if words is not None:
+        row["word_starts_s"] = words(i)
+    return row
+
+
+def _word_timer(job, cols: dict[str, list]):
+    """i -> word start times of manifest row i (chapter-relative, like its start_s), or None."""
+    if "phoneme_durations_s" not in cols or not any(d for d in cols["phoneme_durations_s"]):
+        return None
+    ids_map = job.voice.phoneme_id_map
+    space = set(ids_map.get(" ", []))
+    silent = {i for k in ("^", "$", "_") for i in ids_map.get(k, [])}
+    ids = {r.key: r.utt.phoneme_ids for r in job.rows}
+
+    def words(i: int):
+        key = (cols["book_index"][i], cols["chapter_index"][i], cols["utterance_index"][i])
+        return captions.word_starts(cols["text"][i], cols["start_s"][i], ids.get(key, []),
+                                    cols["phoneme_durations_s"][i], space, silent)
+    return words

@@ -484,12 +484,27 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
         if len(rows) == 1:
             raise
         half = len(rows) // 2
-        a, ms_a, s_a = _synthesize_rows(engine, rows[:half], scales, seed)
-        b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed)
-        return a + b, ms_a + ms_b, s_a + s_b + 1
+        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed)
+        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed)
+        return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
-    return [res.item(i) for i in range(len(rows))], res.infer_ms, 0
+    durations = [_phoneme_samples(res, i, len(r.utt.phoneme_ids)) for i, r in enumerate(rows)]
+    return [res.item(i) for i in range(len(rows))], res.infer_ms, 0, durations
+
+
+def _phoneme_samples(res, i: int, n_ids: int) -> list[int] | None:
+    """Whole samples per phoneme id of item i, summing to its sample count (None: the engine gives
+    no durations, or they do not add up to the audio it returned)."""
+    d = res.item_durations(i, n_ids) if hasattr(res, "item_durations") else None
+    if d is None or len(d) != n_ids:
+        return None
+    ends = np.rint(np.cumsum(d, dtype=np.float64)).astype(np.int64)
+    total = int(res.sample_lengths[i])
+    if n_ids == 0 or abs(int(ends[-1]) - total) > 1:  # the engine's minimum-length clamp, or no ids
+        return None
+    ends[-1] = total
+    return np.diff(np.concatenate([[0], ends])).tolist()
 
 
 def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None, attempt: int = 1,
@@ -532,6 +547,8 @@ class SynthesizedUnits:
     finished_at: str
     engine_batch: str
     """Identifies the engine call (shared by every unit synthesized in it)."""
+    durations: list[list] | None = None
+    """Per unit, per row: whole samples per phoneme id (None where the engine gives no durations)."""
 
     @property
     def size(self) -> int:
@@ -562,15 +579,18 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     rows = [r for rs in rows_per for r in rs]
     started = now_iso()
     seed = (int(first.job_id[:8], 16) + units[0].batch_id) & 0x7FFFFFFF
-    flat, infer_ms, splits = _synthesize_rows(engine, rows, first.scales, seed)
+    flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed)
     items: list[list[np.ndarray]] = []
+    durations: list[list] = []
     k = 0
     for u, rs in zip(units, rows_per):
         part = flat[k:k + len(rs)]
+        durations.append(flat_durations[k:k + len(rs)])
         k += len(rs)
         items.append([_normalize(a) for a in part] if u.job.config.normalize else part)
     tag = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
-    return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag)
+    return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag,
+                            durations)
 
 
 def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -> BatchRecord:
@@ -592,10 +612,12 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
                  subtype="PCM_16", format="WAV")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
     share = len(items) / max(synth.size, 1)  # this unit's share of the engine call's time
+    durs = synth.durations[index] if synth.durations is not None else None
     rec = BatchRecord(
         batch_id=batch_id, job_id=job.job_id, audio_file=audio_name,
         items=[{"book_index": r.utt.book_index, "chapter_index": r.utt.chapter_index,
-                "utterance_index": r.utt.utterance_index, "offset": int(offsets[i]), "samples": int(len(items[i]))}
+                "utterance_index": r.utt.utterance_index, "offset": int(offsets[i]), "samples": int(len(items[i])),
+                **({"phoneme_samples": durs[i]} if durs is not None and durs[i] is not None else {})}
                for i, r in enumerate(rows)],
         engine=info.name, precision=info.precision, device=info.device,
         infer_ms=round(synth.infer_ms * share, 3), started_at=synth.started_at, finished_at=synth.finished_at,
@@ -615,8 +637,10 @@ MANIFEST_COLUMNS = [
     "book_index", "book_title", "chapter_index", "chapter_title", "utterance_index", "paragraph_index",
     "sentence_index", "text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
     "chapter_path", "start_s", "duration_s", "pause_after_s", "engine", "precision", "device", "infer_ms",
-    "started_at", "finished_at", "worker", "queued_at", "attempt",
+    "started_at", "finished_at", "worker", "queued_at", "attempt", "phoneme_durations_s",
 ]
+#: ``phoneme_durations_s``: seconds each phoneme id of the utterance lasts (the duration predictor's,
+#: summing to ``duration_s``), for engines that expose them (torch, fake); null otherwise.
 
 
 class _BatchAudio:
@@ -747,6 +771,7 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
                     "finished_at": rec.finished_at if rec else None,
                     "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
                     "attempt": rec.attempt if rec else None,
+                    "phoneme_durations_s": _durations_s(rec, r.batch_pos, len(data), sr) if rec else None,
                 }
                 for k, v in row.items():
                     cols[k].append(v)
@@ -758,6 +783,13 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
     finally:
         audio.close()
     return cols, pos, skipped
+
+
+def _durations_s(rec: BatchRecord, pos: int, samples: int, sr: int) -> list[float] | None:
+    d = rec.items[pos].get("phoneme_samples")
+    if not d or sum(d) != samples:
+        return None
+    return [n / sr for n in d]
 
 
 def finalized_summary(job: Job) -> FinalizeSummary:

@@ -68,13 +68,46 @@ def parse_captions(text: str, sep: str):
         g = [int(x) for x in m.groups()]
         a = g[0] * 3600 + g[1] * 60 + g[2] + g[3] / 1000
         b = g[4] * 3600 + g[5] * 60 + g[6] + g[7] / 1000
-        body = lines[lines.index(m.group(0)) + 1:]
-        cues.append((a, b, " ".join(body)))
+        body = " ".join(lines[lines.index(m.group(0)) + 1:])
+        tags = [_seconds(*t) for t in re.findall(r"<(\d\d):(\d\d):(\d\d)\.(\d\d\d)>", body)]
+        cues.append((a, b, re.sub(r"<[^>]+>", "", body), tags) if tags else (a, b, body))
     return cues
+
+
+def _seconds(h, m, s, ms):
+    return int(h) * 3600 + int(m) * 60 + int(s) + int(ms) / 1000
 
 
 def spoken(rows):
     return [r for r in rows if r["duration_s"] > 0]
+
+
+def word_starts_from_manifest(row, job):
+    """Start of each word of a manifest row: the durations of the phonemes before it (words begin
+    after the voice's space phoneme)."""
+    ids = next(r.utt.phoneme_ids for r in job.rows
+               if r.key == (row["book_index"], row["chapter_index"], row["utterance_index"]))
+    space, silent = job.voice.phoneme_id_map[" "], [job.voice.phoneme_id_map[k][0] for k in "^$_"]
+    starts, t, prev_space = [], row["start_s"], True
+    for pid, d in zip(ids, row["phoneme_durations_s"]):
+        if pid in space:
+            prev_space = True
+        elif pid not in silent:
+            if prev_space:
+                starts.append(t)
+            prev_space = False
+        t += d
+    return starts
+
+
+def test_manifest_has_the_engines_phoneme_durations(short_book, tmp_path, fake_engine, voice):
+    out = tmp_path / "o"
+    job = run_job(short_book, out, fake_engine, loudness="none")
+    per_id = fake_engine.frames_per_phoneme * voice.hop_length / voice.sample_rate
+    for r in spoken(manifest(out)):
+        d = r["phoneme_durations_s"]
+        assert len(d) == r["phoneme_count"] and abs(sum(d) - r["duration_s"]) < 1e-9
+        assert all(abs(x - per_id) < 1e-9 for x in d[:-1])  # the fake engine: the same length per id
 
 
 # --------------------------------------------------------------------------- M4B
@@ -128,9 +161,17 @@ def test_m4b_chapters_tags_and_captions_read_back(short_book, tmp_path, fake_eng
         cues = parse_captions(text, sep)
         rs = spoken(rows)
         assert len(cues) == len(rs)
-        for (a, b, t), r in zip(cues, rs):  # book-level offsets: the manifest's, in the M4B
+        timed = 0
+        for cue, r in zip(cues, rs):  # book-level offsets: the manifest's, in the M4B
+            a, b, t = cue[:3]
             assert abs(a - r["start_s"]) <= 0.0015 and abs(b - (r["start_s"] + r["duration_s"])) <= 0.0015
             assert t.split() == r["text"].split()
+            if len(cue) > 3:  # word timestamps (VTT): from the manifest's phoneme durations
+                timed += 1
+                assert ext == "vtt" and len(cue[3]) == len(t.split()) - 1
+                assert all(a < w < b for w in cue[3]) and cue[3] == sorted(cue[3])
+                assert abs(cue[3][-1] - word_starts_from_manifest(r, job)[-1]) <= 0.0015
+        assert (timed > len(rs) // 2) == (ext == "vtt"), timed
     assert not list(out.glob("*/*.srt")), "an M4B job writes captions for the M4B, not per chapter"
 
 
