@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from jobs import captions, files, formats, loudness
-from jobs.errors import JobError
+from jobs.errors import JobError, TTSError
 
 LOUDNESS_FILE = "loudness.json"
 LOUDNESS_DIR = ".work/loudness"
@@ -132,7 +132,11 @@ def _word_timer(job, cols: dict[str, list]):
     """i -> word start times of manifest row i (chapter-relative, like its start_s), or None."""
     if "phoneme_durations_s" not in cols or not any(d for d in cols["phoneme_durations_s"]):
         return None
-    ids_map = job.voice.phoneme_id_map
+    try:
+        ids_map = job.voice.phoneme_id_map
+    except TTSError as exc:  # the voice is not installed on this host: utterance-level cues
+        log.warning("job %s: no word timestamps in captions (%s)", job.job_id, exc)
+        return None
     space = set(ids_map.get(" ", []))
     silent = {i for k in ("^", "$", "_") for i in ids_map.get(k, [])}
     ids = {r.key: r.utt.phoneme_ids for r in job.rows}
