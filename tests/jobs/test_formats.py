@@ -389,3 +389,22 @@ def test_identity_leaves_out_loudness_and_captions():
     assert a != JobConfig(audio_format="m4b").identity()
     assert JobConfig(captions="vtt,srt,srt").captions == "srt,vtt" and JobConfig(captions="none").captions is None
     assert not math.isnan(loudness.rms_db(np.ones(10, np.float32)))
+
+
+def test_real_voice_acx_mp3_meets_acx_after_encoding(tmp_path, onnx_engine):
+    """The real voice (speech, not tones), through LAME: what Audible would measure, decoded."""
+    import av
+
+    out = tmp_path / "o"
+    job = run_job(DATA / "short-story.txt", out, onnx_engine, audio_format="mp3", loudness="acx", chapters="1")
+    report = json.loads((out / "loudness.json").read_text())["chapters"]
+    assert len(report) == 1 and report[0]["input"]["true_peak_dbtp"] > -3  # it needed the limiter's work
+    ch = next(c for c in job.meta["books"][0]["chapters"] if c["selected"])
+    with av.open(str(out / ch["file"])) as c:
+        s = c.streams.audio[0]
+        assert s.rate == 44100
+        x = np.concatenate([f.to_ndarray().reshape(-1) for f in c.decode(s)])
+    assert loudness.ACX_RMS_RANGE_DB[0] <= loudness.rms_db(x) <= loudness.ACX_RMS_RANGE_DB[1]
+    assert loudness.sample_peak_db(x) <= loudness.ACX_CEILING_DBTP
+    rows = manifest(out)
+    assert abs(len(x) / 44100 - (rows[-1]["start_s"] + rows[-1]["duration_s"] + rows[-1]["pause_after_s"])) < 0.08
