@@ -408,3 +408,9 @@ def test_real_voice_acx_mp3_meets_acx_after_encoding(tmp_path, onnx_engine):
     assert loudness.sample_peak_db(x) <= loudness.ACX_CEILING_DBTP
     rows = manifest(out)
     assert abs(len(x) / 44100 - (rows[-1]["start_s"] + rows[-1]["duration_s"] + rows[-1]["pause_after_s"])) < 0.08
+
+
+def test_run_plan_submit_take_the_output_options():
+    for name in ("run", "plan", "submit"):
+        opts = {o for p in main.commands[name].params for o in p.opts}
+        assert {"--format", "--loudness", "--captions"} <= opts, name
