@@ -55,6 +55,9 @@ class SynthesisBatch:
     """Synthesis scales for every item of the batch."""
     seed: int | None = None
     """Seed for the noise, where the backend can take one (ONNX Runtime cannot)."""
+    speaker_ids: np.ndarray | None = None
+    """int64 [B]: the speaker of each item, for multi-speaker voices (Piper's ``sid`` input); None:
+    a single-speaker voice (or speaker 0)."""
 
     def __post_init__(self) -> None:
         self.phoneme_ids = np.asarray(self.phoneme_ids, dtype=np.int64)
@@ -63,14 +66,19 @@ class SynthesisBatch:
             raise ValueError(
                 f"phoneme_ids must be [B, T] and lengths [B], got {self.phoneme_ids.shape} and {self.lengths.shape}"
             )
+        if self.speaker_ids is not None:
+            self.speaker_ids = np.asarray(self.speaker_ids, dtype=np.int64)
+            if self.speaker_ids.shape != self.lengths.shape:
+                raise ValueError(f"speaker_ids must be [B], got {self.speaker_ids.shape}")
 
     @classmethod
-    def from_sequences(cls, seqs: list[list[int]], scales: Scales, seed: int | None = None) -> "SynthesisBatch":
+    def from_sequences(cls, seqs: list[list[int]], scales: Scales, seed: int | None = None,
+                       speaker_ids: list[int] | None = None) -> "SynthesisBatch":
         lengths = np.array([len(s) for s in seqs], dtype=np.int64)
         ids = np.zeros((len(seqs), int(lengths.max(initial=1))), dtype=np.int64)
         for i, s in enumerate(seqs):
             ids[i, : len(s)] = s
-        return cls(ids, lengths, scales, seed)
+        return cls(ids, lengths, scales, seed, None if speaker_ids is None else np.asarray(speaker_ids, np.int64))
 
     def __len__(self) -> int:
         return int(self.phoneme_ids.shape[0])
@@ -92,7 +100,8 @@ class SynthesisBatch:
     def slice(self, start: int, stop: int) -> "SynthesisBatch":
         """Items ``start:stop``, re-padded to their own longest row."""
         lengths = self.lengths[start:stop]
-        return SynthesisBatch(self.phoneme_ids[start:stop, : int(lengths.max(initial=1))], lengths, self.scales, self.seed)
+        return SynthesisBatch(self.phoneme_ids[start:stop, : int(lengths.max(initial=1))], lengths, self.scales, self.seed,
+                              None if self.speaker_ids is None else self.speaker_ids[start:stop])
 
 
 class SynthesisResult:

@@ -127,10 +127,11 @@ class OnnxEngine:
     def _run(self, batch: SynthesisBatch) -> tuple[np.ndarray, np.ndarray]:
         session = self._sessions.get()
         try:
-            audio, frames = session.run(
-                ["output", LENGTHS_OUTPUT],
-                {"input": batch.phoneme_ids, "input_lengths": batch.lengths, "scales": batch.scales.as_array()},
-            )
+            feed = {"input": batch.phoneme_ids, "input_lengths": batch.lengths, "scales": batch.scales.as_array()}
+            if any(i.name == "sid" for i in session.get_inputs()):  # a multi-speaker voice
+                feed["sid"] = (batch.speaker_ids if batch.speaker_ids is not None
+                               else np.zeros(len(batch), dtype=np.int64))
+            audio, frames = session.run(["output", LENGTHS_OUTPUT], feed)
         except Exception as exc:
             raise map_ort_error(exc, f"a batch of {len(batch)}") from exc
         finally:

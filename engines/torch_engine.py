@@ -376,6 +376,10 @@ class TorchEngine:
         self.autotune = _env_flag(AUTOTUNE_ENV)
         if self.autotune is None:
             self.autotune = spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S
+        #: the CUDA graphs' capture policy (GraphCache's ``capture_after``): a shape's first call captures
+        #: in a long-lived engine (unknown workload: a worker, whose shapes recur across jobs), its second
+        #: call in one sized for a job (a shape seen once pays no capture)
+        self.graph_capture_after = 1 if spec.workload_s is None else 2
         compile_error = None
         # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
         # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
@@ -458,6 +462,7 @@ class TorchEngine:
                               f"triton-{self.model.stage_a_precision}" if self.model.stage_a_kernels
                               else "cublas-fp32"),
              "stage_a_graphs": self.stage_a_graphs, "stage_b_graphs": self.stage_b_graphs,
+             "graph_capture_after": self.graph_capture_after,
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),
@@ -813,7 +818,18 @@ class TorchEngine:
         graphs = self._stage_a_graph_cache()
         if graphs is None:
             return self._stage_a(ids, lengths, noise, length_scale)
-        return graphs((ids.shape[0], tc, length_scale), (ids, lengths, noise), length_scale)
+        # the length scale is an input of the graph (a float32 scalar on the device, the value the float
+        # argument is cast to in the product), so one graph serves jobs of every speaking rate
+        scale = self._scale_tensor(length_scale)
+        return graphs((ids.shape[0], tc), (ids, lengths, noise, scale))
+
+    def _scale_tensor(self, value: float):
+        """``value`` as a float32 0-d tensor on the device (cached per value)."""
+        cache = self.__dict__.setdefault("_scale_tensors", {})
+        t = cache.get(value)
+        if t is None:
+            t = cache[value] = self.torch.tensor(value, dtype=self.torch.float32, device=self.device)
+        return t
 
     def _stage_a_graph_cache(self):
         """The :class:`~engines.torch_vits.graphs.GraphCache` of stage A when :attr:`stage_a_graphs` is on
@@ -823,7 +839,8 @@ class TorchEngine:
         if self._graphs is None:  # (GraphCache refuses a CPU device; the switch never gets here on one)
             from engines.torch_vits.graphs import GraphCache
 
-            self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A", max_graphs=MAX_GRAPHS_PER_STAGE)
+            self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A", max_graphs=MAX_GRAPHS_PER_STAGE,
+                                      capture_after=self.graph_capture_after)
         packed = self.model.packed_stage_a
         if self._graphs_for is not packed:  # graphs read the packed weights they were captured with
             self._graphs.reset()
@@ -949,7 +966,7 @@ class TorchEngine:
             from engines.torch_vits.graphs import GraphCache
 
             self._graphs_b = GraphCache(self._stage_b_pcm, self.device, name="stage B",
-                                        max_graphs=MAX_GRAPHS_PER_STAGE)
+                                        max_graphs=MAX_GRAPHS_PER_STAGE, capture_after=self.graph_capture_after)
         return self._graphs_b
 
     def reset_graphs(self) -> None:

@@ -16,6 +16,7 @@ import click
 from engines import EngineSpec
 from jobs.config import (
     AUDIO_FORMATS,
+    FOOTNOTE_MODES,
     CPU_MAX_BATCH,
     DEFAULT_MAX_BATCH_PHONEMES,
     DEFAULT_MAX_PHONEMES,
@@ -24,7 +25,9 @@ from jobs.config import (
     LIMITS,
     LOUDNESS_MODES,
     JobConfig,
+    BATCH_ORDERS,
     batch_defaults,
+    batch_order_default,
     runs_on_gpu,
 )
 from jobs.errors import TTSError
@@ -144,6 +147,9 @@ def job_options(f):
         click.option("--max-batch-phonemes", type=limit_type("max_batch_phonemes"), default=None,
                      help=f"Most padded phoneme ids per batch (items x longest) [default: {DEFAULT_MAX_BATCH_PHONEMES} "
                           f"on CPU, {GPU_MAX_BATCH_PHONEMES} with a cuda device or TensorRT]."),
+        click.option("--batch-order", type=click.Choice(BATCH_ORDERS), default=None,
+                     help="Pack batches by length (least padding) or in reading order (every batch a mix of "
+                          "lengths: chapters are written while later ones are synthesized)."),
         click.option("--max-phonemes", type=limit_type("max_phonemes"), default=DEFAULT_MAX_PHONEMES, show_default=True,
                      help="Longest utterance in phonemes; longer sentences are split at clauses, then words."),
         click.option("--length-scale", type=limit_type("length_scale"), default=None, help="Speaking rate, >1 slower (default: the voice's)."),
@@ -154,21 +160,37 @@ def job_options(f):
         click.option("--title-pause", type=limit_type("title_pause_s"), default=1.0, show_default=True, help="Seconds of silence after a chapter title."),
         click.option("--normalize/--no-normalize", default=True, show_default=True,
                      help="Scale each utterance to full range, as Piper does."),
+        click.option("--normalize-text/--no-normalize-text", default=True, show_default=True,
+                     help="Say numbers, dates, times, currency, abbreviations and URLs as words."),
+        click.option("--footnotes", type=click.Choice(FOOTNOTE_MODES), default="skip", show_default=True,
+                     help="EPUB footnote bodies: skip them, read them inline, or at the end of their chapter."),
+        click.option("--lexicon", type=click.Path(path_type=str), default=None, metavar="FILE",
+                     help="Pronunciation lexicon (TSV word<TAB>respelling or [[ phonemes ]], or JSON)."),
+        click.option("--include-front-matter", is_flag=True, default=False,
+                     help="Also read copyright pages, contents, indexes, ISBNs and 'About the Author'."),
+        click.option("--announce/--no-announce", default=True, show_default=True,
+                     help="Speak 'Title, by Author.' at the start of each book."),
+        click.option("--speaker", default=None, metavar="ID|NAME",
+                     help="Speaker of a multi-speaker voice (id or name from the voice config)."),
     ]
 
     @functools.wraps(f)
-    def wrapper(*args, voice, audio_format, loudness, captions, chapters, encoding, max_batch, max_batch_phonemes, max_phonemes,
-                length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize, **kw):
+    def wrapper(*args, voice, audio_format, loudness, captions, chapters, encoding, max_batch, max_batch_phonemes, batch_order, max_phonemes,
+                length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize,
+                normalize_text, footnotes, lexicon, include_front_matter, announce, speaker, **kw):
         cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
         max_batch = cpu_batch if max_batch is None else max_batch
         max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
+        batch_order = batch_order or batch_order_default(None)
         try:  # the settings' consistency (a batch budget too small for the longest utterance, say)
             config = JobConfig(voice=voice, audio_format=audio_format, loudness=loudness, captions=captions,
                                chapters=chapters, encoding=encoding,
                                max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
-                               noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
+                               batch_order=batch_order, noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
                                sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,
-                               title_pause_s=title_pause, normalize=normalize)
+                               title_pause_s=title_pause, normalize=normalize, normalize_text=normalize_text,
+                               footnotes=footnotes, lexicon=lexicon, include_front_matter=include_front_matter,
+                               announce=announce, speaker=speaker)
         except TTSError as exc:
             if os.environ.get("BOOKTTS_DEBUG"):
                 raise
@@ -200,6 +222,8 @@ def engine_options(f):
                 kw["max_batch"] = gpu_batch
             if "max_batch_phonemes" in kw and kw["max_batch_phonemes"] is None:
                 kw["max_batch_phonemes"] = gpu_phonemes
+            if "batch_order" in kw and kw["batch_order"] is None:
+                kw["batch_order"] = batch_order_default(spec)
         max_batch = kw.get("max_batch") or getattr(kw.get("config"), "max_batch", CPU_MAX_BATCH)
         spec = dataclasses.replace(spec, max_batch=max_batch)
         return f(*args, engine_spec=spec, **kw)

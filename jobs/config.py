@@ -25,6 +25,7 @@ LOUDNESS_MODES = ("ebu", "acx", "none")
 CAPTION_FORMATS = ("srt", "vtt")
 #: Settings that change only what ``finalize`` delivers, not the synthesized batches.
 OUTPUT_FIELDS = ("audio_format", "loudness", "captions")
+FOOTNOTE_MODES = ("skip", "inline", "end")
 #: Default batch limits on CPU engines: batching buys little there (docs/PERFORMANCE.md).
 CPU_MAX_BATCH = 32
 #: Default batch limits when the engine runs on a GPU (a cuda device, or TensorRT): the torch
@@ -85,6 +86,17 @@ def runs_on_gpu(engine: EngineSpec | None) -> bool:
     return engine is not None and ((engine.device or "").startswith("cuda") or engine.name == "tensorrt")
 
 
+BATCH_ORDERS = ("length", "reading")
+
+
+def batch_order_default(engine: EngineSpec | None) -> str:
+    """The batch order a job gets when it does not set one: ``length`` for every engine. (``reading``
+    makes chapters complete early, but in a fresh process on the H200 a 6-hour book's engine time was
+    about twice that of length order: each batch then holds every length bucket, so more, smaller
+    chunks, each shape new; docs/PERFORMANCE.md.)"""
+    return "length"
+
+
 def batch_defaults(engine: EngineSpec | None) -> tuple[int, int]:
     """(max_batch, max_batch_phonemes) a job gets when it does not set them, for this engine."""
     return (GPU_MAX_BATCH, GPU_MAX_BATCH_PHONEMES) if runs_on_gpu(engine) else (CPU_MAX_BATCH, DEFAULT_MAX_BATCH_PHONEMES)
@@ -128,6 +140,24 @@ class JobConfig:
     """Per-chapter loudness: ``ebu`` (R128, -23 LUFS), ``acx`` (RMS -20 dB, peaks -3 dBFS, 44.1 kHz), ``none``."""
     captions: str | None = None
     """Caption files beside each chapter (and each M4B): ``srt``, ``vtt`` or ``srt,vtt``; None: none."""
+    normalize_text: bool = True
+    """Rewrite numbers, dates, abbreviations, URLs... into words before phonemization (:mod:`jobs.normalize`)."""
+    footnotes: str = "skip"
+    """EPUB footnote/endnote bodies: ``skip``, ``inline`` (where they are) or ``end`` (end of their document)."""
+    lexicon: str | None = None
+    """Pronunciation lexicon file (TSV or JSON, :mod:`jobs.lexicon`); its content hash is part of the job."""
+    include_front_matter: bool = False
+    """Keep copyright pages, contents, indexes, "About the Author" and ISBN lines."""
+    announce: bool = True
+    """Speak "Title, by Author." at the start of each book (when the book names its title)."""
+    speaker: str | None = None
+    """Speaker id or name of a multi-speaker voice; None: the voice's default (speaker 0)."""
+    batch_order: str = "length"
+    """How utterances are packed into batches: ``length`` (sorted by length, least padding: CPU engines)
+    or ``reading`` (consecutive utterances in reading order, the budget counting real ids: for engines
+    that bucket by length inside a batch, as the torch engine does; every batch then has the book's mix
+    of lengths, so its shapes and CUDA graphs recur from batch to batch, and chapters are complete, and
+    written, while later ones are synthesized). Default: :func:`batch_order_default`."""
     engine: EngineSpec = field(default_factory=EngineSpec)
     """The backend that synthesizes (not part of the job's identity)."""
 
@@ -142,6 +172,8 @@ class JobConfig:
         if self.loudness not in LOUDNESS_MODES:
             raise InputError(f"--loudness {self.loudness!r} is not supported; choose {', '.join(LOUDNESS_MODES)}")
         self.captions = parse_captions(self.captions)
+        if self.footnotes not in FOOTNOTE_MODES:
+            raise InputError(f"--footnotes {self.footnotes!r} is not supported; choose {', '.join(FOOTNOTE_MODES)}")
         for name, lim in LIMITS.items():
             value = getattr(self, name)
             if value is None and name in ("length_scale", "noise_scale", "noise_w"):
@@ -149,6 +181,8 @@ class JobConfig:
             if not lim.allows(value):
                 kind = "a whole number " if lim.integer else ""
                 raise InputError(f"{lim.option} {value!r} is out of range: allowed {kind}{lim.describe()}")
+        if self.batch_order not in BATCH_ORDERS:
+            raise InputError(f"--batch-order {self.batch_order!r} is not one of {', '.join(BATCH_ORDERS)}")
         need = longest_utterance_ids(self.max_phonemes)
         if self.max_batch_phonemes < need:
             raise InputError(f"--max-batch-phonemes {self.max_batch_phonemes} is too small for --max-phonemes "
@@ -187,6 +221,8 @@ class JobConfig:
         d.pop("engine")
         d.pop("loudness")
         d.pop("captions")
+        if d.get("batch_order") == "length":  # the order of jobs made before the setting existed
+            d.pop("batch_order")
         return d
 
     def output_settings(self) -> dict:

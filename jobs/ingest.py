@@ -96,7 +96,23 @@ EPUB
 
 Book title
     Gutenberg ``Title:`` line, the Markdown title H1, the EPUB ``dc:title``; else a short line
-    directly followed by a "by Author" line in the front matter; else the file stem.
+    directly followed by a "by Author" line in the front matter; else the file stem
+    (``Book.title_known`` False: never spoken). The author: Gutenberg ``Author:``, that "by ..."
+    line, the EPUB ``dc:creator`` (role ``aut`` or none). ``Book.announcement()`` is
+    "Title, by Author.".
+
+Front and back matter (left out unless ``front_matter=True``, ``--include-front-matter``)
+    EPUB: documents the OPF guide or the nav's landmarks type as copyright-page, colophon, imprint,
+    toc, index, loi or lot, and elements with those ``epub:type`` / ``role`` values. Every format:
+    chapters titled "About the Author", "Contents", "Index", "Copyright", "Colophon", "Also by ...";
+    a short copyright notice (copyright and rights-reserved/ISBN/first-published wording, no long
+    prose) among the first three chapters; paragraphs that are only an ISBN; in the last chapter, a
+    paragraph "About the Author" and the at most 400 words after it.
+
+Footnotes (EPUB)
+    Note bodies (``epub:type``/``role`` footnote, endnote, rearnote) are skipped by default
+    (``footnotes="skip"``); ``"inline"`` reads them where they are in the document, ``"end"`` after
+    the rest of their document. Note reference markers are always dropped.
 """
 
 from __future__ import annotations
@@ -163,23 +179,54 @@ class Book:
     format: str
     """"txt", "md" or "epub"."""
     chapters: list[Chapter] = field(default_factory=list)
+    author: str | None = None
+    """The author, where the book names one (Gutenberg ``Author:``, a "by ..." line, ``dc:creator``)."""
+    title_known: bool = True
+    """False when ``title`` is only the file name (then it is never spoken)."""
 
     def to_dict(self) -> dict:
         return {"title": self.title, "source": str(self.source), "format": self.format,
-                "chapters": [c.to_dict() for c in self.chapters]}
+                "chapters": [c.to_dict() for c in self.chapters], "author": self.author,
+                "title_known": self.title_known}
 
     @classmethod
     def from_dict(cls, d: dict) -> Book:
         return cls(title=str(d["title"]), source=Path(d["source"]), format=str(d["format"]),
-                   chapters=[Chapter.from_dict(c) for c in d["chapters"]])
+                   chapters=[Chapter.from_dict(c) for c in d["chapters"]], author=d.get("author"),
+                   title_known=bool(d.get("title_known", True)))
+
+    def announcement(self) -> str | None:
+        """"Title, by Author." to speak at the start of the book; None when the title is not known."""
+        if not self.title_known or not self.title.strip():
+            return None
+        title = self.title.rstrip(" .,;:")
+        return f"{title}, by {self.author}." if self.author else f"{title}."
 
 
-def load_book(path: str | Path, encoding: str | None = None) -> Book:
+FOOTNOTE_MODES = ("skip", "inline", "end")
+
+
+def load_book(path: str | Path, encoding: str | None = None, front_matter: bool = False,
+              footnotes: str = "skip") -> Book:
     """Read ``path`` (TXT, Markdown or EPUB) into a :class:`Book`.
 
     ``encoding`` applies to TXT and Markdown (default UTF-8, BOM allowed); EPUB documents
-    declare their own. Raises :class:`InputError` (one line) for anything unusable.
+    declare their own. ``front_matter`` keeps copyright pages, contents, indexes, "About the
+    Author" and ISBN lines (see "Front and back matter"); ``footnotes`` is what happens to EPUB
+    footnote/endnote bodies: ``skip``, ``inline`` (read where they are) or ``end`` (read at the
+    end of their document). Raises :class:`InputError` (one line) for anything unusable.
     """
+    if footnotes not in FOOTNOTE_MODES:
+        raise InputError(f"--footnotes {footnotes!r}: choose one of {', '.join(FOOTNOTE_MODES)}")
+    book = _load_book(path, encoding, footnotes, front_matter)
+    if not front_matter:
+        kept = _drop_matter(book.chapters)
+        if kept and any(c.paragraphs for c in kept):
+            book.chapters = [Chapter(i + 1, c.title, c.paragraphs) for i, c in enumerate(kept)]
+    return book
+
+
+def _load_book(path: str | Path, encoding: str | None, footnotes: str, front_matter: bool) -> Book:
     p = Path(path)
     where = _show(p)
     try:
@@ -195,7 +242,7 @@ def load_book(path: str | Path, encoding: str | None = None) -> Book:
                          f"check the path and its permissions") from None
     suffix = p.suffix.lower()
     if suffix in EPUB_SUFFIXES:
-        return _load_epub(p)
+        return _load_epub(p, footnotes, front_matter)
     if size == 0:
         raise InputError(f"{where} is empty; nothing to read (pass a file with the book's text)")
     if size > MAX_TEXT_BYTES:
@@ -348,7 +395,14 @@ _PG_END_RE = re.compile(
     r"^[ \t]*(?:\*{3}[ \t]*END[ \t]+OF[ \t]+(?:THE|THIS)[ \t]+PROJECT[ \t]+GUTENBERG"
     r"|End[ \t]+of[ \t]+(?:the[ \t]+|this[ \t]+)?Project[ \t]+Gutenberg(?:'s|\u2019s)?\b)", re.I | re.M)
 _PG_TITLE_RE = re.compile(r"^Title:[ \t]*(\S.*)$((?:\n[ \t]+\S.*$)*)", re.M)
+_PG_AUTHOR_RE = re.compile(r"^Author:[ \t]*(\S.*)$", re.M)
 _PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by)\b", re.I)
+
+
+def _pg_author(text: str) -> str | None:
+    start = _PG_START_RE.search(text)
+    m = _PG_AUTHOR_RE.search(text, 0, start.start()) if start else None
+    return _norm(m.group(1)) if m else None
 
 
 def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
@@ -834,6 +888,11 @@ _BY_RE = re.compile(r"^by\s+\S", re.I)
 
 def _guess_title(items: list[_Item]) -> str | None:
     """A short line followed by a "by Author" line near the start of the text."""
+    found = _guess_title_author(items)
+    return found[0] if found else None
+
+
+def _guess_title_author(items: list[_Item]) -> tuple[str, str] | None:
     paras: list[str] = []
     for it in items:
         if it.kind == "heading" or len(paras) >= 8:
@@ -841,7 +900,8 @@ def _guess_title(items: list[_Item]) -> str | None:
         paras.append(it.text)
     for a, b in zip(paras, paras[1:]):
         if _BY_RE.match(b) and 1 <= len(a.split()) <= 15 and not _is_prose(a):
-            return a
+            author = _norm(b[2:]).strip(" .,")
+            return a, (author if 1 <= len(author.split()) <= 8 else "")
     return None
 
 
@@ -859,14 +919,18 @@ def _load_text(p: Path, where: str, text: str, fmt: str) -> Book:
         items, h1 = _md_items(body)
     else:
         items = _txt_items(body)
-    known = pg_title or h1 or _guess_title(items)
+    guessed = _guess_title_author(items)
+    known = pg_title or h1 or (guessed[0] if guessed else None)
     title = known or p.stem
+    author = _pg_author(text) if pg_title else None
+    if author is None and guessed and (not pg_title or guessed[0] == known):
+        author = guessed[1] or None
     # front matter / a heading-less book is titled with the book's own title, never a file name
     chapters = _build_chapters(items, known or "")
     if not chapters:
         raise InputError(f"{where} has no readable text{' after the Project Gutenberg header' if pg else ''}; "
                          f"pass a file with the book's text")
-    return Book(title=title, source=p, format=fmt, chapters=chapters)
+    return Book(title=title, source=p, format=fmt, chapters=chapters, author=author, title_known=bool(known))
 
 
 # --------------------------------------------------------------------------- EPUB: XML
@@ -965,6 +1029,13 @@ _SKIP_TAGS = {"head", "script", "style", "svg", "math", "img", "image", "object"
 _NOTE_TYPES = {"footnote", "footnotes", "endnote", "endnotes", "rearnote", "rearnotes", "noteref", "pagebreak",
                "annoref"}
 _NOTE_ROLES = {"doc-footnote", "doc-endnote", "doc-endnotes", "doc-noteref", "doc-pagebreak"}
+#: note bodies (what ``--footnotes inline|end`` reads); the other note types are markers, always dropped
+_NOTE_BODY_TYPES = {"footnote", "footnotes", "endnote", "endnotes", "rearnote", "rearnotes"}
+_NOTE_BODY_ROLES = {"doc-footnote", "doc-endnote", "doc-endnotes"}
+#: EPUB structural semantics (``epub:type``, landmarks, OPF guide) of front/back matter that is not
+#: read unless ``--include-front-matter``: copyright pages, colophons, contents, indexes, lists.
+_MATTER_TYPES = {"copyright-page", "copyright", "colophon", "imprint", "toc", "index", "loi", "lot", "landmarks",
+                 "doc-colophon", "doc-toc", "doc-index"}
 _MARKER_TEXT_RE = re.compile(r"^\s*(?:\[\s*\d{1,4}\s*\]|\(\s*\d{1,4}\s*\)|\d{1,4}|[*\u2020\u2021\u00a7\u00b6]+)\s*$")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -979,7 +1050,11 @@ def _attr_tokens(el: ET.Element, name: str) -> set[str]:
 class _Extractor:
     """XHTML body -> blocks (paragraphs and headings), with the block index of every id."""
 
-    def __init__(self) -> None:
+    def __init__(self, footnotes: str = "skip", front_matter: bool = False) -> None:
+        self.footnotes = footnotes
+        self.front_matter = front_matter
+        self.notes: list[_Block] = []
+        """Note bodies set aside by ``footnotes="end"`` (read after the document's text)."""
         self.blocks: list[_Block] = []
         self.anchors: dict[str, int] = {}
         self.skipped_ids: set[str] = set()
@@ -992,6 +1067,7 @@ class _Extractor:
         body = next((e for e in root.iter() if _local(e.tag) == "body"), root)
         self._walk(body)
         self._flush()
+        self.blocks.extend(self.notes)
         return self
 
     def _skip(self, el: ET.Element, tag: str) -> bool:
@@ -1002,7 +1078,18 @@ class _Extractor:
         classes = _attr_tokens(el, "class")
         if "pg-boilerplate" in classes or "pagenum" in classes:
             return True
-        if _attr_tokens(el, "type") & _NOTE_TYPES or _attr_tokens(el, "role") & _NOTE_ROLES:
+        types, roles = _attr_tokens(el, "type"), _attr_tokens(el, "role")
+        if not self.front_matter and (types | roles) & _MATTER_TYPES:
+            return True
+        if self.footnotes != "skip" and (types & _NOTE_BODY_TYPES or roles & _NOTE_BODY_ROLES):
+            if self.footnotes == "inline":
+                return False
+            sub = _Extractor("inline", self.front_matter)  # the note body itself is read
+            sub._walk(el)
+            sub._flush()
+            self.notes.extend(sub.blocks)
+            return True
+        if types & _NOTE_TYPES or roles & _NOTE_ROLES:
             return True
         if tag == "sup":
             if any(_local(d.tag) == "a" and d.get("href") for d in el.iter()):
@@ -1280,7 +1367,7 @@ def _ncx_entries(ep: _Epub, path: str) -> list[_TocEntry]:
     return out
 
 
-def _load_epub(p: Path) -> Book:
+def _load_epub(p: Path, footnotes: str = "skip", front_matter: bool = False) -> Book:
     where = _show(p)
     try:
         zf = zipfile.ZipFile(p)
@@ -1300,10 +1387,36 @@ def _load_epub(p: Path) -> Book:
         if not opf_path:
             raise InputError(f"{where} is not a valid EPUB: its package file path is not usable; re-export it")
         opf = ep.xml(opf_path, "package file")
-        return _read_package(ep, p, opf_path, opf)
+        return _read_package(ep, p, opf_path, opf, footnotes, front_matter)
 
 
-def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element) -> Book:
+def _matter_docs(ep: _Epub, opf: ET.Element, base: str, nav: str | None) -> set[str]:
+    """Documents the OPF guide or the nav's landmarks mark as front/back matter (whole documents)."""
+    out: set[str] = set()
+    links: list[tuple[set[str], str, str]] = []
+    for e in opf.iter():
+        if _local(e.tag) == "reference" and e.get("href"):
+            links.append(({(e.get("type") or "").strip().lower()}, e.get("href", ""), base))
+    if nav:
+        try:
+            root = ep.xml(nav, "navigation document", html_fallback=True)
+        except InputError:
+            root = None
+        for n in (root.iter() if root is not None else ()):
+            if _local(n.tag) == "nav" and "landmarks" in _attr_tokens(n, "type"):
+                for a in n.iter():
+                    if _local(a.tag) == "a" and a.get("href"):
+                        links.append((_attr_tokens(a, "type"), a.get("href", ""), posixpath.dirname(nav)))
+    for types, href, b in links:
+        if types & _MATTER_TYPES and "#" not in href.strip("#"):
+            doc = ep.resolve(b, href.split("#", 1)[0], "a landmark link")
+            if doc:
+                out.add(doc)
+    return out
+
+
+def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes: str = "skip",
+                  front_matter: bool = False) -> Book:
     where = ep.where
     base = posixpath.dirname(opf_path)
     title = ""
@@ -1311,6 +1424,13 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element) -> Book:
         if _local(e.tag) == "title" and (e.text or "").strip():
             title = _norm("".join(e.itertext()))
             break
+    author = None
+    for e in opf.iter():
+        if _local(e.tag) == "creator" and (e.text or "").strip():
+            role = e.get("{http://www.idpf.org/2007/opf}role") or e.get("role") or "aut"
+            if role == "aut":
+                author = _norm("".join(e.itertext()))
+                break
     manifest: dict[str, tuple[str, str, set[str]]] = {}
     for e in opf.iter():
         if _local(e.tag) == "item" and e.get("id") and e.get("href") is not None:
@@ -1342,6 +1462,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element) -> Book:
         if ncx and ep.member(ncx):
             toc = _ncx_entries(ep, ncx)
     toc_docs = {e.doc for e in toc}
+    matter_docs = set() if front_matter else _matter_docs(ep, opf, base, nav)
 
     # read the spine into one stream of blocks
     stream: list[_Block] = []
@@ -1350,10 +1471,10 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element) -> Book:
     doc_order: list[str] = []
     skipped: set[str] = set()
     for path, linear in spine:
-        if path in doc_start or (not linear and path not in toc_docs):
+        if path in doc_start or (not linear and path not in toc_docs) or path in matter_docs:
             continue
         root = ep.xml(path, "content document", html_fallback=True)
-        ex = _Extractor().run(root)
+        ex = _Extractor(footnotes, front_matter).run(root)
         doc_start[path] = len(stream)
         doc_order.append(path)
         for k, v in ex.anchors.items():
@@ -1431,7 +1552,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element) -> Book:
     if not merged:
         raise InputError(f"{where} has no readable text in its documents; pass a book with text")
     return Book(title=book_title, source=p, format="epub",
-                chapters=[Chapter(i + 1, t, ps) for i, (t, _d, ps) in enumerate(merged)])
+                chapters=[Chapter(i + 1, t, ps) for i, (t, _d, ps) in enumerate(merged)], author=author,
+                title_known=bool(title))
 
 
 def _chain_titles(titles: list[str]) -> str:
@@ -1488,3 +1610,48 @@ def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, l
     if out and _CONTENTS_LABEL_RE.match(title) and all(_CONTENTS_LABEL_RE.match(b.text) for b in out):
         out = []
     return title, [b.text for b in out]
+
+
+# --------------------------------------------------------------------------- front and back matter
+
+
+_MATTER_TITLE_RE = re.compile(
+    r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
+    r"|copyright(?:\s+page)?|colophon|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations)"
+    r"[.:]?$", re.I)
+_ISBN_RE = re.compile(r"^\s*(?:e-?)?ISBN(?:-1[03])?[:\s]*[\dXx][\d\s\-Xx]{8,20}(?:\s*\([^)]{0,40}\))?[.;]?\s*$", re.I)
+_COPYRIGHT_RE = re.compile(r"(?:\bcopyright\b|\u00a9|\(c\)\s*\d{4})", re.I)
+_RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:publication|book)|first published|"
+                        r"printed in|library of congress", re.I)
+
+
+def _is_copyright_chapter(ch: Chapter) -> bool:
+    """A short chapter that is a copyright notice / colophon (copyright and rights or ISBN lines)."""
+    text = " ".join(ch.paragraphs)
+    return (len(text.split()) <= 300 and bool(_COPYRIGHT_RE.search(text)) and bool(_RIGHTS_RE.search(text))
+            and not any(_is_prose(p) and len(p.split()) > 60 for p in ch.paragraphs))
+
+
+def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
+    """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
+    "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
+    paragraphs; a trailing "About the Author" section inside the last chapter (a heading-like
+    paragraph of its own, followed by at most 400 words)."""
+    out: list[Chapter] = []
+    n = len(chapters)
+    for k, ch in enumerate(chapters):
+        title = (ch.title or "").strip()
+        if title and _MATTER_TITLE_RE.match(title):
+            continue
+        if k < 3 and k < n - 1 and _is_copyright_chapter(ch):
+            continue
+        paras = [p for p in ch.paragraphs if not _ISBN_RE.match(p)]
+        if k == n - 1:
+            for j, para in enumerate(paras):
+                if j > 0 and re.match(r"^about\s+the\s+authors?[.:]?$", para, re.I) \
+                        and len(" ".join(paras[j + 1:]).split()) <= 400:
+                    paras = paras[:j]
+                    break
+        if paras:
+            out.append(Chapter(ch.index, ch.title, paras))
+    return out

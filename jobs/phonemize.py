@@ -62,9 +62,28 @@ class Phonemizer:
         return self._espeak
 
     def symbols(self, text: str) -> list[str]:
-        """Phoneme symbols for ``text`` as one sequence."""
+        """Phoneme symbols for ``text`` as one sequence. Piper's ``[[ phonemes ]]`` blocks are taken
+        as they are (NFD symbols, spaces as word breaks), without espeak-ng."""
         if self.voice.phoneme_type == "text":
             return list(unicodedata.normalize("NFD", text))
+        if "[[" not in text:
+            return self._espeak_symbols(text)
+        from jobs.normalize import split_phoneme_blocks
+
+        out: list[str] = []
+        for is_ph, part in split_phoneme_blocks(text):
+            if is_ph:
+                syms = list(unicodedata.normalize("NFD", " ".join(part[2:-2].split())))
+            else:
+                syms = self._espeak_symbols(part) if part.strip() else []
+            if not syms:
+                continue
+            if out and out[-1] != " " and syms[0] != " " and (part[:1].isspace() or is_ph):
+                out.append(" ")
+            out.extend(syms)
+        return out
+
+    def _espeak_symbols(self, text: str) -> list[str]:
         with _LOCK:  # espeak-ng keeps global state
             sentences = self._espeak_phonemizer().phonemize(
                 self.voice.espeak_voice, text, vowel_clusters=set(self.voice.vowel_clusters) if self.voice.vowel_clusters else None

@@ -16,6 +16,7 @@ import json
 import logging
 import socket
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -36,7 +37,8 @@ from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
 from jobs.segment import PauseKind, Segmenter
-from jobs.voice import VoiceConfig, resolve_voice
+from jobs.lexicon import lexicon_report, load_lexicon, make_speak
+from jobs.voice import VoiceConfig, resolve_speaker, resolve_voice
 from jobs.files import sha256_file as file_sha256
 
 JOB_FILE = "job.json"
@@ -44,6 +46,8 @@ PLAN_FILE = "plan.parquet"
 MANIFEST_FILE = "manifest.parquet"
 #: Most chapter files encoded at once by :func:`finalize` (also bounded by the cores).
 FINALIZE_THREADS = 8
+#: Engines that pass a speaker id to the voice (``--speaker``); others refuse a multi-speaker job.
+SPEAKER_ENGINES = ("onnx", "fake")
 WORK_DIR = ".work"
 FINALIZED_FILE = "finalized.json"
 JOB_FORMAT_VERSION = 1
@@ -240,9 +244,32 @@ def sweep_stale_temp_files(job: Job) -> list[Path]:
     return removed
 
 
-def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig) -> str:
+def estimate_workload_s(books: list[Path], config: JobConfig) -> float:
+    """Seconds of speech ``books`` will roughly make, from their sizes alone (before planning; for the
+    engine's start-up choices): about 15 characters of text a second at length scale 1, an EPUB's
+    markup counted as half its uncompressed size. 0 for what cannot be read (planning reports it)."""
+    import zipfile
+
+    chars = 0.0
+    for b in books:
+        try:
+            p = Path(b)
+            if p.suffix.lower() == ".epub":
+                with zipfile.ZipFile(p) as z:
+                    chars += 0.5 * sum(i.file_size for i in z.infolist()
+                                       if i.filename.lower().endswith((".xhtml", ".html", ".htm")))
+            else:
+                chars += p.stat().st_size
+        except (OSError, ValueError, RuntimeError, zipfile.BadZipFile):
+            continue
+    return chars / 15.0 * (config.length_scale or 1.0)
+
+
+def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig, lexicon_sha256: str | None = None) -> str:
     ident = {"v": JOB_FORMAT_VERSION, "inputs": [i["sha256"] for i in inputs], "config": config.identity(),
              "voice": voice.model_sha256()}
+    if lexicon_sha256:  # a changed lexicon file is another job
+        ident["lexicon"] = lexicon_sha256
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -276,6 +303,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     after that removes what this call created, and nothing else.
     """
     from jobs.ingest import load_book
+    from jobs.segment_pool import segment_chapters
 
     from jobs import deliver, formats
 
@@ -287,9 +315,11 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         raise InputError(f"-o {out_dir}: exists and is not a directory; choose a directory")
     inputs = _check_inputs(books)
     voice = voice or resolve_voice(config.voice)
-    job_id = job_identity(inputs, config, voice)
+    speaker_id = resolve_speaker(voice, config.speaker)
+    lexicon = load_lexicon(config.lexicon) if config.lexicon else None
+    job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
     if (out_dir / JOB_FILE).exists():  # this job with other output settings: say which
-        _refuse_other_output(out_dir, load_job(out_dir), inputs, config, voice)
+        _refuse_other_output(out_dir, load_job(out_dir), inputs, config, voice, lexicon.sha256 if lexicon else None)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if (out_dir / JOB_FILE).exists():
         existing = load_job(out_dir)
@@ -299,12 +329,14 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
                        f"choose another -o directory or delete it")
 
     scales = config.scales_for(voice)
-    phonemizer = Phonemizer(voice)
-    segmenter = Segmenter(phonemizer, config.max_phonemes)
-    rows: list[PlannedUtterance] = []
+    # refuses a bad voice or limit before any book is read
+    Segmenter(Phonemizer(voice), config.max_phonemes, speak=make_speak(lexicon, config.normalize_text))
     books_meta = []
+    to_segment = []  # (book index, chapter) of the selected chapters, in book order
     for b_i, (path, inp) in enumerate(zip(books, inputs)):
-        book = load_book(Path(path), encoding=config.encoding)
+        book = load_book(Path(path), encoding=config.encoding, front_matter=config.include_front_matter,
+                         footnotes=config.footnotes)
+        announce = book.announcement() if config.announce else None
         selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))
         book_dir = f"{b_i + 1:02d}-{slug(book.title, 'book')}"
         chapters_meta = []
@@ -314,20 +346,28 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
                                   "selected": ch.index in selected})
             if ch.index in selected:
-                rows.extend(PlannedUtterance(u) for u in segmenter.chapter_utterances(b_i, ch))
-                if progress:
-                    progress(b_i, ch.index, len(book.chapters))
-        books_meta.append({**inp, "title": book.title, "format": book.format, "dir": book_dir,
-                           **formats.book_details(path), "chapters": chapters_meta})
+                first = ch.index == book.chapters[0].index
+                to_segment.append((b_i, ch, announce if first else None))
+        details = formats.book_details(path)  # EPUB: dc:creator, dc:date, the cover image's member name
+        books_meta.append({**inp, "title": book.title, **details, "author": book.author or details.get("author"),
+                           "format": book.format, "dir": book_dir, "chapters": chapters_meta})
+    counts = [len(b["chapters"]) for b in books_meta]
+    on_chapter = (lambda b_i, ch: progress(b_i, ch.index, counts[b_i])) if progress else None
+    rows = [PlannedUtterance(u)
+            for utts in segment_chapters(voice, config.max_phonemes, to_segment, progress=on_chapter,
+                                         lexicon=lexicon, normalize_text=config.normalize_text)
+            for u in utts]
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
-    batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes)
+    batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes, config.batch_order)
     meta = {
         "format_version": JOB_FORMAT_VERSION,
         "job_id": job_id,
         "created_at": now_iso(),
         "config": config.to_dict(),
-        "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate},
+        "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate,
+                  **({"speaker_id": speaker_id} if speaker_id is not None else {})},
+        "lexicon": lexicon_report(lexicon, rows),
         "scales": scales.to_dict(),
         "books": books_meta,
         "batches": [asdict(b) for b in batches],
@@ -342,13 +382,14 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     return _claim_and_write(out_dir, job_id, before_write, Job(job_id, out_dir, config, meta, rows))
 
 
-def _refuse_other_output(out_dir: Path, existing: Job, inputs: list[dict], config: JobConfig, voice) -> None:
+def _refuse_other_output(out_dir: Path, existing: Job, inputs: list[dict], config: JobConfig, voice,
+                         lexicon_sha256: str | None = None) -> None:
     """``out_dir`` holds this same job but with other output settings (format, loudness,
     captions): refuse with a line naming them (its batches and files were made for those)."""
     if existing.config.output_settings() == config.output_settings():
         return
     same = dataclasses.replace(config, **existing.config.output_settings())
-    if job_identity(inputs, same, voice) == existing.job_id:
+    if job_identity(inputs, same, voice, lexicon_sha256) == existing.job_id:
         raise JobError(f"{out_dir} holds this job with {existing.config.output_flags()}; its output settings cannot "
                        f"change on resume: pass those options to resume, or choose another -o directory")
 
@@ -476,16 +517,69 @@ def _normalize(item: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(item.astype(np.float32) * (32767.0 / peak)), -32767, 32767).astype(np.int16)
 
 
-def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None):
+#: Above this many samples a unit's normalisation is spread over threads (numpy releases the GIL).
+_PARALLEL_NORMALIZE_SAMPLES = 4_000_000
+_normalize_pool: ThreadPoolExecutor | None = None
+_normalize_pool_lock = threading.Lock()
+
+
+def _normalize_into(out: np.ndarray, items: list[np.ndarray], start: int) -> None:
+    k = start
+    for a in items:
+        n = len(a)
+        peak = max(int(a.max()), -int(a.min())) if n else 0
+        if peak == 0:
+            out[k:k + n] = a
+        else:
+            x = a.astype(np.float32)
+            x *= np.float32(32767.0 / peak)
+            np.rint(x, out=x)
+            np.clip(x, -32767, 32767, out=x)
+            out[k:k + n] = x
+        k += n
+
+
+def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
+    """The items concatenated, each peak-normalised as :func:`_normalize` does (the same samples),
+    item by item (an utterance fits in the CPU's cache; one pass over a whole batch does not); a big
+    unit's items are shared among a few threads, each writing its own part of the result."""
+    global _normalize_pool
+    if not items:
+        return np.zeros(0, np.int16)
+    lens = [len(a) for a in items]
+    total = sum(lens)
+    out = np.empty(total, dtype=np.int16)
+    parts = min(8, os.cpu_count() or 1, len(items))
+    if total < _PARALLEL_NORMALIZE_SAMPLES or parts < 2:
+        _normalize_into(out, items, 0)
+        return out
+    with _normalize_pool_lock:
+        if _normalize_pool is None:
+            _normalize_pool = ThreadPoolExecutor(parts, thread_name_prefix="booktts-normalize")
+    starts = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    cuts = np.linspace(0, len(items), parts + 1).astype(int)
+    futures = [_normalize_pool.submit(_normalize_into, out, items[cuts[i]:cuts[i + 1]], int(starts[cuts[i]]))
+               for i in range(parts) if cuts[i + 1] > cuts[i]]
+    for f in futures:
+        f.result()
+    return out
+
+
+def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None,
+                     speaker: int | None = None):
     """Audio per row; on out-of-memory the rows are split in two and retried (recursively)."""
+    if speaker is not None and engine.info.name not in SPEAKER_ENGINES:
+        raise DeterministicEngineError(f"engine {engine.info.name} cannot choose a speaker (--speaker); "
+                                       f"use --engine {' or '.join(SPEAKER_ENGINES[:1])}")
     try:
-        res = engine.synthesize(SynthesisBatch.from_sequences([r.utt.phoneme_ids for r in rows], scales, seed))
+        res = engine.synthesize(SynthesisBatch.from_sequences(
+            [r.utt.phoneme_ids for r in rows], scales, seed, None if speaker is None else [speaker] * len(rows)))
     except EngineOutOfMemory:
         if len(rows) == 1:
             raise
         half = len(rows) // 2
-        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed)
-        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed)
+        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker)
+        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker)
         return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
@@ -539,7 +633,8 @@ class SynthesizedUnits:
 
     units: list[Unit]
     items: list[list[np.ndarray]]
-    """Per unit, per row in batch order: int16 audio (normalised where the job asks for it)."""
+    """Per unit, per row in batch order: the engine's int16 audio (peak normalisation, where the job asks
+    for it, is applied by :func:`write_unit`)."""
     engine_info: object
     infer_ms: float
     splits: int
@@ -554,11 +649,26 @@ class SynthesizedUnits:
     def size(self) -> int:
         return sum(len(i) for i in self.items)
 
+    def written_audio(self, index: int) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Unit ``index``'s audio as it is written: one int16 array (peak-normalised per item where
+        its job asks for it) and each item's view into it. Computed once (the writer and the local
+        runner's in-memory chapter source share it)."""
+        cache = self.__dict__.setdefault("_written", {})
+        if index not in cache:
+            items = self.items[index]
+            audio = (_normalize_concat(items) if self.units[index].job.config.normalize else
+                     np.concatenate(items) if items else np.zeros(0, np.int16))
+            bounds = np.concatenate([[0], np.cumsum([len(a) for a in items])]).astype(np.int64)
+            cache[index] = (audio, [audio[bounds[i]:bounds[i + 1]] for i in range(len(items))])
+        return cache[index]
+
 
 def synthesis_class(job: Job) -> str:
     """Units of jobs with the same class can share one engine batch: same voice weights, sample rate
     and synthesis scales (the engine takes one set of scales per batch)."""
     ident = {"voice": job.meta["voice"]["model_sha256"], "sr": job.sample_rate, "scales": job.meta["scales"]}
+    if job.meta["voice"].get("speaker_id") is not None:
+        ident["speaker"] = job.meta["voice"]["speaker_id"]
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -575,11 +685,14 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
         if u.job.scales != first.scales:
             raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different synthesis scales; "
                            f"they cannot share an engine batch")
+        if u.job.meta["voice"].get("speaker_id") != first.meta["voice"].get("speaker_id"):
+            raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different speakers; "
+                           f"they cannot share an engine batch")
     rows_per = [u.job.batch_rows(u.batch_id) for u in units]
     rows = [r for rs in rows_per for r in rs]
     started = now_iso()
     seed = (int(first.job_id[:8], 16) + units[0].batch_id) & 0x7FFFFFFF
-    flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed)
+    flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed, first.meta["voice"].get("speaker_id"))
     items: list[list[np.ndarray]] = []
     durations: list[list] = []
     k = 0
@@ -587,7 +700,7 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
         part = flat[k:k + len(rs)]
         durations.append(flat_durations[k:k + len(rs)])
         k += len(rs)
-        items.append([_normalize(a) for a in part] if u.job.config.normalize else part)
+        items.append(part)  # normalised when written (write_unit), off the engine's thread on workers
     tag = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
     return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag,
                             durations)
@@ -608,8 +721,8 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     token = os.urandom(4).hex()
     audio_name = f"b{batch_id:06d}-{job.job_id}-{token}.wav"
     with atomic_path(rec_path.parent / audio_name) as tmp, _audio_write_errors(rec_path.parent / audio_name):
-        sf.write(str(tmp), np.concatenate(items) if items else np.zeros(0, np.int16), info.sample_rate,
-                 subtype="PCM_16", format="WAV")
+        audio, _ = synth.written_audio(index)
+        sf.write(str(tmp), audio, info.sample_rate, subtype="PCM_16", format="WAV")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
     share = len(items) / max(synth.size, 1)  # this unit's share of the engine call's time
     durs = synth.durations[index] if synth.durations is not None else None
@@ -635,7 +748,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
 
 MANIFEST_COLUMNS = [
     "book_index", "book_title", "chapter_index", "chapter_title", "utterance_index", "paragraph_index",
-    "sentence_index", "text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
+    "sentence_index", "text", "spoken_text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
     "chapter_path", "start_s", "duration_s", "pause_after_s", "engine", "precision", "device", "infer_ms",
     "started_at", "finished_at", "worker", "queued_at", "attempt", "phoneme_durations_s",
 ]
@@ -646,11 +759,14 @@ MANIFEST_COLUMNS = [
 class _BatchAudio:
     """Reads utterance audio out of batch files, keeping a few open."""
 
-    def __init__(self, job: Job, keep_open: int = 32, records: dict[int, BatchRecord] | None = None) -> None:
+    def __init__(self, job: Job, keep_open: int = 32, records: dict[int, BatchRecord] | None = None,
+                 memory: dict[int, list[np.ndarray]] | None = None) -> None:
         self.job = job
         self.keep_open = keep_open
         #: batch records, read once; may be shared between readers (threads) of the same job
         self.records: dict[int, BatchRecord] = {} if records is None else records
+        #: per batch, its items' audio in batch order, as written (read from here instead of the file)
+        self.memory: dict[int, list[np.ndarray]] = {} if memory is None else memory
         self.files: dict[int, sf.SoundFile] = {}
 
     def record(self, batch_id: int) -> BatchRecord:
@@ -664,6 +780,9 @@ class _BatchAudio:
     def read(self, batch_id: int, pos: int) -> np.ndarray:
         rec = self.record(batch_id)
         item = rec.items[pos]
+        held = self.memory.get(batch_id)
+        if held is not None and len(held[pos]) == item["samples"]:
+            return held[pos]
         f = self.files.get(batch_id)
         if f is None:
             if len(self.files) >= self.keep_open:
@@ -691,12 +810,48 @@ def _pause_seconds(config: JobConfig, pause: PauseKind) -> float:
     }[pause]
 
 
-def finalize(job: Job) -> FinalizeSummary:
+#: One chapter to assemble: (book index, book meta, chapter meta, its planned rows in reading order).
+ChapterWork = tuple[int, dict, dict, list[PlannedUtterance]]
+#: What writing one chapter gives: its manifest columns, its samples, its skipped rows.
+ChapterPart = tuple[dict[str, list], int, int]
+
+
+def chapter_key(work: ChapterWork) -> tuple[int, int]:
+    """(book index, chapter index) of a chapter to assemble."""
+    return work[0], work[2]["index"]
+
+
+def selected_chapters(job: Job) -> list[ChapterWork]:
+    """The chapters ``finalize`` writes, in book order, each with its rows in reading order."""
+    by_chapter: dict[tuple[int, int], list[PlannedUtterance]] = {}
+    for r in job.rows:
+        by_chapter.setdefault((r.utt.book_index, r.utt.chapter_index), []).append(r)
+    return [(b_i, book, ch, sorted(by_chapter.get((b_i, ch["index"]), []), key=lambda r: r.utt.utterance_index))
+            for b_i, book in enumerate(job.meta["books"]) for ch in book["chapters"] if ch["selected"]]
+
+
+def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | None = None,
+                  memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
+    """Write one chapter file (atomically) as ``finalize`` does; its batches must be done.
+
+    ``records``: batch records already read (shared between threads, filled as read);
+    ``memory``: per batch id, the items' audio as written, read instead of the batch file.
+    """
+    return _write_chapter(job, *work, {} if records is None else records, memory)
+
+
+def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None,
+             memory: dict[int, list[np.ndarray]] | None = None,
+             records: dict[int, BatchRecord] | None = None) -> FinalizeSummary:
     """Assemble chapter files and ``manifest.parquet`` from the batch records. Idempotent.
 
     Raises JobError while any batch is missing. The manifest is written last, so a job
     directory with a manifest is complete. Temporary files of an earlier, killed finalize (or
     batch writer) are removed first.
+
+    ``written``: chapters this process wrote already with :func:`write_chapter` since their
+    batches were done, by :func:`chapter_key`; they are not written again and their manifest
+    rows are used as they are. ``memory`` and ``records``: see :func:`write_chapter`.
     """
     import pyarrow as pa
 
@@ -706,16 +861,15 @@ def finalize(job: Job) -> FinalizeSummary:
         raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
                        f"(first: {missing[0]}); resume the job")
     sweep_stale_temp_files(job)
-    by_chapter: dict[tuple[int, int], list[PlannedUtterance]] = {}
-    for r in job.rows:
-        by_chapter.setdefault((r.utt.book_index, r.utt.chapter_index), []).append(r)
-    chapters = [(b_i, book, ch, sorted(by_chapter.get((b_i, ch["index"]), []), key=lambda r: r.utt.utterance_index))
-                for b_i, book in enumerate(job.meta["books"]) for ch in book["chapters"] if ch["selected"]]
+    written = written or {}
+    chapters = selected_chapters(job)
+    todo = [c for c in chapters if chapter_key(c) not in written]
     # Chapters are encoded in parallel (libsndfile runs without the GIL); the manifest keeps book order.
-    threads = max(1, min(len(chapters), os.cpu_count() or 1, FINALIZE_THREADS))
-    records: dict[int, BatchRecord] = {}  # read once, shared by the chapters' readers
+    threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS))
+    records = {} if records is None else records  # read once, shared by the chapters' readers
     with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
-        parts = list(pool.map(lambda c: _write_chapter(job, *c, records), chapters))
+        new = dict(zip(map(chapter_key, todo), pool.map(lambda c: write_chapter(job, c, records, memory), todo)))
+    parts = [written[chapter_key(c)] if chapter_key(c) in written else new[chapter_key(c)] for c in chapters]
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     for part, _, _ in parts:
         for k in cols:
@@ -731,14 +885,14 @@ def finalize(job: Job) -> FinalizeSummary:
     return summary
 
 
-def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
-                   records: dict[int, BatchRecord]) -> tuple[dict[str, list], int, int]:
+def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records: dict[int, BatchRecord],
+                   memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
     """Write one chapter file (atomically) from the batch audio; its manifest columns, samples, skipped rows."""
     cfg, sr = job.config, job.sample_rate
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     path = inside(job.out_dir, ch["file"])
     pos = skipped = 0
-    audio = _BatchAudio(job, records=records)  # one per chapter: open files are not shared between threads
+    audio = _BatchAudio(job, records=records, memory=memory)  # one per chapter: open files are not shared between threads
     delay_s = float(os.environ.get(FINALIZE_DELAY_ENV) or 0)
     pieces: list[np.ndarray] = []
     try:
@@ -758,7 +912,8 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list,
                     "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
                     "chapter_title": ch["title"], "utterance_index": u.utterance_index,
                     "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
-                    "text": u.text, "phoneme_count": len(u.phoneme_ids),
+                    "text": u.text, "spoken_text": u.spoken_text if u.spoken_text is not None else u.text,
+                    "phoneme_count": len(u.phoneme_ids),
                     "missing_phonemes": u.missing_phonemes,
                     "status": "synthesized" if rec else "skipped: nothing speakable",
                     "batch_id": r.batch_id,

@@ -32,6 +32,7 @@ PLAN_SCHEMA = pa.schema([
     ("speakable", pa.bool_()),
     ("batch_id", pa.int32()),
     ("batch_pos", pa.int32()),
+    ("spoken_text", pa.string()),
 ])
 
 
@@ -60,9 +61,17 @@ class BatchInfo:
         return self.size * self.max_len
 
 
-def pack_batches(rows: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int) -> list[BatchInfo]:
-    """Assign ``batch_id``/``batch_pos`` to speakable rows, shortest first; return the batches."""
-    todo = sorted((r for r in rows if r.utt.speakable), key=lambda r: (len(r.utt.phoneme_ids), r.key))
+def pack_batches(rows: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int,
+                 order: str = "length") -> list[BatchInfo]:
+    """Assign ``batch_id``/``batch_pos`` to speakable rows; return the batches. ``order`` ``length``:
+    shortest first, the phoneme budget counting padded ids (items x longest); ``reading``: in reading
+    order, the budget counting real ids (the engine pads per length bucket inside the batch)."""
+    speakable = [r for r in rows if r.utt.speakable]
+    if order == "reading":
+        return _pack_reading(sorted(speakable, key=lambda r: r.key), max_batch, max_batch_phonemes)
+    if order != "length":
+        raise ValueError(f"unknown batch order {order!r}")
+    todo = sorted(speakable, key=lambda r: (len(r.utt.phoneme_ids), r.key))
     batches: list[BatchInfo] = []
     current: list[PlannedUtterance] = []
 
@@ -81,6 +90,22 @@ def pack_batches(rows: list[PlannedUtterance], max_batch: int, max_batch_phoneme
             close()
         current.append(r)
     close()
+    return batches
+
+
+def _pack_reading(todo: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int) -> list[BatchInfo]:
+    batches: list[BatchInfo] = []
+    start, real = 0, 0
+    for i, r in enumerate(todo + [None]):
+        n = len(r.utt.phoneme_ids) if r is not None else 0
+        if i > start and (r is None or i - start >= max_batch or real + n > max_batch_phonemes):
+            part = todo[start:i]
+            b = BatchInfo(len(batches), len(part), max(len(p.utt.phoneme_ids) for p in part), real)
+            for pos, p in enumerate(part):
+                p.batch_id, p.batch_pos = b.batch_id, pos
+            batches.append(b)
+            start, real = i, 0
+        real += n
     return batches
 
 
@@ -110,16 +135,18 @@ def to_table(rows: list[PlannedUtterance]) -> pa.Table:
         cols["speakable"].append(u.speakable)
         cols["batch_id"].append(r.batch_id)
         cols["batch_pos"].append(r.batch_pos)
+        cols["spoken_text"].append(u.spoken_text if u.spoken_text is not None else u.text)
     return pa.table(cols, schema=PLAN_SCHEMA)
 
 
 def from_table(table: pa.Table) -> list[PlannedUtterance]:
     d = table.to_pydict()
+    spoken = d.get("spoken_text") or [None] * table.num_rows  # plans written before spoken_text
     out = []
     for i in range(table.num_rows):
         u = Utterance(d["book_index"][i], d["chapter_index"][i], d["utterance_index"][i],
                       d["paragraph_index"][i], d["sentence_index"][i], d["text"][i],
                       list(d["phoneme_ids"][i]), d["missing_phonemes"][i], PauseKind(d["pause"][i]),
-                      d["speakable"][i])
+                      d["speakable"][i], spoken[i] if spoken[i] != d["text"][i] else None)
         out.append(PlannedUtterance(u, d["batch_id"][i], d["batch_pos"][i]))
     return out

@@ -56,6 +56,8 @@ class Utterance:
     missing_phonemes: int
     pause: PauseKind
     speakable: bool
+    spoken_text: str | None = None
+    """What was given to the phonemizer (normalised, lexicon applied); None: ``text`` itself."""
 
 
 def split_sentences(paragraph: str) -> list[str]:
@@ -66,7 +68,9 @@ def split_sentences(paragraph: str) -> list[str]:
 def _ends_with_abbreviation(candidate: str) -> bool:
     """"Mr. Smith", "J. R. R. Tolkien": the full stop does not end the sentence."""
     last_word = candidate.rsplit(None, 1)[-1].rstrip(".").lower()
-    return last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]", last_word) is not None
+    # "a.m.", "U.N.", "e.g.", "Ph.D.": dotted initialisms do not end a sentence either
+    return (last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]", last_word) is not None
+            or re.fullmatch(r"[(\[\"'“‘]?(?:[a-z]{1,2}\.)+[a-z]{1,2}", last_word) is not None)
 
 
 def _split_by(text: str, pattern: re.Pattern, joins=None) -> list[str]:
@@ -109,11 +113,30 @@ class Segmenter:
     ``phonemize`` is the voice's frontend (:class:`jobs.phonemize.Phonemizer`).
     """
 
-    def __init__(self, phonemize: Callable[[str], Phonemes], max_phonemes: int) -> None:
+    def __init__(self, phonemize: Callable[[str], Phonemes], max_phonemes: int,
+                 speak: Callable[[str, bool], str] | None = None) -> None:
         if max_phonemes < 8:
             raise ValueError("max_phonemes must be at least 8")
-        self.phonemize = phonemize
+        self._phonemize_spoken = phonemize
         self.max_phonemes = max_phonemes
+        #: written text -> spoken text (``speak(text, heading)``: normalisation, lexicon); None: as written
+        self.speak = speak
+        self._heading = False
+        self._spoken: dict[str, str] = {}
+
+    def phonemize(self, text: str) -> Phonemes:
+        """Phonemes of the spoken form of ``text`` (remembered, for the utterance's ``spoken_text``)."""
+        return self._phonemize_spoken(self.spoken(text))
+
+    def spoken(self, text: str) -> str:
+        if self.speak is None:
+            return text
+        key = f"{int(self._heading)}{text}"
+        if key not in self._spoken:
+            if len(self._spoken) > 4096:
+                self._spoken.clear()
+            self._spoken[key] = self.speak(text, self._heading)
+        return self._spoken[key]
 
     def _fits(self, ph: Phonemes) -> bool:
         return len(ph.symbols) <= self.max_phonemes
@@ -164,18 +187,28 @@ class Segmenter:
             out.append((cur, cur_ph))
         return out
 
-    def chapter_utterances(self, book_index: int, chapter) -> list[Utterance]:
-        """Utterances of one :class:`jobs.ingest.Chapter`, title first, in reading order."""
+    def chapter_utterances(self, book_index: int, chapter, announce: str | None = None) -> list[Utterance]:
+        """Utterances of one :class:`jobs.ingest.Chapter`, title first, in reading order.
+
+        ``announce`` ("Title, by Author."), when given, is spoken first (paragraph index -2)."""
         out: list[Utterance] = []
 
         def add(p_i: int, s_i: int, piece: str, ph: Phonemes, pause: PauseKind) -> None:
+            spoken = self.spoken(piece)
             out.append(Utterance(book_index, chapter.index, len(out), p_i, s_i, piece, ph.ids,
-                                 ph.missing, pause, ph.speakable))
+                                 ph.missing, pause, ph.speakable, spoken if spoken != piece else None))
 
-        title = " ".join((chapter.title or "").split())
-        if title:
-            for piece, ph in self.split_long(title):
-                add(-1, 0, piece, ph, PauseKind.CLAUSE)
+        for p_i, text in ((-2, announce), (-1, chapter.title)):
+            text = " ".join((text or "").split())
+            if not text:
+                continue
+            self._heading = True
+            try:
+                pieces = self.split_long(text)
+                for piece, ph in pieces:
+                    add(p_i, 0, piece, ph, PauseKind.CLAUSE)
+            finally:
+                self._heading = False
             out[-1].pause = PauseKind.TITLE
         for p_i, paragraph in enumerate(chapter.paragraphs):
             sentences = split_sentences(paragraph)

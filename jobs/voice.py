@@ -46,7 +46,9 @@ class VoiceConfig:
     noise_w: float
     """Default duration noise of the voice."""
     num_speakers: int = 1
-    """Number of speakers; multi-speaker voices are not supported yet."""
+    """Number of speakers (``--speaker`` picks one of a multi-speaker voice)."""
+    speaker_id_map: dict = field(default_factory=dict, repr=False)
+    """Speaker name -> id, from the config (multi-speaker voices)."""
     vowel_clusters: frozenset | None = None
     """Vowel sequences the voice treats as one phoneme (Piper's ``vowel_clusters``)."""
     source_sha256: str | None = None
@@ -74,6 +76,7 @@ class VoiceConfig:
                 length_scale=float(inference.get("length_scale", 1.0)),
                 noise_w=float(inference.get("noise_w", 0.8)),
                 num_speakers=int(cfg.get("num_speakers", 1)),
+                speaker_id_map={str(k): int(v) for k, v in (cfg.get("speaker_id_map") or {}).items()},
                 vowel_clusters=frozenset(tuple(v) for v in cfg["vowel_clusters"]) if cfg.get("vowel_clusters") else None,
             )
         except (ValueError, KeyError, TypeError) as exc:
@@ -120,3 +123,24 @@ def resolve_voice(name: str | None = None) -> VoiceConfig:
     if not (hasattr(module, "model_path") and hasattr(module, "config_path")):
         raise VoiceError(f"package {module_name} is not a voice package (no model_path()/config_path())")
     return VoiceConfig.from_files(name, Path(module.model_path()), Path(module.config_path()))
+
+
+def resolve_speaker(voice: VoiceConfig, speaker: str | int | None) -> int | None:
+    """The speaker id ``--speaker`` names (an id, or a name from the voice's ``speaker_id_map``);
+    None without ``--speaker``. A single-speaker voice refuses it (:class:`InputError`)."""
+    from jobs.errors import InputError
+
+    if speaker is None or str(speaker).strip() == "":
+        return None
+    speaker = str(speaker).strip()
+    if voice.num_speakers <= 1:
+        raise InputError(f"--speaker {speaker}: voice {voice.name} has a single speaker; leave --speaker out "
+                         f"or choose a multi-speaker voice")
+    if speaker in voice.speaker_id_map:
+        return voice.speaker_id_map[speaker]
+    if speaker.isdigit() and int(speaker) < voice.num_speakers:
+        return int(speaker)
+    names = ", ".join(sorted(voice.speaker_id_map)[:8])
+    raise InputError(f"--speaker {speaker}: voice {voice.name} has no such speaker; use an id from 0 to "
+                     f"{voice.num_speakers - 1}" + (f" or a name ({names}{', ...' if len(voice.speaker_id_map) > 8 else ''})"
+                                                   if names else ""))

@@ -8,7 +8,8 @@ dtypes to the key itself (another shape is another graph). For a key:
 
 * the **first** call runs ``fn`` eagerly and returns its result: a shape used once never pays for
   a capture, and that run compiles, loads and initializes whatever the function needs (Triton
-  kernels, cuBLAS handles) before any capture;
+  kernels, cuBLAS handles) before any capture (with ``capture_after=1`` the first call captures
+  instead, for processes whose shapes recur: the capture's own warm-up run does that initializing);
 * the **second** call captures: the inputs are copied into static buffers owned by the cache,
   ``fn`` runs once more eagerly on the cache's capture stream (the warm-up PyTorch's CUDA-graph
   documentation asks for, on the stream the capture then uses: libraries keep per-stream
@@ -106,7 +107,8 @@ class GraphCache:
     memory); calls with a new key past that run eagerly. ``name`` appears in the warning of a
     failed capture."""
 
-    def __init__(self, fn: Callable[..., Any], device, *, max_graphs: int = 512, name: str = "CUDA graphs"):
+    def __init__(self, fn: Callable[..., Any], device, *, max_graphs: int = 512, name: str = "CUDA graphs",
+                 capture_after: int = 2):
         device = torch.device(device)
         if device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, not {device}; call the function directly")
@@ -116,6 +118,11 @@ class GraphCache:
         self.device = device
         self.max_graphs = int(max_graphs)
         self.name = name
+        if capture_after not in (1, 2):
+            raise ValueError(f"capture_after must be 1 or 2, not {capture_after!r}")
+        #: 2: a key's first call runs eagerly and its second captures (a shape used once never pays for a
+        #: capture); 1: the first call captures (a long-lived process whose shapes recur skips the eager call)
+        self.capture_after = int(capture_after)
         #: False: every call runs ``fn`` eagerly (set by the caller, or after a failed capture)
         self.enabled = True
         #: why graphs were disabled (the failed capture's first line), else None
@@ -144,7 +151,8 @@ class GraphCache:
         key = (key, tuple((x.shape, x.dtype) for x in inputs))
         entry = self._graphs.get(key)
         if entry is None:
-            if key not in self._seen or len(self._graphs) >= self.max_graphs:
+            first = key not in self._seen and self.capture_after == 2
+            if first or len(self._graphs) >= self.max_graphs:
                 self._seen.add(key)
                 self.stats.eager += 1
                 return self.fn(*inputs, *args)

@@ -244,6 +244,21 @@ def affine(x, y, scale):
     return x * scale + y, (x - y).sum(dim=-1)
 
 
+def test_graph_cache_capture_after_one_captures_on_first_sight():
+    cache = StandInCache(affine, "cuda:0", capture_after=1)
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    want = affine(x, y, 2.0)
+    r1 = cache(("k", 2.0), (x, y), 2.0)  # first sight: captured and replayed, no eager call
+    assert ("k", 2.0) in cache and cache.stats.as_dict() == {"eager": 0, "captures": 1, "replays": 1, "bypassed": 0}
+    assert all(torch.equal(a, b) for a, b in zip(r1, want))
+    x2 = torch.randn(4, 3)
+    r2 = cache(("k", 2.0), (x2, y), 2.0)  # replayed on new values
+    assert cache.stats.captures == 1 and cache.stats.replays == 2
+    assert all(torch.equal(a, b) for a, b in zip(r2, affine(x2, y, 2.0)))
+    with pytest.raises(ValueError, match="capture_after"):
+        StandInCache(affine, "cuda:0", capture_after=3)
+
+
 def test_graph_cache_first_sight_capture_replay():
     cache = StandInCache(affine, "cuda:0")
     x, y = torch.randn(4, 3), torch.randn(4, 3)
@@ -349,10 +364,34 @@ def test_engine_with_graphs_gives_the_same_audio(engine, monkeypatch):
         # the prior differently: at most one int16 step at a few samples (as test_torch_engine_host's padding)
         assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).sum())
     assert np.array_equal(got[0].audio, got[2].audio)  # the same batch and seed: eager first sight == replay
-    assert keys and all(ls == 1.0 for _, _, ls in keys)
+    assert keys and all(len(k) == 2 for k in keys)  # (rows, width): the length scale is an input, not a key
     chunks = [c for b in batches for c in eng.stage_a_chunks(b.lengths, b.phoneme_ids.shape[1])]
-    assert {(eng.stage_a_rows(len(r), tc), tc) for r, tc in chunks} == {(r, tc) for r, tc, _ in keys}
+    assert {(eng.stage_a_rows(len(r), tc), tc) for r, tc in chunks} == set(keys)
     assert any(eng.stage_a_rows(len(r), tc) > len(r) for r, tc in chunks)  # padding did happen
+
+
+def test_engine_graphs_serve_every_length_scale(engine, monkeypatch):
+    # one graph per (rows, width) for all speaking rates: a batch at another length scale replays the
+    # graphs captured at 1.0 and gets the durations and audio of the engine without graphs at its scale
+    eng = engine
+    slow = batch_of(16, 1)
+    slow.scales = Scales(0.667, 1.37, 0.8)
+    ref = eng.synthesize(slow)
+    cache = StandInCache(eng.model.stage_a, "cuda:0", name="stage A")
+    monkeypatch.setattr(eng, "_graphs", cache)
+    monkeypatch.setattr(eng, "stage_a_graphs", True)
+    monkeypatch.setattr(eng, "_graphs_for", None)
+    monkeypatch.setattr(eng, "pipeline", 1)
+    eng.synthesize(batch_of(16, 1))
+    eng.synthesize(batch_of(16, 1))  # captured at 1.0
+    held = len(cache)
+    replays = cache.stats.replays
+    got = eng.synthesize(slow)
+    assert len(cache) == held and cache.stats.captures == held and cache.stats.replays > replays
+    assert np.array_equal(got.sample_lengths, ref.sample_lengths)
+    assert got.sample_lengths.sum() > eng.synthesize(batch_of(16, 1)).sample_lengths.sum() * 1.2
+    diff = np.abs(got.audio.astype(np.int32) - ref.audio)
+    assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).sum())
 
 
 def test_engine_repack_drops_graphs(engine, monkeypatch):

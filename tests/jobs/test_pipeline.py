@@ -5,6 +5,7 @@ Most cases use the fake engine for speed; the integration cases at the end use t
 
 import numpy as np
 import pyarrow.parquet as pq
+from pathlib import Path
 import pytest
 import soundfile as sf
 
@@ -180,6 +181,10 @@ def test_whole_book_plan_keeps_every_word_of_every_chapter(tmp_path, name):
     for ch in book.chapters:
         utts = [r.utt for r in job.rows if r.utt.chapter_index == ch.index]
         assert [u.utterance_index for u in utts] == list(range(len(utts)))
+        # the book's announcement ("Title, by Author.") opens chapter 1, as its own utterance
+        announced = [u.text for u in utts if u.paragraph_index == -2]
+        assert announced == ([book.announcement()] if ch.index == 1 else [])
+        utts = [u for u in utts if u.paragraph_index != -2]
         assert " ".join(u.text for u in utts).split() == (ch.title + " " + " ".join(ch.paragraphs)).split()
         assert all(len(u.phoneme_ids) <= 2 * job.config.max_phonemes + 3 for u in utts)
     assert job.meta["summary"]["padding_efficiency"] > 0.9
@@ -198,3 +203,47 @@ def test_parallel_finalize_equals_one_chapter_at_a_time(short_book, tmp_path, fa
     finalize(load_job(tmp_path / "out"))
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*.flac")} == parallel
     assert manifest(tmp_path / "out") == rows
+
+
+@pytest.mark.parametrize("parallel_above", [10**12, 1000], ids=["one-thread", "threads"])
+def test_batch_normalisation_equals_piper_per_item_normalisation(monkeypatch, parallel_above):
+    """What write_unit writes (_normalize_concat, item by item, a big unit over threads) is exactly the
+    concatenation of _normalize per item: silent items, full-scale items and -32768 included."""
+    import jobs.pipeline as pl
+
+    monkeypatch.setattr(pl, "_PARALLEL_NORMALIZE_SAMPLES", parallel_above)
+    rng = np.random.default_rng(7)
+    for _ in range(25):
+        items = []
+        for _ in range(int(rng.integers(1, 40))):
+            n, amp = int(rng.integers(0, 3000)), int(rng.choice([0, 1, 5, 300, 32767]))
+            a = rng.integers(-amp, amp + 1, size=n).astype(np.int16) if amp else np.zeros(n, np.int16)
+            if n and rng.random() < 0.2:
+                a[0] = -32768
+            items.append(a)
+        want = np.concatenate([pl._normalize(a) for a in items])
+        got = pl._normalize_concat(items)
+        assert got.dtype == np.int16 and np.array_equal(got, want)
+
+
+def test_run_in_reading_order_is_complete_and_writes_chapters_early(tmp_path, voice):
+    """A job packed in reading order (the GPU default) through the local runner: every utterance once,
+    playing its own audio, and the first chapter written before the last batch was synthesized."""
+    from jobs.runner import run_local
+    from tests.fake_audio import assert_rows_play_their_own_audio
+
+    from engines.fake import FakeEngine
+
+    out = tmp_path / "o"
+    job = prepare_job([Path(__file__).resolve().parents[1] / "data" / "alice-pg11.txt"], out, JobConfig(max_batch=64, batch_order="reading", chapters="1-3"))
+    assert job.config.batch_order == "reading" and len(job.batches) > 3
+    chapters = []
+    stats = run_local(job, FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length),
+                      on_chapter=lambda *a: chapters.append(a))
+    assert stats is not None
+    rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    assert len(rows) == len(job.rows)
+    assert assert_rows_play_their_own_audio(out) == sum(r.utt.speakable for r in job.rows)
+    assert len(chapters) >= 2, ("chapters 1 and 2 were written while synthesis went on", chapters)
+    ident = JobConfig(max_batch=64).identity()
+    assert "batch_order" not in ident and JobConfig(max_batch=64, batch_order="reading").identity()["batch_order"]

@@ -1,9 +1,14 @@
 """Batch planning: budgets, length sorting, padding efficiency, the Parquet round trip."""
 
+import pytest
+from pathlib import Path
+
 import random
 
 from jobs.plan import PlannedUtterance, from_table, pack_batches, padding_efficiency, to_table
 from jobs.segment import PauseKind, Utterance
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def rows(lengths, speakable=True):
@@ -49,3 +54,28 @@ def test_parquet_round_trip(tmp_path):
     back = from_table(pq.read_table(tmp_path / "p.parquet"))
     assert [(r.key, r.batch_id, r.batch_pos, r.utt.phoneme_ids, r.utt.pause) for r in back] == \
         [(r.key, r.batch_id, r.batch_pos, r.utt.phoneme_ids, r.utt.pause) for r in rs]
+
+
+def test_reading_order_batches_are_consecutive_and_within_budget(voice):
+    """--batch-order reading: every speakable utterance once, batches of consecutive utterances in
+    reading order, at most max_batch items and max_batch_phonemes real ids each."""
+    from jobs.ingest import load_book
+    from jobs.phonemize import Phonemizer
+    from jobs.plan import PlannedUtterance, pack_batches
+    from jobs.segment import Segmenter
+
+    book = load_book(DATA / "alice-pg11.txt")
+    seg = Segmenter(Phonemizer(voice), 400)
+    rows = [PlannedUtterance(u) for ch in book.chapters[:3] for u in seg.chapter_utterances(0, ch)]
+    batches = pack_batches(rows, 64, 4000, order="reading")
+    planned = [r for r in rows if r.batch_id >= 0]
+    assert len(planned) == sum(r.utt.speakable for r in rows) == sum(b.size for b in batches)
+    order = [(r.batch_id, r.batch_pos) for r in sorted(planned, key=lambda r: r.key)]
+    assert order == sorted(order), "reading order = batch order"
+    for b in batches:
+        mine = [r for r in planned if r.batch_id == b.batch_id]
+        assert len(mine) == b.size <= 64 and sum(len(r.utt.phoneme_ids) for r in mine) == b.real_ids <= 4000
+        assert sorted(r.batch_pos for r in mine) == list(range(b.size))
+    assert len(batches) > 3 and any(b.size < 64 for b in batches[:-1]), "the id budget cut some batches"
+    with pytest.raises(ValueError):
+        pack_batches(rows, 64, 4000, order="random")

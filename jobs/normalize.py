@@ -1,0 +1,449 @@
+"""Text normalisation for speech (English): written text -> the words a reader would say.
+
+``normalize(text, heading=False)`` is a pure function, called on each utterance's text after
+segmentation and before phonemization (the plan and manifest keep the written ``text`` and
+record the result as ``spoken_text``). It never drops a word of the source; it rewrites the
+forms espeak-ng reads badly:
+
+* currency (``$5`` "five dollars", ``£20.50`` "twenty pounds fifty"), percentages;
+* dates (``12/25/2023``, ``December 25, 2023``, ``2023-12-25``), times (``3:30 p.m.``);
+* years (any 4-digit number from 1100 to 2099 without a thousands comma reads as a year:
+  "eighteen eighty-seven", "nineteen ninety-nine", "twenty twenty-three"), decades (``1990s``);
+* ordinals (``21st``), cardinals with thousands separators and decimals (via ``num2words``);
+* roman numerals after chapter/book/part/... keywords, alone in a heading, and after a regnal
+  name ("Louis XIV" "Louis the fourteenth");
+* abbreviations by context: "St." (Saint before a name, Street after one), "Dr." (Doctor /
+  Drive), "Mt.", "Mr.", "e.g.", "i.e.", "etc.", "a.m."/"p.m.", dotted initialisms ("U.N.");
+* URLs and e-mail addresses ("example dot com slash books");
+* footnote markers (``[1]`` after a word, superscript digits) are dropped;
+* dashes (``—``, ``--``, spaced ``–``) and mid-sentence ellipses become a comma (a short pause);
+  a dash between numbers reads "to".
+
+Text inside Piper's ``[[ phonemes ]]`` blocks is passed through untouched.
+"""
+
+from __future__ import annotations
+
+import re
+
+from num2words import num2words
+
+__all__ = ["normalize", "split_phoneme_blocks", "roman_to_int"]
+
+PHONEME_BLOCK = re.compile(r"(\[\[.*?\]\])", re.S)
+
+_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December"]
+_MONTH_ABBR = {m[:3].lower(): m for m in _MONTHS} | {"sept": "September"}
+_MONTH_RE = (r"(?P<month>January|February|March|April|May|June|July|August|September|October|November|December"
+             r"|Jan\.?|Feb\.?|Mar\.?|Apr\.?|Jun\.?|Jul\.?|Aug\.?|Sept?\.?|Oct\.?|Nov\.?|Dec\.?)")
+_ROMAN_STRICT = re.compile(r"^M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})$")
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+_NUMBER_KEYWORDS = {"chapter", "book", "part", "volume", "vol", "act", "scene", "canto", "stave", "section",
+                    "letter", "appendix", "psalm", "article", "lesson", "movement", "symphony", "no", "number",
+                    "war", "type", "phase", "class", "grade", "level", "series", "plate", "figure", "fig",
+                    "table"}
+_REGNAL_NAMES = set("""Henry Edward George William Richard Charles James Louis Elizabeth Mary Anne John Paul Pius
+Leo Gregory Benedict Innocent Clement Alexander Nicholas Peter Catherine Frederick Philip Ferdinand Victor Emmanuel
+Napoleon Otto Gustav Gustavus Constantine Ptolemy Ramesses Rameses Amenhotep Thutmose Alfonso Sancho Pedro Juan Carlos
+Felipe Ivan Wilhelm Friedrich Ludwig Karl Francis Franz Joseph Leopold Rudolf Harold David Robert Urban Boniface
+Sixtus Julius Honorius Stephen Edmund Olaf Haakon Christian Sigismund Casimir Selim Suleiman Mehmed Murad Malcolm
+Duncan Kenneth Alexander Umberto Manuel Sebastian Afonso Hugh Baldwin Conrad Lothair Pepin Childeric Clovis Darius
+Xerxes Artaxerxes Cyrus Antiochus Seleucus Cleopatra Herod Innocent Adrian Hadrian Martin Sergius Felix Sylvester
+Eugene Eugenius Theodore Basil Michael Andronikos Manuel Isaac""".split())
+_ABBREVIATIONS = {  # written (lower case, without the final full stop) -> spoken
+    "mr": "Mister", "mrs": "Missus", "messrs": "Messieurs", "prof": "Professor", "mt": "Mount", "jr": "Junior",
+    "sr": "Senior", "capt": "Captain", "col": "Colonel", "gen": "General", "lt": "Lieutenant", "sgt": "Sergeant",
+    "rev": "Reverend", "hon": "Honourable", "gov": "Governor", "sen": "Senator", "rep": "Representative",
+    "vs": "versus", "etc": "et cetera", "approx": "approximately", "dept": "department", "ft": "Fort",
+}
+_STOP_ABBR_RE = re.compile(r"\b(?P<w>Mr|Mrs|Messrs|Prof|Mt|Jr|Sr|Capt|Col|Gen|Lt|Sgt|Rev|Hon|Gov|Sen|Rep|vs|etc|approx"
+                           r"|Dept|Ft)\.(?P<after>[\"'”’»)\]]*)(?=\s|$)", re.I)
+_LATIN_RE = re.compile(r"\b(?P<w>e\.\s?g|i\.\s?e|a\.\s?m|p\.\s?m|viz|cf)\.(?P<after>[\"'”’»)\]]*)(?=[\s,;:]|$)", re.I)
+_LATIN = {"eg": "for example", "ie": "that is", "am": "A M", "pm": "P M", "viz": "namely", "cf": "compare"}
+_SAINT_RE = re.compile(r"\b(?P<w>St|Dr|Ste)\.(?=\s|$)")
+_INITIALISM_RE = re.compile(r"(?<![\w.])(?P<w>(?:[A-Za-z]\.){2,})(?P<after>[\"'”’»)\]]*)(?=\s|$|[,;:])")
+_URL_RE = re.compile(r"(?:(?:https?|ftp)://|www\.)[^\s<>\"]+", re.I)
+_EMAIL_RE = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+_FOOTREF_RE = re.compile(r"(?<=[\w.,;:!?\"'”’)])\[\d{1,3}\]|[\u00b9\u00b2\u00b3\u2070\u2074-\u2079]+(?=[\s.,;:!?\"'”’)]|$)")
+_CURRENCY = {"$": ("dollar", "dollars", "cent", "cents"), "£": ("pound", "pounds", "penny", "pence"),
+             "€": ("euro", "euros", "cent", "cents"), "¥": ("yen", "yen", "sen", "sen")}
+_SCALE = r"(?:\s?(?P<scale>thousand|million|billion|trillion|[kmb]n?)\b)?"
+_CURRENCY_RE = re.compile(r"(?P<sym>[$£€¥])\s?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d{1,2}))?" + _SCALE, re.I)
+_PERCENT_RE = re.compile(r"(?<![\w.])(?P<num>\d+(?:\.\d+)?)\s?(?:%|per ?cent\b)")
+_DATE_NUM_RE = re.compile(r"(?<![\w/.])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4}|\d{2})(?![\w/])")
+_DATE_ISO_RE = re.compile(r"(?<![\w-])(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})(?![\w-])")
+_DATE_MDY_RE = re.compile(_MONTH_RE + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?(?=\W|$)")
+_DATE_DMY_RE = re.compile(r"(?<![\w.])(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH_RE + r"(?=\W|$)")
+_TIME_RE = re.compile(r"(?<![\w:.])(?P<h>\d{1,2}):(?P<m>\d{2})(?::(?P<s>\d{2}))?(?![\w:])"
+                      r"(?:\s?(?P<ampm>[ap])\.?\s?m\b\.?)?", re.I)
+_HOUR_AMPM_RE = re.compile(r"(?<![\w:.])(?P<h>\d{1,2})\s?(?P<ampm>[ap])\.?\s?m\b\.?", re.I)
+_DECADE_RE = re.compile(r"(?<![\w.,])(?:(?P<c>1[1-9]|20)|')?(?P<d>[1-9]0|00)'?s\b")
+_ORDINAL_RE = re.compile(r"(?<![\w.,])(?P<n>\d{1,9})(?P<suf>st|nd|rd|th)\b", re.I)
+_RANGE_RE = re.compile(r"(?<=\d)\s?[–—]\s?(?=\d)")
+_NUMBER_RE = re.compile(r"(?<![\w.,])(?P<neg>-)?(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d+))?(?![\w]|[.,]\d)")
+_ROMAN_TOKEN_RE = re.compile(r"\b(?P<r>[IVXLCDM]+)\b(?P<dot>\.?)")
+_DASH_RE = re.compile(r"\s*(?:—|―|--+|\s–\s)\s*")
+_ELLIPSIS_RE = re.compile(r"\s*(?:…|\.\s?\.\s?\.)(?P<rest>\s*)")
+_SPACES_RE = re.compile(r"[ \t]{2,}")
+_FRACTION_RE = re.compile(r"(?<![\w/.,])(?P<a>\d{1,2})/(?P<b>[2-9]|10)(?![\w/]|[.,]\d)")
+_VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅛": (1, 8)}
+_VULGAR_RE = re.compile(r"(?P<whole>\d+)?\s?(?P<f>[½⅓⅔¼¾⅕⅛])")
+_DEGREE_RE = re.compile(r"(?<=\d)\s?°\s?(?P<u>[CF](?![a-z]))?")
+
+
+def split_phoneme_blocks(text: str) -> list[tuple[bool, str]]:
+    """``text`` as (is_phonemes, part) pieces: Piper's ``[[ ... ]]`` blocks and the text between them."""
+    return [(p.startswith("[[") and p.endswith("]]"), p) for p in PHONEME_BLOCK.split(text) if p]
+
+
+def roman_to_int(s: str) -> int | None:
+    """The value of a well-formed upper-case roman numeral, else None."""
+    if not s or not _ROMAN_STRICT.match(s):
+        return None
+    total = 0
+    for a, b in zip(s, s[1:] + " "):
+        v = _ROMAN_VALUES[a]
+        total += -v if b != " " and _ROMAN_VALUES[b] > v else v
+    return total
+
+
+def _words(n, to: str = "cardinal") -> str:
+    """num2words without its commas (they would be spoken as pauses)."""
+    return num2words(n, to=to).replace(",", "")
+
+
+def _int(s: str) -> int:
+    return int(s.replace(",", ""))
+
+
+def _cardinal_text(int_part: str, frac: str | None = None) -> str:
+    digits = int_part.replace(",", "")
+    if len(digits) > 1 and digits.startswith("0") and "," not in int_part:
+        out = " ".join(_words(int(d)) for d in digits)  # "007": digit by digit
+    elif len(digits) > 15:
+        out = " ".join(_words(int(d)) for d in digits)
+    else:
+        out = _words(int(digits))
+    if frac:
+        out += " point " + " ".join(_words(int(d)) for d in frac)
+    return out
+
+
+def _year_text(y: int) -> str:
+    return _words(y, to="year")
+
+
+def _keep_stop(m: re.Match, text: str) -> str:
+    """A full stop that ends the text (and so the sentence) is kept after an expanded abbreviation."""
+    after = m.group("after") if "after" in m.re.groupindex else ""
+    rest = text[m.end():]
+    return ("." if not rest.strip() else "") + (after or "")
+
+
+def _currency(m: re.Match) -> str:
+    one, many, sub_one, sub_many = _CURRENCY[m.group("sym")]
+    whole = _int(m.group("int"))
+    frac = m.group("frac")
+    scale = (m.group("scale") or "").lower()
+    scale = {"k": "thousand", "m": "million", "mn": "million", "b": "billion", "bn": "billion"}.get(scale, scale)
+    if scale:
+        amount = _cardinal_text(m.group("int"), frac)
+        return f"{amount} {scale} {many}"
+    out = f"{_words(whole)} {one if whole == 1 else many}"
+    if frac:
+        cents = int(frac.ljust(2, "0"))
+        if cents:
+            out += f" and {_words(cents)} {sub_one if cents == 1 else sub_many}"
+    return out
+
+
+def _date(month: int, day: int, year: int | None) -> str:
+    out = f"{_MONTHS[month - 1]} {_words(day, 'ordinal')}"
+    return out + (f", {_year_text(year)}" if year is not None else "")
+
+
+def _numeric_date(m: re.Match) -> str:
+    a, b, y = int(m.group("a")), int(m.group("b")), m.group("y")
+    year = int(y) if len(y) == 4 else (2000 + int(y) if int(y) < 50 else 1900 + int(y))
+    if 1 <= a <= 12 and 1 <= b <= 31:
+        return _date(a, b, year)  # US order first: 12/25/2023
+    if 1 <= b <= 12 and 1 <= a <= 31:
+        return _date(b, a, year)  # 25/12/2023
+    return m.group(0)
+
+
+def _iso_date(m: re.Match) -> str:
+    y, mo, d = int(m.group("y")), int(m.group("m")), int(m.group("d"))
+    if 1 <= mo <= 12 and 1 <= d <= 31:
+        return _date(mo, d, y)
+    return m.group(0)
+
+
+def _month_name(s: str) -> str:
+    s = s.rstrip(".")
+    return s if s in _MONTHS else _MONTH_ABBR.get(s.lower(), s)
+
+
+def _mdy(m: re.Match) -> str:
+    day = int(m.group("day"))
+    if not 1 <= day <= 31:
+        return m.group(0)
+    if m.group("month") == "May" and not m.group(0)[len("May"):].strip()[:1].isdigit():
+        return m.group(0)
+    return f"{_month_name(m.group('month'))} {_words(day, 'ordinal')}"
+
+
+def _dmy(m: re.Match) -> str:
+    day = int(m.group("day"))
+    if not 1 <= day <= 31:
+        return m.group(0)
+    return f"the {_words(day, 'ordinal')} of {_month_name(m.group('month'))}"
+
+
+def _clock(h: int, mi: int, ampm: str | None) -> str:
+    if mi == 0:
+        out = f"{_words(h)}" + ("" if ampm else " o'clock")
+    elif mi < 10:
+        out = f"{_words(h)} oh {_words(mi)}"
+    else:
+        out = f"{_words(h)} {_words(mi)}"
+    if ampm:
+        out += f" {ampm.upper()} M"
+    return out
+
+
+def _time(m: re.Match, text: str) -> str:
+    h, mi = int(m.group("h")), int(m.group("m"))
+    if h > 24 or mi > 59:
+        return m.group(0)
+    out = _clock(h, mi, m.group("ampm"))
+    if m.group("s"):
+        out += f" and {_words(int(m.group('s')))} seconds"
+    if m.group("ampm") and m.group(0).endswith(".") and not text[m.end():].strip():
+        out += "."
+    return out
+
+
+def _hour_ampm(m: re.Match, text: str) -> str:
+    h = int(m.group("h"))
+    if not 1 <= h <= 12:
+        return m.group(0)
+    out = f"{_words(h)} {m.group('ampm').upper()} M"
+    if m.group(0).endswith(".") and not text[m.end():].strip():
+        out += "."
+    return out
+
+
+def _decade(m: re.Match) -> str:
+    c, d = m.group("c"), m.group("d")
+    if c is None:
+        if d == "00":
+            return m.group(0)
+        word = _words(int(d))
+    elif d == "00":
+        word = _words(int(c + "00"), "year")  # "1900s": "nineteen hundreds"
+    else:
+        word = _words(int(c + d), "year")
+    return (word[:-1] + "ies") if word.endswith("y") else word + "s"
+
+
+def _fraction_words(a: int, b: int) -> str:
+    names = {2: ("half", "halves"), 4: ("quarter", "quarters")}
+    one, many = names.get(b, (_words(b, "ordinal"), _words(b, "ordinal") + "s"))
+    return f"{'one' if a == 1 else _words(a)} {one if a == 1 else many}"
+
+
+def _fraction(m: re.Match) -> str:
+    a, b = int(m.group("a")), int(m.group("b"))
+    return _fraction_words(a, b) if 0 < a < b else m.group(0)
+
+
+def _vulgar(m: re.Match) -> str:
+    a, b = _VULGAR[m.group("f")]
+    frac = _fraction_words(a, b)
+    return f"{_cardinal_text(m.group('whole'))} and {'a' if a == 1 else ''} {frac.removeprefix('one ') if a == 1 else frac}".replace("  ", " ") \
+        if m.group("whole") else frac
+
+
+def _degrees(m: re.Match) -> str:
+    unit = {"C": " Celsius", "F": " Fahrenheit"}.get(m.group("u") or "", "")
+    return " degrees" + unit
+
+
+def _ordinal(m: re.Match) -> str:
+    return _words(int(m.group("n")), "ordinal")
+
+
+def _number(m: re.Match, text: str) -> str:
+    int_part, frac = m.group("int"), m.group("frac")
+    neg = "minus " if m.group("neg") else ""
+    digits = int_part.replace(",", "")
+    if not frac and "," not in int_part and len(digits) == 4 and 1100 <= int(digits) <= 2099 and not neg:
+        before = text[:m.start()].rstrip().rsplit(None, 1)
+        prev = before[-1].lower().rstrip(".") if before else ""
+        if prev not in ("no", "number", "page", "p", "pp", "room", "#", "flight", "route"):
+            return _year_text(int(digits))
+    return neg + _cardinal_text(int_part, frac)
+
+
+def _spell_url(s: str) -> str:
+    trail = ""
+    while s and s[-1] in ".,;:!?)]}\"'”’":
+        trail = s[-1] + trail
+        s = s[:-1]
+    s = re.sub(r"^(?:https?|ftp)://", "", s, flags=re.I)
+    parts = re.split(r"([./@:_?=&#~+-])", s)
+    names = {".": "dot", "/": "slash", "@": "at", ":": "colon", "_": "underscore", "?": "question mark",
+             "=": "equals", "&": "and", "#": "hash", "~": "tilde", "+": "plus", "-": "dash"}
+    words = []
+    for p in parts:
+        if not p:
+            continue
+        if p in names:
+            words.append(names[p])
+        elif p.lower() == "www":
+            words.append("W W W")
+        elif p.isdigit():
+            words.append(_cardinal_text(p))
+        else:
+            words.append(p)
+    while words and words[-1] == "slash":
+        words.pop()
+    return " ".join(words) + trail
+
+
+def _prev_word(text: str, pos: int) -> str:
+    w = text[:pos].rstrip().rsplit(None, 1)
+    return w[-1] if w else ""
+
+
+def _next_word(text: str, pos: int) -> str:
+    w = text[pos:].split(None, 1)
+    return w[0] if w else ""
+
+
+def _capitalised(w: str) -> bool:
+    w = w.lstrip("\"'“‘(")
+    return bool(w) and (w[0].isupper() or w[0].isdigit())
+
+
+def _saint(m: re.Match, text: str) -> str:
+    w = m.group("w")
+    prev, nxt = _prev_word(text, m.start()), _next_word(text, m.end())
+    name_after = _capitalised(nxt) and not nxt[:1].isdigit()
+    name_before = bool(prev) and (prev[0].isupper() or prev[0].isdigit()) and not prev.endswith((".", "!", "?"))
+    if w == "Ste":
+        return "Sainte"
+    if name_after and not (name_before and not name_after):
+        spoken = "Saint" if w == "St" else "Doctor"
+    elif name_before:
+        spoken = "Street" if w == "St" else "Drive"
+    else:
+        spoken = "Street" if w == "St" else "Doctor"
+    return spoken + ("." if not text[m.end():].strip() else "")
+
+
+def _roman(m: re.Match, text: str, heading: bool) -> str:
+    r = m.group("r")
+    value = roman_to_int(r)
+    if value is None:
+        return m.group(0)
+    prev = _prev_word(text, m.start())
+    prev_l = prev.lower().rstrip(".,:")
+    at_start = not text[:m.start()].strip(" \"'“‘(")
+    # all-capital running text ("I LIVED IN DC"): only with a keyword
+    if prev_l in _NUMBER_KEYWORDS and not prev.endswith((".", ",", ":")):
+        return _words(value) + m.group("dot")
+    rest = text[m.end():].lstrip()
+    if heading and at_start and (m.group("dot") or not rest or rest[0] in ":;,-\u2013\u2014"):
+        return _words(value) + m.group("dot")
+    if prev in _REGNAL_NAMES and (len(r) > 1 or r == "V"):
+        return "the " + _words(value, "ordinal") + m.group("dot")
+    if len(r) > 1 and set(r) <= set("IVX") and not _caps_run(text):
+        return _words(value) + m.group("dot")
+    return m.group(0)
+
+
+def _caps_run(text: str) -> bool:
+    """The text is written in capitals (a shouted line, a heading in capitals)."""
+    letters = [c for c in text if c.isalpha()]
+    return len(letters) >= 8 and sum(c.isupper() for c in letters) > 0.8 * len(letters)
+
+
+def _latin(m: re.Match, text: str) -> str:
+    key = re.sub(r"[.\s]", "", m.group("w")).lower()
+    return _LATIN[key] + _keep_stop(m, text)
+
+
+def _abbr(m: re.Match, text: str) -> str:
+    spoken = _ABBREVIATIONS[m.group("w").lower()]
+    if m.group("w").islower() and spoken[0].isupper() and m.group("w").lower() not in ("mr", "mrs"):
+        spoken = spoken.lower()
+    return spoken + _keep_stop(m, text)
+
+
+def _initialism(m: re.Match, text: str) -> str:
+    letters = m.group("w").replace(".", "")
+    return " ".join(letters.upper()) + _keep_stop(m, text)
+
+
+def _sub(rx: re.Pattern, fn, text: str) -> str:
+    """``rx.sub`` whose replacement function also sees the whole text."""
+    return rx.sub(lambda m: fn(m, text), text)
+
+
+def _normalize_plain(text: str, heading: bool) -> str:
+    t = _FOOTREF_RE.sub("", text)
+    t = _URL_RE.sub(lambda m: _spell_url(m.group(0)), t)
+    t = _EMAIL_RE.sub(lambda m: _spell_url(m.group(0)), t)
+    t = _sub(_LATIN_RE, _latin, t)
+    t = _sub(_TIME_RE, _time, t)
+    t = _sub(_HOUR_AMPM_RE, _hour_ampm, t)
+    t = _sub(_STOP_ABBR_RE, _abbr, t)
+    t = _sub(_SAINT_RE, _saint, t)
+    t = _CURRENCY_RE.sub(_currency, t)
+    t = _PERCENT_RE.sub(lambda m: _cardinal_text(*(m.group("num").split(".") + [None])[:2]) + " percent", t)
+    t = _DATE_NUM_RE.sub(_numeric_date, t)
+    t = _FRACTION_RE.sub(_fraction, t)
+    t = _VULGAR_RE.sub(_vulgar, t)
+    t = _DEGREE_RE.sub(_degrees, t)
+    t = _DATE_ISO_RE.sub(_iso_date, t)
+    t = _DATE_MDY_RE.sub(_mdy, t)
+    t = _DATE_DMY_RE.sub(_dmy, t)
+    t = _DECADE_RE.sub(_decade, t)
+    t = _ORDINAL_RE.sub(_ordinal, t)
+    t = _RANGE_RE.sub(" to ", t)
+    t = _sub(_NUMBER_RE, _number, t)
+    t = _ROMAN_TOKEN_RE.sub(lambda m: _roman(m, t, heading), t)
+    t = _sub(_INITIALISM_RE, _initialism, t)
+    t = t.replace("&", " and ")
+    t = _DASH_RE.sub(", ", t)
+    t = _ELLIPSIS_RE.sub(lambda m: (", " if m.end() < len(t) and t[m.end():].strip() else "."), t)
+    t = re.sub(r",\s*([,.;:!?])", r"\1", t)  # a pause next to other punctuation: keep the other
+    t = re.sub(r"([,.;:!?])\s*,(?=\s|$)", r"\1", t)
+    t = re.sub(r",\s+([\"'”’»)\]])", r",\1", t)  # "I think—”": the pause stays with the word
+    t = re.sub(r"^\s*,\s*", "", t)
+    t = re.sub(r"([(\[\"“‘])\s*,\s*", r"\1", t)
+    return _SPACES_RE.sub(" ", t).strip()
+
+
+_HOLD = "\ue000"  # stands for a [[ phonemes ]] block while the text around it is normalised
+
+
+def normalize(text: str, heading: bool = False) -> str:
+    """The spoken form of ``text`` (one utterance, or a chapter title with ``heading=True``)."""
+    if "[[" not in text:
+        return _normalize_plain(text, heading)
+    blocks: list[str] = []
+    held = []
+    for is_ph, part in split_phoneme_blocks(text.replace(_HOLD, "")):
+        if is_ph:
+            blocks.append(part)
+            held.append(f" {_HOLD} ")
+        else:
+            held.append(part)
+    out = _normalize_plain("".join(held), heading)
+    pieces = out.split(_HOLD)
+    joined = "".join(p + (blocks[k] if k < len(blocks) else "") for k, p in enumerate(pieces))
+    return re.sub(r"\]\]\s+([.,;:!?])", r"]]\1", _SPACES_RE.sub(" ", joined)).strip()

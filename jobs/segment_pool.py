@@ -1,0 +1,141 @@
+"""Segmenting and phonemizing the chapters of a job on the host's cores.
+
+Phonemization (espeak-ng through piper-tts, one call per sentence, under a process-wide lock)
+is most of the planning time of a book. :func:`segment_chapters` gives the utterances of each
+chapter exactly as :meth:`jobs.segment.Segmenter.chapter_utterances` does, computed in a
+process pool when the text is big: chapters are cut into pieces of whole paragraphs, each piece
+is segmented in a worker process (its own espeak-ng), and the pieces are joined back with their
+paragraph and utterance numbers shifted to their places in the chapter. Small inputs, or a host
+with one core, stay in this process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from dataclasses import replace
+from typing import Callable
+
+from jobs.ingest import Chapter
+from jobs.lexicon import Lexicon, make_speak
+from jobs.phonemize import Phonemizer
+from jobs.segment import Segmenter, Utterance
+from jobs.voice import VoiceConfig
+
+#: Below this many characters of text the chapters are segmented in this process.
+PARALLEL_MIN_CHARS = 200_000
+#: Characters of whole paragraphs per piece handed to a worker process.
+PIECE_CHARS = 40_000
+#: Most worker processes.
+MAX_WORKERS = 32
+
+_worker_segmenter: Segmenter | None = None
+
+
+def host_cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _chars(ch: Chapter) -> int:
+    return len(ch.title or "") + sum(len(p) for p in ch.paragraphs)
+
+
+def _pieces(ch: Chapter, piece_chars: int) -> list[tuple[Chapter, int]]:
+    """``ch`` as chapters of consecutive paragraphs (the title with the first), each with the index
+    of its first paragraph in ``ch``."""
+    out: list[tuple[Chapter, int]] = []
+    start, size = 0, len(ch.title or "")
+    for i, p in enumerate(ch.paragraphs):
+        if i > start and size + len(p) > piece_chars:
+            out.append((Chapter(ch.index, ch.title if not out else "", ch.paragraphs[start:i]), start))
+            start, size = i, 0
+        size += len(p)
+    out.append((Chapter(ch.index, ch.title if not out else "", ch.paragraphs[start:]), start))
+    return out
+
+
+def _segmenter(voice: VoiceConfig, max_phonemes: int, lexicon: Lexicon | None, normalize_text: bool) -> Segmenter:
+    return Segmenter(Phonemizer(voice), max_phonemes, speak=make_speak(lexicon, normalize_text))
+
+
+def _init_worker(voice: VoiceConfig, max_phonemes: int, lexicon: Lexicon | None, normalize_text: bool) -> None:
+    global _worker_segmenter
+    _worker_segmenter = _segmenter(voice, max_phonemes, lexicon, normalize_text)
+
+
+def _segment_piece(task: tuple[int, Chapter, str | None]) -> list[Utterance]:
+    book_index, chapter, announce = task
+    return _worker_segmenter.chapter_utterances(book_index, chapter, announce=announce)
+
+
+def _join(parts: list[tuple[list[Utterance], int]]) -> list[Utterance]:
+    """The utterances of a chapter's pieces, renumbered to their places in the chapter."""
+    out: list[Utterance] = []
+    for utts, p_start in parts:
+        for u in utts:
+            p_i = u.paragraph_index + p_start if u.paragraph_index >= 0 else u.paragraph_index
+            out.append(replace(u, utterance_index=len(out), paragraph_index=p_i))
+    return out
+
+
+def _context():
+    """``fork`` where it is safe (POSIX, no other thread that could hold a lock across the fork:
+    the children start at once, without importing anything), else ``spawn``."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
+
+
+def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple[int, Chapter, str | None]],
+                     workers: int | None = None, progress: Callable[[int, Chapter], None] | None = None,
+                     min_chars: int = PARALLEL_MIN_CHARS, piece_chars: int = PIECE_CHARS,
+                     lexicon: Lexicon | None = None, normalize_text: bool = False) -> list[list[Utterance]]:
+    """Utterances of each (book index, chapter, announcement or None) of ``chapters``, in order; the
+    same as segmenting them one after the other in this process with the job's spoken-text function
+    (``lexicon``, ``normalize_text``: :func:`jobs.lexicon.make_speak`). ``workers``: processes (default:
+    the host's cores); ``progress(book_index, chapter)`` after each chapter, in order."""
+    total = sum(_chars(ch) for _, ch, _ in chapters)
+    workers = min(MAX_WORKERS, host_cores() if workers is None else workers)
+    tasks: list[tuple[int, Chapter, str | None]] = []
+    owners: list[tuple[int, int]] = []  # per task: (chapter position, first paragraph)
+    if workers > 1 and total >= min_chars:
+        for pos, (b_i, ch, announce) in enumerate(chapters):
+            for k, (piece, p_start) in enumerate(_pieces(ch, piece_chars)):
+                tasks.append((b_i, piece, announce if k == 0 else None))  # spoken before the title
+                owners.append((pos, p_start))
+    if len(tasks) < 2:
+        segmenter = _segmenter(voice, max_phonemes, lexicon, normalize_text)
+        out = []
+        for b_i, ch, announce in chapters:
+            out.append(segmenter.chapter_utterances(b_i, ch, announce=announce))
+            if progress:
+                progress(b_i, ch)
+        return out
+    from concurrent.futures import ProcessPoolExecutor
+
+    parts: list[list[tuple[list[Utterance], int]]] = [[] for _ in chapters]
+    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=_context(), initializer=_init_worker,
+                             initargs=(voice, max_phonemes, lexicon, normalize_text)) as pool:
+        # longest pieces first, so that one big piece does not finish last alone
+        by_size = sorted(range(len(tasks)), key=lambda i: -_chars(tasks[i][1]))
+        futures = {i: pool.submit(_segment_piece, tasks[i]) for i in by_size}
+        done_upto = 0
+        for i in range(len(tasks)):
+            pos, p_start = owners[i]
+            parts[pos].append((futures[i].result(), p_start))
+            last_of_chapter = i + 1 == len(tasks) or owners[i + 1][0] != pos
+            if last_of_chapter and progress:
+                for b_i, ch, _ in chapters[done_upto:pos + 1]:
+                    progress(b_i, ch)
+                done_upto = pos + 1
+    out = [_join(p) for p in parts]
+    if progress:
+        for b_i, ch, _ in chapters[done_upto:]:
+            progress(b_i, ch)
+    return out

@@ -1,0 +1,209 @@
+"""Front and back matter (copyright pages, contents, indexes, ISBNs, About the Author), footnote
+modes, the book's title and author and their announcement, and --speaker on a single-speaker voice."""
+
+import dataclasses
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from jobs.config import JobConfig
+from jobs.errors import InputError
+from jobs.ingest import load_book
+from jobs.pipeline import prepare_job
+from jobs.voice import resolve_speaker
+from tests.jobs.test_ingest import PROSE, make_epub
+
+STORY = "The story begins here and the hero walks into the wood. " + PROSE
+ENDING = "The story ends there and the hero walks out of the wood. " + PROSE
+
+
+def all_text(book):
+    return " ".join(c.title + " " + " ".join(c.paragraphs) for c in book.chapters)
+
+
+def semantic_epub(path):
+    docs = [
+        ("copy.xhtml", '<section epub:type="copyright-page"><p>Copyright © 2021 A. Writer. All rights reserved.</p>'
+                       '<p>ISBN 978-3-16-148410-0</p><p>No part of this publication may be reproduced in any form '
+                       'without the written permission of the publisher, except for short quotations.</p></section>'),
+        ("c1.xhtml", f"<h1>Chapter 1</h1><p>{STORY}</p>"),
+        ("c2.xhtml", f"<h1>Chapter 2</h1><p>{ENDING}</p>"),
+        ("index.xhtml", '<section epub:type="index"><h1>Index</h1><p>hero, 1, 2</p><p>wood, 1, 2</p>'
+                        '<p>story, 1, 2, 3</p></section>'),
+        ("about.xhtml", "<h1>About the Author</h1><p>A. Writer lives by the sea with two cats and writes books "
+                        "about heroes who walk into woods.</p>"),
+    ]
+    nav = [("Copyright", "copy.xhtml"), ("Chapter 1", "c1.xhtml"), ("Chapter 2", "c2.xhtml"),
+           ("Index", "index.xhtml"), ("About the Author", "about.xhtml")]
+    return make_epub(path, docs, nav=nav, title="The Hero")
+
+
+def test_epub_front_and_back_matter_are_skipped_by_semantics_and_titles(tmp_path):
+    book = load_book(semantic_epub(tmp_path / "b.epub"))
+    assert [c.title for c in book.chapters] == ["Chapter 1", "Chapter 2"]
+    text = all_text(book)
+    assert "Copyright" not in text and "ISBN" not in text and "cats" not in text and "hero, 1, 2" not in text
+    assert STORY in text and ENDING in text
+
+
+def test_include_front_matter_keeps_them(tmp_path):
+    book = load_book(semantic_epub(tmp_path / "b.epub"), front_matter=True)
+    text = all_text(book)
+    for needle in ("All rights reserved", "ISBN 978-3-16-148410-0", "two cats", "hero, 1, 2", STORY, ENDING):
+        assert needle in text
+
+
+@pytest.mark.parametrize("how", ["guide", "landmarks"])
+def test_epub_guide_and_landmarks_mark_a_copyright_page(tmp_path, how):
+    docs = [("legal.xhtml", "<p>Published by Small Press, printed on paper made of trees that were once in a "
+                            "wood, with love and care for every reader.</p>"),
+            ("c1.xhtml", f"<h1>Chapter 1</h1><p>{STORY}</p>")]
+    path = make_epub(tmp_path / "b.epub", docs, nav=[("Legal", "legal.xhtml"), ("Chapter 1", "c1.xhtml")])
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    if how == "guide":
+        files["OEBPS/content.opf"] = files["OEBPS/content.opf"].replace(
+            b"</package>", b'<guide><reference type="copyright-page" href="legal.xhtml" title="Legal"/></guide></package>')
+    else:
+        files["OEBPS/nav.xhtml"] = files["OEBPS/nav.xhtml"].replace(
+            b'<a href="c1.xhtml">Begin</a>', b'<a epub:type="copyright-page" href="legal.xhtml">Legal</a>')
+    with zipfile.ZipFile(path, "w") as z:
+        for n, data in files.items():
+            z.writestr(n, data)
+    assert [c.title for c in load_book(path).chapters] == ["Chapter 1"]
+    assert [c.title for c in load_book(path, front_matter=True).chapters] == ["Legal", "Chapter 1"]
+
+
+def footnote_epub(path):
+    body = (f'<h1>Chapter 1</h1><p>The hero sat down.<a epub:type="noteref" href="#n1">1</a> {PROSE}</p>'
+            '<aside epub:type="footnote" id="n1"><p>Heroes often sit down in old books.</p></aside>'
+            f"<p>Then he stood up again. {PROSE}</p>")
+    return make_epub(path, [("c1.xhtml", body)], nav=[("Chapter 1", "c1.xhtml")])
+
+
+@pytest.mark.parametrize("mode, want", [
+    ("skip", None),
+    ("inline", 1),  # where the note sits: after the paragraph that refers to it
+    ("end", 2),  # after the chapter's text
+])
+def test_footnote_modes(tmp_path, mode, want):
+    ch = load_book(footnote_epub(tmp_path / "b.epub"), footnotes=mode).chapters[0]
+    note = "Heroes often sit down in old books."
+    assert all("sat down.1" not in p and not p.endswith(" 1") for p in ch.paragraphs)  # the marker never
+    if want is None:
+        assert note not in " ".join(ch.paragraphs) and len(ch.paragraphs) == 2
+    else:
+        assert ch.paragraphs[want] == note and len(ch.paragraphs) == 3
+
+
+def test_bad_footnote_mode_is_refused():
+    with pytest.raises(InputError, match="--footnotes"):
+        JobConfig(footnotes="sideways")
+
+
+TRICKY_TXT = (
+    "The Tricky Book\n\nby Jane Doe\n\n"
+    "Copyright © 2020 Jane Doe. All rights reserved.\n\nISBN 978-3-16-148410-0\n\n"
+    f"CHAPTER I.\n\n{STORY}\n\n"
+    f"CHAPTER II.\n\n{ENDING}\n\n"
+    "About the Author\n\nJane Doe lives in a small house with a large dog.\n"
+)
+
+
+def test_txt_title_author_and_back_matter(tmp_path):
+    p = tmp_path / "tricky-file-name.txt"
+    p.write_text(TRICKY_TXT, encoding="utf-8")
+    book = load_book(p)
+    assert (book.title, book.author, book.title_known) == ("The Tricky Book", "Jane Doe", True)
+    assert book.announcement() == "The Tricky Book, by Jane Doe."
+    text = all_text(book)
+    assert "large dog" not in text and "About the Author" not in text and "ISBN" not in text
+    assert [c.title for c in book.chapters] == ["CHAPTER I.", "CHAPTER II."]
+    kept = all_text(load_book(p, front_matter=True))
+    assert "About the Author" in kept and "large dog" in kept
+
+
+def test_gutenberg_author_line(tmp_path):
+    p = tmp_path / "pg.txt"
+    p.write_text("Title: A Long Walk\nAuthor: Sam Strider\n\n*** START OF THE PROJECT GUTENBERG EBOOK A LONG WALK ***\n\n"
+                 f"CHAPTER I.\n\n{STORY}\n\n*** END OF THE PROJECT GUTENBERG EBOOK A LONG WALK ***\n", encoding="utf-8")
+    book = load_book(p)
+    assert (book.title, book.author) == ("A Long Walk", "Sam Strider")
+
+
+def test_a_chapter_that_mentions_copyright_is_kept(tmp_path):
+    p = tmp_path / "c.txt"
+    long = ("The lawyer said that copyright was a strange thing, and that all rights reserved meant nothing to "
+            "the birds. " + PROSE + " ") * 4
+    p.write_text(f"CHAPTER I.\n\n{long}\n\nCHAPTER II.\n\n{STORY}\n", encoding="utf-8")
+    assert len(load_book(p).chapters) == 2
+
+
+def test_announcement_is_the_first_utterance_and_can_be_turned_off(tmp_path):
+    p = tmp_path / "tricky.txt"
+    p.write_text(TRICKY_TXT, encoding="utf-8")
+    job = prepare_job([p], tmp_path / "a", JobConfig())
+    first = job.rows[0].utt
+    assert (first.chapter_index, first.paragraph_index, first.text) == (1, -2, "The Tricky Book, by Jane Doe.")
+    assert job.meta["books"][0]["author"] == "Jane Doe" and job.meta["books"][0]["dir"].endswith("the-tricky-book")
+    off = prepare_job([p], tmp_path / "b", JobConfig(announce=False))
+    assert off.job_id != job.job_id and all(r.utt.paragraph_index != -2 for r in off.rows)
+    assert len(off.rows) == len(job.rows) - 1
+    # chapter 2 alone: no announcement (it opens the book only)
+    two = prepare_job([p], tmp_path / "c", JobConfig(chapters="2"))
+    assert all(r.utt.paragraph_index != -2 for r in two.rows)
+
+
+def test_no_announcement_when_the_title_is_only_the_file_name(tmp_path, short_book):
+    book = load_book(short_book)
+    assert not book.title_known and book.announcement() is None
+    job = prepare_job([short_book], tmp_path / "a", JobConfig())
+    assert all(r.utt.paragraph_index != -2 for r in job.rows)
+
+
+def test_plan_shows_text_settings_and_announcement(tmp_path):
+    p = tmp_path / "tricky.txt"
+    p.write_text(TRICKY_TXT, encoding="utf-8")
+    res = CliRunner().invoke(main, ["plan", str(p), "--footnotes", "end", "--no-normalize-text"])
+    assert res.exit_code == 0, res.output
+    assert "text: normalisation off, footnotes end, front matter skipped, announce on" in res.output
+    assert "announce: The Tricky Book, by Jane Doe." in res.output
+
+
+def test_speaker_is_refused_by_a_single_speaker_voice(short_book, voice):
+    res = CliRunner().invoke(main, ["plan", str(short_book), "--speaker", "1"])
+    assert res.exit_code != 0
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --speaker 1:") and "single speaker" in lines[0]
+    assert resolve_speaker(voice, None) is None
+
+
+def test_speaker_names_and_ids_of_a_multi_speaker_config(voice):
+    multi = dataclasses.replace(voice, num_speakers=3, speaker_id_map={"amy": 0, "bob": 1, "cat": 2})
+    assert [resolve_speaker(multi, s) for s in ("bob", "2", "0")] == [1, 2, 0]
+    for bad in ("dan", "3"):
+        with pytest.raises(InputError, match="no such speaker"):
+            resolve_speaker(multi, bad)
+
+
+def test_speaker_id_reaches_the_engine_batch(tmp_path, short_book, voice, fake_engine, monkeypatch):
+    """A multi-speaker job passes its speaker id with every item (the engine protocol's speaker_ids);
+    an engine that cannot choose a speaker refuses the job instead of using another voice."""
+    import jobs.pipeline as pipeline
+    from engines.base import SynthesisBatch
+
+    multi = dataclasses.replace(voice, num_speakers=4, speaker_id_map={"amy": 0, "bob": 3})
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(speaker="bob"), voice=multi)
+    assert job.meta["voice"]["speaker_id"] == 3
+    seen = []
+    real = fake_engine.synthesize
+    monkeypatch.setattr(fake_engine, "synthesize", lambda b: seen.append(b) or real(b))
+    pipeline.run_batch(job, 0, fake_engine)
+    assert seen and all(list(b.speaker_ids) == [3] * len(b) for b in seen)
+    assert list(SynthesisBatch.from_sequences([[1, 2], [3]], job.scales, speaker_ids=[3, 3]).slice(1, 2).speaker_ids) == [3]
+    monkeypatch.setattr(fake_engine, "info", dataclasses.replace(fake_engine.info, name="torch"))
+    with pytest.raises(Exception, match="cannot choose a speaker"):
+        pipeline._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)
