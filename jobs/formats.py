@@ -88,6 +88,7 @@ def check_available(fmt: str) -> None:
     if need_mutagen:
         try:
             import mutagen  # noqa: F401
+            import mutagen.flac  # noqa: F401  (imported now, not in the first chapter)
         except ImportError:
             raise InputError(f"--format {fmt} needs mutagen to write tags: pip install mutagen") from None
 
@@ -241,7 +242,8 @@ def _encode_av(tmp: Path, fmt: str, blocks, sample_rate: int, chapters=None,
         res = av.AudioResampler(format=fmt_name, layout="mono", rate=rate)  # libswresample for Opus' 48 kHz
         pts = 0
         for part in blocks:
-            part = np.ascontiguousarray(part, dtype=np.float32).reshape(-1)
+            part = (part.astype(np.float32) / 32768.0 if part.dtype == np.int16 else
+                    np.ascontiguousarray(part, dtype=np.float32)).reshape(-1)
             if len(part) == 0:
                 continue
             frame = av.AudioFrame.from_ndarray(part[None, :], format="flt", layout="mono")

@@ -66,6 +66,7 @@ def check_available(mode: str) -> None:
     if mode not in LOUDNESS_MODES:
         raise InputError(f"--loudness {mode!r} is not supported; choose {', '.join(LOUDNESS_MODES)}")
     _need_scipy()
+    _true_peak_phases()  # imports scipy.signal and designs the filter now, not in the first chapter
     if mode != "none":
         _meter(48000)
 
@@ -165,15 +166,18 @@ def integrated_lufs(x: np.ndarray, sample_rate: int) -> float:
         return float(-0.691 + 10.0 * np.log10(gated.mean())) if len(gated) else -math.inf
 
 
-def limit(x: np.ndarray, sample_rate: int, ceiling_db: float) -> tuple[np.ndarray, bool]:
-    """Lower the samples around true peaks over ``ceiling_db``; (audio, whether anything was lowered)."""
+def limit(x: np.ndarray, sample_rate: int, ceiling_db: float,
+          peaks: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+    """Lower the samples around true peaks over ``ceiling_db``; (audio, whether anything was lowered).
+    ``peaks``: :func:`_oversampled_abs` of ``x`` when the caller has it."""
     from scipy.ndimage import minimum_filter1d, uniform_filter1d
 
     ceiling = 10 ** ((ceiling_db - LIMITER_MARGIN_DB) / 20)
     reach = max(1, int(LIMITER_REACH_S * sample_rate))
     limited = False
-    for _ in range(4):  # the limited signal's own inter-sample peaks: check again
-        peaks = _oversampled_abs(x)
+    for k in range(4):  # the limited signal's own inter-sample peaks: check again
+        if k or peaks is None:
+            peaks = _oversampled_abs(x)
         if float(peaks.max(initial=0.0)) <= 10 ** ((ceiling_db - LIMITER_MARGIN_DB / 2) / 20):
             break
         limited = True
@@ -190,6 +194,11 @@ class Measurement:
     true_peak_dbtp: float | None
     sample_peak_dbfs: float | None
     rms_db: float | None
+
+
+def _rounded(m: Measurement) -> Measurement:
+    return Measurement(*(round(v, 2) if v is not None and math.isfinite(v) else None
+                         for v in (m.integrated_lufs, m.true_peak_dbtp, m.sample_peak_dbfs, m.rms_db)))
 
 
 def measure(x: np.ndarray, sample_rate: int, loudness: bool = True) -> Measurement:
@@ -220,44 +229,62 @@ class ChapterLoudness:
 
 
 def process(pcm: np.ndarray, sample_rate: int, mode: str) -> tuple[np.ndarray, int, ChapterLoudness]:
-    """``pcm`` (int16 or float in [-1, 1]) -> (float32 audio at the output rate, that rate, report)."""
+    """``pcm`` (int16 or float in [-1, 1]) -> (float32 audio at the output rate, that rate, report);
+    with ``none`` an int16 ``pcm`` comes back as it is."""
     if mode not in LOUDNESS_MODES:
         raise InputError(f"--loudness {mode!r} is not supported; choose {', '.join(LOUDNESS_MODES)}")
-    x = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm.astype(np.float32)
     out_rate = output_rate(mode, sample_rate)
-    measured = mode != "none"
-    before = measure(x, sample_rate, loudness=measured)
-    x = resample(x, sample_rate, out_rate)
-    gain_db, limited, target, gain = 0.0, False, "none", np.float32(1.0)
+    if mode == "none" and pcm.dtype == np.int16 and len(pcm):
+        # reported, not changed: sample peak and RMS, read off the int16 samples without converting them
+        peak = max(int(pcm.max()), -int(pcm.min())) / 32768.0
+        ms = float(np.einsum("i,i->", pcm, pcm, dtype=np.float64)) / len(pcm) / 32768.0 ** 2
+        before = _rounded(Measurement(None, None, 20 * math.log10(peak) if peak else -math.inf,
+                                      10 * math.log10(ms) if ms else -math.inf))
+        report = ChapterLoudness(mode, sample_rate, out_rate, asdict(before), asdict(before), 0.0, 1.0, False, "none")
+        return pcm, out_rate, report
+    x = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm.astype(np.float32)
+    if mode == "none":
+        before = _rounded(Measurement(None, None, sample_peak_db(x), rms_db(x)))
+        report = ChapterLoudness(mode, sample_rate, out_rate, asdict(before), asdict(before), 0.0, 1.0, False, "none")
+        return np.clip(x, -1.0, 32767 / 32768), out_rate, report
+    # Each measure once on the source, at the output rate: a gain shifts every one of them by
+    # exactly its dB, so without limiting the output's values follow (with it, they are measured).
+    src = resample(x, sample_rate, out_rate)
+    src_peaks = _oversampled_abs(src)
+    tp = float(src_peaks.max(initial=0.0))
+    src_m = Measurement(integrated_lufs(src, out_rate), 20 * math.log10(tp) if tp > 0 else -math.inf,
+                        sample_peak_db(src), rms_db(src))
+    before = measure(x, sample_rate) if out_rate != sample_rate else src_m
     if mode == "ebu":
-        lufs = integrated_lufs(x, out_rate)
-        gain_db = EBU_TARGET_LUFS - lufs if math.isfinite(lufs) else 0.0
+        gain_db = EBU_TARGET_LUFS - src_m.integrated_lufs if math.isfinite(src_m.integrated_lufs) else 0.0
         target = f"{EBU_TARGET_LUFS:g} LUFS, <= {EBU_CEILING_DBTP:g} dBTP"
         ceiling = EBU_CEILING_DBTP
-    elif mode == "acx":
-        level = rms_db(x)
-        gain_db = ACX_TARGET_RMS_DB - level if math.isfinite(level) else 0.0
+    else:
+        gain_db = ACX_TARGET_RMS_DB - src_m.rms_db if math.isfinite(src_m.rms_db) else 0.0
         target = f"RMS {ACX_TARGET_RMS_DB:g} dB, <= {ACX_CEILING_DBTP:g} dBFS peak"
         ceiling = ACX_CEILING_DBTP
-    if mode != "none":
-        src = x
-        for _ in range(4):  # limiting lowers the level a little: raise the gain and limit again
-            gain = np.float32(10 ** (gain_db / 20))
-            x, limited = limit((src * gain).astype(np.float32), out_rate, ceiling)
-            if not limited:
-                break
-            level = integrated_lufs(x, out_rate) if mode == "ebu" else rms_db(x)
-            want = EBU_TARGET_LUFS if mode == "ebu" else ACX_TARGET_RMS_DB
-            if not math.isfinite(level) or abs(level - want) <= RETRY_LU:
-                break
-            gain_db += want - level
+    for _ in range(4):  # limiting lowers the level a little: raise the gain and limit again
+        gain = np.float32(10 ** (gain_db / 20))
+        x, limited = limit((src * gain).astype(np.float32), out_rate, ceiling, peaks=src_peaks * gain)
+        if not limited:
+            break
+        level = integrated_lufs(x, out_rate) if mode == "ebu" else rms_db(x)
+        want = EBU_TARGET_LUFS if mode == "ebu" else ACX_TARGET_RMS_DB
+        if not math.isfinite(level) or abs(level - want) <= RETRY_LU:
+            break
+        gain_db += want - level
+    if limited:
+        after = measure(x, out_rate)
     else:
-        x = np.clip(x, -1.0, 32767 / 32768)
-    after = measure(x, out_rate, loudness=measured)
+        after = Measurement(*(v + gain_db for v in (src_m.integrated_lufs, src_m.true_peak_dbtp,
+                                                    src_m.sample_peak_dbfs, src_m.rms_db)))
+    before, after = _rounded(before), _rounded(after)
     report = ChapterLoudness(mode, sample_rate, out_rate, asdict(before), asdict(after), round(gain_db, 2), float(gain), limited,
                              target)
     return x, out_rate, report
 
 
 def to_int16(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.int16:
+        return x
     return np.clip(np.rint(x * 32768.0), -32768, 32767).astype(np.int16)
