@@ -376,10 +376,10 @@ class TorchEngine:
         self.autotune = _env_flag(AUTOTUNE_ENV)
         if self.autotune is None:
             self.autotune = spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S
-        #: the CUDA graphs' capture policy (GraphCache's ``capture_after``): a shape's first call captures
-        #: in a long-lived engine (unknown workload: a worker, whose shapes recur across jobs), its second
-        #: call in one sized for a job (a shape seen once pays no capture)
-        self.graph_capture_after = 1 if spec.workload_s is None else 2
+        #: the CUDA graphs' capture policy (GraphCache's ``capture_after``): a shape's second call captures,
+        #: so a shape seen once pays no capture. Capturing on first sight (1) lost on the H200 wherever
+        #: shapes did not recur, as across jobs of different length scales (docs/PERFORMANCE.md)
+        self.graph_capture_after = 2
         compile_error = None
         # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
         # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s

@@ -190,6 +190,42 @@ def write_json(final: Path, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True), encoding="utf-8")
 
 
+class _Placed(Exception):
+    """Leaves :func:`atomic_path` without its rename: :func:`create_json` linked the file itself."""
+
+    def __init__(self, created: bool) -> None:
+        super().__init__()
+        self.created = created
+
+
+def create_json(final: Path, obj) -> bool:
+    """Write ``obj`` to ``final`` only if no file is there yet, atomically (a complete file or none):
+    of two writers racing for the name, exactly one wins. False, leaving ``final`` as it was, when it
+    exists. Written through :func:`atomic_path` (its temporary file, locks and errors), then hard-linked
+    into place; where hard links are not supported, renamed into place after an existence check."""
+    final = Path(final)
+    if final.exists():
+        return False
+    try:
+        with atomic_path(final) as tmp:
+            tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                raise _Placed(False) from None
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+                    raise
+                if final.exists():
+                    raise _Placed(False) from None
+                return True  # atomic_path renames it into place
+            raise _Placed(True)  # linked; atomic_path removes the temporary name
+    except _Placed as placed:
+        return placed.created
+
+
 def read_json(path: Path):
     return json.loads(Path(path).read_text(encoding="utf-8"))
 

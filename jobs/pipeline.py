@@ -32,7 +32,8 @@ from jobs import claim as claims
 from jobs import deliver
 from jobs.config import AUDIO_FORMATS, JobConfig
 from jobs.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
-from jobs.files import atomic_path, inside, read_json, slug, storage_error, sweep_temp_files, write_json
+from jobs.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
+                        write_json)
 from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
@@ -241,6 +242,23 @@ def sweep_stale_temp_files(job: Job) -> list[Path]:
     if removed:
         log.warning("job %s: removed %d temporary files left by an interrupted writer (%s%s)", job.job_id,
                     len(removed), ", ".join(p.name for p in removed[:3]), ", ..." if len(removed) > 3 else "")
+    return removed
+
+
+def remove_unreferenced_batch_audio(job: Job) -> list[Path]:
+    """Remove this job's batch audio files that no batch record refers to: what a delivery that lost
+    the race for a batch's record, or a writer killed between its audio and its record, left. Called
+    by finalize, once every batch has its record (a record, once there, is not replaced)."""
+    batches = Path(job.out_dir) / WORK_DIR / "batches"
+    keep = {rec.audio_file for rec in (job.batch_record(b) for b in range(len(job.batches))) if rec is not None}
+    removed = []
+    for p in batches.glob(f"b*-{job.job_id}-*.wav"):
+        if p.name not in keep:
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    if removed:
+        log.info("job %s: removed %d batch audio files no record refers to (%s)", job.job_id, len(removed),
+                 ", ".join(p.name for p in sorted(removed)[:3]))
     return removed
 
 
@@ -606,8 +624,8 @@ def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None
     """Synthesize one batch and write its audio and record atomically.
 
     Idempotent: if the batch is already done its record is returned and nothing is written.
-    Two concurrent deliveries each write their own audio file; the record renamed last wins and
-    refers to its own audio, so the pair is always consistent.
+    Two concurrent deliveries each write their own audio file; the record created first wins (it
+    is never replaced) and refers to its own audio, and the other delivery removes its audio.
     """
     existing = job.batch_record(batch_id)
     if existing is not None:
@@ -739,11 +757,19 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
         engine_batch_size=synth.size, engine_batch_units=len(synth.units),
     )
     first = job.batch_record(batch_id)
-    if first is not None:  # another delivery finished first: keep its record, drop our audio
-        (rec_path.parent / audio_name).unlink(missing_ok=True)
-        return first
-    write_json(rec_path, asdict(rec))
-    return rec
+    if first is None and create_json(rec_path, asdict(rec)):
+        return rec
+    if first is None:  # a record appeared since the check (another delivery racing this one)
+        try:
+            first = BatchRecord.load(rec_path)
+        except (OSError, ValueError, KeyError, TypeError):
+            first = None
+        if first is None or not job._is_own_record(first, batch_id):  # not this batch's output: replace it
+            write_json(rec_path, asdict(rec))
+            return rec
+    # another delivery finished first: keep its record, drop our audio
+    (rec_path.parent / audio_name).unlink(missing_ok=True)
+    return first
 
 
 MANIFEST_COLUMNS = [
@@ -880,6 +906,7 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     table = pa.table(cols)
     with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
         pq.write_table(table, tmp)
+    remove_unreferenced_batch_audio(job)
     summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
     write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
     return summary

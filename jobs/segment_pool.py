@@ -24,9 +24,9 @@ from jobs.segment import Segmenter, Utterance
 from jobs.voice import VoiceConfig
 
 #: Below this many characters of text the chapters are segmented in this process.
-PARALLEL_MIN_CHARS = 200_000
+PARALLEL_MIN_CHARS = 60_000
 #: Characters of whole paragraphs per piece handed to a worker process.
-PIECE_CHARS = 40_000
+PIECE_CHARS = 20_000
 #: Most worker processes.
 MAX_WORKERS = 32
 
@@ -85,10 +85,16 @@ def _join(parts: list[tuple[list[Utterance], int]]) -> list[Utterance]:
 
 def _context():
     """``fork`` where it is safe (POSIX, no other thread that could hold a lock across the fork:
-    the children start at once, without importing anything), else ``spawn``."""
+    the children start at once, without importing anything); else ``forkserver`` (children forked
+    from a clean single-threaded server that has imported this module once: ``cli.py run`` starts
+    its engine on a thread while it plans); else ``spawn``."""
     methods = multiprocessing.get_all_start_methods()
     if "fork" in methods and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
     return multiprocessing.get_context("spawn")
 
 

@@ -19,9 +19,6 @@ Two more kernels serve the rest of the fused decoder: :func:`upsample` (the tran
 convolutions, as ``stride`` two-tap convolutions, one per output phase, in one pass) and
 :func:`postconv_pcm` (the last convolution, tanh, mask and int16 conversion in one pass).
 
-:func:`resblock2_pair` (an experiment, not used by the decoder) runs both convolutions of a ResBlock2
-in one launch, keeping the intermediate on chip (:mod:`engines.torch_vits._resblock2_kernel`).
-
 What it does not know: where the weights came from, the model, or text. It needs
 Triton and a CUDA tensor (or ``TRITON_INTERPRET=1`` and CPU tensors, which is how
 the tests run it without a GPU); :func:`available` says whether it can run.
@@ -40,8 +37,8 @@ from engines.torch_vits.launch import KernelLaunch, launch
 SUPPORTED_CHANNELS = (16, 32, 64, 128)
 
 
-#: the resblock kernel's leaky ReLU in float16 when its input is float16 (``bench/resconv_variants.py``,
-#: run 24: 0.77-0.97 of the float32 version's time); False computes it in float32 as before (for A/B runs)
+#: the resblock kernel's leaky ReLU in float16 when its input is float16 (measured faster on the H200:
+#: docs/PERFORMANCE.md); False computes it in float32
 HALF_ACTIVATION = True
 
 
@@ -57,11 +54,9 @@ def available() -> bool:
 
 def _block_config(channels: int, kernel_size: int = 3) -> tuple[int, int]:
     """(time positions per program, warps) for a channel count and kernel size: an fp32 accumulator
-    of ``BLOCK_T x C`` lives in registers. From ``bench/fused_conv_tune.py`` (run 1) and
-    ``bench/resconv_variants.py`` (runs 24 and 27) on the H200, with the half-precision leaky ReLU:
-    128 x 4 warps for up to 64 channels (0.86-0.97 of 64 x 4's time; 64 x 2, 128 x 8, 256 x 4 and
-    256 x 8 were slower), 64 x 4 for 128 channels (128 x 4 was 1.3-1.6x slower). ``kernel_size`` is
-    accepted for tuning by kernel size; the default does not use it."""
+    of ``BLOCK_T x C`` lives in registers: 128 x 4 warps for up to 64 channels, 64 x 4 for 128
+    channels (the fastest of the tiles tried on the H200, docs/PERFORMANCE.md; ``bench/fused_conv_tune.py``
+    re-measures them). ``kernel_size`` is accepted for tuning by kernel size; the default does not use it."""
     return (128, 4) if channels <= 64 else (64, 4)
 
 
@@ -98,8 +93,7 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
     ``K`` (from ``w_kio``), stride 1, the given dilation and "same" padding.
     ``out`` may be ``accumulate`` (each element is read before it is written) but not ``x``.
     ``block``: (time positions per program, warps), for tuning; default :func:`_block_config`.
-    ``num_stages``: passed to the launch when given (for tuning, ``bench/resconv_sweep.py``); ``None``
-    leaves Triton's default.
+    ``num_stages``: passed to the launch when given (for tuning); ``None`` leaves Triton's default.
     """
     b, t, c = x.shape
     k = w_kio.shape[0]
@@ -120,87 +114,6 @@ def resconv(x: torch.Tensor, w_kio: torch.Tensor, bias: torch.Tensor, lengths: t
              HAS_POST=post_slope is not None, ACT16=x.dtype == torch.float16 and HALF_ACTIVATION, num_warps=warps,
              **({} if num_stages is None else {"num_stages": int(num_stages)})),
     ))
-    return out
-
-
-def _pair_config(channels: int) -> tuple[int, int]:
-    """(time positions per chunk, warps) of :func:`resblock2_pair` by default: ``resconv``'s
-    64 x 4 (an untuned guess; ``bench/resconv_sweep.py`` measures others)."""
-    return (64, 4)
-
-
-def _pair_lag(k: int, dilation2: int, sub: int) -> tuple[int, int]:
-    """(LAG, RING) of :func:`resblock2_pair`: how many ``sub``-row chunks of ``h1`` the output chunk
-    reaches past its own, and the ring size in chunks (a power of two, at least ``LAG + 2``)."""
-    reach = 2 * ((k - 1) // 2) * dilation2  # conv2's window beyond the chunk, both sides together
-    lag = -(-reach // sub)
-    ring = 1
-    while ring < lag + 2:
-        ring *= 2
-    return lag, ring
-
-
-def _pair_span(batch: int, t: int, sub: int, lag: int, programs: int) -> int:
-    """Chunks a span for :func:`resblock2_pair`: the power of two minimising the modelled makespan
-    ``ceil(spans / programs) * (span + lag)`` in chunk steps (longer spans waste less halo, shorter
-    ones fill the grid); the longer span on a tie."""
-    chunks = -(-t // sub)
-    best, best_cost, sc = 1, None, 1
-    while True:
-        cost = -(-batch * -(-chunks // sc) // programs) * (sc + lag)
-        if best_cost is None or cost <= best_cost:
-            best, best_cost = sc, cost
-        if sc >= chunks:
-            return best
-        sc *= 2
-
-
-def resblock2_pair(x: torch.Tensor, w1_kio: torch.Tensor, b1: torch.Tensor, w2_kio: torch.Tensor, b2: torch.Tensor,
-                   lengths: torch.Tensor, len_scale: int, dilation1: int, dilation2: int, *,
-                   accumulate: torch.Tensor | None = None, out_scale: float = 1.0, slope: float = 0.1,
-                   post_slope: float | None = None, out: torch.Tensor | None = None,
-                   block: tuple[int, int] | None = None, span: int | None = None,
-                   programs: int | None = None) -> torch.Tensor:
-    """Both steps of a ResBlock2 in one launch (:mod:`engines.torch_vits._resblock2_kernel`)::
-
-        h1 = resconv(x, w1_kio, b1, lengths, len_scale, dilation1, residual=x)
-        out = resconv(h1, w2_kio, b2, lengths, len_scale, dilation2, residual=h1, accumulate=accumulate,
-                      out_scale=out_scale, slope=slope, post_slope=post_slope)
-
-    without ``h1`` going to DRAM. ``out`` may be ``accumulate`` but not ``x``. ``block``: (time
-    positions per chunk, warps), default :func:`_pair_config`; ``span``: time positions a program
-    takes at a time (rounded up to a whole number of chunks; default :func:`_pair_span`);
-    ``programs``: the persistent grid (default two per SM on CUDA, three under the interpreter).
-    Not used by the decoder: an experiment (``bench/resconv_sweep.py``).
-    """
-    b, t, c = x.shape
-    k = w1_kio.shape[0]
-    if (not x.is_contiguous() or tuple(w1_kio.shape) != (k, c, c) or tuple(w2_kio.shape) != (k, c, c)
-            or k % 2 == 0):
-        raise ValueError(f"resblock2_pair needs a contiguous [B, T, C] input and two [K, C, C] weights with odd K; "
-                         f"got {tuple(x.shape)}, {tuple(w1_kio.shape)} and {tuple(w2_kio.shape)}")
-    if out is None:
-        out = torch.empty_like(x)
-    if out.data_ptr() == x.data_ptr():
-        raise ValueError("resblock2_pair cannot write its output over its input (other programs read its halo)")
-    sub, warps = block or _pair_config(c)
-    lag, ring_chunks = _pair_lag(k, int(dilation2), sub)
-    if programs is None:
-        programs = 2 * torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 3
-    span_chunks = -(-span // sub) if span else _pair_span(b, t, sub, lag, programs)
-    spans_per_item = -(-t // (span_chunks * sub))
-    n_spans = b * spans_per_item
-    programs = max(1, min(int(programs), n_spans))
-    ring = torch.empty(programs * ring_chunks * sub * c, dtype=x.dtype, device=x.device)
-    from engines.torch_vits._resblock2_kernel import resblock2_kernel
-
-    resblock2_kernel[(programs,)](
-        x, w1_kio, b1, w2_kio, b2, accumulate if accumulate is not None else x, out, lengths, ring,
-        t, int(len_scale), int(dilation1), float(out_scale), float(slope),
-        float(post_slope if post_slope is not None else 0.0), span_chunks, spans_per_item, n_spans,
-        C=c, K=k, D2=int(dilation2), SUB=sub, LAG=lag, RING=ring_chunks, HAS_ACC=accumulate is not None,
-        HAS_POST=post_slope is not None, num_warps=warps, num_stages=1,
-    )
     return out
 
 

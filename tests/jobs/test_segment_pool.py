@@ -66,3 +66,24 @@ def test_small_inputs_stay_in_this_process(voice, monkeypatch):
     monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", no_pool)
     out = segment_chapters(voice, 400, [(0, Chapter(1, "One", ["A short paragraph. Two sentences."]), None)])
     assert [u.text for u in out[0]] == ["One", "A short paragraph.", "Two sentences."]
+
+
+def test_with_another_thread_running_the_pool_forks_from_a_clean_server(tmp_path, monkeypatch):
+    """cli.py run starts its engine on a thread while it plans: the pool then uses forkserver (not a
+    fork of a multi-threaded process), and the plan is still the serial one."""
+    import threading
+
+    book = DATA / "short-story.txt"
+    serial = prepare_job([book], tmp_path / "a", JobConfig())
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, daemon=True)
+    t.start()
+    try:
+        assert segment_pool._context().get_start_method() == "forkserver"
+        monkeypatch.setattr(segment_pool, "PARALLEL_MIN_CHARS", 0)
+        monkeypatch.setattr(segment_pool, "PIECE_CHARS", 200)
+        monkeypatch.setattr(segment_pool, "host_cores", lambda: 2)
+        parallel = prepare_job([book], tmp_path / "b", JobConfig())
+    finally:
+        stop.set()
+    assert (tmp_path / "a" / "plan.parquet").read_bytes() == (tmp_path / "b" / "plan.parquet").read_bytes()
