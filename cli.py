@@ -95,6 +95,13 @@ def _print_plan(job) -> None:
     click.echo(f"utterances: {s['utterances']} ({s['unspeakable']} with nothing speakable, skipped)")
     click.echo(f"batches: {s['batches']} ({job.config.batch_order} order)  padding efficiency: {100 * s['padding_efficiency']:.1f}%")
     click.echo(f"estimated audio: {est / 3600:.0f}h{est % 3600 / 60:02.0f}m ({est:.0f} s)")
+    from jobs import formats, loudness
+
+    cfg = job.config
+    click.echo(f"output: {formats.describe(cfg.audio_format)}")
+    click.echo(f"loudness: {loudness.describe(cfg.loudness, job.sample_rate)}")
+    click.echo(f"captions: {cfg.captions or 'none'}"
+               + (" (one cue per utterance, beside each audio file)" if cfg.captions else ""))
 
 
 @main.command()
@@ -188,7 +195,8 @@ def run(books, out_dir, config, engine_spec) -> None:
     click.echo(f"time: {time.perf_counter() - t0:.1f} s = planning {t_plan:.1f} s + engine start {t_engine:.1f} s "
                f"(after planning; it started with it) + synthesis and chapters {time.perf_counter() - t1:.1f} s",
                err=True)
-    click.echo(f"done: {len(summ.chapter_files)} chapter files, {summ.utterances} utterances "
+    kind = "M4B" if job.config.audio_format == "m4b" else "chapter"
+    click.echo(f"done: {len(summ.chapter_files)} {kind} files, {summ.utterances} utterances "
                f"({summ.skipped} skipped), {summ.audio_s / 60:.1f} min of audio in {out_dir}")
     if stats.batches_run:
         click.echo(f"synthesized {stats.audio_s:.0f} s of speech in {stats.wall_s:.1f} s "

@@ -118,7 +118,8 @@ class SynthesisResult:
     """
 
     def __init__(self, audio: np.ndarray | None, sample_lengths: np.ndarray, infer_ms: float = 0.0, *,
-                 packed: np.ndarray | None = None, offsets: np.ndarray | None = None) -> None:
+                 packed: np.ndarray | None = None, offsets: np.ndarray | None = None,
+                 durations: np.ndarray | None = None) -> None:
         self.sample_lengths = np.asarray(sample_lengths, dtype=np.int64)
         """int64 [B]: the exact sample count of each item."""
         self.infer_ms = float(infer_ms)
@@ -126,6 +127,9 @@ class SynthesisResult:
         if (audio is None) == (packed is None) or (packed is not None and offsets is None):
             raise ValueError("SynthesisResult takes either audio [B, S] or packed + offsets")
         self._audio = audio
+        self.durations = None if durations is None else np.asarray(durations, dtype=np.float32)
+        """Optional float32 ``[B, T]``: samples each phoneme id of item i lasts (the duration
+        predictor's frames x hop), where the engine exposes them; None otherwise."""
         self.packed = packed
         self.offsets = None if offsets is None else np.asarray(offsets, dtype=np.int64)
 
@@ -147,6 +151,10 @@ class SynthesisResult:
             o = int(self.offsets[i])
             return self.packed[o:o + n]
         return self._audio[i, :n]
+
+    def item_durations(self, i: int, n_ids: int) -> np.ndarray | None:
+        """Samples per phoneme id of item i (its first ``n_ids``), or None if the engine gave none."""
+        return None if self.durations is None else self.durations[i, :n_ids]
 
     def __len__(self) -> int:
         return len(self.sample_lengths)

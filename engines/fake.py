@@ -52,11 +52,15 @@ class FakeEngine:
         lengths = batch.lengths * self.frames_per_phoneme * self.hop_length * batch.scales.length_scale
         lengths = np.maximum(lengths.astype(np.int64), self.hop_length)
         audio = np.zeros((len(batch), int(lengths.max(initial=1))), dtype=np.int16)
+        durations = np.zeros(batch.phoneme_ids.shape, dtype=np.float32)
         sr = self.info.sample_rate
         for i in range(len(batch)):
             n = int(lengths[i])
             ids = batch.phoneme_ids[i, : int(batch.lengths[i])]
-            per = np.repeat(ids, -(-n // max(len(ids), 1)))[:n].astype(np.float64)
+            each = -(-n // max(len(ids), 1))
+            per = np.repeat(ids, each)[:n].astype(np.float64)
+            # samples of each id: ``each``, the last ones cut where the item ends
+            durations[i, : len(ids)] = np.clip(n - each * np.arange(len(ids)), 0, each)
             t = np.arange(n) / sr
             audio[i, :n] = float_to_int16(0.3 * np.sin(2 * np.pi * (100.0 + 5.0 * per) * t))
-        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
+        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0, durations=durations)

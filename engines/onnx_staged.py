@@ -77,12 +77,12 @@ class OnnxStagedEngine:
         batch.validate(self.n_vocab)
         t0 = time.perf_counter()
         try:
-            audio, lengths = self._synthesize(batch)
+            audio, lengths, durations = self._synthesize(batch)
         except Exception as exc:
             raise map_ort_error(exc, f"a batch of {len(batch)} (staged, {self.info.precision})") from exc
-        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0)
+        return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0, durations=durations)
 
-    def _synthesize(self, batch: SynthesisBatch) -> tuple[np.ndarray, np.ndarray]:
+    def _synthesize(self, batch: SynthesisBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         sc = batch.scales
         seed = batch.seed if batch.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         rng = np.random.default_rng(int(seed))
@@ -102,4 +102,5 @@ class OnnxStagedEngine:
                                   None if eps is None else eps[rows], float(sc.noise_scale))
             audio, _ = self.stage_b.run(None, dict(zip(STAGE_B_INPUTS, (z_p, frames[rows]))))
             out[rows, : audio.shape[1]] = float_to_int16(audio)
-        return out, frames * self.hop_length
+        # per-phoneme durations in samples (stage A's frames x hop): the manifest's phoneme_durations_s
+        return out, frames * self.hop_length, np.asarray(durations, dtype=np.float32) * self.hop_length

@@ -680,10 +680,11 @@ class TorchEngine:
         batch.validate(self.n_vocab)
         t0 = time.perf_counter()
         try:
-            packed, offsets, lengths = self._synthesize(batch)
+            packed, offsets, lengths, durations = self._synthesize(batch)
         except Exception as exc:
             raise self._map_error(exc, f"a batch of {len(batch)}") from exc
-        return SynthesisResult(None, lengths, (time.perf_counter() - t0) * 1000.0, packed=packed, offsets=offsets)
+        return SynthesisResult(None, lengths, (time.perf_counter() - t0) * 1000.0, packed=packed, offsets=offsets,
+                               durations=durations)
 
     def _synthesize(self, batch: SynthesisBatch):
         torch = self.torch
@@ -789,7 +790,10 @@ class TorchEngine:
                 main.synchronize()
                 if copier is not None:
                     copier.synchronize()
-        return host.numpy(), offsets, frames_host * self.hop  # the buffer is this call's own
+        # per-phoneme durations in samples (the predictor's ceiled frames x hop): the manifest's optional
+        # phoneme_durations_s; one small [B, T] copy, after the synchronisation above
+        dur = (durations * self.hop).cpu().numpy().astype(np.float32)
+        return host.numpy(), offsets, frames_host * self.hop, dur  # the buffer is this call's own
 
     def stage_a_rows(self, n: int, tc: int) -> int:
         """Rows stage A runs for a chunk of ``n`` items ``tc`` ids wide when padding

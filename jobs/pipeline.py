@@ -9,6 +9,7 @@ call them from thin tasks. See docs/DESIGN.md for the job directory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import hashlib
 import json
@@ -28,6 +29,7 @@ import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
+from jobs import deliver
 from jobs.config import AUDIO_FORMATS, JobConfig
 from jobs.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from jobs.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
@@ -321,8 +323,11 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     from jobs.ingest import load_book
     from jobs.segment_pool import segment_chapters
 
+    from jobs import deliver, formats
+
     if config.audio_format not in AUDIO_FORMATS:
-        raise InputError(f"--format {config.audio_format!r} is not supported; choose {' or '.join(AUDIO_FORMATS)}")
+        raise InputError(f"--format {config.audio_format!r} is not supported; choose {', '.join(AUDIO_FORMATS)}")
+    deliver.check_available(config)  # a missing encoder is refused before anything is planned or synthesized
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"-o {out_dir}: exists and is not a directory; choose a directory")
@@ -331,6 +336,8 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     speaker_id = resolve_speaker(voice, config.speaker)
     lexicon = load_lexicon(config.lexicon) if config.lexicon else None
     job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
+    if (out_dir / JOB_FILE).exists():  # this job with other output settings: say which
+        _refuse_other_output(out_dir, load_job(out_dir), inputs, config, voice, lexicon.sha256 if lexicon else None)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if (out_dir / JOB_FILE).exists():
         existing = load_job(out_dir)
@@ -352,15 +359,16 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         book_dir = f"{b_i + 1:02d}-{slug(book.title, 'book')}"
         chapters_meta = []
         for ch in book.chapters:
-            rel = f"{book_dir}/{ch.index:03d}-{slug(ch.title, 'chapter')}.{config.audio_format}"
+            rel = formats.chapter_relpath(book_dir, ch.index, slug(ch.title, "chapter"), config.audio_format)
             inside(out_dir, rel)
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
                                   "selected": ch.index in selected})
             if ch.index in selected:
                 first = ch.index == book.chapters[0].index
                 to_segment.append((b_i, ch, announce if first else None))
-        books_meta.append({**inp, "title": book.title, "author": book.author, "format": book.format,
-                           "dir": book_dir, "chapters": chapters_meta})
+        details = formats.book_details(path)  # EPUB: dc:creator, dc:date, the cover image's member name
+        books_meta.append({**inp, "title": book.title, **details, "author": book.author or details.get("author"),
+                           "format": book.format, "dir": book_dir, "chapters": chapters_meta})
     counts = [len(b["chapters"]) for b in books_meta]
     on_chapter = (lambda b_i, ch: progress(b_i, ch.index, counts[b_i])) if progress else None
     rows = [PlannedUtterance(u)
@@ -390,6 +398,18 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         },
     }
     return _claim_and_write(out_dir, job_id, before_write, Job(job_id, out_dir, config, meta, rows))
+
+
+def _refuse_other_output(out_dir: Path, existing: Job, inputs: list[dict], config: JobConfig, voice,
+                         lexicon_sha256: str | None = None) -> None:
+    """``out_dir`` holds this same job but with other output settings (format, loudness,
+    captions): refuse with a line naming them (its batches and files were made for those)."""
+    if existing.config.output_settings() == config.output_settings():
+        return
+    same = dataclasses.replace(config, **existing.config.output_settings())
+    if job_identity(inputs, same, voice, lexicon_sha256) == existing.job_id:
+        raise JobError(f"{out_dir} holds this job with {existing.config.output_flags()}; its output settings cannot "
+                       f"change on resume: pass those options to resume, or choose another -o directory")
 
 
 def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) -> Job:
@@ -458,6 +478,7 @@ def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
     it must be the same voice: same source model hash where the file records it, same sample rate.
     """
     job = load_job(out_dir)
+    deliver.check_available(job.config)  # its output needs packages this host may lack: say so before synthesizing
     claims.claim(out_dir, job.job_id)  # refuses another job's claim; claims a directory older than claims
     if voice_name and voice_name != job.config.voice:
         voice = resolve_voice(voice_name)
@@ -575,12 +596,27 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
         if len(rows) == 1:
             raise
         half = len(rows) // 2
-        a, ms_a, s_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker)
-        b, ms_b, s_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker)
-        return a + b, ms_a + ms_b, s_a + s_b + 1
+        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker)
+        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker)
+        return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
-    return [res.item(i) for i in range(len(rows))], res.infer_ms, 0
+    durations = [_phoneme_samples(res, i, len(r.utt.phoneme_ids)) for i, r in enumerate(rows)]
+    return [res.item(i) for i in range(len(rows))], res.infer_ms, 0, durations
+
+
+def _phoneme_samples(res, i: int, n_ids: int) -> list[int] | None:
+    """Whole samples per phoneme id of item i, summing to its sample count (None: the engine gives
+    no durations, or they do not add up to the audio it returned)."""
+    d = res.item_durations(i, n_ids) if hasattr(res, "item_durations") else None
+    if d is None or len(d) != n_ids:
+        return None
+    ends = np.rint(np.cumsum(d, dtype=np.float64)).astype(np.int64)
+    total = int(res.sample_lengths[i])
+    if n_ids == 0 or abs(int(ends[-1]) - total) > 1:  # the engine's minimum-length clamp, or no ids
+        return None
+    ends[-1] = total
+    return np.diff(np.concatenate([[0], ends])).tolist()
 
 
 def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None, attempt: int = 1,
@@ -624,6 +660,8 @@ class SynthesizedUnits:
     finished_at: str
     engine_batch: str
     """Identifies the engine call (shared by every unit synthesized in it)."""
+    durations: list[list] | None = None
+    """Per unit, per row: whole samples per phoneme id (None where the engine gives no durations)."""
 
     @property
     def size(self) -> int:
@@ -672,15 +710,18 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     rows = [r for rs in rows_per for r in rs]
     started = now_iso()
     seed = (int(first.job_id[:8], 16) + units[0].batch_id) & 0x7FFFFFFF
-    flat, infer_ms, splits = _synthesize_rows(engine, rows, first.scales, seed, first.meta["voice"].get("speaker_id"))
+    flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed, first.meta["voice"].get("speaker_id"))
     items: list[list[np.ndarray]] = []
+    durations: list[list] = []
     k = 0
     for u, rs in zip(units, rows_per):
         part = flat[k:k + len(rs)]
+        durations.append(flat_durations[k:k + len(rs)])
         k += len(rs)
         items.append(part)  # normalised when written (write_unit), off the engine's thread on workers
     tag = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
-    return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag)
+    return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag,
+                            durations)
 
 
 def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -> BatchRecord:
@@ -702,10 +743,12 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
         sf.write(str(tmp), audio, info.sample_rate, subtype="PCM_16", format="WAV")
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
     share = len(items) / max(synth.size, 1)  # this unit's share of the engine call's time
+    durs = synth.durations[index] if synth.durations is not None else None
     rec = BatchRecord(
         batch_id=batch_id, job_id=job.job_id, audio_file=audio_name,
         items=[{"book_index": r.utt.book_index, "chapter_index": r.utt.chapter_index,
-                "utterance_index": r.utt.utterance_index, "offset": int(offsets[i]), "samples": int(len(items[i]))}
+                "utterance_index": r.utt.utterance_index, "offset": int(offsets[i]), "samples": int(len(items[i])),
+                **({"phoneme_samples": durs[i]} if durs is not None and durs[i] is not None else {})}
                for i, r in enumerate(rows)],
         engine=info.name, precision=info.precision, device=info.device,
         infer_ms=round(synth.infer_ms * share, 3), started_at=synth.started_at, finished_at=synth.finished_at,
@@ -733,8 +776,10 @@ MANIFEST_COLUMNS = [
     "book_index", "book_title", "chapter_index", "chapter_title", "utterance_index", "paragraph_index",
     "sentence_index", "text", "spoken_text", "phoneme_count", "missing_phonemes", "status", "batch_id", "batch_size",
     "chapter_path", "start_s", "duration_s", "pause_after_s", "engine", "precision", "device", "infer_ms",
-    "started_at", "finished_at", "worker", "queued_at", "attempt",
+    "started_at", "finished_at", "worker", "queued_at", "attempt", "phoneme_durations_s",
 ]
+#: ``phoneme_durations_s``: seconds each phoneme id of the utterance lasts (the duration predictor's,
+#: summing to ``duration_s``), for engines that expose them (torch, fake); null otherwise.
 
 
 class _BatchAudio:
@@ -855,9 +900,9 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     for part, _, _ in parts:
         for k in cols:
             cols[k].extend(part[k])
-    files = [ch["file"] for _, _, ch, _ in chapters]
     total_samples = sum(n for _, n, _ in parts)
     skipped = sum(k for _, _, k in parts)
+    files = deliver.finish(job, cols)  # M4Bs, captions, loudness.json (rewrites cols' paths for M4B)
     table = pa.table(cols)
     with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
         pq.write_table(table, tmp)
@@ -876,46 +921,57 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records
     pos = skipped = 0
     audio = _BatchAudio(job, records=records, memory=memory)  # one per chapter: open files are not shared between threads
     delay_s = float(os.environ.get(FINALIZE_DELAY_ENV) or 0)
+    pieces: list[np.ndarray] = []
     try:
         with atomic_path(path) as tmp:
-            with _AudioWriter(tmp, path, samplerate=sr, channels=1, subtype="PCM_16",
-                              format=cfg.audio_format.upper()) as out:
-                if delay_s:
-                    time.sleep(delay_s)
-                for r in rows:
-                    u = r.utt
-                    rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
-                    data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
-                    pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
-                    out.write(data)
-                    if pause:
-                        out.write(np.zeros(pause, np.int16))
-                    skipped += rec is None
-                    row = {
-                        "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
-                        "chapter_title": ch["title"], "utterance_index": u.utterance_index,
-                        "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
-                        "text": u.text, "spoken_text": u.spoken_text if u.spoken_text is not None else u.text,
-                        "phoneme_count": len(u.phoneme_ids),
-                        "missing_phonemes": u.missing_phonemes,
-                        "status": "synthesized" if rec else "skipped: nothing speakable",
-                        "batch_id": r.batch_id,
-                        "batch_size": (rec.engine_batch_size or len(rec.items)) if rec else 0,
-                        "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
-                        "pause_after_s": pause / sr,
-                        "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
-                        "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
-                        "started_at": rec.started_at if rec else None,
-                        "finished_at": rec.finished_at if rec else None,
-                        "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
-                        "attempt": rec.attempt if rec else None,
-                    }
-                    for k, v in row.items():
-                        cols[k].append(v)
-                    pos += len(data) + pause
+            if delay_s:
+                time.sleep(delay_s)
+            for r in rows:
+                u = r.utt
+                rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
+                data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
+                pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
+                pieces.append(data)
+                if pause:
+                    pieces.append(np.zeros(pause, np.int16))
+                skipped += rec is None
+                row = {
+                    "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
+                    "chapter_title": ch["title"], "utterance_index": u.utterance_index,
+                    "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
+                    "text": u.text, "spoken_text": u.spoken_text if u.spoken_text is not None else u.text,
+                    "phoneme_count": len(u.phoneme_ids),
+                    "missing_phonemes": u.missing_phonemes,
+                    "status": "synthesized" if rec else "skipped: nothing speakable",
+                    "batch_id": r.batch_id,
+                    "batch_size": (rec.engine_batch_size or len(rec.items)) if rec else 0,
+                    "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
+                    "pause_after_s": pause / sr,
+                    "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
+                    "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
+                    "started_at": rec.started_at if rec else None,
+                    "finished_at": rec.finished_at if rec else None,
+                    "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
+                    "attempt": rec.attempt if rec else None,
+                    "phoneme_durations_s": _durations_s(rec, r.batch_pos, len(data), sr) if rec else None,
+                }
+                for k, v in row.items():
+                    cols[k].append(v)
+                pos += len(data) + pause
+            audio.close()
+            pcm = np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
+            del pieces
+            deliver.write_chapter(job, b_i, book, ch, pcm, tmp, path, _audio_write_errors)
     finally:
         audio.close()
     return cols, pos, skipped
+
+
+def _durations_s(rec: BatchRecord, pos: int, samples: int, sr: int) -> list[float] | None:
+    d = rec.items[pos].get("phoneme_samples")
+    if not d or sum(d) != samples:
+        return None
+    return [n / sr for n in d]
 
 
 def finalized_summary(job: Job) -> FinalizeSummary:

@@ -1,0 +1,110 @@
+"""Caption files (SRT, WebVTT) from the manifest's utterance offsets: one cue per spoken utterance.
+
+A cue starts at the utterance's ``start_s`` and ends after its ``duration_s`` (its pause is not
+part of it); utterances with nothing speakable get no cue. Text is wrapped at
+:data:`LINE_CHARS` characters.
+
+Word timings: where the manifest has ``phoneme_durations_s`` (engines that expose the duration
+predictor's output) and the utterance's phoneme ids split into as many words (at the voice's
+space phoneme) as its text has, each WebVTT cue carries a timestamp tag before every word after
+the first (``<00:00:01.250>word``, WebVTT's karaoke-style cue timestamps). SRT has no such tags:
+its cues stay utterance-level.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+
+LINE_CHARS = 42
+
+
+def _stamp(seconds: float, sep: str) -> str:
+    ms = max(0, int(round(seconds * 1000)))
+    h, ms = divmod(ms, 3_600_000)
+    m, ms = divmod(ms, 60_000)
+    s, ms = divmod(ms, 1000)
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
+
+
+def cues(rows: list[dict], offset_s: float = 0.0) -> list[tuple]:
+    """(start, end, text[, word starts]) per spoken row, in order; ``offset_s`` is added (a chapter's
+    place in an M4B). A row may carry ``word_starts_s`` (see :func:`word_starts`)."""
+    out = []
+    for r in rows:
+        if r["duration_s"] <= 0 or not (r["text"] or "").strip():
+            continue
+        start = offset_s + r["start_s"]
+        words = r.get("word_starts_s")
+        cue = (start, start + r["duration_s"], " ".join(r["text"].split()))
+        out.append(cue + ([offset_s + w for w in words],) if words else cue)
+    return out
+
+
+def word_starts(text: str, start_s: float, phoneme_ids: list[int], durations_s: list[float] | None,
+                space_ids: set[int], silent_ids: set[int]) -> list[float] | None:
+    """Start time of each word of ``text`` from per-phoneme durations, or None when they cannot be
+    matched (no durations, or the phonemes have another number of words than the text)."""
+    if not durations_s or len(durations_s) != len(phoneme_ids):
+        return None
+    starts, t, in_word = [], start_s, False
+    for pid, d in zip(phoneme_ids, durations_s):
+        if pid in space_ids:
+            in_word = False
+        elif pid not in silent_ids and not in_word:
+            starts.append(t)
+            in_word = True
+        t += d
+    return starts if len(starts) == len(text.split()) else None
+
+
+def _lines(text: str) -> str:
+    # "-->" would end a WebVTT cue's timing line early if a line began with it; blank lines end a cue
+    return "\n".join(textwrap.wrap(text.replace("-->", "->"), LINE_CHARS)) or "..."
+
+
+def srt(cue_list: list[tuple]) -> str:
+    return "".join(f"{i}\n{_stamp(c[0], ',')} --> {_stamp(c[1], ',')}\n{_lines(c[2])}\n\n"
+                   for i, c in enumerate(cue_list, 1))
+
+
+def _vtt_escape(text: str) -> str:
+    return text.replace("-->", "->").replace("&", "&amp;").replace("<", "&lt;")
+
+
+def _timed_words(text: str, starts: list[float]) -> str:
+    words = _vtt_escape(text).split()
+    out = [words[0]] + [f"<{_stamp(t, '.')}>{w}" for w, t in zip(words[1:], starts[1:])]
+    lines, line, width = [], [], 0
+    for w, shown in zip(words, out):  # wrap by the visible words, not the tags
+        if line and width + 1 + len(w) > LINE_CHARS:
+            lines.append(" ".join(line))
+            line, width = [], 0
+        width += len(w) + (1 if line else 0)
+        line.append(shown)
+    return "\n".join(lines + [" ".join(line)])
+
+
+def vtt(cue_list: list[tuple]) -> str:
+    parts = []
+    for i, cue in enumerate(cue_list, 1):
+        a, b, t = cue[:3]
+        body = _timed_words(t, cue[3]) if len(cue) > 3 else _lines(_vtt_escape(t))
+        parts.append(f"{i}\n{_stamp(a, '.')} --> {_stamp(b, '.')}\n{body}\n\n")
+    return "WEBVTT\n\n" + "".join(parts)
+
+
+def write(audio_path: Path, spec: str | None, cue_list: list[tuple]) -> list[Path]:
+    """Write the caption files of ``spec`` beside ``audio_path`` (same name, .srt/.vtt), atomically."""
+    from jobs import files
+
+    written = []
+    for fmt in (spec or "").split(","):
+        if not fmt:
+            continue
+        path = Path(audio_path).with_suffix(f".{fmt}")
+        with files.atomic_path(path) as tmp:
+            tmp.write_text(srt(cue_list) if fmt == "srt" else vtt(cue_list), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,148 @@
+"""The tail of ``finalize``: from a chapter's PCM to the delivered files.
+
+:func:`write_chapter` (called by ``jobs.pipeline._write_chapter`` inside its atomic write) applies
+the job's loudness to one chapter, encodes and tags it, and records the chapter's loudness in
+``.work/loudness/``. :func:`finish` (called at the end of ``finalize``, before the manifest) builds
+each book's M4B from its chapters, rewrites the manifest's paths and offsets for it, writes the
+caption files and ``loudness.json``. Both only read the job and the PCM they are given, so they
+do not depend on when chapters are written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from jobs import captions, files, formats, loudness
+from jobs.errors import JobError, TTSError
+
+LOUDNESS_FILE = "loudness.json"
+LOUDNESS_DIR = ".work/loudness"
+
+log = logging.getLogger("booktts.deliver")
+
+
+def check_available(config) -> None:
+    """Refuse, with one line naming the package, a job whose output this host cannot write."""
+    formats.check_available(config.audio_format)
+    loudness.check_available(config.loudness)
+
+
+@functools.lru_cache(maxsize=8)
+def _cover(path: str, sha256: str, member: str | None):
+    return formats.read_cover({"path": path, "sha256": sha256, "cover": member})
+
+
+def tags_for(job, book: dict, ch: dict | None) -> formats.Tags:
+    """Tags of one chapter file (``ch``), or of a book's M4B (``ch`` None)."""
+    cover = _cover(book["path"], book["sha256"], book.get("cover")) if book.get("cover") else None
+    total = len(book["chapters"])
+    if ch is None:
+        title, track = book["title"], None
+    else:
+        title, track = ch["title"] or f"Chapter {ch['index']}", (ch["index"], total)
+    return formats.Tags(title=title, album=book["title"], narrator=job.meta["voice"]["name"],
+                        artist=book.get("author"), year=book.get("year"), track=track,
+                        cover=cover[0] if cover else None, cover_mime=cover[1] if cover else None)
+
+
+def _stats_path(job, book_index: int, chapter_index: int) -> Path:
+    return files.inside(job.out_dir, f"{LOUDNESS_DIR}/b{book_index:02d}-c{chapter_index:04d}.json")
+
+
+def write_chapter(job, book_index: int, book: dict, ch: dict, pcm: np.ndarray, tmp: Path, final: Path,
+                  writer_errors=contextlib.nullcontext) -> loudness.ChapterLoudness:
+    """Loudness, encode and tag chapter ``ch`` (int16 ``pcm`` at the voice's rate) into ``tmp``
+    (the caller renames it to ``final``); record its loudness. For M4B jobs this writes the
+    chapter's WAV that :func:`finish` assembles."""
+    cfg = job.config
+    audio, rate, report = loudness.process(pcm, job.sample_rate, cfg.loudness)
+    tags = None if cfg.audio_format == "m4b" else tags_for(job, book, ch)
+    formats.write_chapter_audio(tmp, final, cfg.audio_format, audio, rate, tags, writer_errors)
+    files.write_json(_stats_path(job, book_index, ch["index"]),
+                     {"book_index": book_index, "chapter_index": ch["index"], "title": ch["title"],
+                      "file": ch["file"], "samples_out": int(len(audio)), **report.to_dict()})
+    return report
+
+
+def _selected(job):
+    for b_i, book in enumerate(job.meta["books"]):
+        yield b_i, book, [ch for ch in book["chapters"] if ch["selected"]]
+
+
+def finish(job, cols: dict[str, list]) -> list[str]:
+    """Build M4Bs (rewriting ``cols``' chapter_path and start_s to the M4B's), captions and
+    loudness.json. Returns the delivered audio files (relative paths), in book order."""
+    cfg = job.config
+    delivered: list[str] = []
+    n = len(cols["chapter_path"])
+    rows_of: dict[tuple[int, int], list[int]] = {}
+    for i in range(n):
+        rows_of.setdefault((cols["book_index"][i], cols["chapter_index"][i]), []).append(i)
+    report = []
+    words = _word_timer(job, cols) if cfg.captions and "vtt" in cfg.captions else None
+    for b_i, book, chapters in _selected(job):
+        stats = []
+        for ch in chapters:
+            try:
+                stats.append(files.read_json(_stats_path(job, b_i, ch["index"])))
+            except FileNotFoundError:
+                raise JobError(f"job {job.job_id}: chapter {ch['index']} of {book['title']!r} has no loudness "
+                               f"record; run finalize again (resume the job)") from None
+        report.extend(stats)
+        if cfg.audio_format == "m4b":
+            rel = formats.book_relpath(book["dir"])
+            final = files.inside(job.out_dir, rel)
+            wavs = [(files.inside(job.out_dir, ch["file"]), ch["title"] or f"Chapter {ch['index']}")
+                    for ch in chapters]
+            with files.atomic_path(final) as tmp:
+                starts = formats.write_m4b(tmp, wavs, tags_for(job, book, None))
+            for ch, start in zip(chapters, starts):
+                for i in rows_of.get((b_i, ch["index"]), []):
+                    cols["chapter_path"][i] = rel
+                    cols["start_s"][i] = start + cols["start_s"][i]
+            delivered.append(rel)
+            book_rows = [i for ch in chapters for i in rows_of.get((b_i, ch["index"]), [])]
+            if cfg.captions:
+                captions.write(final, cfg.captions, captions.cues([_row(cols, i, words) for i in book_rows]))
+        else:
+            for ch in chapters:
+                delivered.append(ch["file"])
+                if cfg.captions:
+                    captions.write(files.inside(job.out_dir, ch["file"]), cfg.captions,
+                                   captions.cues([_row(cols, i, words) for i in rows_of.get((b_i, ch["index"]), [])]))
+    files.write_json(job.out_dir / LOUDNESS_FILE, {"mode": cfg.loudness,
+                                                   "target": loudness.describe(cfg.loudness, job.sample_rate),
+                                                   "chapters": report})
+    return delivered
+
+
+def _row(cols: dict[str, list], i: int, words=None) -> dict:
+    row = {"text": cols["text"][i], "start_s": cols["start_s"][i], "duration_s": cols["duration_s"][i]}
+    if words is not None:
+        row["word_starts_s"] = words(i)
+    return row
+
+
+def _word_timer(job, cols: dict[str, list]):
+    """i -> word start times of manifest row i (chapter-relative, like its start_s), or None."""
+    if "phoneme_durations_s" not in cols or not any(d for d in cols["phoneme_durations_s"]):
+        return None
+    try:
+        ids_map = job.voice.phoneme_id_map
+    except TTSError as exc:  # the voice is not installed on this host: utterance-level cues
+        log.warning("job %s: no word timestamps in captions (%s)", job.job_id, exc)
+        return None
+    space = set(ids_map.get(" ", []))
+    silent = {i for k in ("^", "$", "_") for i in ids_map.get(k, [])}
+    ids = {r.key: r.utt.phoneme_ids for r in job.rows}
+
+    def words(i: int):
+        key = (cols["book_index"][i], cols["chapter_index"][i], cols["utterance_index"][i])
+        return captions.word_starts(cols["text"][i], cols["start_s"][i], ids.get(key, []),
+                                    cols["phoneme_durations_s"][i], space, silent)
+    return words

@@ -1,0 +1,416 @@
+"""Deliverables: chapter files in FLAC, WAV, MP3 or Opus, or one M4B per book; tags and cover art.
+
+Called by :mod:`jobs.pipeline`: :func:`write_chapter_audio` writes one chapter's PCM (after
+:mod:`jobs.loudness`) into a temporary path that the caller renames; :func:`write_m4b` assembles a
+book's chapters (kept as WAV under ``.work/chapters``) into one M4B with a chapter marker per
+chapter. Encoders: libsndfile (FLAC, WAV), PyAV's bundled FFmpeg (AAC, LAME MP3, libopus); tags
+with mutagen (FLAC Vorbis comments, ID3v2.4, MP4 atoms, Opus comments), WAV tags as a RIFF
+LIST/INFO chunk (libsndfile).
+
+Tags: title (the chapter's; the book's for an M4B), album (book title), artist and album artist
+(the book's author, when the EPUB names one), composer (the narrator: the voice; audiobook players
+show composer as narrator), comment ("Narrated by <voice>"), year, track number (chapter i of n),
+genre "Audiobook", and the EPUB's cover image.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import posixpath
+import re
+import zipfile
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from jobs.config import AUDIO_FORMATS
+from jobs.errors import InputError
+
+#: Formats that need PyAV (FFmpeg's encoders) and mutagen.
+AV_FORMATS = {"mp3": ("mp3", "libmp3lame"), "opus": ("ogg", "libopus"), "m4b": ("ipod", "aac")}
+BITRATES = {"mp3": 64000, "opus": 32000, "m4b": 64000}
+OPUS_RATE = 48000
+#: Largest cover image taken from an EPUB.
+MAX_COVER_BYTES = 10 * 1024 * 1024
+#: Intermediate chapter audio of an M4B (processed PCM, WAV) lives here, under the job's .work.
+M4B_CHAPTER_DIR = ".work/chapters"
+
+log = logging.getLogger("booktts.formats")
+
+
+@dataclass
+class Tags:
+    title: str
+    album: str
+    narrator: str
+    artist: str | None = None
+    year: str | None = None
+    track: tuple[int, int] | None = None
+    genre: str = "Audiobook"
+    cover: bytes | None = field(default=None, repr=False)
+    cover_mime: str | None = None
+
+    @property
+    def comment(self) -> str:
+        return f"Narrated by {self.narrator}"
+
+
+# --------------------------------------------------------------------------- availability
+
+
+def _import_av():
+    try:
+        import av
+    except ImportError:
+        return None
+    return av
+
+
+def check_available(fmt: str) -> None:
+    """Raise one-line :class:`InputError` naming the package if ``fmt`` cannot be written here."""
+    if fmt not in AUDIO_FORMATS:
+        raise InputError(f"--format {fmt!r} is not supported; choose {', '.join(AUDIO_FORMATS)}")
+    need_mutagen = fmt != "wav"
+    if fmt in AV_FORMATS:
+        av = _import_av()
+        if av is None:
+            raise InputError(f"--format {fmt} needs PyAV (FFmpeg's encoders): pip install av")
+        container, codec = AV_FORMATS[fmt]
+        try:
+            av.codec.Codec(codec, "w")
+        except Exception:
+            raise InputError(f"--format {fmt}: this PyAV build has no {codec} encoder; install a PyAV wheel "
+                             f"that bundles it: pip install --force-reinstall av") from None
+    if need_mutagen:
+        try:
+            import mutagen  # noqa: F401
+            import mutagen.flac  # noqa: F401  (imported now, not in the first chapter)
+        except ImportError:
+            raise InputError(f"--format {fmt} needs mutagen to write tags: pip install mutagen") from None
+
+
+def describe(fmt: str) -> str:
+    """One line for ``plan``."""
+    return {
+        "flac": "FLAC per chapter (lossless, Vorbis comment tags)",
+        "wav": "WAV per chapter (16-bit PCM, RIFF INFO tags)",
+        "mp3": f"MP3 per chapter (LAME, {BITRATES['mp3'] // 1000} kbit/s, ID3v2.4 tags)",
+        "opus": f"Opus in Ogg per chapter ({BITRATES['opus'] // 1000} kbit/s, 48 kHz, Vorbis comment tags)",
+        "m4b": f"one M4B per book (AAC {BITRATES['m4b'] // 1000} kbit/s, a chapter marker per chapter, MP4 tags)",
+    }[fmt]
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def chapter_relpath(book_dir: str, index: int, slug_title: str, fmt: str) -> str:
+    """Where a chapter's audio goes, relative to the job directory. For M4B: the intermediate WAV."""
+    if fmt == "m4b":
+        return f"{M4B_CHAPTER_DIR}/{book_dir}/{index:03d}-{slug_title}.wav"
+    return f"{book_dir}/{index:03d}-{slug_title}.{fmt}"
+
+
+def book_relpath(book_dir: str) -> str:
+    """The M4B of a book, relative to the job directory."""
+    return f"{book_dir}.m4b"
+
+
+# --------------------------------------------------------------------------- EPUB metadata and cover
+
+_IMAGE_MAGIC = ((b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/png"))
+
+
+def book_details(path) -> dict:
+    """Author, year and the cover's member name of an EPUB (``{}`` for TXT/MD or when unreadable).
+
+    Reads through :class:`jobs.ingest._Epub` (its member-name checks and size limits)."""
+    from jobs.ingest import EPUB_SUFFIXES
+
+    p = Path(path)
+    if p.suffix.lower() not in EPUB_SUFFIXES:
+        return {}
+    try:
+        return _epub_details(p)
+    except (InputError, OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        log.warning("%s: no author/cover metadata (%s)", p, exc)
+        return {}
+
+
+def _epub_opf(ep):
+    from jobs.ingest import _local
+
+    container = ep.xml("META-INF/container.xml", "container file")
+    rootfile = next((e for e in container.iter() if _local(e.tag) == "rootfile" and e.get("full-path")), None)
+    if rootfile is None:
+        return None, None
+    opf_path = ep.resolve("", rootfile.get("full-path", ""), "the package file path")
+    return (opf_path, ep.xml(opf_path, "package file")) if opf_path else (None, None)
+
+
+def _epub_details(p: Path) -> dict:
+    from jobs.ingest import _Epub, _local, _norm
+
+    with zipfile.ZipFile(p) as zf:
+        ep = _Epub(p, zf)
+        opf_path, opf = _epub_opf(ep)
+        if opf is None:
+            return {}
+        out: dict = {}
+        creators = [_norm("".join(e.itertext())) for e in opf.iter() if _local(e.tag) == "creator"]
+        if any(creators):
+            out["author"] = ", ".join(c for c in creators if c)
+        for e in opf.iter():
+            if _local(e.tag) == "date":
+                m = re.search(r"\b(\d{4})\b", "".join(e.itertext()))
+                if m:
+                    out["year"] = m.group(1)
+                    break
+        base = posixpath.dirname(opf_path)
+        items = {e.get("id"): e for e in opf.iter() if _local(e.tag) == "item" and e.get("href")}
+        cover = next((e for e in items.values() if "cover-image" in (e.get("properties") or "").split()), None)
+        if cover is None:  # EPUB 2: <meta name="cover" content="ITEM-ID"/>
+            ref = next((e.get("content") for e in opf.iter()
+                        if _local(e.tag) == "meta" and (e.get("name") or "").lower() == "cover"), None)
+            cover = items.get(ref)
+        if cover is not None and (cover.get("media-type") or "").lower() in ("image/jpeg", "image/png"):
+            member = ep.resolve(base, cover.get("href", ""), "the cover image")
+            if member and ep.member(member):
+                out["cover"] = ep.member(member)
+        return out
+
+
+def read_cover(book: dict) -> tuple[bytes, str] | None:
+    """The cover image of ``book`` (a job.json book entry) as (bytes, mime), or None.
+
+    Only from the same EPUB the job was planned from (its SHA-256 is checked), at most
+    :data:`MAX_COVER_BYTES`, and only a real JPEG or PNG (by its first bytes)."""
+    from jobs.files import sha256_file
+    from jobs.ingest import _Epub
+
+    member = book.get("cover")
+    if not member:
+        return None
+    p = Path(book["path"])
+    try:
+        if sha256_file(p) != book["sha256"]:
+            log.warning("%s changed since the job was planned; its M4B/tags get no cover", p)
+            return None
+        with zipfile.ZipFile(p) as zf:
+            ep = _Epub(p, zf)
+            real = ep.member(member)
+            if real is None or ep.infos[real].file_size > MAX_COVER_BYTES:
+                return None
+            data = ep.read(real, "cover image")
+    except (InputError, OSError, zipfile.BadZipFile) as exc:
+        log.warning("%s: cover not read (%s)", p, exc)
+        return None
+    for magic, mime in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return data, mime
+    return None
+
+
+# --------------------------------------------------------------------------- encoders
+
+
+def _blocks(pcm: np.ndarray, block: int = 1 << 15):
+    for k in range(0, len(pcm), block):
+        yield pcm[k:k + block]
+
+
+def _encode_av(tmp: Path, fmt: str, blocks, sample_rate: int, chapters=None,
+               metadata: dict | None = None) -> None:
+    """Encode mono float32 audio (an iterable of arrays) with PyAV into ``tmp`` (the container and
+    codec of ``fmt``)."""
+    import av
+
+    container_fmt, codec = AV_FORMATS[fmt]
+    rate = OPUS_RATE if fmt == "opus" else sample_rate
+    opts = {"movflags": "+faststart"} if fmt == "m4b" else {}
+    with av.open(str(tmp), "w", format=container_fmt, options=opts) as c:
+        s = c.add_stream(codec, rate=rate, layout="mono")
+        s.bit_rate = BITRATES[fmt]
+        if metadata:
+            c.metadata.update({k: v for k, v in metadata.items() if v})
+        if chapters:
+            c.set_chapters(chapters)
+        fmt_name = s.codec_context.codec.audio_formats[0].name
+        res = av.AudioResampler(format=fmt_name, layout="mono", rate=rate)  # libswresample for Opus' 48 kHz
+        pts = 0
+        for part in blocks:
+            part = (part.astype(np.float32) / 32768.0 if part.dtype == np.int16 else
+                    np.ascontiguousarray(part, dtype=np.float32)).reshape(-1)
+            if len(part) == 0:
+                continue
+            frame = av.AudioFrame.from_ndarray(part[None, :], format="flt", layout="mono")
+            frame.sample_rate = sample_rate
+            frame.pts = pts
+            pts += len(part)
+            for f in res.resample(frame):
+                for pkt in s.encode(f):
+                    c.mux(pkt)
+        for f in res.resample(None):
+            for pkt in s.encode(f):
+                c.mux(pkt)
+        for pkt in s.encode(None):
+            c.mux(pkt)
+
+
+def _tag_flac(tmp: Path, tags: Tags) -> None:
+    from mutagen.flac import FLAC, Picture
+
+    f = FLAC(str(tmp))
+    f.update(_vorbis_fields(tags))
+    if tags.cover:
+        f.add_picture(_picture(tags, Picture))
+    f.save()
+
+
+def _picture(tags: Tags, Picture):
+    pic = Picture()
+    pic.type = 3  # front cover
+    pic.mime = tags.cover_mime or "image/jpeg"
+    pic.desc = "Cover"
+    pic.data = tags.cover
+    return pic
+
+
+def _vorbis_fields(tags: Tags) -> dict[str, list[str]]:
+    d = {"title": [tags.title], "album": [tags.album], "composer": [tags.narrator], "performer": [tags.narrator],
+         "comment": [tags.comment], "genre": [tags.genre]}
+    if tags.artist:
+        d["artist"] = [tags.artist]
+        d["albumartist"] = [tags.artist]
+    if tags.year:
+        d["date"] = [tags.year]
+    if tags.track:
+        d["tracknumber"] = [str(tags.track[0])]
+        d["tracktotal"] = [str(tags.track[1])]
+    return d
+
+
+def _tag_opus(tmp: Path, tags: Tags) -> None:
+    from mutagen.flac import Picture
+    from mutagen.oggopus import OggOpus
+
+    f = OggOpus(str(tmp))
+    f.update(_vorbis_fields(tags))
+    if tags.cover:
+        f["metadata_block_picture"] = [base64.b64encode(_picture(tags, Picture).write()).decode("ascii")]
+    f.save()
+
+
+def _tag_mp3(tmp: Path, tags: Tags) -> None:
+    from mutagen import id3
+
+    t = id3.ID3()
+    t.add(id3.TIT2(encoding=3, text=tags.title))
+    t.add(id3.TALB(encoding=3, text=tags.album))
+    t.add(id3.TCOM(encoding=3, text=tags.narrator))
+    t.add(id3.COMM(encoding=3, lang="eng", desc="", text=tags.comment))
+    t.add(id3.TCON(encoding=3, text=tags.genre))
+    if tags.artist:
+        t.add(id3.TPE1(encoding=3, text=tags.artist))
+        t.add(id3.TPE2(encoding=3, text=tags.artist))
+    if tags.year:
+        t.add(id3.TDRC(encoding=3, text=tags.year))
+    if tags.track:
+        t.add(id3.TRCK(encoding=3, text=f"{tags.track[0]}/{tags.track[1]}"))
+    if tags.cover:
+        t.add(id3.APIC(encoding=3, mime=tags.cover_mime or "image/jpeg", type=3, desc="Cover", data=tags.cover))
+    t.save(str(tmp), v2_version=4)
+
+
+def _tag_mp4(tmp: Path, tags: Tags) -> None:
+    from mutagen.mp4 import MP4, MP4Cover
+
+    f = MP4(str(tmp))
+    f["\xa9nam"] = [tags.title]
+    f["\xa9alb"] = [tags.album]
+    f["\xa9wrt"] = [tags.narrator]
+    f["\xa9cmt"] = [tags.comment]
+    f["\xa9gen"] = [tags.genre]
+    f["stik"] = [2]  # media kind: audiobook
+    if tags.artist:
+        f["\xa9ART"] = [tags.artist]
+        f["aART"] = [tags.artist]
+    if tags.year:
+        f["\xa9day"] = [tags.year]
+    if tags.track:
+        f["trkn"] = [tags.track]
+    if tags.cover:
+        kind = MP4Cover.FORMAT_PNG if tags.cover_mime == "image/png" else MP4Cover.FORMAT_JPEG
+        f["covr"] = [MP4Cover(tags.cover, imageformat=kind)]
+    f.save()
+
+
+def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm: np.ndarray, sample_rate: int, tags: Tags | None,
+                        writer_errors=contextlib.nullcontext) -> None:
+    """Write float32 mono ``pcm`` as ``fmt`` into ``tmp`` (renamed to ``final`` by the caller) and tag it.
+
+    ``writer_errors(final)``: a context that maps the sound library's write errors (libsndfile's)."""
+    from jobs.loudness import to_int16
+
+    check_available(fmt)
+    if fmt in ("flac", "wav", "m4b"):  # m4b: the intermediate chapter WAV, assembled by write_m4b
+        import soundfile as sf
+
+        with writer_errors(final):
+            f = sf.SoundFile(str(tmp), "w", samplerate=sample_rate, channels=1, subtype="PCM_16",
+                             format="WAV" if fmt == "m4b" else fmt.upper())
+        try:
+            if fmt == "wav" and tags:
+                f.title, f.album, f.comment, f.genre = tags.title, tags.album, tags.comment, tags.genre
+                if tags.artist:
+                    f.artist = tags.artist
+                if tags.year:
+                    f.date = tags.year
+                if tags.track:
+                    f.tracknumber = str(tags.track[0])
+            for block in _blocks(pcm):
+                with writer_errors(final):  # read the C errno right after the failed call
+                    f.write(to_int16(block))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                f.close()
+            raise
+        with writer_errors(final):
+            f.close()
+        if fmt == "flac" and tags:
+            _tag_flac(tmp, tags)
+        return
+    _encode_av(tmp, fmt, _blocks(pcm), sample_rate)
+    if tags:
+        {"mp3": _tag_mp3, "opus": _tag_opus}[fmt](tmp, tags)
+
+
+def write_m4b(tmp: Path, chapter_wavs: list[tuple[Path, str]], tags: Tags) -> list[float]:
+    """Encode the chapters' WAVs, in order, into one M4B at ``tmp`` with a chapter marker (name,
+    start) per chapter and ``tags``. Returns each chapter's start in seconds."""
+    import soundfile as sf
+
+    check_available("m4b")
+    infos = [sf.info(str(p)) for p, _ in chapter_wavs]
+    rates = {i.samplerate for i in infos}
+    if len(rates) != 1:
+        raise InputError(f"chapters of one M4B have different sample rates ({sorted(rates)}); finalize again")
+    rate = rates.pop()
+    starts, pos = [], 0
+    chapters = []
+    for k, (info, (_, title)) in enumerate(zip(infos, chapter_wavs)):
+        starts.append(pos / rate)
+        chapters.append({"id": k + 1, "start": pos, "end": pos + info.frames, "time_base": Fraction(1, rate),
+                         "metadata": {"title": title}})
+        pos += info.frames
+
+    def blocks():  # chapter by chapter, a block at a time: a book never sits in memory whole
+        for p, _ in chapter_wavs:
+            yield from sf.blocks(str(p), blocksize=1 << 15, dtype="float32")
+
+    _encode_av(tmp, "m4b", blocks(), rate, chapters=chapters)
+    _tag_mp4(tmp, tags)
+    return starts
