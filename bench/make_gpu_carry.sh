@@ -4,7 +4,7 @@
 #   carry/joe-fp16.safetensors   the voice's weights (cli.py export-weights; enc_p/dp stay fp32)
 #   carry/pylib/piper/           piper's espeak-ng phonemizer only (bridge .so + English data;
 #                                an empty package __init__, so onnxruntime/tashkeel are not imported)
-#   carry/pylib/{soundfile,cffi,pycparser,defusedxml,num2words}  wheels for CPython 3.12 manylinux x86_64, unpacked
+#   carry/pylib/{soundfile,cffi,pycparser,defusedxml,num2words,mutagen,pyloudnorm}  wheels for CPython 3.12 manylinux x86_64, unpacked (scipy comes with the host image)
 #   carry/wheels/*.whl           the distributed path (cli.py worker/submit, bench/bulk_gpu.py): celery,
 #                                kombu, billiard, vine, amqp, redis, click and celery's click plugins,
 #                                prompt-toolkit, wcwidth, tzlocal, in the versions of this venv. Kept as
@@ -42,7 +42,7 @@ if [ "$PARTS" != distributed ]; then
   (cd "$SITE/espeak-ng-data" && cp -r en_dict phondata phondata-manifest phonindex phontab intonations lang voices \
     "$OLDPWD/carry/pylib/piper/espeak-ng-data/")
   WHL=$(mktemp -d)
-  $PY -m pip download -q "${PLATFORMS[@]}" --no-deps soundfile cffi pycparser defusedxml num2words -d "$WHL"
+  $PY -m pip download -q "${PLATFORMS[@]}" --no-deps soundfile cffi pycparser defusedxml num2words mutagen pyloudnorm -d "$WHL"
   for w in "$WHL"/*.whl; do $PY -m zipfile -e "$w" carry/pylib/; done
   rm -rf "$WHL"
 fi
