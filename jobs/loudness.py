@@ -106,17 +106,51 @@ def _true_peak_phases() -> tuple[np.ndarray, ...]:
     return tuple(np.ascontiguousarray(h[p::OVERSAMPLE], dtype=np.float32) for p in range(OVERSAMPLE))
 
 
-def _oversampled_abs(x: np.ndarray) -> np.ndarray:
+def _oversampled_abs(x: np.ndarray, floor: float | None = None) -> np.ndarray:
     """Per original sample, the largest |value| of the 4x oversampled signal around it (the sample
-    itself and the 3 interpolated values after it)."""
+    itself and the 3 interpolated values after it).
+
+    ``floor``: the values are exact wherever they can reach ``floor``; elsewhere they are ``|x|``
+    (a lower bound, under ``floor``). An interpolated value is a sum of 12 neighbours weighted by
+    one phase of the filter, so it is at most that phase's L1 norm times the neighbours' largest
+    magnitude: samples whose neighbourhood cannot reach ``floor`` are skipped (most of speech).
+    Default: the sample peak, which keeps the maximum (the true peak) exact."""
     x = np.asarray(x, dtype=np.float32)
     if len(x) == 0:
         return np.zeros(0, np.float32)
     out = np.abs(x)
+    phases = _true_peak_phases()
     half = 12 // 2
-    for h in _true_peak_phases():
-        y = np.convolve(x, h)[half - 1:half - 1 + len(x)]
-        np.maximum(out, np.abs(y), out=out)
+    if floor is None:
+        floor = float(out.max())
+    l1 = max(float(np.abs(h).sum()) for h in phases)
+    # blocks of 16 samples whose own or neighbouring blocks' largest |x| (which covers n-6..n+6)
+    # could reach the floor: their samples are the candidates
+    blk = 16
+    nb = -(-len(x) // blk)
+    bmax = np.zeros(nb * blk, np.float32)
+    bmax[:len(x)] = out
+    bmax = bmax.reshape(nb, blk).max(axis=1)
+    near = bmax.copy()
+    near[1:] = np.maximum(near[1:], bmax[:-1])
+    near[:-1] = np.maximum(near[:-1], bmax[1:])
+    blocks = np.flatnonzero(near * l1 >= floor)
+    cand = (blocks[:, None] * blk + np.arange(blk)[None, :]).ravel()
+    cand = cand[cand < len(x)]
+    if len(cand) > len(x) // 8:  # too many to pick out: the whole signal, four convolutions
+        for h in phases:
+            y = np.convolve(x, h)[half - 1:half - 1 + len(x)]
+            np.maximum(out, np.abs(y), out=out)
+        return out
+    pad = 12
+    xp = np.concatenate([np.zeros(pad, np.float32), x, np.zeros(pad, np.float32)])
+    best = out[cand].copy()
+    for h in phases:  # y[n] = sum_k h[k] x[n + half - 1 - k], as np.convolve's slice above
+        y = np.zeros(len(cand), np.float32)
+        for k in range(len(h)):
+            y += h[k] * xp[cand + (half - 1 - k) + pad]
+        np.maximum(best, np.abs(y), out=best)
+    out[cand] = best
     return out
 
 
@@ -154,8 +188,19 @@ def integrated_lufs(x: np.ndarray, sample_rate: int) -> float:
     j = np.arange(n_blocks)
     lo = (t_g * (j * step) * sample_rate).astype(np.int64)
     hi = np.minimum((t_g * (j * step + 1) * sample_rate).astype(np.int64), len(y))
-    cs = np.concatenate([[0.0], np.cumsum(np.square(y))])
-    z = (cs[hi] - cs[lo]) / (t_g * sample_rate)
+    hop = t_g * step * sample_rate
+    per = int(round(t_g / (t_g * step)))  # hops per block
+    if n_blocks > 0 and float(hop).is_integer() and np.all(lo == np.arange(n_blocks) * int(hop)) \
+            and np.all(hi - lo == per * int(hop)):
+        # blocks on a grid of hops (100 ms at common rates): sums of hop-sized pieces, no cumulative sum
+        h = int(hop)
+        n_hops = n_blocks + per - 1
+        sq = np.square(y[:n_hops * h]).reshape(n_hops, h).sum(axis=1)
+        win = np.convolve(sq, np.ones(per))[per - 1:per - 1 + n_blocks]
+        z = win / (t_g * sample_rate)
+    else:
+        cs = np.concatenate([[0.0], np.cumsum(np.square(y))])
+        z = (cs[hi] - cs[lo]) / (t_g * sample_rate)
     with np.errstate(divide="ignore"):
         block = -0.691 + 10.0 * np.log10(z)
         above = z[block >= -70.0]
@@ -175,10 +220,11 @@ def limit(x: np.ndarray, sample_rate: int, ceiling_db: float,
     ceiling = 10 ** ((ceiling_db - LIMITER_MARGIN_DB) / 20)
     reach = max(1, int(LIMITER_REACH_S * sample_rate))
     limited = False
+    threshold = 10 ** ((ceiling_db - LIMITER_MARGIN_DB / 2) / 20)
     for k in range(4):  # the limited signal's own inter-sample peaks: check again
-        if k or peaks is None:
-            peaks = _oversampled_abs(x)
-        if float(peaks.max(initial=0.0)) <= 10 ** ((ceiling_db - LIMITER_MARGIN_DB / 2) / 20):
+        if k or peaks is None:  # exact wherever a value could pass the ceiling the gain is built from
+            peaks = _oversampled_abs(x, floor=min(ceiling, threshold))
+        if float(peaks.max(initial=0.0)) <= threshold:
             break
         limited = True
         need = np.minimum(1.0, ceiling / np.maximum(peaks, 1e-12)).astype(np.float32)
@@ -250,20 +296,31 @@ def process(pcm: np.ndarray, sample_rate: int, mode: str) -> tuple[np.ndarray, i
     # Each measure once on the source, at the output rate: a gain shifts every one of them by
     # exactly its dB, so without limiting the output's values follow (with it, they are measured).
     src = resample(x, sample_rate, out_rate)
-    src_peaks = _oversampled_abs(src)
-    tp = float(src_peaks.max(initial=0.0))
-    src_m = Measurement(integrated_lufs(src, out_rate), 20 * math.log10(tp) if tp > 0 else -math.inf,
-                        sample_peak_db(src), rms_db(src))
-    before = measure(x, sample_rate) if out_rate != sample_rate else src_m
+    lufs, sp_db, rms = integrated_lufs(src, out_rate), sample_peak_db(src), rms_db(src)
     if mode == "ebu":
-        gain_db = EBU_TARGET_LUFS - src_m.integrated_lufs if math.isfinite(src_m.integrated_lufs) else 0.0
+        gain_db = EBU_TARGET_LUFS - lufs if math.isfinite(lufs) else 0.0
         target = f"{EBU_TARGET_LUFS:g} LUFS, <= {EBU_CEILING_DBTP:g} dBTP"
         ceiling = EBU_CEILING_DBTP
     else:
-        gain_db = ACX_TARGET_RMS_DB - src_m.rms_db if math.isfinite(src_m.rms_db) else 0.0
+        gain_db = ACX_TARGET_RMS_DB - rms if math.isfinite(rms) else 0.0
         target = f"RMS {ACX_TARGET_RMS_DB:g} dB, <= {ACX_CEILING_DBTP:g} dBFS peak"
         ceiling = ACX_CEILING_DBTP
+    # the source's oversampled peaks, exact wherever a gain up to 6 dB over this one could take them
+    # past the limiter's ceiling (and at the true peak): computed again if the gain grows past that
+    limit_at = 10 ** ((ceiling - LIMITER_MARGIN_DB) / 20)
+
+    def peaks_for(g_db: float) -> tuple[np.ndarray, float]:
+        covered = g_db + 6.0
+        floor = min(10 ** (sp_db / 20) if math.isfinite(sp_db) else 0.0, limit_at / 10 ** (covered / 20))
+        return _oversampled_abs(src, floor=floor), covered
+
+    src_peaks, covered_db = peaks_for(gain_db)
+    tp = float(src_peaks.max(initial=0.0))
+    src_m = Measurement(lufs, 20 * math.log10(tp) if tp > 0 else -math.inf, sp_db, rms)
+    before = measure(x, sample_rate) if out_rate != sample_rate else src_m
     for _ in range(4):  # limiting lowers the level a little: raise the gain and limit again
+        if gain_db > covered_db:
+            src_peaks, covered_db = peaks_for(gain_db)
         gain = np.float32(10 ** (gain_db / 20))
         x, limited = limit((src * gain).astype(np.float32), out_rate, ceiling, peaks=src_peaks * gain)
         if not limited:
