@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib.util
 import logging
 import posixpath
 import re
@@ -85,12 +86,8 @@ def check_available(fmt: str) -> None:
         except Exception:
             raise InputError(f"--format {fmt}: this PyAV build has no {codec} encoder; install a PyAV wheel "
                              f"that bundles it: pip install --force-reinstall av") from None
-    if need_mutagen:
-        try:
-            import mutagen  # noqa: F401
-            import mutagen.flac  # noqa: F401  (imported now, not in the first chapter)
-        except ImportError:
-            raise InputError(f"--format {fmt} needs mutagen to write tags: pip install mutagen") from None
+    if need_mutagen and importlib.util.find_spec("mutagen") is None:
+        raise InputError(f"--format {fmt} needs mutagen to write tags: pip install mutagen")
 
 
 def describe(fmt: str) -> str:

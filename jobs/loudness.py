@@ -16,6 +16,7 @@ gain each sample needs, so it never exceeds what any sample in reach needs and n
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 from dataclasses import asdict, dataclass
 
@@ -43,15 +44,6 @@ RETRY_LU = 0.2
 MIN_MEASURE_S = 0.4
 
 
-def _need_scipy():
-    try:
-        import scipy.signal  # noqa: F401
-        import scipy.ndimage  # noqa: F401
-    except ImportError:
-        raise InputError("--loudness needs SciPy for resampling and true-peak estimation: "
-                         "pip install scipy (or pass --loudness none)") from None
-
-
 def _meter(sample_rate: int):
     try:
         import pyloudnorm
@@ -65,10 +57,14 @@ def check_available(mode: str) -> None:
     """Raise :class:`InputError` naming the package if ``mode`` cannot run on this host."""
     if mode not in LOUDNESS_MODES:
         raise InputError(f"--loudness {mode!r} is not supported; choose {', '.join(LOUDNESS_MODES)}")
-    _need_scipy()
-    _true_peak_phases()  # imports scipy.signal and designs the filter now, not in the first chapter
-    if mode != "none":
-        _meter(48000)
+    # presence only: importing SciPy takes about a second, which a run spends where the first
+    # chapter is written, not before its engine starts
+    if importlib.util.find_spec("scipy") is None:
+        raise InputError("--loudness needs SciPy for resampling and true-peak estimation: "
+                         "pip install scipy (or pass --loudness none)")
+    if mode != "none" and importlib.util.find_spec("pyloudnorm") is None:
+        raise InputError("--loudness ebu/acx needs the pyloudnorm package to measure loudness: "
+                         "pip install pyloudnorm (or pass --loudness none)")
 
 
 def output_rate(mode: str, sample_rate: int) -> int:

@@ -7,6 +7,7 @@ taken from the writer. Jobs run with the fake engine through the local runner.
 from __future__ import annotations
 
 import builtins
+import sys
 import json
 import math
 import re
@@ -366,6 +367,7 @@ def test_missing_package_is_one_error_line_before_synthesis(short_book, tmp_path
         return real_import(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", fake_import)
+    monkeypatch.setitem(sys.modules, module, None)  # not installed, for importlib.util.find_spec too
     out = tmp_path / "o"
     res = CliRunner().invoke(main, ["run", str(short_book), "-o", str(out), "--engine", "fake", *args])
     assert res.exit_code == 2, (res.output, res.exception)
