@@ -489,8 +489,6 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
 
 def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: str, holder: Holder,
                             hb: Heartbeat) -> None:
-    from jobs.pipeline import finalize
-
     try:
         job = _load(job_dir, job_id)
         missing = job.pending_batches()
@@ -507,12 +505,12 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
             log.warning("job %s: %d batches counted as done have no record on disk; re-enqueued",
                         job_id, len(missing))
             return
-        summary = finalize(job)
+        summary = batcher.offloader().run_finalize(job_dir)  # in a finalize process (Offloader's doc)
         store.finish(job_id, asdict(summary))
         runtime.forget_job(job_id)
         log.info("job %s: finalized, %d chapter files, %.1f s audio", job_id, len(summary.chapter_files),
                  summary.audio_s)
-    except RETRYABLE as exc:
+    except RETRYABLE as exc:  # (ChildProcessError, an OSError: the finalize process died without a result)
         log.warning("job %s finalize: %s: %s; queued again", job_id, type(exc).__name__, exc)
         try:
             store.release(job_id, FINALIZE, holder)

@@ -1,0 +1,51 @@
+"""Workers finalize a job in a process of its own (workers.finalize_child): the same files and
+summary as finalize in-process, and its errors come back as the same kinds of exception."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from engines.fake import FakeEngine
+from jobs.config import JobConfig
+from jobs.errors import DiskFullError, JobError
+from jobs.pipeline import finalize, prepare_job, run_batch
+from workers import finalize_child
+
+
+def _job(tmp_path, short_book, voice, name, run_all=True):
+    job = prepare_job([short_book], tmp_path / name, JobConfig(max_batch=2))
+    eng = FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length)
+    for b in (job.pending_batches() if run_all else job.pending_batches()[1:]):
+        run_batch(job, b, eng)
+    return job
+
+
+def test_child_finalize_writes_what_finalize_writes(tmp_path, short_book, voice):
+    a, b = _job(tmp_path, short_book, voice, "a"), _job(tmp_path, short_book, voice, "b")
+    here = finalize(a)
+    there = finalize_child.run(str(b.out_dir))
+    assert there.chapter_files == here.chapter_files and there.utterances == here.utterances
+    assert there.audio_s == pytest.approx(here.audio_s)
+    for rel in here.chapter_files:
+        assert (b.out_dir / rel).read_bytes() == (a.out_dir / rel).read_bytes()
+
+
+def test_child_finalize_errors_keep_their_kind(tmp_path, short_book, voice, monkeypatch):
+    job = _job(tmp_path, short_book, voice, "c", run_all=False)
+    with pytest.raises(JobError):  # a batch is missing: refused, not retried
+        finalize_child.run(str(job.out_dir))
+    doc = {"error": {"kind": "disk_full", "filename": "/x/001.flac", "message": "no space left on device",
+                     "errno": errno.ENOSPC}}
+
+    class Done:
+        returncode, stdout = 3, __import__("json").dumps(doc) + "\n"
+
+    monkeypatch.setattr(finalize_child.subprocess, "run", lambda *a, **k: Done())
+    with pytest.raises(DiskFullError) as e:  # an OSError: the worker retries it
+        finalize_child.run("/x")
+    assert e.value.filename == "/x/001.flac" and isinstance(e.value, OSError)
+    Done.stdout = "Traceback (most recent call last):\n"
+    with pytest.raises(ChildProcessError):
+        finalize_child.run("/x")
