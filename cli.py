@@ -57,6 +57,8 @@ class OneLineErrorGroup(click.Group):
 @click.group(cls=OneLineErrorGroup,
              context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.option("-v", "--verbose", is_flag=True, help="Log more.")
+@click.version_option(None, "--version", package_name="booktts", prog_name="booktts",
+                      message="%(prog)s %(version)s")
 def main(verbose: bool) -> None:
     """Batch audiobook synthesis with Piper voices: books in, chapter audio and timing manifests out."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -332,3 +332,18 @@ def test_broken_stdout_pipe_exits_quietly(tmp_path):
         os.close(write_end)
     assert proc.returncode == 141, proc.stderr
     assert proc.stderr == "", proc.stderr
+
+
+def test_version_and_the_console_script():
+    """`cli.py --version` and the installed `booktts` script (pyproject's [project.scripts]) name the
+    package's version."""
+    import importlib.metadata
+    import shutil
+
+    want = f"booktts {importlib.metadata.version('booktts')}"
+    res = cli("--version")
+    assert res.returncode == 0 and res.stdout.strip() == want, (res.stdout, res.stderr)
+    script = shutil.which("booktts", path=str(Path(sys.executable).parent))
+    assert script, "the booktts console script is installed beside the venv's python"
+    out = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == want, (out.stdout, out.stderr)
