@@ -99,7 +99,6 @@ def _print_plan(job) -> None:
     click.echo(f"estimated audio: {est / 3600:.0f}h{est % 3600 / 60:02.0f}m ({est:.0f} s)")
     from jobs import formats, loudness
 
-    cfg = job.config
     click.echo(f"output: {formats.describe(cfg.audio_format)}")
     click.echo(f"loudness: {loudness.describe(cfg.loudness, job.sample_rate)}")
     click.echo(f"captions: {cfg.captions or 'none'}"
@@ -143,10 +142,8 @@ def run(books, out_dir, config, engine_spec) -> None:
     from tqdm import tqdm
 
     from engines import load_engine
-    from jobs.pipeline import open_planned_job, prepare_job
+    from jobs.pipeline import estimate_workload_s, open_planned_job, prepare_job
     from jobs.runner import run_local
-
-    from jobs.pipeline import estimate_workload_s
     from jobs.voice import resolve_voice
 
     config.engine = engine_spec

@@ -376,10 +376,6 @@ class TorchEngine:
         self.autotune = _env_flag(AUTOTUNE_ENV)
         if self.autotune is None:
             self.autotune = spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S
-        #: the CUDA graphs' capture policy (GraphCache's ``capture_after``): a shape's second call captures,
-        #: so a shape seen once pays no capture. Capturing on first sight (1) lost on the H200 wherever
-        #: shapes did not recur, as across jobs of different length scales (docs/PERFORMANCE.md)
-        self.graph_capture_after = 2
         compile_error = None
         # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
         # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
@@ -407,6 +403,7 @@ class TorchEngine:
         self.stage_b_graphs = bool(self.is_cuda and not self.compiled and _env_flag(GRAPHS_ENV) is not False)
         self._graphs_b = None  # stage B's GraphCache, made on first use
         self._graphs_for = None  # the packed stage A its graphs were captured with
+        self._scale_tensors: dict = {}  # length scale -> its float32 0-d tensor on the device (stage A graphs)
         if self.compiled or self.compiled_stage_a:
             import torch._dynamo
 
@@ -462,7 +459,6 @@ class TorchEngine:
                               f"triton-{self.model.stage_a_precision}" if self.model.stage_a_kernels
                               else "cublas-fp32"),
              "stage_a_graphs": self.stage_a_graphs, "stage_b_graphs": self.stage_b_graphs,
-             "graph_capture_after": self.graph_capture_after,
              "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
              "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
              "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),
@@ -825,10 +821,9 @@ class TorchEngine:
 
     def _scale_tensor(self, value: float):
         """``value`` as a float32 0-d tensor on the device (cached per value)."""
-        cache = self.__dict__.setdefault("_scale_tensors", {})
-        t = cache.get(value)
+        t = self._scale_tensors.get(value)
         if t is None:
-            t = cache[value] = self.torch.tensor(value, dtype=self.torch.float32, device=self.device)
+            t = self._scale_tensors[value] = self.torch.tensor(value, dtype=self.torch.float32, device=self.device)
         return t
 
     def _stage_a_graph_cache(self):
@@ -839,8 +834,9 @@ class TorchEngine:
         if self._graphs is None:  # (GraphCache refuses a CPU device; the switch never gets here on one)
             from engines.torch_vits.graphs import GraphCache
 
-            self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A", max_graphs=MAX_GRAPHS_PER_STAGE,
-                                      capture_after=self.graph_capture_after)
+            # (GraphCache's default: a shape's second call captures; capturing on first sight lost on the
+            # H200 wherever shapes did not recur, as across jobs of different length scales: docs/PERFORMANCE.md)
+            self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A", max_graphs=MAX_GRAPHS_PER_STAGE)
         packed = self.model.packed_stage_a
         if self._graphs_for is not packed:  # graphs read the packed weights they were captured with
             self._graphs.reset()
@@ -966,7 +962,7 @@ class TorchEngine:
             from engines.torch_vits.graphs import GraphCache
 
             self._graphs_b = GraphCache(self._stage_b_pcm, self.device, name="stage B",
-                                        max_graphs=MAX_GRAPHS_PER_STAGE, capture_after=self.graph_capture_after)
+                                        max_graphs=MAX_GRAPHS_PER_STAGE)
         return self._graphs_b
 
     def reset_graphs(self) -> None:

@@ -886,13 +886,8 @@ def _drop_toc_para_runs(items: list[_Item]) -> list[_Item]:
 _BY_RE = re.compile(r"^by\s+\S", re.I)
 
 
-def _guess_title(items: list[_Item]) -> str | None:
-    """A short line followed by a "by Author" line near the start of the text."""
-    found = _guess_title_author(items)
-    return found[0] if found else None
-
-
 def _guess_title_author(items: list[_Item]) -> tuple[str, str] | None:
+    """(title, author) from a short line followed by a "by Author" line near the start of the text."""
     paras: list[str] = []
     for it in items:
         if it.kind == "heading" or len(paras) >= 8:

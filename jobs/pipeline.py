@@ -321,9 +321,8 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     after that removes what this call created, and nothing else.
     """
     from jobs.ingest import load_book
+    from jobs import formats
     from jobs.segment_pool import segment_chapters
-
-    from jobs import deliver, formats
 
     if config.audio_format not in AUDIO_FORMATS:
         raise InputError(f"--format {config.audio_format!r} is not supported; choose {', '.join(AUDIO_FORMATS)}")
@@ -336,11 +335,11 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     speaker_id = resolve_speaker(voice, config.speaker)
     lexicon = load_lexicon(config.lexicon) if config.lexicon else None
     job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
-    if (out_dir / JOB_FILE).exists():  # this job with other output settings: say which
-        _refuse_other_output(out_dir, load_job(out_dir), inputs, config, voice, lexicon.sha256 if lexicon else None)
+    existing = load_job(out_dir) if (out_dir / JOB_FILE).exists() else None
+    if existing is not None:  # this job with other output settings: say which
+        _refuse_other_output(out_dir, existing, inputs, config, voice, lexicon.sha256 if lexicon else None)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
-    if (out_dir / JOB_FILE).exists():
-        existing = load_job(out_dir)
+    if existing is not None:
         if existing.job_id == job_id:
             return _claim_and_write(out_dir, job_id, before_write, None)  # resume (claims a pre-claim directory)
         raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
@@ -502,31 +501,6 @@ def _audio_write_errors(final: Path):
         raise storage_error(final, code, f"libsndfile: {exc.error_string or exc}") from exc
 
 
-class _AudioWriter:
-    """``sf.SoundFile(tmp, "w", ...)`` whose open, writes and close raise the errors of
-    :func:`_audio_write_errors` (for ``final``); closed quietly when leaving on an exception."""
-
-    def __init__(self, tmp: Path, final: Path, **kw) -> None:
-        self.final = final
-        with _audio_write_errors(final):
-            self.f = sf.SoundFile(str(tmp), "w", **kw)
-
-    def write(self, data: np.ndarray) -> None:
-        with _audio_write_errors(self.final):
-            self.f.write(data)
-
-    def __enter__(self) -> "_AudioWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            with _audio_write_errors(self.final):
-                self.f.close()
-        else:
-            with contextlib.suppress(Exception):
-                self.f.close()
-
-
 def _normalize(item: np.ndarray) -> np.ndarray:
     """Piper's per-utterance peak normalisation, on int16."""
     peak = int(np.abs(item.astype(np.int32)).max(initial=0))
@@ -662,6 +636,8 @@ class SynthesizedUnits:
     """Identifies the engine call (shared by every unit synthesized in it)."""
     durations: list[list] | None = None
     """Per unit, per row: whole samples per phoneme id (None where the engine gives no durations)."""
+    _written: dict = field(default_factory=dict, repr=False, compare=False)
+    """:meth:`written_audio`'s results, by unit index."""
 
     @property
     def size(self) -> int:
@@ -671,7 +647,7 @@ class SynthesizedUnits:
         """Unit ``index``'s audio as it is written: one int16 array (peak-normalised per item where
         its job asks for it) and each item's view into it. Computed once (the writer and the local
         runner's in-memory chapter source share it)."""
-        cache = self.__dict__.setdefault("_written", {})
+        cache = self._written
         if index not in cache:
             items = self.items[index]
             audio = (_normalize_concat(items) if self.units[index].job.config.normalize else

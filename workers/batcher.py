@@ -169,13 +169,6 @@ class Offloader:
         """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""
         self._q.put(fn)
 
-    def run_finalize(self, job_dir: str):
-        """``finalize`` of the job in ``job_dir`` in a child process; waits for it (call it from a
-        finalize thread)."""
-        from workers import finalize_child
-
-        return finalize_child.run(job_dir)
-
     def finalize(self, fn) -> None:
         fut = self._finalize.submit(fn)
         with self._lock:

@@ -37,12 +37,9 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         summary = finalize(load_job(Path(argv[0])))
-    except DiskFullError as exc:
-        out = {"kind": "disk_full", "filename": exc.filename, "message": exc.strerror, "errno": exc.errno}
-    except StorageError as exc:
-        out = {"kind": "storage", "filename": exc.filename, "message": exc.strerror, "errno": exc.errno}
     except OSError as exc:
-        out = {"kind": "os", "filename": exc.filename, "message": exc.strerror or str(exc), "errno": exc.errno}
+        kind = "disk_full" if isinstance(exc, DiskFullError) else "storage" if isinstance(exc, StorageError) else "os"
+        out = {"kind": kind, "filename": exc.filename, "message": exc.strerror or str(exc), "errno": exc.errno}
     except JobError as exc:
         out = {"kind": "job", "message": str(exc)}
     except TTSError as exc:

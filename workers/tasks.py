@@ -55,7 +55,7 @@ from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, 
 from workers.leases import Heartbeat, ReaperThread
 from workers import metrics
 from workers.backlog import EST_HEADER
-from workers import batcher
+from workers import batcher, finalize_child
 from workers.batcher import Claimed
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
 
@@ -505,7 +505,7 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
             log.warning("job %s: %d batches counted as done have no record on disk; re-enqueued",
                         job_id, len(missing))
             return
-        summary = batcher.offloader().run_finalize(job_dir)  # in a finalize process (Offloader's doc)
+        summary = finalize_child.run(job_dir)  # in a process of its own (Offloader's doc), waited for here
         store.finish(job_id, asdict(summary))
         runtime.forget_job(job_id)
         log.info("job %s: finalized, %d chapter files, %.1f s audio", job_id, len(summary.chapter_files),

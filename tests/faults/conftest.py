@@ -6,21 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.faults.report import SUMMARIES
-from tests.workers.conftest import HAVE_REDIS, NO_REDIS, own_redis, redis_server, redis_url, start_worker  # noqa: F401
+from tests.workers.conftest import (own_redis, redis_server, redis_url, skip_redis_tests_without_redis,  # noqa: F401
+                                   start_worker)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Without a redis-server binary, skip this directory's tests that need one, saying why (-rs shows it)."""
-    if HAVE_REDIS:
-        return
-    here = Path(__file__).parent
-    for item in items:
-        needs = {"redis_server", "redis_url", "own_redis", "start_worker"} & set(getattr(item, "fixturenames", ()))
-        if here in Path(str(item.fspath)).parents and needs:
-            item.add_marker(pytest.mark.skip(reason=NO_REDIS))
+    skip_redis_tests_without_redis(items, Path(__file__).parent)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -26,15 +26,19 @@ NO_REDIS = ("redis-server is not installed (apt-get install redis-server; .ci/ru
             "runner tests need a real one")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Without a redis-server binary, skip this directory's tests, saying why (-rs shows it)."""
+def skip_redis_tests_without_redis(items, here: Path) -> None:
+    """Without a redis-server binary, skip the tests under ``here`` that need one, saying why (-rs
+    shows it)."""
     if HAVE_REDIS:
         return
-    here = Path(__file__).parent
     for item in items:
         needs = {"redis_server", "redis_url", "own_redis", "start_worker"} & set(getattr(item, "fixturenames", ()))
         if here in Path(str(item.fspath)).parents and needs:
             item.add_marker(pytest.mark.skip(reason=NO_REDIS))
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_redis_tests_without_redis(items, Path(__file__).parent)
 
 
 class RedisServer:
