@@ -14,6 +14,15 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
+@pytest.fixture(autouse=True)
+def node_state_dir(tmp_path, monkeypatch) -> Path:
+    """Each test is a node of its own: its workers (in-process or started as subprocesses, which
+    inherit the environment) record the jobs they see here, never in the user's ~/.local/state."""
+    d = tmp_path / "node-state"
+    monkeypatch.setenv("BOOKTTS_STATE_DIR", str(d))
+    return d
+
+
 @pytest.fixture(scope="session")
 def voice():
     from jobs.voice import resolve_voice

@@ -28,8 +28,8 @@ from jobs.errors import BrokerError, EngineError, InputError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues,
                                 priority_of_queue, queue_name, redact_url, use_redis)
-from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, WorkerSettings,
-                             real_roots)
+from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, STATE_DIR_ENV,
+                             WorkerSettings, real_roots)
 from workers.state import MAX_RECENT_JOBS
 
 #: Most pool processes of one worker (``--concurrency``, ``--autoscale`` MAX).
@@ -238,11 +238,16 @@ def _report_end(store, info) -> None:
               help="Accept job directories only under DIR (repeatable; symlinks and .. resolved); a task naming "
                    "another directory is refused and nothing is written there [env "
                    f"{ALLOWED_ROOTS_ENV}, dirs separated by {os.pathsep!r}; default: anywhere].")
+@click.option("--state-dir", default=None, metavar="DIR", envvar=STATE_DIR_ENV,
+              type=click.Path(file_okay=False, path_type=str),
+              help="This node's state: the jobs its workers have seen, so a worker started later rebuilds them "
+                   "if Redis loses its data after they died (keep it on a volume that outlives the container) "
+                   f"[env {STATE_DIR_ENV}; default $XDG_STATE_HOME/booktts or ~/.local/state/booktts].")
 @redis_option
 @one_line_errors
 def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurrency, pool, lease_seconds,
            max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, allowed_roots,
-           redis_url) -> None:
+           state_dir, redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
@@ -280,6 +285,8 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         from workers.ops_commands import run_gpu_workers
 
         os.environ["BOOKTTS_GATHER"] = "1" if gather else "0"  # read by each GPU's worker command
+        if state_dir:
+            os.environ[STATE_DIR_ENV] = state_dir
         if max_batch_phonemes:
             os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
         sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
@@ -293,7 +300,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         metrics.serve(metrics_port)
     settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
                               max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes,
-                              allowed_roots=allowed_roots)
+                              allowed_roots=allowed_roots, state_dir=state_dir or "")
     os.environ.update(settings.to_env())
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "

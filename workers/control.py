@@ -181,9 +181,9 @@ def rebuild_job(store: JobStore, job_dir: str, job_id: str, queue: str) -> bool:
 
 
 def rebuild_lost_jobs(store: JobStore) -> int:
-    """Rebuild the jobs this process has worked on that Redis no longer knows."""
+    """Rebuild the jobs that workers of this node have seen and Redis no longer knows (:func:`runtime.remember_job`)."""
     n = 0
-    for job_id, (job_dir, queue) in runtime.known_jobs().items():
+    for job_id, (job_dir, queue) in runtime.known_jobs(store.url).items():
         info = store.get_job(job_id)
         if info is not None:
             if not info.status.active:

@@ -17,6 +17,8 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_GATHER``             ``0``: run each planned batch alone; default: combine queued batches of
                                the same voice and scales up to the engine's budget (:mod:`workers.batcher`)
 ``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
+``BOOKTTS_STATE_DIR``          this node's directory of the jobs its workers have seen (default
+                               ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`
 ``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
                                unset or empty: anywhere); see :func:`check_job_dir`
 ``BOOKTTS_FAKE_FAIL_ID``       fake engine only: refuse batches containing this phoneme id
@@ -35,6 +37,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from engines import EngineSpec
 from jobs.errors import JobError
@@ -45,6 +48,14 @@ DEFAULT_LEASE_SECONDS = 180.0
 DEFAULT_MAX_DELIVERIES = 6
 #: Environment variable of the allowed roots (``os.pathsep``-separated), also read by ``worker --allowed-root``.
 ALLOWED_ROOTS_ENV = "BOOKTTS_ALLOWED_ROOTS"
+#: Environment variable of the node's state directory, also read by ``worker --state-dir``.
+STATE_DIR_ENV = "BOOKTTS_STATE_DIR"
+
+
+def default_state_dir() -> str:
+    """``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "booktts")
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,9 @@ class WorkerSettings:
     """Padded phoneme ids in one engine batch; None: the default for the engine's device."""
     allowed_roots: tuple[str, ...] = ()
     """Real paths of the directories job directories must be in; empty: anywhere."""
+    state_dir: str = ""
+    """This node's state directory (the jobs its workers have seen, :func:`remember_job`); empty: the
+    default, :func:`default_state_dir`."""
 
     def __post_init__(self) -> None:
         from jobs.config import batch_defaults, runs_on_gpu
@@ -68,6 +82,8 @@ class WorkerSettings:
             object.__setattr__(self, "max_batch_phonemes", batch_defaults(self.engine)[1])
         if self.gather is None:
             object.__setattr__(self, "gather", runs_on_gpu(self.engine))
+        if not self.state_dir:
+            object.__setattr__(self, "state_dir", default_state_dir())
 
     @property
     def heartbeat_s(self) -> float:
@@ -84,6 +100,7 @@ class WorkerSettings:
         if self.voice:
             env["BOOKTTS_WORKER_VOICE"] = self.voice
         env[ALLOWED_ROOTS_ENV] = os.pathsep.join(self.allowed_roots)
+        env[STATE_DIR_ENV] = self.state_dir
         return env
 
     @classmethod
@@ -100,6 +117,7 @@ class WorkerSettings:
             max_batch_phonemes=int(env["BOOKTTS_MAX_BATCH_PHONEMES"]) if env.get("BOOKTTS_MAX_BATCH_PHONEMES")
             else None,
             allowed_roots=real_roots((env.get(ALLOWED_ROOTS_ENV) or "").split(os.pathsep)),
+            state_dir=env.get(STATE_DIR_ENV) or "",
         )
 
 
@@ -260,23 +278,73 @@ def preload() -> None:
     get_engine(resolve_voice(s.voice), s.engine)
 
 
-# ------------------------------------------------------------------ jobs seen by this process
+# ------------------------------------------------------------------ jobs seen on this node
+#
+# A job lives in its directory and in Redis. If Redis loses its data (restarted without persistence)
+# its queued messages are gone too, so some process must know the directory to rebuild the job from
+# it: the reaper of any worker that has seen the job (:func:`workers.control.rebuild_lost_jobs`). This
+# process's memory is not enough when every worker that took part died before Redis came back, so each
+# job seen is also written to the node's state directory, ``<state_dir>/jobs/<job id>.json`` (the job
+# directory, its queue and the Redis it belongs to), where a worker started later on the node finds it.
 
 _KNOWN: dict[str, tuple[str, str]] = {}
 _KNOWN_LOCK = threading.Lock()
 
 
-def remember_job(job_id: str, job_dir: str, queue: str) -> None:
-    """Remember a job this process worked on, so its reaper can rebuild it if Redis loses it."""
+def _broker_key(broker: str) -> str:
+    from workers.celery_app import redact_url
+
+    return redact_url(broker)
+
+
+def _jobs_dir() -> Path:
+    return Path(settings().state_dir) / "jobs"
+
+
+def remember_job(job_id: str, job_dir: str, queue: str, broker: str) -> None:
+    """Remember a job this process works on, in memory and in the node's state directory, so that a
+    reaper on this node can rebuild it if Redis (``broker``) loses it. A state directory that cannot be
+    written costs only that: a warning, once per job."""
     with _KNOWN_LOCK:
+        if _KNOWN.get(job_id) == (job_dir, queue):
+            return
         _KNOWN[job_id] = (job_dir, queue)
+    from jobs.files import write_json
+
+    try:
+        write_json(_jobs_dir() / f"{job_id}.json", {"job_id": job_id, "job_dir": job_dir, "queue": queue,
+                                                   "broker": _broker_key(broker)})
+    except OSError as exc:
+        log.warning("job %s: not recorded in the node's state directory %s (%s: %s); if Redis loses its data "
+                    "and no worker that saw the job is alive, `resume %s` rebuilds it", job_id,
+                    settings().state_dir, type(exc).__name__, exc, job_dir)
 
 
 def forget_job(job_id: str) -> None:
     with _KNOWN_LOCK:
         _KNOWN.pop(job_id, None)
+    try:
+        (_jobs_dir() / f"{job_id}.json").unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
-def known_jobs() -> dict[str, tuple[str, str]]:
+def known_jobs(broker: str) -> dict[str, tuple[str, str]]:
+    """The jobs of ``broker`` that this process or another worker of the node has seen:
+    ``{job id: (job directory, queue)}``."""
+    key = _broker_key(broker)
+    found: dict[str, tuple[str, str]] = {}
+    try:
+        entries = sorted(_jobs_dir().glob("*.json"))
+    except OSError:
+        entries = []
+    for path in entries:
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+            if rec.get("broker") == key and rec.get("job_id") == path.stem:
+                found[path.stem] = (str(rec["job_dir"]), str(rec["queue"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue  # half-gone or foreign: not ours to read
     with _KNOWN_LOCK:
-        return dict(_KNOWN)
+        found.update(_KNOWN)
+    return found

@@ -278,7 +278,7 @@ def _claim(task, store: JobStore, job_dir: str, job_id: str, batch):
     Returns (queue, holder, verdict, value), the last two from :meth:`JobStore.begin`; an exhausted
     piece is remembered as such for the failure handler."""
     queue = _queue_of(task)
-    runtime.remember_job(job_id, job_dir, queue)
+    runtime.remember_job(job_id, job_dir, queue, store.url)
     holder = _holder(task)
     s = runtime.settings()
     verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries)
@@ -342,7 +342,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
                                        max_deliveries=s.max_deliveries, load_job=load_job_here)
                 for c, _ in extra:
                     hb.add(c.job_id, c.batch_id)
-                    runtime.remember_job(c.job_id, c.job_dir, c.queue)
+                    runtime.remember_job(c.job_id, c.job_dir, c.queue, store.url)
             from jobs.pipeline import Unit, synthesize_units
 
             units = [Unit(job, batch_id, attempt, queued_at)] + [Unit(j, c.batch_id, c.attempt, c.queued_at)

@@ -8,6 +8,7 @@ node is taken over in seconds.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from pathlib import Path
 
@@ -244,6 +245,37 @@ def test_redis_restart_mid_job(own_redis, start_worker, short_book, tmp_path, vo
     assert info.status is JobStatus.DONE and info.batches == total
     assert_same_output(manifest(out), local_manifest(short_book, tmp_path / "local", voice, max_batch=1))
     assert len(batch_files(out)) == total
+
+
+def test_redis_lost_after_every_worker_of_the_job_died(own_redis, start_worker, short_book, tmp_path, voice,
+                                                    node_state_dir):
+    """The workers that ran a job die, a new one starts on the node, then Redis restarts empty: the
+    job's messages and record are gone and no live process has seen it, yet the new worker's reaper
+    finds it in the node's state directory and rebuilds it from its directory; it completes once."""
+    url = own_redis.url
+    env = {"BOOKTTS_FAKE_DELAY_S": "0.4"}
+    a = start_worker(url, "a", env=env)
+    out = tmp_path / "dist"
+    job_id = submit(url, short_book, out, "--max-batch", "1")
+    store = JobStore(url)
+    total = store.get_job(job_id).batches
+    wait_status(store, job_id, min_done=1, timeout=30)
+    assert json.loads((node_state_dir / "jobs" / f"{job_id}.json").read_text())["job_dir"] == str(out.resolve())
+    a.kill_group()
+    own_redis.kill()
+    b = start_worker(url, "b", env=env, ready=False)  # (it waits for Redis)
+    time.sleep(1.0)
+    own_redis.start()
+    b.wait_ready()
+    info = wait_status(store, job_id, timeout=90)
+    assert info.status is JobStatus.DONE and info.batches == total
+    assert "was missing from Redis" in b.output()
+    assert_same_output(manifest(out), local_manifest(short_book, tmp_path / "local", voice, max_batch=1))
+    assert len(batch_files(out)) == total
+    deadline = time.monotonic() + 10  # done: the node forgets it
+    while (node_state_dir / "jobs" / f"{job_id}.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (node_state_dir / "jobs" / f"{job_id}.json").exists()
 
 
 def test_duplicate_deliveries_do_not_duplicate_output(redis_url, start_worker, short_book, tmp_path, voice):
