@@ -10,16 +10,12 @@ Errors are one line on stderr with a non-zero exit code; set BOOKTTS_DEBUG=1 for
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import sys
-import time
-import tempfile
-from pathlib import Path
 
 import click
 
-from jobs.cli_options import engine_options, exit_broken_pipe, friendly_errors, job_options
+from commands.options import exit_broken_pipe
 
 
 def usage_error_line(exc: click.ClickException) -> str:
@@ -66,197 +62,27 @@ def main(verbose: bool) -> None:
         logging.getLogger("piper").setLevel(logging.ERROR)
 
 
-def _print_plan(job) -> None:
-    s = job.meta["summary"]
-    counts: dict[tuple[int, int], int] = {}
-    for r in job.rows:
-        counts[(r.utt.book_index, r.utt.chapter_index)] = counts.get((r.utt.book_index, r.utt.chapter_index), 0) + 1
-    for b_i, book in enumerate(job.meta["books"]):
-        click.echo(f"{book['title']}  ({book['path']}, {book['format']}, {len(book['chapters'])} chapters)")
-        for ch in book["chapters"]:
-            mark = " " if ch["selected"] else "-"
-            n = counts.get((b_i, ch["index"]), 0)
-            click.echo(f" {mark}{ch['index']:4d}  {ch['title'][:60]:60s} {n:6d} utterances")
-    cfg = job.config
-    click.echo(f"text: normalisation {'on' if cfg.normalize_text else 'off'}, footnotes {cfg.footnotes}, "
-               f"front matter {'included' if cfg.include_front_matter else 'skipped'}, "
-               f"announce {'on' if cfg.announce else 'off'}"
-               + (f", speaker {cfg.speaker} (id {job.meta['voice'].get('speaker_id')})" if cfg.speaker else ""))
-    for b_i, book in enumerate(job.meta["books"]):
-        if cfg.announce:
-            said = next((r.utt.text for r in job.rows if r.utt.book_index == b_i and r.utt.paragraph_index == -2), None)
-            if said:
-                click.echo(f"announce: {said}")
-    lex = job.meta.get("lexicon")
-    if lex:
-        m = lex["matches"]
-        click.echo(f"lexicon: {lex['path']} ({lex['entries']} entries, {len(m)} matched"
-                   + (": " + ", ".join(f"{w} x{n}" for w, n in list(m.items())[:20])
-                      + (", ..." if len(m) > 20 else "") if m else "") + ")")
-    est = s["estimated_audio_s"]
-    click.echo(f"utterances: {s['utterances']} ({s['unspeakable']} with nothing speakable, skipped)")
-    click.echo(f"batches: {s['batches']} ({job.config.batch_order} order)  padding efficiency: {100 * s['padding_efficiency']:.1f}%")
-    click.echo(f"estimated audio: {est / 3600:.0f}h{est % 3600 / 60:02.0f}m ({est:.0f} s)")
-    from jobs import formats, loudness
+def _register_commands() -> None:
+    """The commands, one module per concern in :mod:`commands`: the embedded runner's always; the
+    distributed runner's, operations' and engine building's where their packages are installed.
 
-    click.echo(f"output: {formats.describe(cfg.audio_format)}")
-    click.echo(f"loudness: {loudness.describe(cfg.loudness, job.sample_rate)}")
-    click.echo(f"captions: {cfg.captions or 'none'}"
-               + (" (one cue per utterance, beside each audio file)" if cfg.captions else ""))
-
-
-@main.command()
-@click.argument("books", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="Also write job.json and plan.parquet into this directory (default: print only).")
-@job_options
-@friendly_errors
-def plan(books, out_dir, config) -> None:
-    """Ingest, segment, phonemize and plan BOOKS; print chapters, utterances, batches, padding
-    efficiency and the estimated audio duration. Synthesizes nothing."""
-    from jobs.pipeline import prepare_job
-
-    if out_dir is None:
-        with tempfile.TemporaryDirectory(prefix="booktts-plan-") as tmp:
-            _print_plan(prepare_job(list(books), Path(tmp), config))
-    else:
-        _print_plan(prepare_job(list(books), out_dir, config))
-        click.echo(f"plan written to {out_dir}")
-
-
-@main.command()
-@click.argument("books", nargs=-1, type=click.Path(path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
-              help="Output directory (chapter audio, manifest.parquet). Re-running resumes.")
-@engine_options
-@job_options
-@friendly_errors
-def run(books, out_dir, config, engine_spec) -> None:
-    """Synthesize BOOKS in this process (no broker): chapter audio + manifest.parquet in OUT.
-
-    Re-running the same command on the same OUT resumes: finished batches are not synthesized again.
-    Without BOOKS, runs the job already planned in OUT (by `plan -o OUT` on another host, say); there
-    `--voice` may name the voice's exported .safetensors weights, so that a GPU host needs neither
-    piper-tts nor the ONNX file.
-    """
-    from tqdm import tqdm
-
-    from engines import load_engine
-    from jobs.pipeline import estimate_workload_s, open_planned_job, prepare_job
-    from jobs.runner import run_local
-    from jobs.voice import resolve_voice
-
-    config.engine = engine_spec
-    t0 = time.perf_counter()
-    starting = None
-    if books:
-        # the engine starts (imports, weights, kernel cache, warm-up) on a thread while the books are
-        # planned; a one-off run knows roughly how much audio it will make, so engines skip start-up
-        # work that would not pay (estimated from the books' text here, before planning)
-        starting = _EngineStart(lambda: load_engine(
-            dataclasses.replace(engine_spec, workload_s=estimate_workload_s(list(books), config)),
-            resolve_voice(config.voice)))
-        click.echo("planning...", err=True)
-        job = prepare_job(list(books), out_dir, config)
-    else:
-        job = open_planned_job(out_dir, config.voice)
-        # the job's own settings hold; the engine takes the batches the job was planned with
-        engine_spec = dataclasses.replace(engine_spec, max_batch=job.config.max_batch)
-    t_plan = time.perf_counter() - t0
-    s = job.meta["summary"]
-    done = len(job.batches) - len(job.pending_batches())
-    click.echo(f"job {job.job_id}: {s['utterances']} utterances in {s['batches']} batches "
-               f"({100 * s['padding_efficiency']:.0f}% padding efficiency)"
-               + (f", resuming: {done} batches already done" if done else ""), err=True)
-    pending_est = sum(job.batch_estimated_seconds(b) for b in job.pending_batches())
-    if starting is not None:
-        engine = starting.result()
-    else:
-        engine = load_engine(dataclasses.replace(engine_spec, workload_s=pending_est), job.voice)
-    t_engine = time.perf_counter() - t0 - t_plan  # what the engine's start added after planning
-    click.echo(f"engine: {engine.info.name} {engine.info.precision} on {engine.info.device}", err=True)
-    bar = tqdm(total=round(pending_est, 1), unit="s audio", unit_scale=False, file=sys.stderr,
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}{postfix}]",
-               disable=None)
-
-    def on_batch(batch_id: int, secs: float) -> None:
-        bar.update(secs)
-        el = bar.format_dict["elapsed"]
-        if el:
-            bar.set_postfix_str(f"{bar.n / el:.1f}x real-time")
-
-    t1 = time.perf_counter()
-    try:
-        stats = run_local(job, engine, on_batch=on_batch)
-    finally:
-        bar.close()
-    summ = stats.summary
-    click.echo(f"time: {time.perf_counter() - t0:.1f} s = planning {t_plan:.1f} s + engine start {t_engine:.1f} s "
-               f"(after planning; it started with it) + synthesis and chapters {time.perf_counter() - t1:.1f} s",
-               err=True)
-    kind = "M4B" if job.config.audio_format == "m4b" else "chapter"
-    click.echo(f"done: {len(summ.chapter_files)} {kind} files, {summ.utterances} utterances "
-               f"({summ.skipped} skipped), {summ.audio_s / 60:.1f} min of audio in {out_dir}")
-    if stats.batches_run:
-        click.echo(f"synthesized {stats.audio_s:.0f} s of speech in {stats.wall_s:.1f} s "
-                   f"({stats.x_real_time:.1f}x real-time); {stats.batches_skipped} batches were already done")
-    click.echo(f"manifest: {out_dir / summ.manifest}")
-
-
-class _EngineStart:
-    """``build()`` on a daemon thread; :meth:`result` waits for it and re-raises its error here."""
-
-    def __init__(self, build) -> None:
-        import threading
-
-        self._value = self._error = None
-        self._thread = threading.Thread(target=self._run, args=(build,), name="booktts-engine-start", daemon=True)
-        self._thread.start()
-
-    def _run(self, build) -> None:
-        try:
-            self._value = build()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            self._error = exc
-
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-@main.command("export-weights")
-@click.argument("voice")
-@click.argument("out", type=click.Path(path_type=Path))
-@click.option("--dtype", type=click.Choice(["fp16", "fp32"]), default="fp16", show_default=True)
-@friendly_errors
-def export_weights_cmd(voice, out, dtype) -> None:
-    """Convert VOICE's ONNX weights to a safetensors file for the torch engine (GPU hosts need
-    neither the ONNX file nor piper-tts then)."""
-    from engines.weights import export_weights
-    from jobs.voice import resolve_voice
-
-    export_weights(resolve_voice(voice), out, dtype=dtype)
-    click.echo(f"wrote {out}")
-
-
-def _register_optional_commands() -> None:
-    """Commands of the distributed runner, operations and engine building (their own modules).
-
-    A host without their packages (a GPU box with only torch, say) still gets `run` and `plan`;
+    A host without those packages (a GPU box with only torch, say) still gets `run` and `plan`;
     the missing commands are named in `--help`.
     """
     import importlib
 
+    from commands.local import COMMANDS as LOCAL
+
+    for cmd in LOCAL:
+        main.add_command(cmd)
     missing = []
-    for module in ("workers.commands", "workers.ops_commands", "engines.commands"):
+    for module in ("commands.distributed", "commands.ops", "commands.engine"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
             if exc.name == module:
                 continue
-            if exc.name and exc.name.split(".")[0] in ("jobs", "engines", "workers"):
+            if exc.name and exc.name.split(".")[0] in ("core", "jobs", "engines", "workers", "commands"):
                 raise
             missing.append(f"{module} (needs {exc.name}: pip install the project)")
             continue
@@ -266,7 +92,7 @@ def _register_optional_commands() -> None:
         main.epilog = "Not available on this host: " + "; ".join(missing)
 
 
-_register_optional_commands()
+_register_commands()
 
 if __name__ == "__main__":
     main()

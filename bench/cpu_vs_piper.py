@@ -57,7 +57,7 @@ def main() -> None:
     import pyarrow.parquet as pq
     import soundfile as sf
 
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     voice = resolve_voice()
     piper = shutil.which("piper") or str(Path(sys.executable).with_name("piper"))

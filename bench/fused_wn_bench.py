@@ -65,7 +65,7 @@ def voice_rates(weights) -> tuple[int, int]:
 
         _, hp, meta = read_weights(weights)
         return int(np.prod(hp["upsample_rates"])), int(meta["sample_rate"])
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     v = resolve_voice()
     return v.hop_length, v.sample_rate

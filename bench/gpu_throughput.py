@@ -45,7 +45,7 @@ def make_alice(out: Path = DATA, max_ids: int = 400) -> Path:
 
     from jobs.ingest import load_book
     from jobs.segment import split_sentences
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     book = next(p for p in BOOKS if p.is_file())
     pv = PiperVoice.load(str(resolve_voice().model_path))
@@ -88,7 +88,7 @@ class Bench:
         import torch
 
         from engines.weights import voice_from_weights
-        from jobs.voice import resolve_voice
+        from core.voice import resolve_voice
 
         self.torch = torch
         self.args = args

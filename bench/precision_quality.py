@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     a.precisions = [p for p in a.precisions.split(",") if p]
     from engines.base import Scales
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     voice = resolve_voice()
     seqs = quality_sentences(a.n)

@@ -51,7 +51,7 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
     from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import TorchEngine
     from engines.weights import voice_from_weights
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     voice = voice_from_weights(weights) if weights else resolve_voice()
     seqs = quality_sentences(n)

@@ -19,6 +19,9 @@ import numpy as np
 
 #: Piper's conversion of float audio in [-1, 1] to int16.
 MAX_WAV_VALUE = 32767.0
+#: Longest utterance in phoneme ids that jobs are planned with by default (longer sentences are split
+#: before they reach an engine); engines that build fixed shape profiles size them for it.
+DEFAULT_MAX_PHONEMES = 400
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class SynthesisBatch:
     def validate(self, n_vocab: int) -> None:
         """Refuse what no engine can synthesize: an empty batch, lengths outside the padded width,
         ids outside the voice's vocabulary (:class:`DeterministicEngineError`: retrying won't help)."""
-        from jobs.errors import DeterministicEngineError
+        from core.errors import DeterministicEngineError
 
         ids, lengths = self.phoneme_ids, self.lengths
         if len(self) == 0:
@@ -179,7 +182,7 @@ class Engine(Protocol):
     info: EngineInfo
 
     def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
-        """Synthesize every item of ``batch``; raise only :class:`jobs.errors.EngineError` subclasses."""
+        """Synthesize every item of ``batch``; raise only :class:`core.errors.EngineError` subclasses."""
         ...
 
 

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.errors import DeterministicEngineError, EngineUnavailable, InputError, VoiceError
+from core.errors import DeterministicEngineError, EngineUnavailable, InputError, VoiceError
 
 log = logging.getLogger("booktts.export")
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
-from jobs.errors import DeterministicEngineError, EngineOutOfMemory, TransientEngineError
+from core.errors import DeterministicEngineError, EngineOutOfMemory, TransientEngineError
 
 
 class FakeEngine:

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from engines import EngineSpec
+from engines.spec import EngineSpec
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
-from jobs.errors import DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
+from core.errors import DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
 
 LENGTHS_OUTPUT = "booktts_frame_lengths"
 #: Items run through one ONNX Runtime session at once. Measured on 2 cores (docs/PERFORMANCE.md):

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from engines import EngineSpec
+from engines.spec import EngineSpec
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
 from engines.onnx_cpu import map_ort_error
 from engines.export import STAGE_A_INPUTS, STAGE_B_INPUTS, ensure_exported, ort_session, prior_on_frames
-from jobs.errors import EngineUnavailable
+from core.errors import EngineUnavailable
 
 PRECISIONS = ("fp32", "fp16", "int8")
 #: Items of stage B run at once on CPU (as :data:`engines.onnx_cpu.CPU_MICRO_BATCH`: larger CPU

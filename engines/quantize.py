@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from engines.export import STAGE_A_INPUTS, STAGE_B_INPUTS, atomic_write_bytes, notice, ort_session, prior_on_frames
-from jobs.errors import DeterministicEngineError, InputError
+from core.errors import DeterministicEngineError, InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The calibration corpus shipped with the project (public-domain text).

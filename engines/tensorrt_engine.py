@@ -23,7 +23,7 @@ formed with torch on the device, drawing the noise exactly as the torch engine d
 [B, C, max frames]).
 
 Where TensorRT, PyTorch with CUDA or an NVIDIA GPU is missing, :func:`require_tensorrt` raises
-:class:`jobs.errors.EngineUnavailable` with one line that says what is missing and how to
+:class:`core.errors.EngineUnavailable` with one line that says what is missing and how to
 install it; nothing else here is reached.
 """
 
@@ -40,12 +40,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engines import EngineSpec
-from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
+from engines.spec import EngineSpec
+from engines.base import DEFAULT_MAX_PHONEMES, MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
 from engines.export import FILES, atomic_write_bytes, cache_lock, notice, voice_cache_dir
-from jobs.errors import (DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable,
+from core.errors import (DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable,
                          InputError, TransientEngineError)
-from jobs.files import sha256_file as _sha256
+from core.files import sha256_file as _sha256
 
 log = logging.getLogger("booktts.tensorrt")
 
@@ -275,8 +275,6 @@ class TensorRTEngine:
         trt, torch, dev = require_tensorrt(spec.device)
         if spec.precision not in PRECISIONS:
             raise EngineUnavailable(f"the tensorrt engine has no {spec.precision} mode; use --precision fp16, int8 or fp32")
-        from jobs.config import DEFAULT_MAX_PHONEMES
-
         t0 = time.perf_counter()
         self.trt, self.torch, self.device = trt, torch, dev
         self.profile = profile or Profile(max_batch=max(1, spec.max_batch), max_phonemes=DEFAULT_MAX_PHONEMES)

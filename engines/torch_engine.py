@@ -103,7 +103,7 @@ depend on the frame bucketing.
 
 Weights come from, in this order: the ``weights_path`` argument, the environment
 variable ``BOOKTTS_TORCH_WEIGHTS``, the voice's own file when it is a
-``.safetensors`` export (:func:`engines.weights.voice_from_weights`), else the
+``.safetensors`` export (:func:`core.voice.voice_from_weights`), else the
 voice's ONNX file (needs the ``onnx`` package).
 """
 
@@ -117,13 +117,13 @@ from pathlib import Path
 
 import numpy as np
 
-from engines import EngineSpec
+from engines.spec import EngineSpec
 from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
 
 # "0" leaves the fused kernels' Triton compilation to their first launch (one by one, in the first batch);
 # unset/"1": compile them all in parallel threads at construction (engines.torch_vits.precompile)
 from engines.torch_vits.precompile import PRECOMPILE_ENV  # noqa: F401  (re-exported with the other switches)
-from jobs.errors import (
+from core.errors import (
     DeterministicEngineError,
     EngineError,
     EngineOutOfMemory,

@@ -34,12 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs.errors import InputError, VoiceError
-from jobs.files import sha256_file as _sha256
+from core.errors import InputError, VoiceError
+from core.files import sha256_file as _sha256
+from core.voice import WEIGHTS_FORMAT, voice_from_weights  # noqa: F401  (voice_from_weights: re-exported)
 
 #: Version of the metadata layout written by :func:`export_weights`.
 FORMAT_VERSION = "1"
-FORMAT_NAME = "booktts-piper-vits"
+FORMAT_NAME = WEIGHTS_FORMAT
 
 _DTYPES = {"fp32": np.float32, "fp16": np.float16}
 
@@ -171,15 +172,15 @@ def export_weights(voice, out_path, dtype: str = "fp16") -> Path:
     the encoder and duration predictor (:data:`FP32_PREFIXES`) in float32: ~45 MB for the
     medium voice instead of 63 MB.
 
-    ``voice`` is a :class:`jobs.voice.VoiceConfig` or a voice name/path for
-    :func:`jobs.voice.resolve_voice`. The file's metadata holds ``format``,
+    ``voice`` is a :class:`core.voice.VoiceConfig` or a voice name/path for
+    :func:`core.voice.resolve_voice`. The file's metadata holds ``format``,
     ``format_version``, ``dtype``, ``sample_rate``, ``hop_length``,
     ``source_sha256`` (of the ONNX file), ``source_name``, ``hparams`` (JSON)
     and ``piper_config`` (the voice's ``.onnx.json``), so that
     :func:`voice_from_weights` can rebuild the voice description without the
     ONNX file.
     """
-    from jobs.voice import VoiceConfig, resolve_voice
+    from core.voice import VoiceConfig, resolve_voice
 
     if dtype not in _DTYPES:
         raise InputError(f"unknown weight dtype {dtype!r}; choose fp16 or fp32")
@@ -255,34 +256,3 @@ def read_weights(path) -> tuple[dict[str, np.ndarray], dict, dict]:
     except (KeyError, ValueError, IndexError) as exc:
         raise VoiceError(f"{path} holds no usable Piper VITS weights ({exc}); export it again") from exc
     return state, hp, meta
-
-
-def voice_from_weights(path):
-    """A :class:`jobs.voice.VoiceConfig` rebuilt from an exported weights file (no ONNX needed).
-
-    Its ``model_path`` and ``config_path`` are the safetensors file itself.
-    """
-    from jobs.voice import VoiceConfig
-
-    path = Path(path).expanduser()
-    _, _, meta = read_weights(path)
-    try:
-        cfg = json.loads(meta["piper_config"])
-        inference = cfg.get("inference", {})
-        return VoiceConfig(
-            name=meta.get("source_name", path.stem),
-            model_path=path,
-            config_path=path,
-            sample_rate=int(meta["sample_rate"]),
-            hop_length=int(meta["hop_length"]),
-            espeak_voice=str(cfg.get("espeak", {}).get("voice", "en-us")),
-            phoneme_type=str(cfg.get("phoneme_type", "espeak")),
-            phoneme_id_map=dict(cfg.get("phoneme_id_map", {})),
-            noise_scale=float(inference.get("noise_scale", 0.667)),
-            length_scale=float(inference.get("length_scale", 1.0)),
-            noise_w=float(inference.get("noise_w", 0.8)),
-            num_speakers=int(cfg.get("num_speakers", 1)),
-            source_sha256=meta.get("source_sha256"),
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise VoiceError(f"{path} lacks the voice config in its metadata ({exc!r}); export it again") from exc

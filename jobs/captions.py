@@ -97,7 +97,7 @@ def vtt(cue_list: list[tuple]) -> str:
 
 def write(audio_path: Path, spec: str | None, cue_list: list[tuple]) -> list[Path]:
     """Write the caption files of ``spec`` beside ``audio_path`` (same name, .srt/.vtt), atomically."""
-    from jobs import files
+    from core import files
 
     written = []
     for fmt in (spec or "").split(","):

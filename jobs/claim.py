@@ -30,8 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from jobs.errors import JobError
-from jobs.files import TMP_MARK
+from core.errors import JobError
+from core.files import TMP_MARK
 
 WORK_DIR = ".work"
 CLAIM_FILE = "claim.json"

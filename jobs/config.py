@@ -9,12 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
+from core.errors import InputError
 from engines import EngineSpec
-from engines.base import Scales
-from jobs.errors import InputError
-
-#: Default upper bound on phonemes in one utterance; longer sentences are split.
-DEFAULT_MAX_PHONEMES = 400
+from engines.base import DEFAULT_MAX_PHONEMES, Scales  # noqa: F401  (DEFAULT_MAX_PHONEMES: the planner's default)
 #: Default budget of padded phoneme ids in one batch (rows x longest row).
 DEFAULT_MAX_BATCH_PHONEMES = 6400
 #: Deliverable formats: chapter files, or one M4B per book (jobs/formats.py).

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from jobs import captions, files, formats, loudness
-from jobs.errors import JobError, TTSError
+from core import files
+from jobs import captions, formats, loudness
+from core.errors import JobError, TTSError
 
 LOUDNESS_FILE = "loudness.json"
 LOUDNESS_DIR = ".work/loudness"

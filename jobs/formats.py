@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from jobs.config import AUDIO_FORMATS
-from jobs.errors import InputError
+from core.errors import InputError
 
 #: Formats that need PyAV (FFmpeg's encoders) and mutagen.
 AV_FORMATS = {"mp3": ("mp3", "libmp3lame"), "opus": ("ogg", "libopus"), "m4b": ("ipod", "aac")}
@@ -185,7 +185,7 @@ def read_cover(book: dict) -> tuple[bytes, str] | None:
 
     Only from the same EPUB the job was planned from (its SHA-256 is checked), at most
     :data:`MAX_COVER_BYTES`, and only a real JPEG or PNG (by its first bytes)."""
-    from jobs.files import sha256_file
+    from core.files import sha256_file
     from jobs.ingest import _Epub
 
     member = book.get("cover")

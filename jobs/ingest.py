@@ -3,7 +3,7 @@
 ``load_book(path, encoding=None) -> Book`` is the only entry point. A :class:`Book` holds
 :class:`Chapter` objects, 1-based and in reading order; each chapter has the title to speak
 and its paragraphs, whitespace-normalised (hard-wrapped lines joined with single spaces).
-Every user-caused failure is a one-line :class:`jobs.errors.InputError` (or its subclasses
+Every user-caused failure is a one-line :class:`core.errors.InputError` (or its subclasses
 ``EncodingError`` and ``UnsafePathError``) naming the file and what to do.
 
 Format is chosen by extension: ``.epub`` is EPUB, ``.md``/``.markdown`` is Markdown, anything
@@ -133,7 +133,7 @@ from xml.etree import ElementTree as ET
 import defusedxml
 from defusedxml import ElementTree as SafeET
 
-from jobs.errors import EncodingError, InputError, UnsafePathError
+from core.errors import EncodingError, InputError, UnsafePathError
 
 __all__ = ["Book", "Chapter", "load_book", "MAX_UNCOMPRESSED_BYTES", "MAX_TEXT_BYTES"]
 

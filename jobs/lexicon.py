@@ -17,7 +17,7 @@ Case rules: an entry written all in lower case matches the word in any case ("na
 town, not "reading"), unless ``match_case`` says otherwise. Only whole words match (an entry
 may hold several words or punctuation: "St. Kitts"). Where entries overlap, the longest wins.
 
-A malformed file is an :class:`jobs.errors.InputError` naming the file and the line.
+A malformed file is an :class:`core.errors.InputError` naming the file and the line.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from jobs.errors import InputError
+from core.errors import InputError
 
 MAX_LEXICON_BYTES = 16 * 1024 * 1024
 MAX_ENTRY_CHARS = 200

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from jobs.config import LOUDNESS_MODES
-from jobs.errors import InputError
+from core.errors import InputError
 
 EBU_TARGET_LUFS = -23.0
 EBU_CEILING_DBTP = -1.0

@@ -15,8 +15,8 @@ import threading
 import unicodedata
 from dataclasses import dataclass
 
-from jobs.errors import VoiceError
-from jobs.voice import VoiceConfig
+from core.errors import VoiceError
+from core.voice import VoiceConfig
 
 BOS, EOS, PAD = "^", "$", "_"
 _LOCK = threading.Lock()

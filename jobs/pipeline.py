@@ -31,16 +31,16 @@ from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
 from jobs import deliver
 from jobs.config import AUDIO_FORMATS, JobConfig
-from jobs.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
-from jobs.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
+from core.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
+from core.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
                         write_json)
 from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
 from jobs.segment import PauseKind, Segmenter
 from jobs.lexicon import lexicon_report, load_lexicon, make_speak
-from jobs.voice import VoiceConfig, resolve_speaker, resolve_voice
-from jobs.files import sha256_file as file_sha256
+from core.voice import VoiceConfig, resolve_speaker, resolve_voice
+from core.files import sha256_file as file_sha256
 
 JOB_FILE = "job.json"
 PLAN_FILE = "plan.parquet"
@@ -236,7 +236,7 @@ def job_directories(job: Job) -> list[Path]:
 
 def sweep_stale_temp_files(job: Job) -> list[Path]:
     """Remove temporary files that killed writers left in ``job``'s directories (never those of a
-    live writer: see :func:`jobs.files.sweep_temp_files`). Called when a local run starts and when
+    live writer: see :func:`core.files.sweep_temp_files`). Called when a local run starts and when
     a finalize starts (both runners)."""
     removed = sweep_temp_files(job_directories(job))
     if removed:

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from jobs.claim import claim, run_lock
-from jobs.files import free_bytes
+from core.files import free_bytes
 from jobs.pipeline import (ChapterPart, ChapterWork, FinalizeSummary, Job, Unit, chapter_key,
                            finalize, finalized_summary, selected_chapters, sweep_stale_temp_files,
                            synthesize_units, write_chapter, write_unit)

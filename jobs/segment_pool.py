@@ -21,7 +21,7 @@ from jobs.ingest import Chapter
 from jobs.lexicon import Lexicon, make_speak
 from jobs.phonemize import Phonemizer
 from jobs.segment import Segmenter, Utterance
-from jobs.voice import VoiceConfig
+from core.voice import VoiceConfig
 
 #: Below this many characters of text the chapters are segmented in this process.
 PARALLEL_MIN_CHARS = 60_000

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
@@ -25,7 +23,7 @@ def node_state_dir(tmp_path, monkeypatch) -> Path:
 
 @pytest.fixture(scope="session")
 def voice():
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     return resolve_voice()
 

@@ -10,7 +10,14 @@ Modules:
 - :mod:`workers.celery_app`: the Celery app and its settings (queues, acks, visibility timeout).
 - :mod:`workers.state`: job state in Redis (JSON values, Lua scripts for the atomic steps).
 - :mod:`workers.runtime`: per-process worker state: settings, the engine cache, the job cache.
-- :mod:`workers.leases`: the heartbeat that renews a batch lease and the reaper that re-enqueues orphans.
-- :mod:`workers.tasks`: the two Celery tasks (``synthesize_batch``, ``finalize_job``) and enqueueing.
-- :mod:`workers.commands`: the ``submit``/``worker``/``status``/``resume``/``cancel`` click commands.
+- :mod:`workers.control`: starting and resuming jobs (submit, resume, the inbox watcher).
+- :mod:`workers.recovery`: the heartbeat that renews a batch lease, the reaper that re-enqueues
+  orphans, the rebuild of jobs Redis lost.
+- :mod:`workers.enqueue`: sending ``synthesize_batch`` / ``finalize_job`` messages by task name.
+- :mod:`workers.tasks`: the two Celery tasks (``synthesize_batch``, ``finalize_job``), thin.
+- :mod:`workers.batcher`: combining queued batches of several jobs into one engine batch.
+- :mod:`workers.finalize_child`: a job's finalize in a process of its own.
+- :mod:`workers.gpus`: one worker process per GPU (``worker --gpus``).
+
+The click commands are in :mod:`commands.distributed` and :mod:`commands.ops`.
 """

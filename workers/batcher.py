@@ -129,7 +129,7 @@ def _open(store: JobStore, job_id: str, load_job):
     """The job ``job_id`` from the directory Redis records for it, or None if it cannot be opened here."""
     from pathlib import Path
 
-    from jobs.errors import TTSError
+    from core.errors import TTSError
 
     job_dir = _JOB_DIRS.get(job_id)
     if job_dir is None:

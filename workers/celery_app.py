@@ -19,7 +19,7 @@ Settings and why (see ``README-distributed.md`` for the long form):
   running it first.
 - ``visibility_timeout`` identical in ``broker_transport_options`` and
   ``result_backend_transport_options`` and far above the longest batch; lost
-  workers are detected by batch leases (:mod:`workers.leases`) long before it.
+  workers are detected by batch leases (:mod:`workers.recovery`) long before it.
 
 The Redis password comes only from the URL (``REDIS_URL`` or ``--redis-url``),
 never from this file; :func:`redact_url` hides it in messages and logs.
@@ -123,7 +123,7 @@ def _join(scheme: str, netloc: str, path: str, query: str) -> str:
 def check_redis_url(url: str) -> str:
     """``url`` if it is a Redis URL this runner can use; else :class:`InputError`, one line that
     shows no part of the URL (it may hold a password)."""
-    from jobs.errors import InputError
+    from core.errors import InputError
 
     if _split(url) is None:
         raise InputError(_BAD_URL)
@@ -228,7 +228,7 @@ def use_redis(url: str | None = None, target: Celery | None = None) -> str:
 
     Connection and producer pools opened for another URL are dropped, so commands run
     in one process (tests) can talk to different servers. A URL that cannot be parsed is an
-    :class:`~jobs.errors.InputError` (one line, no part of the URL shown).
+    :class:`~core.errors.InputError` (one line, no part of the URL shown).
     """
     target = target or app
     url = check_redis_url(redis_url(url))

@@ -1,5 +1,5 @@
-"""Starting, resuming, rebuilding and reaping jobs: what ``submit``/``resume``/``status`` and the
-reaper share.
+"""Starting and resuming jobs: what ``submit``, ``resume``, the inbox watcher and the recovery of a
+lost job (:mod:`workers.recovery`) share.
 
 The job directory is the truth about what is done (a batch record on disk);
 Redis is told about it here, and only the batches without a record are enqueued.
@@ -8,13 +8,12 @@ Redis is told about it here, and only the batches without a record are enqueued.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
-from jobs.errors import JobError
-from workers.celery_app import PRIORITIES, priority_of_queue, queue_name
-from workers.state import FINALIZE, Holder, JobInfo, JobStatus, JobStore, now
-from workers import runtime
+from core.errors import JobError
+from workers.celery_app import PRIORITIES, queue_name
+from workers.state import JobInfo, JobStatus, JobStore, now
+from workers.enqueue import enqueue_batches, enqueue_finalize
 
 log = logging.getLogger("booktts.control")
 
@@ -41,7 +40,7 @@ QUEUE_FILE = "queue.json"
 
 def record_queue(job, queue: str, priority: str) -> None:
     """Remember in the job directory which queue the job runs on (written only when it changes)."""
-    from jobs.files import write_json
+    from core.files import write_json
 
     path = Path(job.out_dir) / _pipeline().WORK_DIR / QUEUE_FILE
     if recorded_queue(job.out_dir) != queue:
@@ -50,7 +49,7 @@ def record_queue(job, queue: str, priority: str) -> None:
 
 def recorded_queue(out_dir) -> str | None:
     """The queue :func:`record_queue` wrote for the job in ``out_dir``, or None."""
-    from jobs.files import read_json
+    from core.files import read_json
 
     try:
         q = read_json(Path(out_dir) / _pipeline().WORK_DIR / QUEUE_FILE).get("queue")
@@ -111,8 +110,6 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     store.persist(job.job_id)
     if mode == "rebuild" and created == 0:
         return store.require_job(job.job_id), 0
-    from workers.tasks import enqueue_batches, enqueue_finalize
-
     if not pending:
         if job.finalized:
             summary = _pipeline().finalized_summary(job)
@@ -163,77 +160,6 @@ def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, que
     job = _pipeline().prepare_job(list(books), Path(out_dir), config, before_write=before_write)
     info, n = start_job(store, job, priority, queue, mode="submit")
     return job, info, n
-
-
-def rebuild_job(store: JobStore, job_dir: str, job_id: str, queue: str) -> bool:
-    """Re-create a job Redis lost, from its directory. True if this call re-created it."""
-    job = _pipeline().load_job(Path(job_dir))
-    if job.job_id != job_id:
-        return False
-    try:
-        info, n = start_job(store, job, priority_of_queue(queue), queue, mode="rebuild")
-    except JobError as exc:  # another job took the directory over in Redis meanwhile
-        log.warning("job %s was missing from Redis and is not rebuilt: %s", job_id, exc)
-        return False
-    log.warning("job %s was missing from Redis (restarted without persistence?): rebuilt from %s, "
-                "%d batches enqueued", job_id, job_dir, n)
-    return True
-
-
-def rebuild_lost_jobs(store: JobStore) -> int:
-    """Rebuild the jobs that workers of this node have seen and Redis no longer knows (:func:`runtime.remember_job`)."""
-    n = 0
-    for job_id, (job_dir, queue) in runtime.known_jobs(store.url).items():
-        info = store.get_job(job_id)
-        if info is not None:
-            if not info.status.active:
-                runtime.forget_job(job_id)
-            continue
-        try:
-            job = _pipeline().load_job(Path(job_dir))
-        except JobError:
-            runtime.forget_job(job_id)
-            continue
-        if job.job_id != job_id or job.finalized:
-            runtime.forget_job(job_id)
-            continue
-        n += rebuild_job(store, job_dir, job_id, queue)
-    return n
-
-
-def finalize_stale_s() -> float:
-    """A job ``finalizing`` for this long with nobody running its finalize gets it enqueued again
-    (its finalize message was lost: a publish that failed with Redis, a node that died holding it)."""
-    return float(os.environ.get("BOOKTTS_FINALIZE_STALE_S", 600))
-
-
-def reap(store: JobStore, job_ids=None) -> int:
-    """Re-enqueue the batches (and finalize steps) whose holder's lease expired. Returns how many."""
-    from workers.tasks import enqueue_batches, enqueue_finalize
-
-    n = 0
-    for job_id in (job_ids if job_ids is not None else store.active_jobs()):
-        info = store.get_job(job_id)
-        if info is None or not info.status.active:
-            continue
-        if info.status is JobStatus.FINALIZING and store.refresh_stale_finalize(job_id, finalize_stale_s()):
-            enqueue_finalize(info.out_dir, job_id, info.queue)
-            log.warning("job %s: finalizing for over %.0f s with no finalize running; finalize re-enqueued",
-                        job_id, finalize_stale_s())
-            n += 1
-        for batch, raw in store.running_raw(job_id).items():
-            if not store.claim_orphan(job_id, batch, raw):
-                continue
-            holder = Holder.from_json(raw)
-            who = f"{holder.worker} (pid {holder.pid})" if holder else "an unknown worker"
-            if batch == FINALIZE:
-                enqueue_finalize(info.out_dir, job_id, info.queue)
-            else:
-                enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
-            store.note_requeue(job_id, batch, raw)
-            log.warning("job %s: batch %s held by %s lost its lease; re-enqueued", job_id, batch, who)
-            n += 1
-    return n
 
 
 def failure_report(store: JobStore, info: JobInfo) -> list[str]:

@@ -6,7 +6,7 @@ interpreter lock the engine's launch thread needs. Prints one JSON line: ``{"sum
 ``{"error": {...}}`` with the exception's kind, message and, for I/O errors, errno and file (exit
 status 3). :func:`run` is the caller's side: it starts the process and gives back the summary, or
 raises the error again as the same kind of exception (a full disk stays a retryable
-:class:`~jobs.errors.DiskFullError`).
+:class:`~core.errors.DiskFullError`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv: list[str]) -> int:
     import logging
 
-    from jobs.errors import DiskFullError, JobError, StorageError, TTSError
+    from core.errors import DiskFullError, JobError, StorageError, TTSError
     from jobs.pipeline import finalize, load_job
 
     # its log lines go to the worker's log (stderr is inherited), marked as this process's
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
 
 def run(job_dir: str):
     """Finalize ``job_dir`` in a child process; its :class:`~jobs.pipeline.FinalizeSummary`."""
-    from jobs.errors import DiskFullError, JobError, StorageError
+    from core.errors import DiskFullError, JobError, StorageError
     from jobs.pipeline import FinalizeSummary
 
     env = dict(os.environ)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines import EngineSpec
-from jobs.errors import JobError
+from core.errors import JobError
 
 log = logging.getLogger("booktts.worker")
 
@@ -216,11 +216,12 @@ def _scales(voice):
     return Scales(voice.noise_scale, voice.length_scale, voice.noise_w)
 
 
-def get_engine(voice, spec: EngineSpec | None = None):
+def get_engine(voice, spec: EngineSpec | None = None, on_built=None):
     """The engine of this process for ``voice``, built (and warmed up) on first use.
 
     One voice at a time is kept: a job with another voice replaces the engine, so device
-    memory holds one model.
+    memory holds one model. ``on_built(info, seconds)`` is called once an engine is built (the
+    worker's metrics).
     """
     spec = spec or settings().engine
     key = f"{voice.model_path}|{json.dumps(spec.to_dict(), sort_keys=True)}"
@@ -234,9 +235,8 @@ def get_engine(voice, spec: EngineSpec | None = None):
                 _warm_up(engine, voice)
             _ENGINES[key] = engine
             info = engine.info
-            from workers import metrics
-
-            metrics.engine_loaded(info, time.perf_counter() - t0)
+            if on_built is not None:
+                on_built(info, time.perf_counter() - t0)
             log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d; %s",
                      info.name, info.precision, info.device, voice.name, info.sample_rate, info.max_batch,
                      time.perf_counter() - t0, os.getpid(), startup_report(info, time.perf_counter() - t0))
@@ -266,23 +266,23 @@ def startup_report(info, engine_s: float) -> str:
     return "; ".join(parts)
 
 
-def preload() -> None:
+def preload(on_built=None) -> None:
     """Build the engine at process start when the worker was given ``--voice``."""
     s = settings()
     if not s.voice:
         log.info("engine %s %s on %s: built on the first batch (no --voice to preload)",
                  s.engine.name, s.engine.precision, s.engine.device)
         return
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
-    get_engine(resolve_voice(s.voice), s.engine)
+    get_engine(resolve_voice(s.voice), s.engine, on_built)
 
 
 # ------------------------------------------------------------------ jobs seen on this node
 #
 # A job lives in its directory and in Redis. If Redis loses its data (restarted without persistence)
 # its queued messages are gone too, so some process must know the directory to rebuild the job from
-# it: the reaper of any worker that has seen the job (:func:`workers.control.rebuild_lost_jobs`). This
+# it: the reaper of any worker that has seen the job (:func:`workers.recovery.rebuild_lost_jobs`). This
 # process's memory is not enough when every worker that took part died before Redis came back, so each
 # job seen is also written to the node's state directory, ``<state_dir>/jobs/<job id>.json`` (the job
 # directory, its queue and the Redis it belongs to), where a worker started later on the node finds it.
@@ -309,7 +309,7 @@ def remember_job(job_id: str, job_dir: str, queue: str, broker: str) -> None:
         if _KNOWN.get(job_id) == (job_dir, queue):
             return
         _KNOWN[job_id] = (job_dir, queue)
-    from jobs.files import write_json
+    from core.files import write_json
 
     try:
         write_json(_jobs_dir() / f"{job_id}.json", {"job_id": job_id, "job_dir": job_dir, "queue": queue,

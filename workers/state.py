@@ -46,7 +46,7 @@ from typing import Any, Iterable
 
 import redis
 
-from jobs.errors import BrokerError, JobError
+from core.errors import BrokerError, JobError
 from workers.celery_app import redact_url, redis_url
 
 PREFIX = "booktts:"

@@ -11,14 +11,14 @@
 
 Failure handling:
 
-- transient errors (:class:`~jobs.errors.TransientEngineError`, including an out-of-memory on a
+- transient errors (:class:`~core.errors.TransientEngineError`, including an out-of-memory on a
   single utterance, lost Redis connections, OS errors of a shared filesystem, a full disk:
-  :class:`~jobs.errors.DiskFullError` is an ``OSError``, also for libsndfile's write errors) are
+  :class:`~core.errors.DiskFullError` is an ``OSError``, also for libsndfile's write errors) are
   retried by Celery (``autoretry_for`` with exponential backoff, :data:`MAX_RETRIES`); a write of
   finished audio that fails so is retried the same way on the writer thread, under the lease;
 - out-of-memory on a batch is handled inside ``run_batch``, which splits the batch in two
   (recursively) and records the number of splits;
-- everything else (:class:`~jobs.errors.DeterministicEngineError`, bad input, bugs) and
+- everything else (:class:`~core.errors.DeterministicEngineError`, bad input, bugs) and
   exhausted retries are recorded in the job (batch, error, worker, attempt) by
   :meth:`BatchTask.on_failure`; the other batches still run, and the job ends ``failed``
   with one report line per failed batch;
@@ -38,25 +38,23 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import redis
 from celery import Task, signals
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
-from jobs.errors import BrokerError, EngineUnavailable, JobError, TransientEngineError, VoiceError
+from core.errors import BrokerError, EngineUnavailable, JobError, TransientEngineError, VoiceError
 from workers import runtime
 from workers.runtime import OutsideAllowedRoots
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
-from workers.leases import Heartbeat, ReaperThread
+from workers.recovery import Heartbeat, ReaperThread, rebuild_job
 from workers import metrics
-from workers.backlog import EST_HEADER
 from workers import batcher, finalize_child
 from workers.batcher import Claimed
+from workers.enqueue import enqueue_batches, enqueue_finalize, get_store, load_checked
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
 
 log = logging.getLogger("booktts.tasks")
@@ -67,73 +65,6 @@ RETRY_BACKOFF_MAX = 60
 #: Worth retrying: the same call may succeed later.
 RETRYABLE = (TransientEngineError, BrokerError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
              OperationalError, OSError)
-
-# ------------------------------------------------------------------ per-process Redis store
-
-_store: tuple[int, str, JobStore] | None = None
-_store_lock = threading.Lock()
-
-
-def get_store() -> JobStore:
-    """This process's :class:`JobStore` (re-created after a fork, for the app's broker URL)."""
-    global _store
-    url = app.conf.broker_url
-    with _store_lock:
-        if _store is None or _store[0] != os.getpid() or _store[1] != url:
-            _store = (os.getpid(), url, JobStore(url))
-        return _store[2]
-
-
-# ------------------------------------------------------------------ enqueueing
-
-
-def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
-    """One ``synthesize_batch`` message per batch on ``queue``, and the batches in the ready index
-    (:mod:`workers.batcher`) for workers that combine them. Returns how many were sent."""
-    from jobs.pipeline import now_iso
-
-    batch_ids = [int(b) for b in batch_ids]
-    if not batch_ids:
-        return 0
-    queued_at = now_iso()
-    job = _try_load(job_dir, job_id)
-    est = _batch_estimates(job, batch_ids)
-    if job is not None:
-        from jobs.pipeline import synthesis_class
-        from workers.batcher import rank_of
-
-        shapes = {b: job.batches[b].max_len for b in batch_ids if 0 <= b < len(job.batches)}
-        get_store().add_ready(job_id, synthesis_class(job), rank_of(queue), shapes, queued_at)
-    with app.producer_or_acquire() as producer:
-        for b in batch_ids:
-            headers = {EST_HEADER: est[b]} if b in est else None  # read by `backlog` (queued audio seconds)
-            synthesize_batch.apply_async((str(job_dir), job_id, b, queued_at), queue=queue, producer=producer,
-                                         headers=headers)
-    return len(batch_ids)
-
-
-def _try_load(job_dir: str, job_id: str):
-    try:
-        return _load(str(job_dir), job_id)
-    except Exception as exc:  # only for estimates and the ready index; never block enqueueing
-        log.debug("job %s in %s not readable here: %s", job_id, job_dir, exc)
-        return None
-
-
-def _batch_estimates(job, batch_ids) -> dict[int, float]:
-    """Estimated audio seconds per batch (``Job.batch_estimated_seconds``); {} if the job cannot be read."""
-    if job is None:
-        return {}
-    try:
-        return {b: round(job.batch_estimated_seconds(b), 3) for b in batch_ids}
-    except Exception as exc:  # an estimate is only for the backlog report; never block enqueueing
-        log.debug("no batch estimates for job %s: %s", job.job_id, exc)
-        return {}
-
-
-def enqueue_finalize(job_dir: str, job_id: str, queue: str, countdown: float | None = None) -> None:
-    finalize_job.apply_async((str(job_dir), job_id), queue=queue, countdown=countdown)
-
 
 def _give_back(store: JobStore, claimed, holder: Holder) -> None:
     """Units this worker gathered but will not finish: drop their leases and queue them again
@@ -171,15 +102,6 @@ def _parse(job_dir, job_id, batch_id=None):
     if batch_id is not None and (isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0):
         raise JobError(f"task argument batch_id {batch_id!r} is not a batch number")
     return runtime.check_job_dir(job_dir), job_id, batch_id
-
-
-def _load(job_dir: str, job_id: str):
-    from jobs.pipeline import load_job
-
-    job = load_job(Path(job_dir))
-    if job.job_id != job_id:
-        raise JobError(f"{job_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
-    return job
 
 
 def _request_worker_shutdown() -> None:
@@ -283,8 +205,6 @@ def _claim(task, store: JobStore, job_dir: str, job_id: str, batch):
     s = runtime.settings()
     verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries)
     if verdict == "missing":
-        from workers.control import rebuild_job
-
         rebuild_job(store, job_dir, job_id, queue)
         verdict, value = store.begin(job_id, batch, holder, s.lease_seconds, s.max_deliveries)
     if verdict == "leased":
@@ -329,13 +249,13 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     hb = Heartbeat(store, job_id, batch_id, holder, s.lease_seconds, s.heartbeat_s).start()
     extra: list = []
     try:
-        job = _load(job_dir, job_id)
+        job = load_checked(job_dir, job_id)
         existing = job.batch_record(batch_id)
         if existing is not None:  # written before (Redis lost the count): count it, nothing to run
             hb.stop()
             return _count(store, job_dir, job_id, batch_id, holder, existing, queue)
         try:
-            engine = runtime.get_engine(job.voice)
+            engine = runtime.get_engine(job.voice, on_built=metrics.engine_loaded)
             if s.gather:
                 extra = batcher.gather(store, job, seed, holder, max_items=engine.info.max_batch,
                                        max_padded=s.max_batch_phonemes, lease_s=s.lease_seconds,
@@ -392,8 +312,6 @@ def _count(store: JobStore, job_dir: str, job_id: str, batch_id: int, holder: Ho
                "splits": rec.splits, "infer_ms": rec.infer_ms, "engine_batch_size": rec.engine_batch_size}
     verdict, added = store.complete(job_id, batch_id, holder, summary, audio_s)
     if verdict == "missing":
-        from workers.control import rebuild_job
-
         rebuild_job(store, job_dir, job_id, queue)  # counts this batch from its record on disk
         verdict, added = store.complete(job_id, batch_id, holder, summary, audio_s)
     store.drop_ready(store.sclass(job_id), [(job_id, batch_id)])
@@ -490,7 +408,7 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
 def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: str, holder: Holder,
                             hb: Heartbeat) -> None:
     try:
-        job = _load(job_dir, job_id)
+        job = load_checked(job_dir, job_id)
         missing = job.pending_batches()
         if missing:
             # Redis counted batches whose records this node cannot see (or that were deleted):
@@ -561,7 +479,7 @@ def _on_process_init(**_) -> None:
     _reaper = ReaperThread(get_store, interval_s=s.heartbeat_s)
     _reaper.start()
     try:
-        runtime.preload()
+        runtime.preload(on_built=metrics.engine_loaded)
     except Exception as exc:  # an unusable engine: say so once and stop the worker
         msg = f"cannot build the {s.engine.name} engine on {s.engine.device}: {exc}"
         log.error("error: %s; stopping this worker", msg)

@@ -11,7 +11,7 @@ directory would let any broker client move files out of it and submit their text
 
 What a pass does with a file directly inside INBOX:
 
-- it ignores dotfiles (``jobs.files.atomic_path`` writes ``.tmp-*`` names), ``*.part`` and
+- it ignores dotfiles (``core.files.atomic_path`` writes ``.tmp-*`` names), ``*.part`` and
   ``*.tmp``, and anything that is not a regular file (``done/``, ``failed/``);
 - it takes a file only once it is **complete**: its size, mtime and inode are the same
   as at the previous pass and that pass was at least ``settle_s`` ago. A file renamed in
@@ -24,7 +24,7 @@ What a pass does with a file directly inside INBOX:
   ``prepare_job`` then ``start_job``, see :func:`submit_book`) into its own output
   directory ``OUTROOT/<stem>-<sha8>/`` (``manifest.parquet`` appears there when the job is
   done), then moves the file to ``done/``;
-- a bad book (:class:`~jobs.errors.InputError`: empty, binary, not UTF-8, a broken EPUB...)
+- a bad book (:class:`~core.errors.InputError`: empty, binary, not UTF-8, a broken EPUB...)
   or a job error goes to ``failed/``. Next to every moved file, ``<name>.reason.txt`` holds
   one line saying what happened;
 - a broker failure (Redis down) leaves the file where it is for the next pass.
@@ -56,10 +56,10 @@ from pathlib import Path
 import redis
 
 from jobs.config import JobConfig
-from jobs.errors import BrokerError, InputError, JobError, TTSError
-from jobs.files import atomic_path, read_json, slug, write_json
+from core.errors import BrokerError, InputError, JobError, TTSError
+from core.files import atomic_path, read_json, slug, write_json
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, queue_name
-from jobs.files import sha256_file as file_sha256
+from core.files import sha256_file as file_sha256
 
 log = logging.getLogger("booktts.watch")
 

@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from engines.torch_vits import fused_conv as F  # noqa: E402
 
@@ -117,7 +116,7 @@ def _decoder():
         state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
     else:
         from engines.weights import onnx_state_and_hparams
-        from jobs.voice import resolve_voice
+        from core.voice import resolve_voice
 
         state, hp = onnx_state_and_hparams(resolve_voice().model_path)
     gen = Generator(VitsHParams.from_dict(hp))

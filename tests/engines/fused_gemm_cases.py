@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from engines.torch_vits import fused_gemm as G  # noqa: E402
 from engines.torch_vits.launch import observe  # noqa: E402
@@ -182,7 +181,7 @@ def stage_a_case(device: str) -> dict:
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.model import VitsSynthesizer
     from engines.weights import onnx_state_and_hparams
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package: the exported
         from engines.weights import read_weights  # weights (stage A's stay float32 in an fp16 export)

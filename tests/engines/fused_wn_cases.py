@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from engines.torch_vits import fused_wn as W  # noqa: E402
 
@@ -110,7 +109,7 @@ def load_flow(weights=None):
         state, hp, _ = read_weights(weights)
     else:
         from engines.weights import onnx_state_and_hparams
-        from jobs.voice import resolve_voice
+        from core.voice import resolve_voice
 
         state, hp = onnx_state_and_hparams(resolve_voice().model_path)
     flow = ResidualCouplingBlock(VitsHParams.from_dict(hp))
@@ -209,7 +208,7 @@ def engine_cases(device: str) -> dict:
     from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import FUSED_FLOW_ENV, TorchEngine
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     voice = resolve_voice()
     ids = [[1, 0, 20, 0, 35, 0, 14, 0, 27, 0, 2]]  # one short item: stage B's flow costs seconds here

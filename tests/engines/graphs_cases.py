@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from engines.torch_engine import pad_stage_a_inputs, round_rows  # noqa: E402
 from engines.torch_vits import fused_gemm as G  # noqa: E402
@@ -48,7 +47,7 @@ def model(device: str):
         state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
     else:
         from engines.weights import onnx_state_and_hparams
-        from jobs.voice import resolve_voice
+        from core.voice import resolve_voice
 
         state, hp = onnx_state_and_hparams(resolve_voice().model_path)
     m = VitsSynthesizer(VitsHParams.from_dict(hp))

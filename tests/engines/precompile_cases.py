@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 # three items whose frame counts (6, 8 and 13 with these scales and no duration noise) fall in the
 # buckets 8 (two rows) and 16 (one row): short, because the interpreter runs stage B slowly
@@ -45,7 +44,7 @@ def main(device: str) -> None:
     from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import FUSED_FLOW_ENV, TorchEngine
     from engines.torch_vits.launch import launch_key, observe
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     os.environ[FUSED_FLOW_ENV] = "1"
     t0 = time.perf_counter()

@@ -106,7 +106,7 @@ def test_stage_a_through_kernel(results):
     ("1", False, "channels-last stage A"),        # the kernel serves the fast path only
 ], ids=["cpu-needs-cuda", "needs-fast-stage-a"])
 def test_engine_switch_refusals(voice, monkeypatch, env, fast, message):
-    from jobs.errors import EngineUnavailable
+    from core.errors import EngineUnavailable
     from engines.torch_engine import STAGE_A_GEMM_ENV, TorchEngine
 
     monkeypatch.setenv(STAGE_A_GEMM_ENV, env)

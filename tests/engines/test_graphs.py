@@ -22,7 +22,7 @@ from engines.base import Scales, SynthesisBatch  # noqa: E402
 from engines.torch_engine import (  # noqa: E402
     COMPILE_A_ENV, FAST_A_ENV, GRAPHS_ENV, STAGE_A_ROW_STEP, TorchEngine, pad_stage_a_inputs)
 from engines.torch_vits.graphs import GraphCache, _Graph  # noqa: E402
-from jobs.errors import EngineUnavailable  # noqa: E402
+from core.errors import EngineUnavailable  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 

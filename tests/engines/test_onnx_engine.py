@@ -75,7 +75,7 @@ def test_lengths_scale_with_length_scale(onnx_engine, ids):
 
 
 def test_bad_ids_are_a_deterministic_engine_error(onnx_engine):
-    from jobs.errors import DeterministicEngineError
+    from core.errors import DeterministicEngineError
 
     with pytest.raises(DeterministicEngineError):
         onnx_engine.synthesize(SynthesisBatch.from_sequences([[1, 0, 9999, 0, 2]], DETERMINISTIC))

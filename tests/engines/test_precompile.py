@@ -108,7 +108,7 @@ def cpu_engine(voice):
 def test_engine_switch(cpu_engine, voice, monkeypatch):
     from engines import EngineSpec
     from engines.torch_engine import TorchEngine
-    from jobs.errors import EngineUnavailable
+    from core.errors import EngineUnavailable
 
     # nothing to compile on CPU: off, whatever the switch says, and reported as such
     assert cpu_engine.info.extra["precompile"] is False and cpu_engine.info.extra["precompile_s"] == 0.0

@@ -217,7 +217,7 @@ def test_compiled_stage_a_is_channel_first(voice, monkeypatch, env_fast, want):
     # BOOKTTS_TORCH_COMPILE_A=1 compiles the channel-first modules (Inductor failed on the
     # channels-last path on the H200); asking for both is one clear error, not a failed first batch
     from engines.torch_engine import COMPILE_A_ENV, FAST_A_ENV, TorchEngine
-    from jobs.errors import EngineUnavailable
+    from core.errors import EngineUnavailable
 
     monkeypatch.setenv(COMPILE_A_ENV, "1")
     if env_fast is None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jobs.errors import EngineUnavailable
+from core.errors import EngineUnavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,7 @@ from engines import EngineSpec  # noqa: E402
 from engines.base import Scales, SynthesisBatch  # noqa: E402
 from engines.torch_engine import (  # noqa: E402
     DEFAULT_BUCKETS, WARMUP_ENV, TorchEngine, resolve_warmup, round_rows)
-from jobs.errors import EngineUnavailable  # noqa: E402
+from core.errors import EngineUnavailable  # noqa: E402
 
 
 def allowed_sizes(limit):

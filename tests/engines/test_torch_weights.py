@@ -10,7 +10,7 @@ pytest.importorskip("onnx", reason="the onnx package is needed to read the voice
 
 from engines import EngineSpec  # noqa: E402
 from engines.base import Scales, SynthesisBatch  # noqa: E402
-from jobs.errors import DeterministicEngineError, EngineUnavailable, InputError, VoiceError  # noqa: E402
+from core.errors import DeterministicEngineError, EngineUnavailable, InputError, VoiceError  # noqa: E402
 
 # phoneme ids of "Oh dear!" and a short made-up sequence: no phonemizer needed here
 IDS = [[1, 0, 27, 0, 100, 0, 74, 0, 3, 0, 17, 0, 59, 0, 120, 0, 88, 0, 4, 0, 2],

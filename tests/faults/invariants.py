@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import soundfile as sf
 
-from jobs.files import TMP_MARK, TMP_NAME
+from core.files import TMP_MARK, TMP_NAME
 from tests.fake_audio import assert_rows_play_their_own_audio
 
 KEY = ("book_index", "chapter_index", "utterance_index")

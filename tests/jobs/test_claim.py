@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from jobs.config import JobConfig
-from jobs.errors import JobError
+from core.errors import JobError
 from jobs.pipeline import finalize, load_job, prepare_job, run_batch
 from jobs.runner import run_local
 from tests.fake_audio import assert_rows_play_their_own_audio

@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from engines import EngineSpec
-from jobs.cli_options import engine_options, job_options
+from commands.options import engine_options, job_options
 from jobs.config import (
     CPU_MAX_BATCH,
     DEFAULT_MAX_BATCH_PHONEMES,
@@ -53,7 +53,7 @@ def test_batch_defaults_without_engine_are_the_cpu_ones():
 def test_job_config_refuses_out_of_range_settings(field, value):
     """A programmatic caller, a job.json or a watch config cannot bypass the CLI's ranges."""
     from jobs.config import LIMITS, JobConfig
-    from jobs.errors import InputError
+    from core.errors import InputError
 
     with pytest.raises(InputError) as err:
         JobConfig(**{field: value})

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from cli import main
 from jobs import loudness
 from jobs.config import JobConfig
-from jobs.files import TMP_NAME
+from core.files import TMP_NAME
 from jobs.pipeline import load_job, prepare_job
 from jobs.runner import run_local
 from tests.fake_audio import assert_rows_play_their_own_audio

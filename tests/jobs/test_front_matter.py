@@ -8,10 +8,10 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs.config import JobConfig
-from jobs.errors import InputError
+from core.errors import InputError
 from jobs.ingest import load_book
 from jobs.pipeline import prepare_job
-from jobs.voice import resolve_speaker
+from core.voice import resolve_speaker
 from tests.jobs.test_ingest import PROSE, make_epub
 
 STORY = "The story begins here and the hero walks into the wood. " + PROSE

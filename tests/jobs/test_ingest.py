@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobs import ingest
-from jobs.errors import EncodingError, InputError, UnsafePathError
+from core.errors import EncodingError, InputError, UnsafePathError
 from jobs.ingest import Book, Chapter, load_book
 
 DATA = Path(__file__).resolve().parent.parent / "data"

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs.config import JobConfig
-from jobs.errors import InputError
+from core.errors import InputError
 from jobs.lexicon import load_lexicon, make_speak
 from jobs.phonemize import Phonemizer
 from jobs.pipeline import prepare_job

@@ -22,8 +22,8 @@ import pytest
 import jobs.pipeline as pipeline
 import jobs.runner as runner
 from jobs.config import JobConfig
-from jobs.errors import DiskFullError, JobError
-from jobs.files import TMP_NAME
+from core.errors import DiskFullError, JobError
+from core.files import TMP_NAME
 from jobs.pipeline import BatchRecord, finalize, load_job, prepare_job, run_batch
 from jobs.runner import batch_order, run_local
 
@@ -190,7 +190,7 @@ def test_writer_back_pressure_bounds_batches_waiting(short_book, tmp_path, fake_
 
 def test_engine_error_mid_run_keeps_the_batches_before_it(short_book, tmp_path, voice):
     from engines.fake import FakeEngine
-    from jobs.errors import DeterministicEngineError
+    from core.errors import DeterministicEngineError
 
     out = tmp_path / "o"
     job = prepare_job([short_book], out, JobConfig(**SMALL))

@@ -10,8 +10,8 @@ import pytest
 import soundfile as sf
 
 from jobs.config import JobConfig
-from jobs.errors import InputError, JobError, UnsafePathError
-from jobs.files import atomic_path, inside
+from core.errors import InputError, JobError, UnsafePathError
+from core.files import atomic_path, inside
 from jobs.pipeline import MANIFEST_COLUMNS, finalize, load_job, prepare_job, run_batch
 from jobs.runner import run_local
 

@@ -8,7 +8,7 @@ from jobs.segment import PauseKind, Segmenter, split_sentences
 
 @pytest.fixture(scope="module")
 def phonemizer():
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     return Phonemizer(resolve_voice())
 

@@ -28,8 +28,8 @@ from click.testing import CliRunner
 import jobs.pipeline as pipeline
 from cli import main
 from jobs.config import JobConfig
-from jobs.errors import DiskFullError, StorageError, TTSError
-from jobs.files import TMP_NAME, atomic_path, sweep_temp_files
+from core.errors import DiskFullError, StorageError, TTSError
+from core.files import TMP_NAME, atomic_path, sweep_temp_files
 from jobs.pipeline import prepare_job
 from jobs.runner import run_local
 from tests.smallfs import fill, small_tmpfs
@@ -111,7 +111,7 @@ def test_cli_run_full_disk_is_one_line_then_resumes(short_book, tmp_path, voice,
                                                      error, done_before):
     """Without privileges: the write of one kind of file goes to /dev/full. One error line naming
     that file, exit 7; the same command then resumes and completes."""
-    import jobs.files as files
+    import core.files as files
 
     out = tmp_path / "o"
     job = prepare_job([short_book], out, JobConfig(**SMALL))
@@ -188,9 +188,8 @@ def test_cli_run_on_a_real_full_filesystem_then_resume(short_book, tmp_path, voi
 
 WRITER = """
 import sys, time
-sys.path.insert(0, {root!r})
 from pathlib import Path
-from jobs.files import atomic_path
+from core.files import atomic_path
 with atomic_path(Path(sys.argv[1])) as tmp:
     tmp.write_bytes(b"partial")
     print("writing", flush=True)

@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from jobs.errors import VoiceError
-from jobs.voice import resolve_voice
+from core.errors import VoiceError
+from core.voice import resolve_voice
 
 
 def test_default_voice_package():

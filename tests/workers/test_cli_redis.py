@@ -119,7 +119,7 @@ def test_broker_errors_wrapping_a_refused_password_are_reported_as_such():
     import redis
     from kombu.exceptions import OperationalError
 
-    from workers.commands import _broker_error
+    from commands.distributed import _broker_error
 
     try:
         try:

@@ -9,7 +9,7 @@ import pytest
 
 from engines.fake import FakeEngine
 from jobs.config import JobConfig
-from jobs.errors import DiskFullError, JobError
+from core.errors import DiskFullError, JobError
 from jobs.pipeline import finalize, prepare_job, run_batch
 from workers import finalize_child
 

@@ -127,7 +127,7 @@ def test_gpus_without_a_gpu_is_one_line_error(redis_url, tmp_path):
 
 
 def test_visible_gpus_parses_nvidia_smi_and_mig(tmp_path):
-    from workers.ops_commands import visible_gpus
+    from workers.gpus import visible_gpus
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\ncat <<'EOF'\n"

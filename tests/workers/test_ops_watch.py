@@ -252,7 +252,7 @@ def test_watcher_submits_each_file_once_across_restart_and_redrop(redis_url, sta
 
 
 def test_beat_scans_its_configured_inboxes_itself_and_sends_no_scan_messages(redis_url, tmp_path, procs):
-    from jobs.errors import InputError
+    from core.errors import InputError
     from workers.watch import load_config
 
     inbox, urgent, out = tmp_path / "inbox", tmp_path / "urgent", tmp_path / "out"

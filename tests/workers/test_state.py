@@ -146,7 +146,7 @@ def test_finalize_uses_the_same_lease_machinery(redis_url):
 
 
 def test_an_output_directory_is_held_by_one_active_job(redis_url):
-    from jobs.errors import JobError
+    from core.errors import JobError
 
     s = _store(redis_url)
     d = "/shared/out/book"
@@ -174,7 +174,7 @@ def test_an_output_directory_is_held_by_one_active_job(redis_url):
 
 
 def test_a_provisional_directory_claim_keeps_others_out_until_registered_or_lapsed(redis_url):
-    from jobs.errors import JobError
+    from core.errors import JobError
 
     s = _store(redis_url)
     d = "/shared/out/new"

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from cli import main
 from engines.fake import FakeEngine
 from jobs.config import JobConfig
-from jobs.errors import DiskFullError, StorageError
-from jobs.files import TMP_NAME
+from core.errors import DiskFullError, StorageError
+from core.files import TMP_NAME
 from jobs.pipeline import FINALIZE_DELAY_ENV, prepare_job
 from jobs.runner import run_local
 from tests.smallfs import fill, small_tmpfs

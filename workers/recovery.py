@@ -1,4 +1,5 @@
-"""Batch leases: the heartbeat that keeps one alive, the reaper that recovers expired ones.
+"""Recovery: the heartbeat that keeps a batch lease alive, the reaper that re-enqueues work whose
+lease expired, and the rebuild of jobs Redis lost.
 
 A worker that starts a batch takes its lease (a Redis key with a TTL of
 ``--lease-seconds``, see :meth:`workers.state.JobStore.begin`) and records
@@ -13,21 +14,28 @@ is then skipped, because the batch is done.
 
 A reaper thread runs in every worker process (:class:`ReaperThread`); a short
 Redis lock makes one sweep per interval happen in the whole fleet. ``status``
-and ``resume`` sweep too. The reaper also rebuilds jobs that this process has
-worked on and that Redis no longer knows (Redis restarted without persistence).
+and ``resume`` sweep too. The reaper also rebuilds jobs that workers of this node have seen and
+that Redis no longer knows (Redis restarted without persistence): :func:`rebuild_lost_jobs`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 
 import redis
 
-from workers.state import Holder, JobStore
+from core.errors import JobError
+from workers import runtime
+from workers.celery_app import priority_of_queue
+from workers.control import start_job
+from workers.enqueue import enqueue_batches, enqueue_finalize
+from workers.state import FINALIZE, Holder, JobStatus, JobStore
 
-log = logging.getLogger("booktts.leases")
+log = logging.getLogger("booktts.recovery")
 
 
 class Heartbeat:
@@ -107,15 +115,91 @@ class ReaperThread(threading.Thread):
         self._stop.set()
 
     def run(self) -> None:
-        from workers import control
-
         while not self._stop.wait(self.interval_s):
             try:
                 store = self.store_factory()
-                control.rebuild_lost_jobs(store)
+                rebuild_lost_jobs(store)
                 if store.try_lock(JobStore.K_REAPER, self.interval_s * 0.9):
-                    control.reap(store)
+                    reap(store)
             except Exception as exc:  # keep the thread alive through Redis restarts and the like
                 if time.monotonic() - self._last_error > 30:
                     self._last_error = time.monotonic()
                     log.warning("reaper: %s: %s (will retry)", type(exc).__name__, exc)
+
+
+# ------------------------------------------------------------------ lost jobs, expired leases
+
+
+def _load_job(job_dir: Path):
+    from jobs.pipeline import load_job
+
+    return load_job(job_dir)
+
+
+def rebuild_job(store: JobStore, job_dir: str, job_id: str, queue: str) -> bool:
+    """Re-create a job Redis lost, from its directory. True if this call re-created it."""
+    job = _load_job(Path(job_dir))
+    if job.job_id != job_id:
+        return False
+    try:
+        info, n = start_job(store, job, priority_of_queue(queue), queue, mode="rebuild")
+    except JobError as exc:  # another job took the directory over in Redis meanwhile
+        log.warning("job %s was missing from Redis and is not rebuilt: %s", job_id, exc)
+        return False
+    log.warning("job %s was missing from Redis (restarted without persistence?): rebuilt from %s, "
+                "%d batches enqueued", job_id, job_dir, n)
+    return True
+
+
+def rebuild_lost_jobs(store: JobStore) -> int:
+    """Rebuild the jobs that workers of this node have seen and Redis no longer knows (:func:`runtime.remember_job`)."""
+    n = 0
+    for job_id, (job_dir, queue) in runtime.known_jobs(store.url).items():
+        info = store.get_job(job_id)
+        if info is not None:
+            if not info.status.active:
+                runtime.forget_job(job_id)
+            continue
+        try:
+            job = _load_job(Path(job_dir))
+        except JobError:
+            runtime.forget_job(job_id)
+            continue
+        if job.job_id != job_id or job.finalized:
+            runtime.forget_job(job_id)
+            continue
+        n += rebuild_job(store, job_dir, job_id, queue)
+    return n
+
+
+def finalize_stale_s() -> float:
+    """A job ``finalizing`` for this long with nobody running its finalize gets it enqueued again
+    (its finalize message was lost: a publish that failed with Redis, a node that died holding it)."""
+    return float(os.environ.get("BOOKTTS_FINALIZE_STALE_S", 600))
+
+
+def reap(store: JobStore, job_ids=None) -> int:
+    """Re-enqueue the batches (and finalize steps) whose holder's lease expired. Returns how many."""
+    n = 0
+    for job_id in (job_ids if job_ids is not None else store.active_jobs()):
+        info = store.get_job(job_id)
+        if info is None or not info.status.active:
+            continue
+        if info.status is JobStatus.FINALIZING and store.refresh_stale_finalize(job_id, finalize_stale_s()):
+            enqueue_finalize(info.out_dir, job_id, info.queue)
+            log.warning("job %s: finalizing for over %.0f s with no finalize running; finalize re-enqueued",
+                        job_id, finalize_stale_s())
+            n += 1
+        for batch, raw in store.running_raw(job_id).items():
+            if not store.claim_orphan(job_id, batch, raw):
+                continue
+            holder = Holder.from_json(raw)
+            who = f"{holder.worker} (pid {holder.pid})" if holder else "an unknown worker"
+            if batch == FINALIZE:
+                enqueue_finalize(info.out_dir, job_id, info.queue)
+            else:
+                enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
+            store.note_requeue(job_id, batch, raw)
+            log.warning("job %s: batch %s held by %s lost its lease; re-enqueued", job_id, batch, who)
+            n += 1
+    return n

@@ -8,7 +8,7 @@ that would leave the output directory.
 A writer holds a shared ``flock`` on its temporary file until the rename, so
 :func:`sweep_temp_files` can tell the temporary files of killed writers (no lock
 held: removed) from those of live ones, even stopped ones (locked: kept). A
-full disk is raised as :class:`~jobs.errors.DiskFullError` naming the final path.
+full disk is raised as :class:`~core.errors.DiskFullError` naming the final path.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from jobs.errors import DiskFullError, StorageError, TTSError, UnsafePathError
+from core.errors import DiskFullError, StorageError, TTSError, UnsafePathError
 
 try:
     import fcntl

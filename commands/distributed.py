@@ -22,9 +22,9 @@ from pathlib import Path
 
 import click
 
-from jobs.cli_options import engine_options, float_range, friendly_errors, int_range, job_options, limit_type
+from commands.options import engine_options, float_range, friendly_errors, int_range, job_options, limit_type
 from jobs.config import batch_defaults, runs_on_gpu
-from jobs.errors import BrokerError, EngineError, InputError, JobError
+from core.errors import BrokerError, EngineError, InputError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues,
                                 priority_of_queue, queue_name, redact_url, use_redis)
@@ -138,7 +138,8 @@ def _wait(store, job_id: str, out_dir: Path, priority: str, queue: str, poll_s: 
     from tqdm import tqdm
 
     from jobs.pipeline import load_job
-    from workers.control import failure_report, reap, start_job
+    from workers.control import start_job
+    from workers.recovery import reap
 
     info = store.require_job(job_id)
     bar = tqdm(total=info.batches, unit="batch", file=sys.stderr, disable=None, dynamic_ncols=True)
@@ -282,7 +283,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
     # the options are checked: now Redis (not up yet: wait for it; a refused password: one line)
     store = _connect(redis_url, wait=True)
     if gpus:
-        from workers.ops_commands import run_gpu_workers
+        from workers.gpus import run_gpu_workers
 
         os.environ["BOOKTTS_GATHER"] = "1" if gather else "0"  # read by each GPU's worker command
         if state_dir:
@@ -343,7 +344,8 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
 @one_line_errors
 def status(job_id, limit, redis_url) -> None:
     """Progress of JOB (batches, audio, speed, ETA, failures), or a table of recent jobs."""
-    from workers.control import failure_report, reap
+    from workers.control import failure_report
+    from workers.recovery import reap
 
     store = _connect(redis_url)
     if not job_id:
@@ -394,7 +396,8 @@ def resume(target, priority, queue_prefix, wait, redis_url) -> None:
     queues it was submitted to (recorded in Redis and in its directory) unless --queue-prefix says
     otherwise."""
     from jobs.pipeline import load_job
-    from workers.control import queue_prefix_of, reap, recorded_queue, start_job
+    from workers.control import queue_prefix_of, recorded_queue, start_job
+    from workers.recovery import reap
 
     store = _connect(redis_url)
     path = Path(target)

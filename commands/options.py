@@ -30,7 +30,7 @@ from jobs.config import (
     batch_order_default,
     runs_on_gpu,
 )
-from jobs.errors import TTSError
+from core.errors import TTSError
 
 
 class FiniteFloatRange(click.FloatRange):

@@ -1,0 +1,98 @@
+"""Sending work by task name: ``synthesize_batch`` and ``finalize_job`` messages, and this process's
+:class:`~workers.state.JobStore`.
+
+Everything that queues work (submit, resume, the reaper, a worker giving back gathered batches)
+goes through here; it names the tasks (:data:`~workers.celery_app.TASK_SYNTHESIZE`,
+:data:`~workers.celery_app.TASK_FINALIZE`) and never imports their bodies (:mod:`workers.tasks`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from core.errors import JobError
+from workers.backlog import EST_HEADER
+from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app
+from workers.state import JobStore
+
+log = logging.getLogger("booktts.tasks")
+
+# ------------------------------------------------------------------ per-process Redis store
+
+_store: tuple[int, str, JobStore] | None = None
+_store_lock = threading.Lock()
+
+
+def get_store() -> JobStore:
+    """This process's :class:`JobStore` (re-created after a fork, for the app's broker URL)."""
+    global _store
+    url = app.conf.broker_url
+    with _store_lock:
+        if _store is None or _store[0] != os.getpid() or _store[1] != url:
+            _store = (os.getpid(), url, JobStore(url))
+        return _store[2]
+
+
+# ------------------------------------------------------------------ enqueueing
+
+
+def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
+    """One ``synthesize_batch`` message per batch on ``queue``, and the batches in the ready index
+    (:mod:`workers.batcher`) for workers that combine them. Returns how many were sent."""
+    from jobs.pipeline import now_iso
+
+    batch_ids = [int(b) for b in batch_ids]
+    if not batch_ids:
+        return 0
+    queued_at = now_iso()
+    job = _try_load(job_dir, job_id)
+    est = _batch_estimates(job, batch_ids)
+    if job is not None:
+        from jobs.pipeline import synthesis_class
+        from workers.batcher import rank_of
+
+        shapes = {b: job.batches[b].max_len for b in batch_ids if 0 <= b < len(job.batches)}
+        get_store().add_ready(job_id, synthesis_class(job), rank_of(queue), shapes, queued_at)
+    with app.producer_or_acquire() as producer:
+        for b in batch_ids:
+            headers = {EST_HEADER: est[b]} if b in est else None  # read by `backlog` (queued audio seconds)
+            app.send_task(TASK_SYNTHESIZE, (str(job_dir), job_id, b, queued_at), queue=queue, producer=producer,
+                      headers=headers)
+    return len(batch_ids)
+
+
+def _try_load(job_dir: str, job_id: str):
+    try:
+        return load_checked(str(job_dir), job_id)
+    except Exception as exc:  # only for estimates and the ready index; never block enqueueing
+        log.debug("job %s in %s not readable here: %s", job_id, job_dir, exc)
+        return None
+
+
+def _batch_estimates(job, batch_ids) -> dict[int, float]:
+    """Estimated audio seconds per batch (``Job.batch_estimated_seconds``); {} if the job cannot be read."""
+    if job is None:
+        return {}
+    try:
+        return {b: round(job.batch_estimated_seconds(b), 3) for b in batch_ids}
+    except Exception as exc:  # an estimate is only for the backlog report; never block enqueueing
+        log.debug("no batch estimates for job %s: %s", job.job_id, exc)
+        return {}
+
+
+def enqueue_finalize(job_dir: str, job_id: str, queue: str, countdown: float | None = None) -> None:
+    """One ``finalize_job`` message on ``queue``."""
+    app.send_task(TASK_FINALIZE, (str(job_dir), job_id), queue=queue, countdown=countdown)
+
+
+def load_checked(job_dir: str, job_id: str):
+    """The job in ``job_dir``, if it still is job ``job_id`` (:class:`JobError` if another job replaced it)."""
+    from jobs.pipeline import load_job
+
+    job = load_job(Path(job_dir))
+    if job.job_id != job_id:
+        raise JobError(f"{job_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
+    return job

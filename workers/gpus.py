@@ -1,0 +1,190 @@
+"""One worker process per GPU: the supervisor behind ``worker --gpus all|LIST``.
+
+:func:`run_gpu_workers` starts one ``worker`` per visible GPU, each with its own
+``CUDA_VISIBLE_DEVICES`` and ``--device cuda:0``, and forwards SIGTERM/SIGINT once for Celery's
+warm shutdown. Finding the GPUs never imports torch or initialises CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import click
+
+from core.errors import EngineUnavailable, InputError
+
+_GPU_LINE = re.compile(r"^GPU (\d+): .*?(?:\(UUID: ([^)]+)\))?\s*$")
+_MIG_LINE = re.compile(r"^\s+MIG .*Device\s+\d+: \(UUID: ([^)]+)\)\s*$")
+_NO_DEVICES = ("", "-1", "none", "void", "nodevfiles")
+
+
+def visible_gpus(env: dict | None = None) -> tuple[list[str], str]:
+    """The GPUs this node may use, as CUDA_VISIBLE_DEVICES values, and where they came from.
+
+    ``CUDA_VISIBLE_DEVICES`` when it is set (indices or UUIDs; empty / ``-1`` = none); else
+    ``nvidia-smi -L`` (``$BOOKTTS_NVIDIA_SMI`` overrides the command): GPU indices, or the MIG
+    device UUIDs of a GPU split into MIG instances. Never imports torch or initialises CUDA.
+    """
+    env = os.environ if env is None else env
+    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        ids = [x.strip() for x in cvd.split(",") if x.strip()]
+        if not ids or ids[0].lower() in _NO_DEVICES:
+            return [], f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU"
+        return ids, "CUDA_VISIBLE_DEVICES"
+    exe = env.get("BOOKTTS_NVIDIA_SMI") or shutil.which("nvidia-smi", path=env.get("PATH"))
+    if not exe:
+        return [], "nvidia-smi is not installed and CUDA_VISIBLE_DEVICES is not set"
+    try:
+        proc = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"nvidia-smi -L failed: {exc}"
+    if proc.returncode != 0:
+        why = (proc.stderr or proc.stdout).strip().splitlines()
+        return [], f"nvidia-smi -L failed: {why[0] if why else f'exit {proc.returncode}'}"
+    gpus: list[tuple[str, list[str]]] = []
+    for line in proc.stdout.splitlines():
+        m = _GPU_LINE.match(line)
+        if m:
+            gpus.append((m.group(1), []))
+            continue
+        m = _MIG_LINE.match(line)
+        if m and gpus:
+            gpus[-1][1].append(m.group(1))
+    ids = [mig for idx, migs in gpus for mig in migs] + [idx for idx, migs in gpus if not migs]
+    return ids, "nvidia-smi -L" if ids else "nvidia-smi -L lists no GPU"
+
+
+def select_gpus(spec: str, env: dict | None = None) -> list[str]:
+    """``all`` or a comma list (indices/UUIDs as ``nvidia-smi -L`` / CUDA_VISIBLE_DEVICES name them)."""
+    visible, source = visible_gpus(env)
+    if spec.strip().lower() == "all":
+        if not visible:
+            raise EngineUnavailable(f"--gpus all: no GPU visible ({source}); run the worker without --gpus for "
+                                    f"a CPU worker")
+        return visible
+    wanted = [x.strip() for x in spec.split(",") if x.strip()]
+    if not wanted:
+        raise InputError("--gpus: give 'all' or a comma-separated list like 0,1")
+    if len(set(wanted)) != len(wanted):
+        raise InputError(f"--gpus {spec}: a GPU is listed twice")
+    if not visible:
+        raise EngineUnavailable(f"--gpus {spec}: no GPU visible ({source}); run the worker without --gpus for "
+                                f"a CPU worker")
+    missing = [g for g in wanted if g not in visible]
+    if missing:
+        raise EngineUnavailable(f"--gpus {spec}: GPU {', '.join(missing)} is not visible here "
+                                f"(visible per {source}: {', '.join(visible)})")
+    return wanted
+
+
+def _cli_path() -> str:
+    spec = importlib.util.find_spec("cli")
+    if spec is None or not spec.origin:  # pragma: no cover
+        raise EngineUnavailable("cannot find cli.py to start the per-GPU workers")
+    return spec.origin
+
+
+def _pdeathsig():
+    """In the child: get SIGTERM (a warm shutdown) if the supervisor dies without forwarding it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str], pool: str, lease_seconds: float,
+                    max_deliveries: int, voice: str | None, name: str | None, loglevel: str, redis_url: str,
+                    metrics_port: int = 0, allowed_roots=()) -> int:
+    """Start one ``worker`` per selected GPU and supervise them. Returns the exit code.
+
+    Each child gets ``CUDA_VISIBLE_DEVICES=<gpu>``, ``--device cuda:0 --concurrency 1`` and the
+    supervisor's ``--allowed-root`` directories (the Redis URL through the environment, never on
+    its command line). SIGTERM, SIGINT and SIGQUIT
+    are forwarded once to every child (Celery: warm shutdown, the running batch finishes). When
+    one child exits on its own, the others are stopped the same way and the supervisor exits with
+    that child's code, so a restart policy (systemd, compose, Kubernetes) brings the node back
+    whole. With ``metrics_port`` the supervisor serves the metrics of all its workers on that
+    port (one shared multiprocess directory; the ``device`` label is the physical GPU).
+    """
+    ids = select_gpus(gpus)
+    host = socket.gethostname()
+    base = (name or f"booktts.{os.getpid()}").split("@", 1)[0]
+    metrics_dir = None
+    if metrics_port:
+        from workers import metrics
+
+        metrics_dir = metrics.prepare_dir()
+        metrics.serve(metrics_port)
+    cli = _cli_path()
+    children: list[tuple[str, subprocess.Popen]] = []
+    stopping = threading.Event()
+    code = 0
+
+    def forward(signum, _frame=None):
+        stopping.set()
+        for _gpu, p in children:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signum)
+                except ProcessLookupError:
+                    pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)}
+    try:
+        for i, gpu in enumerate(ids):
+            cmd = [sys.executable, cli, "worker", "--engine", engine_spec.name, "--precision", engine_spec.precision,
+                   "--device", "cuda:0", "--concurrency", "1", "--pool", pool, "--max-batch", str(max_batch),
+                   "--queues", ",".join(queues), "--lease-seconds", repr(float(lease_seconds)),
+                   "--max-deliveries", str(max_deliveries), "--voice", voice or "", "--name", f"{base}-gpu{i}@{host}",
+                   "--loglevel", loglevel]
+            if engine_spec.threads:
+                cmd += ["--threads", str(engine_spec.threads)]
+            for root in allowed_roots:
+                cmd += ["--allowed-root", root]
+            env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "REDIS_URL": redis_url,
+                   "BOOKTTS_METRICS_DEVICE": f"cuda:{gpu}"}
+            env.pop("BOOKTTS_METRICS_PORT", None)
+            if metrics_dir:
+                env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+            # Own session: a terminal's Ctrl-C reaches the children once, through forward().
+            p = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_pdeathsig)
+            children.append((gpu, p))
+            click.echo(f"supervisor: worker {base}-gpu{i}@{host} on GPU {gpu} (pid {p.pid})", err=True)
+            if stopping.is_set():
+                forward(signal.SIGTERM)
+        while any(p.poll() is None for _g, p in children):
+            for gpu, p in children:
+                rc = p.poll()
+                if rc is not None and not stopping.is_set():
+                    click.echo(f"supervisor: the worker on GPU {gpu} exited with code {rc}; stopping the others "
+                               f"(warm shutdown)", err=True)
+                    code = (128 - rc if rc < 0 else rc) or 1
+                    forward(signal.SIGTERM)
+            time.sleep(0.2)
+        if not code:
+            code = next((p.returncode for _g, p in children if p.returncode not in (0, None)), 0)
+            if code < 0:  # killed by a signal
+                code = 128 - code
+        return code
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        for _g, p in children:
+            if p.poll() is None:
+                p.kill()
+        if metrics_dir:
+            from workers import metrics
+
+            metrics.cleanup()
