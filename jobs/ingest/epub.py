@@ -40,6 +40,10 @@ from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _nor
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _PG_END_RE, _PG_START_RE
 
+
+# --------------------------------------------------------------------------- limits
+
+
 MAX_ZIP_MEMBERS = 20_000
 """Most members an EPUB may list."""
 
@@ -74,7 +78,7 @@ def _named_to_numeric(data: bytes) -> bytes:
     return _NAMED_ENTITY_RE.sub(sub, data)
 
 
-# --------------------------------------------------------------------------- EPUB: the archive
+# --------------------------------------------------------------------------- the archive
 
 
 class _Epub:
@@ -199,6 +203,9 @@ def _check_drm(ep: _Epub, content_docs: set[str] | None = None) -> None:
                                  f"such as {uri!r}) and cannot be read; use a DRM-free copy of the book")
 
 
+# --------------------------------------------------------------------------- table of contents: nav, NCX
+
+
 @dataclass
 class _TocEntry:
     label: str
@@ -266,6 +273,9 @@ def _ncx_entries(ep: _Epub, path: str) -> list[_TocEntry]:
 
     walk(navmap, 1)
     return out
+
+
+# --------------------------------------------------------------------------- container -> package -> book
 
 
 def _load_epub(p: Path, footnotes: str = "skip", front_matter: bool = False) -> Book:
@@ -455,6 +465,9 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     return Book(title=book_title, source=p, format="epub",
                 chapters=[Chapter(i + 1, t, ps) for i, (t, _d, ps) in enumerate(merged)], author=author,
                 title_known=bool(title))
+
+
+# --------------------------------------------------------------------------- blocks -> chapters
 
 
 def _chain_titles(titles: list[str]) -> str:

@@ -23,6 +23,9 @@ from xml.etree import ElementTree as ET
 from jobs.ingest.common import _WS_RE, _is_separator, _norm
 
 
+# --------------------------------------------------------------------------- element names, HTML fallback
+
+
 _OPS_NS = "{http://www.idpf.org/2007/ops}"
 
 
@@ -77,7 +80,7 @@ def _parse_html(data: bytes) -> ET.Element:
     return b.root
 
 
-# --------------------------------------------------------------------------- EPUB: XHTML -> blocks
+# --------------------------------------------------------------------------- XHTML -> blocks
 
 
 @dataclass
