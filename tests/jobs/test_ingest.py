@@ -828,7 +828,7 @@ def test_bad_input_is_one_line_error_naming_the_file(tmp_path, kind, cls, needle
 
 def test_zip_bomb_is_refused(tmp_path, monkeypatch):
     # a content document that inflates far beyond the cap (the cap is lowered to keep the test small)
-    monkeypatch.setattr(ingest, "MAX_UNCOMPRESSED_BYTES", 1024 * 1024)
+    monkeypatch.setattr(ingest.epub, "MAX_UNCOMPRESSED_BYTES", 1024 * 1024)  # where the reader looks
     p = _good(tmp_path, "bomb.epub", extra={"OEBPS/c1.xhtml": xhtml("<p>" + " " * (4 * 1024 * 1024) + "x</p>")})
     assert p.stat().st_size < 64 * 1024
     with pytest.raises(InputError) as ei:

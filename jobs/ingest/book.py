@@ -1,0 +1,63 @@
+"""The book model: :class:`Book` and :class:`Chapter`, what every loader produces.
+
+Knows only the shape of a loaded book (title, author, chapters of paragraphs) and how it turns
+into / back from the plain dict stored in ``job.json``, plus the spoken announcement. Knows
+nothing of file formats, decoding or parsing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Chapter:
+    """One chapter: its spoken title and its paragraphs, in reading order."""
+
+    index: int
+    """1-based position in the book."""
+    title: str
+    """Title as it should be spoken ("CHAPTER I. Down the Rabbit-Hole"); may be ""."""
+    paragraphs: list[str] = field(default_factory=list)
+    """Paragraph texts, whitespace-normalised."""
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "title": self.title, "paragraphs": list(self.paragraphs)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Chapter:
+        return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=[str(p) for p in d["paragraphs"]])
+
+
+@dataclass
+class Book:
+    """A loaded book."""
+
+    title: str
+    source: Path
+    format: str
+    """"txt", "md" or "epub"."""
+    chapters: list[Chapter] = field(default_factory=list)
+    author: str | None = None
+    """The author, where the book names one (Gutenberg ``Author:``, a "by ..." line, ``dc:creator``)."""
+    title_known: bool = True
+    """False when ``title`` is only the file name (then it is never spoken)."""
+
+    def to_dict(self) -> dict:
+        return {"title": self.title, "source": str(self.source), "format": self.format,
+                "chapters": [c.to_dict() for c in self.chapters], "author": self.author,
+                "title_known": self.title_known}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Book:
+        return cls(title=str(d["title"]), source=Path(d["source"]), format=str(d["format"]),
+                   chapters=[Chapter.from_dict(c) for c in d["chapters"]], author=d.get("author"),
+                   title_known=bool(d.get("title_known", True)))
+
+    def announcement(self) -> str | None:
+        """"Title, by Author." to speak at the start of the book; None when the title is not known."""
+        if not self.title_known or not self.title.strip():
+            return None
+        title = self.title.rstrip(" .,;:")
+        return f"{title}, by {self.author}." if self.author else f"{title}."

@@ -1,0 +1,70 @@
+"""Small text helpers shared by the format loaders.
+
+Whitespace normalisation, the "is this prose?" test behind the front-matter rule, separator
+lines (``* * *``), title tokens and joining a heading with its title, the "Contents" label, and
+how a path is shown in a one-line message. Knows nothing of any file format.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+def _show(p: Path | str) -> str:
+    """A path for a one-line message (control characters escaped)."""
+    s = str(p)
+    if any(ord(c) < 32 or ord(c) == 127 for c in s):
+        s = repr(s)[1:-1]
+    return s
+
+
+_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None)
+_WS_RE = re.compile(r"\s+")
+
+
+def _norm(s: str) -> str:
+    """Whitespace-normalise: one space between words, none at the ends; drop invisible marks."""
+    return " ".join(s.translate(_INVISIBLE).split())
+
+
+_SENTENCE_END_RE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]_*]*$")
+
+
+def _is_prose(p: str) -> bool:
+    """A paragraph that reads as running text (not a title, credit or edition line)."""
+    words = p.split()
+    if len(words) >= 20:
+        return True
+    if len(words) < 3 or p.lower().startswith("by "):
+        return False
+    return any(c.islower() for c in p) and bool(_SENTENCE_END_RE.search(p))
+
+
+def _has_prose(paras: list[str]) -> bool:
+    return any(_is_prose(p) for p in paras) or sum(len(p.split()) for p in paras) >= 100
+
+
+_SEPARATOR_RE = re.compile(r"^(?:[*\-_=~#\u2022\u00b7]\s*){3,}$|^\u2042$")
+
+
+def _is_separator(p: str) -> bool:
+    """``* * *`` and the like: a scene break with nothing to say."""
+    return bool(_SEPARATOR_RE.match(p))
+
+
+def _tokens(s: str) -> list[str]:
+    """Lower-case word tokens for comparing titles with headings."""
+    return re.findall(r"\w+", s.casefold().replace("\u2019", "").replace("'", ""))
+
+
+def _join_title(head: str, title: str) -> str:
+    head, title = _norm(head), _norm(title)
+    if not head:
+        return title
+    if not title:
+        return head
+    return f"{head} {title}" if head[-1] in ".:!?;\u2014-" else f"{head}. {title}"
+
+
+_CONTENTS_LABEL_RE = re.compile(r"^(?:table\s+of\s+)?contents[.:]?$", re.I)

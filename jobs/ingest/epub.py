@@ -1,0 +1,527 @@
+"""EPUB: a zip container -> :class:`Book`.
+
+:class:`_Epub` reads members through ``zipfile`` without extracting anything, with the
+defences: member names and hrefs that are absolute or escape the archive (``UnsafePathError``),
+too many members (:data:`MAX_ZIP_MEMBERS`), more than :data:`MAX_UNCOMPRESSED_BYTES`
+uncompressed (zip bomb), encrypted members and DRM (``rights.xml``, ``encryption.xml`` listing
+content). All XML goes through :mod:`defusedxml` with entity declarations and external
+references refused (HTML named entities are turned into character references first); content
+documents that are not well-formed XML fall back to the HTML parser of ``jobs.ingest.html``.
+
+:func:`_load_epub` follows ``container.xml`` -> OPF -> spine, reads titles from the EPUB 3 nav
+or the EPUB 2 NCX, skips documents the guide/landmarks mark as front/back matter, turns each
+spine document into blocks with ``jobs.ingest.html`` and cuts the block stream into chapters at
+the TOC entries (or at h1/h2 without a usable TOC).
+
+Does not know how XHTML elements become text (``jobs.ingest.html``), nor the chapter-title
+rules of plain text; front/back matter chapters are dropped later by ``jobs.ingest.matter``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import html
+import html.entities
+import posixpath
+import re
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+from xml.etree import ElementTree as ET
+
+import defusedxml
+from defusedxml import ElementTree as SafeET
+
+from core.errors import InputError, UnsafePathError
+from jobs.ingest.book import Book, Chapter
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
+from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
+from jobs.ingest.text import _PG_END_RE, _PG_START_RE
+
+
+# --------------------------------------------------------------------------- limits
+
+
+MAX_ZIP_MEMBERS = 20_000
+"""Most members an EPUB may list."""
+
+
+MAX_UNCOMPRESSED_BYTES = 200 * 1024 * 1024
+"""Most uncompressed bytes read from one EPUB (a zip bomb is refused); re-exported by :mod:`jobs.ingest`."""
+
+
+def _byte_cap() -> int:
+    """The zip-bomb cap in force, looked up when it is used (a test lowers it)."""
+    return MAX_UNCOMPRESSED_BYTES
+
+
+# --------------------------------------------------------------------------- XML without entities
+
+
+_XML_PREDEFINED = {"amp", "lt", "gt", "quot", "apos"}
+_NAMED_ENTITY_RE = re.compile(rb"&([A-Za-z][A-Za-z0-9]{1,31});")
+
+
+def _named_to_numeric(data: bytes) -> bytes:
+    """``&nbsp;`` -> ``&#160;`` (HTML names are not declared in an XHTML file without its DTD)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data
+
+    def sub(m: re.Match) -> bytes:
+        name = m.group(1).decode("ascii")
+        if name in _XML_PREDEFINED:
+            return m.group(0)
+        cp = html.entities.name2codepoint.get(name)
+        return b"&#%d;" % cp if cp is not None else m.group(0)
+
+    return _NAMED_ENTITY_RE.sub(sub, data)
+
+
+# --------------------------------------------------------------------------- the archive
+
+
+class _Epub:
+    """Reads one EPUB through ``zipfile`` without extracting anything."""
+
+    def __init__(self, p: Path, zf: zipfile.ZipFile) -> None:
+        self.p = p
+        self.where = _show(p)
+        self.zf = zf
+        self.read_bytes = 0
+        infos = zf.infolist()
+        if len(infos) > MAX_ZIP_MEMBERS:
+            raise InputError(f"{self.where} has {len(infos)} files inside; that is not a book (limit "
+                             f"{MAX_ZIP_MEMBERS}): re-export it")
+        self.infos: dict[str, zipfile.ZipInfo] = {}
+        for info in infos:
+            self._check_member_name(info.filename)
+            self.infos.setdefault(info.filename, info)
+        self.folded = {n.casefold(): n for n in self.infos}
+
+    # -- safety
+
+    def _check_member_name(self, name: str) -> None:
+        n = name.replace("\\", "/")
+        norm = posixpath.normpath(n) if n else n
+        if n.startswith("/") or re.match(r"^[A-Za-z]:", n) or norm == ".." or norm.startswith("../") or "\x00" in n:
+            raise UnsafePathError(f"{self.where} contains an unsafe file name {name!r} (absolute or escaping the "
+                                  f"archive with '..'); refusing this EPUB: re-download or re-export it")
+
+    def resolve(self, base: str, href: str, what: str) -> str | None:
+        """A member path for ``href`` relative to the folder ``base``; None for remote (http) links."""
+        href = href.strip()
+        if not href:
+            return None
+        if _SCHEME_RE.match(href) and not re.match(r"^[A-Za-z]:[\\/]", href):
+            if href.lower().startswith("file:"):
+                raise UnsafePathError(f"{self.where}: {what} points outside the archive ({href!r}); "
+                                      f"refusing this EPUB: re-download or re-export it")
+            return None
+        path = unquote(href.split("#", 1)[0].split("?", 1)[0]).replace("\\", "/")
+        if path.startswith("/") or re.match(r"^[A-Za-z]:", path):
+            raise UnsafePathError(f"{self.where}: {what} is an absolute path ({href!r}); "
+                                  f"refusing this EPUB: re-download or re-export it")
+        joined = posixpath.normpath(posixpath.join(base, path)) if path else base
+        if joined == ".." or joined.startswith("../"):
+            raise UnsafePathError(f"{self.where}: {what} escapes the archive with '..' ({href!r}); "
+                                  f"refusing this EPUB: re-download or re-export it")
+        return "" if joined == "." else joined
+
+    # -- reading
+
+    def member(self, name: str) -> str | None:
+        if name in self.infos:
+            return name
+        return self.folded.get(name.casefold())
+
+    def read(self, name: str, what: str) -> bytes:
+        real = self.member(name)
+        if real is None:
+            raise InputError(f"{self.where} is not a valid EPUB: {what} {name!r} is missing; "
+                             f"re-download or re-export it")
+        info = self.infos[real]
+        if info.flag_bits & 0x1:
+            raise InputError(f"{self.where} is DRM-protected (its files are encrypted) and cannot be read; "
+                             f"use a DRM-free copy of the book")
+        left = _byte_cap() - self.read_bytes
+        if info.file_size > left:
+            self._bomb()
+        try:
+            with self.zf.open(info) as f:
+                data = f.read(left + 1)
+        except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError, RuntimeError,
+                ValueError) as e:
+            raise InputError(f"{self.where} is not a valid EPUB (corrupt zip: {_norm(str(e))}); "
+                             f"re-download or re-export it") from None
+        if len(data) > left:
+            self._bomb()
+        self.read_bytes += len(data)
+        return data
+
+    def _bomb(self) -> None:
+        raise InputError(f"{self.where} unpacks to more than {_byte_cap() // (1024 * 1024)} MB "
+                         f"(a zip bomb or not a book); refusing it")
+
+    def xml(self, name: str, what: str, html_fallback: bool = False) -> ET.Element:
+        data = self.read(name, what)
+        try:
+            return SafeET.fromstring(_named_to_numeric(data), forbid_dtd=False, forbid_entities=True,
+                                     forbid_external=True)
+        except defusedxml.DefusedXmlException:
+            raise InputError(f"{self.where}: {name} declares XML entities or external references (a DTD with "
+                             f"<!ENTITY>), which are refused for safety; re-export the EPUB without them") from None
+        except (ET.ParseError, ValueError, LookupError) as e:
+            if html_fallback:
+                return _parse_html(data)
+            raise InputError(f"{self.where} is not a valid EPUB: {name} is not well-formed XML "
+                             f"({_norm(str(e))}); re-download or re-export it") from None
+
+
+_CONTENT_EXTS = (".xhtml", ".html", ".htm", ".xml", ".opf", ".ncx", ".txt")
+_HTML_TYPES = {"application/xhtml+xml", "text/html", "text/x-oeb1-document", "application/xml"}
+
+
+def _check_drm(ep: _Epub, content_docs: set[str] | None = None) -> None:
+    if ep.member("META-INF/rights.xml"):
+        raise InputError(f"{ep.where} is DRM-protected (it has META-INF/rights.xml) and cannot be read; "
+                         f"use a DRM-free copy of the book")
+    if not ep.member("META-INF/encryption.xml"):
+        return
+    root = ep.xml("META-INF/encryption.xml", "encryption file")
+    for data in root.iter():
+        if _local(data.tag) != "encrypteddata":
+            continue
+        for ref in data.iter():
+            if _local(ref.tag) != "cipherreference":
+                continue
+            uri = unquote(ref.get("URI", "")).replace("\\", "/").lstrip("/")
+            target = posixpath.normpath(uri) if uri else ""
+            is_content = target.lower().endswith(_CONTENT_EXTS) or (content_docs is not None and target in content_docs)
+            if is_content:
+                raise InputError(f"{ep.where} is DRM-protected (META-INF/encryption.xml lists encrypted content "
+                                 f"such as {uri!r}) and cannot be read; use a DRM-free copy of the book")
+
+
+# --------------------------------------------------------------------------- table of contents: nav, NCX
+
+
+@dataclass
+class _TocEntry:
+    label: str
+    doc: str
+    frag: str
+    depth: int
+
+
+def _nav_entries(ep: _Epub, path: str) -> list[_TocEntry]:
+    root = ep.xml(path, "navigation document", html_fallback=True)
+    navs = [e for e in root.iter() if _local(e.tag) == "nav"]
+    nav = next((n for n in navs if "toc" in _attr_tokens(n, "type") or "doc-toc" in _attr_tokens(n, "role")),
+               navs[0] if navs else None)
+    if nav is None:
+        return []
+    base = posixpath.dirname(path)
+    out: list[_TocEntry] = []
+
+    def walk(lst: ET.Element, depth: int) -> None:
+        for li in lst:
+            if _local(li.tag) != "li":
+                continue
+            label_el = next((c for c in li if _local(c.tag) in ("a", "span")), None)
+            if label_el is not None and label_el.get("href"):
+                href = label_el.get("href", "")
+                doc = ep.resolve(base, href, "a table-of-contents link")
+                if doc is not None:
+                    out.append(_TocEntry(_norm("".join(label_el.itertext())), doc,
+                                         unquote(href.split("#", 1)[1]) if "#" in href else "", depth))
+            for sub in li:
+                if _local(sub.tag) in ("ol", "ul"):
+                    walk(sub, depth + 1)
+
+    lst = next((e for e in nav.iter() if _local(e.tag) in ("ol", "ul")), None)
+    if lst is not None:
+        walk(lst, 1)
+    return out
+
+
+def _ncx_entries(ep: _Epub, path: str) -> list[_TocEntry]:
+    root = ep.xml(path, "NCX table of contents")
+    navmap = next((e for e in root.iter() if _local(e.tag) == "navmap"), None)
+    if navmap is None:
+        return []
+    base = posixpath.dirname(path)
+    out: list[_TocEntry] = []
+
+    def walk(el: ET.Element, depth: int) -> None:
+        for point in el:
+            if _local(point.tag) != "navpoint":
+                continue
+            label = ""
+            src = ""
+            for c in point:
+                t = _local(c.tag)
+                if t == "navlabel":
+                    label = _norm(" ".join(x.text or "" for x in c.iter() if _local(x.tag) == "text"))
+                elif t == "content":
+                    src = c.get("src", "")
+            if src:
+                doc = ep.resolve(base, src, "an NCX entry")
+                if doc is not None:
+                    out.append(_TocEntry(label, doc, unquote(src.split("#", 1)[1]) if "#" in src else "", depth))
+            walk(point, depth + 1)
+
+    walk(navmap, 1)
+    return out
+
+
+# --------------------------------------------------------------------------- container -> package -> book
+
+
+def _load_epub(p: Path, footnotes: str = "skip", front_matter: bool = False) -> Book:
+    where = _show(p)
+    try:
+        zf = zipfile.ZipFile(p)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError, ValueError,
+            NotImplementedError):
+        raise InputError(f"{where} is not a valid EPUB (corrupt zip); re-download or re-export it") from None
+    with zf:
+        ep = _Epub(p, zf)
+        _check_drm(ep)
+        container = ep.xml("META-INF/container.xml", "container file")
+        rootfiles = [e for e in container.iter() if _local(e.tag) == "rootfile" and e.get("full-path")]
+        rootfiles.sort(key=lambda e: e.get("media-type") != "application/oebps-package+xml")
+        if not rootfiles:
+            raise InputError(f"{where} is not a valid EPUB: META-INF/container.xml names no package (OPF) file; "
+                             f"re-download or re-export it")
+        opf_path = ep.resolve("", rootfiles[0].get("full-path", ""), "the package file path")
+        if not opf_path:
+            raise InputError(f"{where} is not a valid EPUB: its package file path is not usable; re-export it")
+        opf = ep.xml(opf_path, "package file")
+        return _read_package(ep, p, opf_path, opf, footnotes, front_matter)
+
+
+def _matter_docs(ep: _Epub, opf: ET.Element, base: str, nav: str | None) -> set[str]:
+    """Documents the OPF guide or the nav's landmarks mark as front/back matter (whole documents)."""
+    out: set[str] = set()
+    links: list[tuple[set[str], str, str]] = []
+    for e in opf.iter():
+        if _local(e.tag) == "reference" and e.get("href"):
+            links.append(({(e.get("type") or "").strip().lower()}, e.get("href", ""), base))
+    if nav:
+        try:
+            root = ep.xml(nav, "navigation document", html_fallback=True)
+        except InputError:
+            root = None
+        for n in (root.iter() if root is not None else ()):
+            if _local(n.tag) == "nav" and "landmarks" in _attr_tokens(n, "type"):
+                for a in n.iter():
+                    if _local(a.tag) == "a" and a.get("href"):
+                        links.append((_attr_tokens(a, "type"), a.get("href", ""), posixpath.dirname(nav)))
+    for types, href, b in links:
+        if types & _MATTER_TYPES and "#" not in href.strip("#"):
+            doc = ep.resolve(b, href.split("#", 1)[0], "a landmark link")
+            if doc:
+                out.add(doc)
+    return out
+
+
+def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes: str = "skip",
+                  front_matter: bool = False) -> Book:
+    where = ep.where
+    base = posixpath.dirname(opf_path)
+    title = ""
+    for e in opf.iter():
+        if _local(e.tag) == "title" and (e.text or "").strip():
+            title = _norm("".join(e.itertext()))
+            break
+    author = None
+    for e in opf.iter():
+        if _local(e.tag) == "creator" and (e.text or "").strip():
+            role = e.get("{http://www.idpf.org/2007/opf}role") or e.get("role") or "aut"
+            if role == "aut":
+                author = _norm("".join(e.itertext()))
+                break
+    manifest: dict[str, tuple[str, str, set[str]]] = {}
+    for e in opf.iter():
+        if _local(e.tag) == "item" and e.get("id") and e.get("href") is not None:
+            path = ep.resolve(base, e.get("href", ""), f"manifest item {e.get('id')!r}")
+            if path:
+                manifest[e.get("id", "")] = (path, (e.get("media-type") or "").lower(),
+                                             set((e.get("properties") or "").split()))
+    spine_el = next((e for e in opf.iter() if _local(e.tag) == "spine"), None)
+    spine: list[tuple[str, bool]] = []
+    if spine_el is not None:
+        for ref in spine_el:
+            if _local(ref.tag) == "itemref" and ref.get("idref") in manifest:
+                path, mt, _props = manifest[ref.get("idref", "")]
+                if mt in _HTML_TYPES or path.lower().endswith((".xhtml", ".html", ".htm")):
+                    spine.append((path, ref.get("linear", "yes").strip().lower() != "no"))
+    if not spine:
+        raise InputError(f"{where} is not a valid EPUB: its package file lists no readable documents in the "
+                         f"spine; re-download or re-export it")
+    _check_drm(ep, {path for path, _ in spine} | {m[0] for m in manifest.values() if m[1] in _HTML_TYPES})
+
+    toc: list[_TocEntry] = []
+    nav = next((m[0] for m in manifest.values() if "nav" in m[2]), None)
+    if nav:
+        toc = _nav_entries(ep, nav)
+    if not toc:
+        ncx_id = spine_el.get("toc") if spine_el is not None else None
+        ncx = manifest.get(ncx_id or "", (None,))[0] or next(
+            (m[0] for m in manifest.values() if m[1] == "application/x-dtbncx+xml"), None)
+        if ncx and ep.member(ncx):
+            toc = _ncx_entries(ep, ncx)
+    toc_docs = {e.doc for e in toc}
+    matter_docs = set() if front_matter else _matter_docs(ep, opf, base, nav)
+
+    # read the spine into one stream of blocks
+    stream: list[_Block] = []
+    anchors: dict[str, int] = {}
+    doc_start: dict[str, int] = {}
+    doc_order: list[str] = []
+    skipped: set[str] = set()
+    for path, linear in spine:
+        if path in doc_start or (not linear and path not in toc_docs) or path in matter_docs:
+            continue
+        root = ep.xml(path, "content document", html_fallback=True)
+        ex = _Extractor(footnotes, front_matter).run(root)
+        doc_start[path] = len(stream)
+        doc_order.append(path)
+        for k, v in ex.anchors.items():
+            anchors[f"{path}#{k}"] = len(stream) + v
+        skipped |= {f"{path}#{k}" for k in ex.skipped_ids}
+        stream.extend(ex.blocks)
+
+    # Project Gutenberg START/END markers written as text
+    lo, hi = 0, len(stream)
+    for k, b in enumerate(stream):
+        if _PG_START_RE.match(b.text):
+            lo = k + 1
+            break
+    for k in range(lo, len(stream)):
+        if _PG_END_RE.match(stream[k].text):
+            hi = k
+            break
+    stream = stream[lo:hi]
+
+    def shift(pos: int) -> int | None:
+        """A position in the cut stream; None past its end."""
+        return None if pos >= hi else max(pos, lo) - lo
+
+    # chapter starts: (position, title, depth)
+    starts: list[tuple[int, str, int]] = []
+    for e in toc:
+        key = f"{e.doc}#{e.frag}" if e.frag else None
+        if key and key in skipped:
+            continue  # points into Project Gutenberg boilerplate
+        if key and key in anchors:
+            pos = anchors[key]
+        elif e.doc in doc_start:
+            pos = doc_start[e.doc]
+        else:
+            continue
+        s = shift(pos)
+        if s is not None:
+            starts.append((s, e.label, e.depth))
+    if not starts:
+        # no usable TOC: each document with an h1/h2 starts a chapter titled by it
+        bounds = [doc_start[d] for d in doc_order] + [lo + len(stream) if hi == lo + len(stream) else hi]
+        for a, b in zip(bounds, bounds[1:]):
+            s = shift(a)
+            if s is None:
+                continue
+            heading = next((blk for blk in stream[s:max(s, min(b, hi) - lo)] if 1 <= blk.level <= 2), None)
+            if heading is not None:
+                starts.append((s, heading.text, 1))
+    starts.sort(key=lambda t: t[0])
+
+    book_title = title or p.stem
+    segments: list[tuple[str | None, int, list[_Block]]] = []
+    first = starts[0][0] if starts else len(stream)
+    segments.append((None, 0, stream[:first]))
+    for k, (pos, label, depth) in enumerate(starts):
+        end = starts[k + 1][0] if k + 1 < len(starts) else len(stream)
+        segments.append((label, depth, stream[pos:end]))
+
+    _front_title, paras0 = _segment_paragraphs(None, segments[0][2])
+    merged: list[tuple[str, int, list[str]]] = [(title, 0, paras0)] if paras0 else []
+    # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
+    pending: list[tuple[str, int]] = []
+    for label, depth, blocks in segments[1:]:
+        t, paras = _segment_paragraphs(label, blocks)
+        if not paras:
+            pending = [(pt, pd) for pt, pd in pending if pd < depth] + [(t, depth)]
+            continue
+        merged.append((_chain_titles([pt for pt, pd in pending if pd < depth and pt] + [t]), depth, paras))
+        pending = []
+    # leading front matter without prose (title page, contents, edition notice) is left out
+    k = 0
+    while k < len(merged) - 1 and not _has_prose(merged[k][2]) and any(_has_prose(c[2]) for c in merged[k + 1:]):
+        k += 1
+    merged = merged[k:]
+    if not merged:
+        raise InputError(f"{where} has no readable text in its documents; pass a book with text")
+    return Book(title=book_title, source=p, format="epub",
+                chapters=[Chapter(i + 1, t, ps) for i, (t, _d, ps) in enumerate(merged)], author=author,
+                title_known=bool(title))
+
+
+# --------------------------------------------------------------------------- blocks -> chapters
+
+
+def _chain_titles(titles: list[str]) -> str:
+    out = ""
+    for t in titles:
+        out = _join_title(out, t) if out else _norm(t)
+    return out
+
+
+def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, list[str]]:
+    """Drop leading headings that repeat the title and contents lists; the rest are paragraphs."""
+    title = title or ""
+    k = 0
+    if title:
+        tt = _tokens(title)
+        pos = 0
+        while k < len(blocks) and pos < len(tt):
+            b = blocks[k]
+            ht = _tokens(b.text)
+            if not b.level and len(ht) > 12:
+                break
+            if not ht:
+                k += 1
+                continue
+            if tt[pos:pos + len(ht)] == ht:
+                pos += len(ht)
+                k += 1
+                continue
+            if pos == 0 and b.level and ht[:len(tt)] == tt:
+                title = b.text  # the heading says more than the TOC label
+                k += 1
+            break
+    rest = blocks[k:]
+    # contents lists: 3+ short blocks linking into the book (and a "Contents" label before them)
+    out: list[_Block] = []
+    i = 0
+    while i < len(rest):
+        b = rest[i]
+        if b.xref and len(b.text.split()) <= 20:
+            e = i
+            while e < len(rest) and rest[e].xref and len(rest[e].text.split()) <= 20:
+                e += 1
+            label_before = bool(out) and _CONTENTS_LABEL_RE.match(out[-1].text) is not None
+            if e - i >= 3 or label_before or _CONTENTS_LABEL_RE.match(title):
+                if label_before:
+                    out.pop()
+                i = e
+                continue
+            out.extend(rest[i:e])
+            i = e
+            continue
+        out.append(b)
+        i += 1
+    if out and _CONTENTS_LABEL_RE.match(title) and all(_CONTENTS_LABEL_RE.match(b.text) for b in out):
+        out = []
+    return title, [b.text for b in out]

@@ -1,0 +1,162 @@
+"""Markdown: text -> heading and paragraph items (and the title H1).
+
+A line-based block reader for the Markdown books are written in: ATX (``#``) and setext
+headings, fenced code (its text is kept), block quotes, bullet and numbered lists, thematic
+breaks, link reference definitions and HTML comments (dropped); inline clean-up turns links into
+their text and drops images, tags, footnote references and escapes. :func:`_md_items` picks the
+chapter level ("# Part" / "## Chapter") and the book-title H1; a file without Markdown headings
+falls back to the plain-text heading heuristics of ``jobs.ingest.text``.
+
+Works on decoded, Gutenberg-stripped text; does not know decoding, how items become chapters
+(``jobs.ingest.chapters``) or EPUB.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from jobs.ingest.common import _is_separator, _norm
+from jobs.ingest.text import _clean_inline, _Item, _txt_items
+
+
+_FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+_SETEXT_RE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+_HR_RE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+_LINKDEF_RE = re.compile(r"^ {0,3}\[[^\]\[]{1,300}\]:[ \t]*<?[^\s<>]+>?"
+                         r"(?:[ \t]+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?[ \t]*$")
+_QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
+_BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+")
+_ORDERED_RE = re.compile(r"^[ \t]*\d{1,4}[.)][ \t]+")
+_COMMENT_RE = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+_MD_IMAGE_RE = re.compile(r"!\[[^\]\[]{0,1000}\](?:\([^()\s]{0,2000}(?:\s+\"[^\"]{0,500}\")?\)|\[[^\]\[]{0,200}\])")
+_MD_LINK_RE = re.compile(r"\[([^\]\[]{0,1000})\]\((?:[^()\s]|\([^)]{0,200}\)){0,2000}(?:\s+\"[^\"]{0,500}\")?\)")
+_MD_REFLINK_RE = re.compile(r"\[([^\]\[]{1,1000})\]\[[^\]\[]{0,200}\]")
+_MD_FOOTREF_RE = re.compile(r"\[\^[^\]\s]{1,100}\](?!:)")
+_MD_FOOTDEF_RE = re.compile(r"^\[\^[^\]]+\]:\s*")
+_MD_AUTOLINK_RE = re.compile(r"<((?:https?|ftp|mailto):[^>\s]+)>")
+_MD_CODE_RE = re.compile(r"(`{1,3})([^`]{1,2000})\1")
+_MD_TAG_RE = re.compile(r"</?[A-Za-z][A-Za-z0-9-]*(?:\s[^<>]*)?/?>")
+_MD_ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])")
+_MD_TOC_RE = re.compile(r"^\s*(?:\d{1,4}[.)]\s*)?\[[^\]]{1,300}\]\(#[^)\s]{0,300}\)\s*$")
+
+
+def _clean_markdown(s: str) -> str:
+    s = _MD_FOOTDEF_RE.sub("", s)
+    s = _MD_CODE_RE.sub(lambda m: m.group(2).strip(), s)
+    s = _MD_IMAGE_RE.sub(" ", s)
+    s = _MD_LINK_RE.sub(r"\1", s)
+    s = _MD_REFLINK_RE.sub(r"\1", s)
+    s = _MD_FOOTREF_RE.sub("", s)
+    s = _MD_AUTOLINK_RE.sub(r"\1", s)
+    s = re.sub(r"<br\s*/?>", " ", s, flags=re.I)
+    s = _MD_TAG_RE.sub("", s)
+    s = _clean_inline(s)
+    s = _MD_ESCAPE_RE.sub(r"\1", s)
+    if "&" in s:
+        s = html.unescape(s)
+    return s
+
+
+def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
+    """Markdown -> (kind, heading level, text, toc-entry) blocks; kind: heading | para | code."""
+    out: list[tuple[str, int, str, bool]] = []
+    para: list[str] = []
+
+    def end_para() -> None:
+        if para:
+            raw = "\n".join(para)
+            toc = bool(_MD_TOC_RE.match(raw))
+            out.append(("para", 0, _clean_markdown(raw).strip(), toc))
+            para.clear()
+
+    fence: str | None = None
+    code: list[str] = []
+
+    def end_code() -> None:
+        if code:
+            out.append(("code", 0, "\n".join(code).strip(), False))
+            code.clear()
+
+    for line in _COMMENT_RE.sub("", body).split("\n"):
+        if fence:
+            if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
+                end_code()
+                fence = None
+            elif line.strip():
+                code.append(line)
+            else:
+                end_code()
+            continue
+        m = _FENCE_RE.match(line)
+        if m:
+            end_para()
+            fence = m.group(1)
+            continue
+        if not line.strip():
+            end_para()
+            continue
+        m = _ATX_RE.match(line)
+        if m and (m.group(2) or line.strip() == m.group(1)):
+            end_para()
+            out.append(("heading", len(m.group(1)), _norm(_clean_markdown(m.group(2) or "")), False))
+            continue
+        m = _SETEXT_RE.match(line)
+        if m and para and not _BULLET_RE.match(para[0]):
+            text = _norm(_clean_markdown(" ".join(para)))
+            para.clear()
+            out.append(("heading", 1 if m.group(1)[0] == "=" else 2, text, False))
+            continue
+        if _HR_RE.match(line):
+            end_para()
+            continue
+        if _LINKDEF_RE.match(line) and not _MD_FOOTDEF_RE.match(line.strip()):
+            continue
+        line = _QUOTE_RE.sub("", line)
+        if not line.strip():
+            end_para()
+            continue
+        if _BULLET_RE.match(line):
+            end_para()
+            line = _BULLET_RE.sub("", line)
+        elif _ORDERED_RE.match(line) and (not para or re.match(r"^[ \t]*1[.)]", line)):
+            end_para()  # only a list starting at 1 interrupts a paragraph ("1984. Then" may wrap)
+        para.append(line.strip())
+    if fence:
+        end_code()
+    end_para()
+    return [b for b in out if b[0] == "heading" or b[2].strip()]
+
+
+def _md_items(body: str) -> tuple[list[_Item], str | None]:
+    """Markdown -> items and the title H1 (if the file has one). Falls back to plain-text headings."""
+    blocks = _md_blocks(body)
+    headings = [(k, b) for k, b in enumerate(blocks) if b[0] == "heading" and b[2]]
+    if not headings:
+        # no Markdown headings: find plain-text chapter headings ("CHAPTER I.") as in a TXT file
+        return _txt_items("\n\n".join(b[2] for b in blocks)), None
+    title_h1 = None
+    skip = -1
+    h1s = [k for k, b in headings if b[1] == 1]
+    if len(h1s) == 1 and headings[0][1][1] == 1 and len(headings) > 1:
+        skip = headings[0][0]
+        title_h1 = headings[0][1][2]
+    levels = sorted({b[1] for k, b in headings if k != skip})
+    level = levels[0] if levels else 1
+    if len(levels) > 1:
+        nxt = levels[1]
+        n_top = sum(1 for k, b in headings if k != skip and b[1] == level)
+        n_next = sum(1 for k, b in headings if k != skip and b[1] == nxt)
+        if n_next >= 2 and n_next > n_top:
+            level = nxt  # "# Part" / "## Chapter": chapters are the finer level, parts prefix them
+    items = []
+    for k, (kind, lvl, text, toc) in enumerate(blocks):
+        if k == skip:
+            continue
+        text = _norm(text)
+        if kind == "heading" and text and lvl <= level:
+            items.append(_Item("heading", text))
+        elif text and not _is_separator(text):
+            items.append(_Item("para", text, toc))
+    return items, title_h1

@@ -1,0 +1,59 @@
+"""Front and back matter: chapters -> the chapters worth reading aloud.
+
+:func:`_drop_matter` drops, for every format, chapters titled "About the Author", "Contents",
+"Index", "Copyright", "Also by ..."; a short copyright notice among the first three chapters;
+ISBN-only paragraphs; and a trailing "About the Author" section in the last chapter. Used
+unless ``front_matter=True``.
+
+Works on :class:`Chapter` lists only: it does not know formats, nor EPUB's ``epub:type`` /
+landmark matter, which ``jobs.ingest.html`` and ``jobs.ingest.epub`` skip while reading.
+"""
+
+from __future__ import annotations
+
+import re
+
+from jobs.ingest.book import Chapter
+from jobs.ingest.common import _is_prose
+
+
+_MATTER_TITLE_RE = re.compile(
+    r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
+    r"|copyright(?:\s+page)?|colophon|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations)"
+    r"[.:]?$", re.I)
+_ISBN_RE = re.compile(r"^\s*(?:e-?)?ISBN(?:-1[03])?[:\s]*[\dXx][\d\s\-Xx]{8,20}(?:\s*\([^)]{0,40}\))?[.;]?\s*$", re.I)
+_COPYRIGHT_RE = re.compile(r"(?:\bcopyright\b|\u00a9|\(c\)\s*\d{4})", re.I)
+_RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:publication|book)|first published|"
+                        r"printed in|library of congress", re.I)
+
+
+def _is_copyright_chapter(ch: Chapter) -> bool:
+    """A short chapter that is a copyright notice / colophon (copyright and rights or ISBN lines)."""
+    text = " ".join(ch.paragraphs)
+    return (len(text.split()) <= 300 and bool(_COPYRIGHT_RE.search(text)) and bool(_RIGHTS_RE.search(text))
+            and not any(_is_prose(p) and len(p.split()) > 60 for p in ch.paragraphs))
+
+
+def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
+    """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
+    "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
+    paragraphs; a trailing "About the Author" section inside the last chapter (a heading-like
+    paragraph of its own, followed by at most 400 words)."""
+    out: list[Chapter] = []
+    n = len(chapters)
+    for k, ch in enumerate(chapters):
+        title = (ch.title or "").strip()
+        if title and _MATTER_TITLE_RE.match(title):
+            continue
+        if k < 3 and k < n - 1 and _is_copyright_chapter(ch):
+            continue
+        paras = [p for p in ch.paragraphs if not _ISBN_RE.match(p)]
+        if k == n - 1:
+            for j, para in enumerate(paras):
+                if j > 0 and re.match(r"^about\s+the\s+authors?[.:]?$", para, re.I) \
+                        and len(" ".join(paras[j + 1:]).split()) <= 400:
+                    paras = paras[:j]
+                    break
+        if paras:
+            out.append(Chapter(ch.index, ch.title, paras))
+    return out

@@ -1,0 +1,370 @@
+"""Plain text: bytes -> str -> heading and paragraph items.
+
+Three stages, in the order a TXT file goes through them:
+
+* decoding (:func:`_decode_text`): UTF-8 (BOM allowed) or the ``--encoding`` codec, refusing
+  binary files, zips and PDFs given a text name, and UTF-16/32 without ``--encoding``;
+* Project Gutenberg (:func:`_strip_gutenberg`, :func:`_pg_author`): the START/END markers, the
+  ``Title:``/``Author:`` header lines and the "Produced by" credit; the marker regexes are also
+  used by the EPUB loader on block text;
+* TXT structure (:func:`_txt_items`): blank-line blocks, chapter-heading heuristics ("CHAPTER I.",
+  roman numerals in sequence, a title line after a bare heading), emphasis and
+  ``[Illustration]`` clean-up, producing :class:`_Item` s.
+
+Does not know Markdown syntax (``jobs.ingest.markdown``), how items become chapters
+(``jobs.ingest.chapters``) or anything about EPUB.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+
+from core.errors import EncodingError, InputError
+from jobs.ingest.common import _is_separator, _join_title, _norm
+
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+_UTF16_32_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+_CONTROL_BYTES = bytes(set(range(32)) - {9, 10, 12, 13, 11, 27}) + b"\x7f"
+
+
+def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
+    if encoding:
+        try:
+            codec = codecs.lookup(encoding)
+        except LookupError:
+            raise InputError(f"unknown encoding {encoding!r} for {where}; "
+                             f"pass --encoding with a name such as utf-8, latin-1 or cp1252") from None
+        label = encoding
+    else:
+        codec, label = codecs.lookup("utf-8"), "UTF-8"
+    wide = codec.name.startswith(("utf-16", "utf-32"))
+    if not wide:
+        if data.startswith(_UTF16_32_BOMS) and not data.startswith(codecs.BOM_UTF8):
+            kind = "UTF-32" if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)) else "UTF-16"
+            raise EncodingError(f"{where} is {kind} text, not {label}; re-save it as UTF-8 "
+                                f"or pass --encoding {kind.lower()}")
+        _refuse_binary(where, data)
+    name = "utf-8-sig" if codec.name == "utf-8" else codec.name
+    try:
+        text = data.decode(name)
+    except UnicodeDecodeError as e:
+        pos = e.start
+        line = data.count(b"\n", 0, pos) + 1
+        col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+        raise EncodingError(
+            f"{where} is not valid {label} text: byte 0x{data[pos]:02X} at byte offset {pos} (line {line}, "
+            f"column {col}) cannot be decoded; re-save it as UTF-8 or pass --encoding {_guess_legacy(data)} "
+            f"(or the file's real encoding)") from None
+    text = text.lstrip("\ufeff")
+    if "\x00" in text:
+        raise InputError(f"{where} contains NUL characters; it is not a text book (pass a .txt, .md or .epub file)")
+    return text
+
+
+def _guess_legacy(data: bytes) -> str:
+    """The 8-bit encoding to suggest: cp1252 when Windows punctuation bytes (0x80-0x9F) occur."""
+    if re.search(rb"[\x80-\x9f]", data):
+        try:
+            data.decode("cp1252")
+            return "cp1252"
+        except UnicodeDecodeError:
+            pass
+    return "latin-1"
+
+
+def _refuse_binary(where: str, data: bytes) -> None:
+    head = data[:65536]
+    if data.startswith(b"PK\x03\x04") or data.startswith(b"PK\x05\x06"):
+        raise InputError(f"{where} is a zip archive, not text; if it is an EPUB, give it the .epub extension")
+    if data.startswith(b"%PDF"):
+        raise InputError(f"{where} is a PDF, which is not supported; convert it to EPUB or plain text first")
+    if b"\x00" in data:
+        raise InputError(f"{where} looks like a binary file (it has NUL bytes), not text; "
+                         f"pass a .txt, .md or .epub book")
+    controls = len(head) - len(head.translate(None, _CONTROL_BYTES))
+    if head and controls > 0.10 * len(head):
+        raise InputError(f"{where} looks like a binary file (many control bytes), not text; "
+                         f"pass a .txt, .md or .epub book")
+
+
+# --------------------------------------------------------------------------- Project Gutenberg
+
+
+_PG_START_RE = re.compile(
+    r"^[ \t]*\*{3}[ \t]*START[ \t]+OF[ \t]+(?:THE|THIS)[ \t]+PROJECT[ \t]+GUTENBERG[ \t]+E-?(?:BOOK|TEXT)\b.*$"
+    r"|^\*END\*THE SMALL PRINT!.*$", re.I | re.M)
+_PG_END_RE = re.compile(
+    r"^[ \t]*(?:\*{3}[ \t]*END[ \t]+OF[ \t]+(?:THE|THIS)[ \t]+PROJECT[ \t]+GUTENBERG"
+    r"|End[ \t]+of[ \t]+(?:the[ \t]+|this[ \t]+)?Project[ \t]+Gutenberg(?:'s|\u2019s)?\b)", re.I | re.M)
+_PG_TITLE_RE = re.compile(r"^Title:[ \t]*(\S.*)$((?:\n[ \t]+\S.*$)*)", re.M)
+_PG_AUTHOR_RE = re.compile(r"^Author:[ \t]*(\S.*)$", re.M)
+_PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by)\b", re.I)
+
+
+def _pg_author(text: str) -> str | None:
+    start = _PG_START_RE.search(text)
+    m = _PG_AUTHOR_RE.search(text, 0, start.start()) if start else None
+    return _norm(m.group(1)) if m else None
+
+
+def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
+    """Return (body, title from the header, whether PG markers were found)."""
+    title = None
+    found = False
+    start = _PG_START_RE.search(text)
+    if start:
+        found = True
+        m = _PG_TITLE_RE.search(text, 0, start.start())
+        if m:
+            title = _norm(m.group(1) + " " + m.group(2))
+        end_of_marker = start.end()
+        if not start.group(0).rstrip().endswith("***") and start.group(0).lstrip().startswith("*"):
+            # the marker wraps onto the next line(s): "... ALICE'S ADVENTURES IN\nWONDERLAND ***"
+            rest = text[end_of_marker:end_of_marker + 400].split("\n")
+            for k, line in enumerate(rest[1:3], start=1):
+                if line.rstrip().endswith("***"):
+                    end_of_marker += sum(len(x) + 1 for x in rest[:k + 1]) - 1
+                    break
+        body_start = end_of_marker
+    else:
+        body_start = 0
+    end = _PG_END_RE.search(text, body_start)
+    if end:
+        found = True
+        body = text[body_start:end.start()]
+    else:
+        body = text[body_start:]
+    if start:
+        # a "Produced by ..." credit paragraph right after the START marker
+        stripped = body.lstrip()
+        if _PG_CREDIT_RE.match(stripped):
+            cut = re.search(r"\n[ \t]*\n", stripped)
+            body = stripped[cut.end():] if cut else ""
+    return body, title, found
+
+
+# --------------------------------------------------------------------------- TXT structure
+
+
+@dataclass
+class _Item:
+    kind: str  # "heading" | "para"
+    text: str
+    toc: bool = False  # a paragraph that is a contents-list entry (a local link)
+
+
+_ROMAN = r"(?=[IVXLCDM])M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})"
+_UNITS = "one|two|three|four|five|six|seven|eight|nine"
+_NUMWORD = (rf"(?:(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[- ](?:{_UNITS}))?"
+            rf"|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|{_UNITS})")
+_ORDINAL = (r"(?:the\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth"
+            r"|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|last)")
+_KEYWORD = r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|CANTO|Canto)"
+_HEADING_RE = re.compile(
+    rf"^(?P<head>{_KEYWORD}[ \t]+(?:{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
+    rf"(?:[ \t]*[.,:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
+_SECTION_RE = re.compile(
+    r"^(?P<head>(?:PROLOGUE|Prologue|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
+    r"|AFTERWORD|Afterword|INTERLUDE|Interlude)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
+_ROMAN_ALONE_RE = re.compile(rf"^{_ROMAN}\.?$")
+_OPEN_CHARS = "\"'\u201c\u2018([_*"
+
+
+def _title_like(s: str) -> bool:
+    """A short line that can be a chapter title."""
+    s = s.strip()
+    words = s.split()
+    if not 1 <= len(words) <= 12 or len(s) > 80:
+        return False
+    first = s[0]
+    if not (first.isupper() or first.isdigit() or first in _OPEN_CHARS):
+        return False
+    return not s.endswith((",", ";"))
+
+
+@dataclass
+class _Heading:
+    head: str
+    title: str | None
+    roman: bool = False
+
+
+def _match_heading(line: str) -> _Heading | None:
+    line = line.strip()
+    if not line or len(line) > 100:
+        return None
+    for rx in (_HEADING_RE, _SECTION_RE):
+        m = rx.match(line)
+        if m:
+            title = m.group("title")
+            if title is not None and not _title_like(title):
+                return None
+            return _Heading(m.group("head"), title)
+    if _ROMAN_ALONE_RE.match(line):
+        return _Heading(line, None, roman=True)
+    return None
+
+
+def _strict_title_line(block: list[str]) -> str | None:
+    """A block that is only a chapter title: one short line, no sentence punctuation at its end."""
+    if len(block) != 1:
+        return None
+    s = block[0].strip()
+    if not _title_like(s) or _match_heading(s):
+        return None
+    letters = [c for c in s if c.isalpha()]
+    if letters and all(c.isupper() for c in letters):
+        return s
+    if re.search(r"[.!?:\u2026\"'\u201d\u2019]$", s):
+        return None
+    return s
+
+
+def _split_blocks(text: str) -> list[list[str]]:
+    """Blank-line separated blocks of lines. A text written one paragraph per line, with (almost)
+    no blank lines and long unwrapped lines, gets one block per line instead."""
+    lines = text.split("\n")
+    full = [ln for ln in lines if ln.strip()]
+    if len(full) >= 8:
+        blank_runs = sum(1 for a, b in zip(lines, lines[1:]) if a.strip() and not b.strip())
+        lengths = sorted(len(ln.strip()) for ln in full)
+        if blank_runs < 0.1 * len(full) and lengths[len(lengths) // 2] > 150:
+            return [[ln.rstrip()] for ln in full]
+    blocks: list[list[str]] = []
+    cur: list[str] = []
+    for line in lines:
+        if line.strip():
+            cur.append(line.rstrip())
+        elif cur:
+            blocks.append(cur)
+            cur = []
+    if cur:
+        blocks.append(cur)
+    return blocks
+
+
+_ILLUSTRATION_RE = re.compile(r"\[\s*Illustration\b[^\]\[]{0,2000}\]", re.I)
+_MARK_RE = re.compile(r"\*+|_+")
+
+
+def _strip_emphasis(s: str) -> str:
+    """Remove paired ``_x_``, ``*x*``, ``**x**``, ``__x__`` markers in one linear pass.
+
+    An opening marker is followed by a non-space and not preceded by a word character (so
+    ``snake_case`` stays); a closing one is preceded by a non-space and may be followed by a
+    word character (Gutenberg writes ``_Un_important``). Unpaired markers stay as they are.
+    """
+    n = len(s)
+    pending: dict[str, tuple[int, int]] = {}
+    cuts: list[tuple[int, int]] = []
+    for m in _MARK_RE.finditer(s):
+        a, b = m.span()
+        mk = m.group()
+        if len(mk) > 3:
+            continue
+        before = s[a - 1] if a else " "
+        after = s[b] if b < n else " "
+        if mk in pending and not before.isspace() and before != "\\":
+            cuts.append(pending.pop(mk))
+            cuts.append((a, b))
+            continue
+        if not after.isspace() and not (before.isalnum() or before == "_" or before == "\\"):
+            pending[mk] = (a, b)
+    if not cuts:
+        return s
+    cuts.sort()
+    out, last = [], 0
+    for a, b in cuts:
+        out.append(s[last:a])
+        last = b
+    out.append(s[last:])
+    return "".join(out)
+
+
+def _clean_inline(s: str) -> str:
+    """Remove emphasis markers and illustration markers; keep all words and punctuation."""
+    s = _ILLUSTRATION_RE.sub(" ", s)
+    if "_" in s or "*" in s:
+        s = _strip_emphasis(s)
+    return s
+
+
+def _roman_value(s: str) -> int:
+    vals = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+    s = s.rstrip(".")
+    total = 0
+    for k, ch in enumerate(s):
+        v = vals[ch]
+        total += -v if k + 1 < len(s) and vals[s[k + 1]] > v else v
+    return total
+
+
+def _roman_headings(blocks: list[list[str]]) -> set[int]:
+    """Blocks that start with a roman numeral alone and belong to a numbered sequence (k, then
+    k+1 later): a letter signed "M." or a lone "C." is no chapter."""
+    cands = [(k, _roman_value(b[0].strip())) for k, b in enumerate(blocks)
+             if len(b) <= 2 and _ROMAN_ALONE_RE.match(b[0].strip())]
+    ok: set[int] = set()
+    last = None
+    for n, (k, v) in enumerate(cands):
+        if (last is not None and v == last + 1) or any(v2 == v + 1 for _k2, v2 in cands[n + 1:n + 50]):
+            ok.add(k)
+            last = v
+    return ok
+
+
+def _txt_items(body: str) -> list[_Item]:
+    """Plain text -> heading and paragraph items."""
+    blocks = _split_blocks(body)
+    roman_ok = _roman_headings(blocks)
+    items: list[_Item] = []
+    i = 0
+    while i < len(blocks):
+        lines = [ln.strip() for ln in blocks[i]]
+        i += 1
+        j = 0
+        last_bare = False
+        while j < len(lines):
+            h = _match_heading(lines[j])
+            if h is None or (h.roman and (j != 0 or i - 1 not in roman_ok)):
+                break
+            title = h.title
+            if title is None and j + 1 < len(lines) and _match_heading(lines[j + 1]) is None \
+                    and _title_like(lines[j + 1]) \
+                    and not (j + 2 < len(lines) and lines[j + 2][:1].islower()):
+                title = lines[j + 1]
+                j += 1
+            elif h.roman and len(lines) == 2:
+                break  # "I" followed by a line that is no title: a paragraph
+            if h.title is not None:
+                text = _norm(lines[j]) if title == h.title else _join_title(h.head, title)
+            else:
+                text = _join_title(h.head, title or "")
+            items.append(_Item("heading", _norm(_clean_inline(text))))
+            last_bare = title is None
+            j += 1
+        if j == 0:
+            _add_para(items, lines)
+            continue
+        if j < len(lines):
+            _add_para(items, lines[j:])
+        elif last_bare and i + 1 < len(blocks):
+            t = _strict_title_line(blocks[i])
+            if t is not None:
+                items[-1].text = _join_title(items[-1].text, _norm(_clean_inline(t)))
+                i += 1
+    return items
+
+
+def _add_para(items: list[_Item], lines: list[str], toc: bool = False) -> None:
+    if _is_separator(_norm(" ".join(lines))):
+        return
+    text = _norm(_clean_inline(" ".join(lines)))
+    if text and not _is_separator(text):
+        items.append(_Item("para", text, toc))
