@@ -42,7 +42,8 @@ def _build(spec: EngineSpec, voice):
 
         return TensorRTEngine(voice, spec)
     if spec.name == "fake":
-        from engines.fake import FakeEngine
+        from engines.fake import FakeEngine, hooks_from_env
 
-        return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length, max_batch=spec.max_batch)
+        return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length, max_batch=spec.max_batch,
+                          **hooks_from_env())
     raise EngineUnavailable(f"unknown engine {spec.name!r}; choose one of {', '.join(ENGINE_NAMES)}")

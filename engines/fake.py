@@ -17,6 +17,22 @@ from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_i
 from core.errors import DeterministicEngineError, EngineOutOfMemory, TransientEngineError
 
 
+#: The test hooks a process takes from its environment: variable -> (argument, type).
+HOOK_ENV = {
+    "BOOKTTS_FAKE_FAIL_ID": ("fail_on_id", int),
+    "BOOKTTS_FAKE_OOM_OVER": ("oom_over", int),
+    "BOOKTTS_FAKE_TRANSIENT_FIRST": ("transient_first", int),
+    "BOOKTTS_FAKE_DELAY_S": ("delay_s", float),
+}
+
+
+def hooks_from_env(env=None) -> dict:
+    """The :class:`FakeEngine` arguments the ``BOOKTTS_FAKE_*`` variables of ``env`` (default: this
+    process's) set; the only place they are read."""
+    env = os.environ if env is None else env
+    return {arg: kind(env[var]) for var, (arg, kind) in HOOK_ENV.items() if env.get(var, "") != ""}
+
+
 class FakeEngine:
     """Deterministic tones with exact lengths; knows nothing of text.
 
@@ -24,17 +40,20 @@ class FakeEngine:
     ``oom_over``: raise :class:`EngineOutOfMemory` for batches larger than this.
     ``transient_first``: the first N calls in this process raise :class:`TransientEngineError` (a lost
     device, say), to exercise retries.
-    ``delay_s``: sleep this long per batch (env ``BOOKTTS_FAKE_DELAY_S`` also sets it), to let tests kill workers mid-batch.
+    ``delay_s``: sleep this long per batch, to let tests kill workers mid-batch.
+
+    Tests that start worker or ``run`` processes set these through the environment
+    (:func:`hooks_from_env`, read where engines are built from a spec).
     """
 
     def __init__(self, sample_rate: int = 22050, hop_length: int = 256, frames_per_phoneme: int = 2,
                  max_batch: int = 64, fail_on_id: int | None = None, oom_over: int | None = None,
-                 delay_s: float | None = None, transient_first: int = 0) -> None:
+                 delay_s: float = 0.0, transient_first: int = 0) -> None:
         self.hop_length = hop_length
         self.frames_per_phoneme = frames_per_phoneme
         self.fail_on_id = fail_on_id
         self.oom_over = oom_over
-        self.delay_s = float(os.environ.get("BOOKTTS_FAKE_DELAY_S", "0")) if delay_s is None else delay_s
+        self.delay_s = float(delay_s)
         self.transient_left = transient_first
         self.info = EngineInfo("fake", "fp32", "cpu", sample_rate, max_batch)
 

@@ -21,10 +21,7 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
                                ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`
 ``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
                                unset or empty: anywhere); see :func:`check_job_dir`
-``BOOKTTS_FAKE_FAIL_ID``       fake engine only: refuse batches containing this phoneme id
-``BOOKTTS_FAKE_OOM_OVER``      fake engine only: raise out-of-memory above this batch size
-``BOOKTTS_FAKE_TRANSIENT_FIRST`` fake engine only: the first N batches of each process fail transiently
-``BOOKTTS_FAKE_DELAY_S``       fake engine only: seconds per batch (read by the engine itself)
+``BOOKTTS_FAKE_*``             the fake engine's test hooks (:func:`engines.fake.hooks_from_env`)
 ``BOOKTTS_TORCH_*``            the torch engine's start-up settings (docs/operations.md, read by the engine)
 =============================  ==============================================================
 """
@@ -183,20 +180,9 @@ _ENGINES: dict[str, object] = {}
 _ENGINE_LOCK = threading.Lock()
 
 
-def _env_int(name: str) -> int | None:
-    v = os.environ.get(name)
-    return int(v) if v not in (None, "") else None
-
-
 def build_engine(spec: EngineSpec, voice):
-    """Build the engine for ``voice``: :func:`engines.load_engine`, except that the fake engine
-    also takes its failure knobs from the environment (tests of the error paths)."""
-    if spec.name == "fake":
-        from engines.fake import FakeEngine
-
-        return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length, max_batch=spec.max_batch,
-                          fail_on_id=_env_int("BOOKTTS_FAKE_FAIL_ID"), oom_over=_env_int("BOOKTTS_FAKE_OOM_OVER"),
-                          transient_first=_env_int("BOOKTTS_FAKE_TRANSIENT_FIRST") or 0)
+    """Build the engine for ``voice``: :func:`engines.load_engine` (the fake engine takes its test
+    hooks from the environment there)."""
     from engines import load_engine
 
     return load_engine(spec, voice)
