@@ -63,8 +63,10 @@ def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
     """Markdown -> (kind, heading level, text, toc-entry) blocks; kind: heading | para | code."""
     out: list[tuple[str, int, str, bool]] = []
     para: list[str] = []
+    item = [False]  # the paragraph being read is a bulleted item (a setext underline after it is a rule)
 
     def end_para() -> None:
+        item[0] = False
         if para:
             raw = "\n".join(para)
             toc = bool(_MD_TOC_RE.match(raw))
@@ -103,7 +105,7 @@ def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
             out.append(("heading", len(m.group(1)), _norm(_clean_markdown(m.group(2) or "")), False))
             continue
         m = _SETEXT_RE.match(line)
-        if m and para and not _BULLET_RE.match(para[0]):
+        if m and para and not item[0]:
             text = _norm(_clean_markdown(" ".join(para)))
             para.clear()
             out.append(("heading", 1 if m.group(1)[0] == "=" else 2, text, False))
@@ -119,6 +121,7 @@ def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
             continue
         if _BULLET_RE.match(line):
             end_para()
+            item[0] = True
             line = _BULLET_RE.sub("", line)
         elif _ORDERED_RE.match(line) and (not para or re.match(r"^[ \t]*1[.)]", line)):
             end_para()  # only a list starting at 1 interrupts a paragraph ("1984. Then" may wrap)

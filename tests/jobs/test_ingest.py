@@ -861,3 +861,15 @@ def test_good_epub_built_here_loads(tmp_path):
     # the builder behind the bad-input cases makes a readable book when nothing is broken
     book = load_book(_good(tmp_path))
     assert (book.title, [(c.title, c.paragraphs) for c in book.chapters]) == ("A Test Book", [("One", [PROSE])])
+
+
+def test_markdown_rule_after_a_bullet_is_not_a_heading(tmp_path):
+    # "- item" then "---": a list item and a thematic break, not a level-2 heading named "item"
+    # (which would cut a chapter there); a paragraph underlined so is still a heading
+    p = tmp_path / "list.md"
+    p.write_text("# One\n\nIt began with a list of what she had packed for the journey north.\n\n"
+                 "- a lantern\n---\n\nAnd then the road went on for many miles without a turn.\n\n"
+                 "Two\n---\n\nThe second chapter had prose of its own to read out loud.\n", encoding="utf-8")
+    book = ingest.load_book(p)
+    assert [c.title for c in book.chapters] == ["One", "Two"]
+    assert any("a lantern" in para for para in book.chapters[0].paragraphs)
