@@ -20,12 +20,12 @@ from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_i
 from core.errors import DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
 
 LENGTHS_OUTPUT = "booktts_frame_lengths"
-#: Items run through one ONNX Runtime session at once. Measured on 2 cores (docs/PERFORMANCE.md):
-#: this graph's convolutions already fill a core with one utterance, and larger batches only add
-#: padding and memory traffic (micro-batches of 1/2/4 gave 21-23x / 21x / 18-19x real-time).
+#: Items run through one ONNX Runtime session at once: this graph's convolutions already fill a
+#: core with one utterance, and larger batches only add padding and memory traffic
+#: (docs/PERFORMANCE.md, "CPU").
 CPU_MICRO_BATCH = 1
 #: Most parallel sessions. The cores are shared between sessions of one intra-op thread each
-#: (utterance-level parallelism), which beat one session using every core by 10-14 % on 2 cores.
+#: (utterance-level parallelism), faster than one session using every core (docs/PERFORMANCE.md, "CPU").
 MAX_SESSIONS = 8
 
 

@@ -57,10 +57,10 @@ Precompile (CUDA with a fused path; ``precompile`` argument, else ``$BOOKTTS_TOR
 ``1`` on, ``0`` off, unset on): before any warm-up, the engine compiles every Triton
 specialization its fused kernels will launch, on a pool of threads
 (:mod:`engines.torch_vits.precompile`: a dry run of stage B for each frame bucket finds the
-launches, Triton's ``warmup`` compiles them inside ``triton.AsyncCompileMode``). With an empty
-Triton cache the kernels were otherwise compiled one by one in the first batch (about 61 s on
-the H200); with a filled cache it only loads them. A failure is logged as one warning and the
-kernels compile lazily as before. ``info.extra``: ``precompile``, ``precompile_s``,
+launches, Triton's ``warmup`` compiles them inside ``triton.AsyncCompileMode``). Without it, with
+an empty Triton cache, the kernels compile one by one in the first batch (about a minute:
+docs/PERFORMANCE.md); with a filled cache it only loads them. A failure is logged as one warning
+and the kernels compile lazily. ``info.extra``: ``precompile``, ``precompile_s``,
 ``precompile_kernels`` (specializations handed to Triton), ``precompile_compiled`` (of those,
 compiled rather than loaded from the disk cache), ``precompile_error`` on failure.
 
@@ -74,8 +74,8 @@ stage A of group ``g+1`` then runs on a side stream while stage B of group ``g``
 main one, and the host waits only for each group's frame counts (on CPU the groups run in turn).
 
 CUDA graphs of stage A (``$BOOKTTS_TORCH_GRAPHS``; default on CUDA on the channels-last eager path):
-stage A launches some 300 small kernels per chunk, and the GPU outran the host that launched them
-(H200: 79 ms of kernels, 105 ms of host time per batch of 1024 sentences). Each chunk's rows are
+stage A launches some 300 small kernels per chunk, and a fast GPU outruns the host that launches
+them. Each chunk's rows are
 then padded (:meth:`TorchEngine.stage_a_rows`: to a multiple of :data:`STAGE_A_ROW_STEP` rows, at
 most the width's chunk size; padding rows have id 0, length 1 and zero noise, and their outputs are
 dropped), so chunk shapes repeat across batches, and a chunk runs through
@@ -149,15 +149,15 @@ COMPILE_A_ENV = "BOOKTTS_TORCH_COMPILE_A"
 FAST_A_ENV = "BOOKTTS_TORCH_FAST_A"
 #: "1" runs the channels-last stage A's GEMMs through the Triton kernel of engines.torch_vits.fused_gemm
 #: (tensor cores, three fp16 products of split operands: near-fp32; fused bias/residual/LayerNorm/activation/mask
-#: epilogues; 7% faster whole model on the H200, run 19), "0" through
+#: epilogues; faster: docs/PERFORMANCE.md, "Figures behind the engine's defaults"), "0" through
 #: cuBLAS in true fp32; unset: the kernel on CUDA when Triton is importable.
 STAGE_A_GEMM_ENV = "BOOKTTS_TORCH_STAGE_A_GEMM"
 #: "0" turns cuDNN autotuning of stage B off (cuDNN's heuristics pick the algorithms: no tuning pause on a
 #: new shape); unset/"1": autotune each shape on first use.
 AUTOTUNE_ENV = "BOOKTTS_TORCH_AUTOTUNE"
-#: Below this much audio (EngineSpec.workload_s) the engine does not autotune. On the H200 (2026-11-29)
-#: autotuning cost a whole-book run about 12 s and made steady batches of 1024 sentences 2.1x faster
-#: (0.58 s instead of 1.22 s for 3,580 s of audio): it pays for itself after about 19 hours of audio.
+#: Below this much audio (EngineSpec.workload_s) the engine does not autotune: tuning each new shape
+#: costs seconds that only a long workload wins back in faster batches (the break-even is about
+#: 19 hours of audio: docs/PERFORMANCE.md, "Figures behind the engine's defaults").
 AUTOTUNE_MIN_WORKLOAD_S = 20 * 3600.0
 #: "full" warms every stage-B shape up at construction, "lazy" none (each is tuned on first use);
 #: unset: full when compiled, lazy when eager. An explicit ``warmup`` argument wins.
@@ -174,14 +174,14 @@ GRAPHS_ENV = "BOOKTTS_TORCH_GRAPHS"
 #: At most this many CUDA graphs per stage; chunks of a new shape past that run eagerly. Each graph keeps
 #: its inputs and outputs in device memory (a full stage-A chunk's about 100 MB): a long-lived worker
 #: would otherwise collect a graph for every shape it ever meets. The benchmark batch of 1024 sentences
-#: uses 13 stage-A and 31 stage-B shapes (10.2 GB reserved for both, run 26); the cap itself has not
+#: uses 13 stage-A and 31 stage-B shapes (10.2 GB reserved for both: docs/PERFORMANCE.md); the cap itself has not
 #: been measured against memory on a GPU.
 MAX_GRAPHS_PER_STAGE = 128
 #: Stage A's chunks are padded to a multiple of this many rows when they run as CUDA graphs (each
 #: shape a graph; TorchEngine.stage_a_rows).
 STAGE_A_ROW_STEP = 8
-#: The default of $BOOKTTS_TORCH_PIPELINE on CUDA: one group. On the H200, 2 groups gained 3% over 1
-#: before stage A was rewritten (run 8) and nothing after (run 11: 11,512x vs 11,577x); 3-4 were slower.
+#: The default of $BOOKTTS_TORCH_PIPELINE on CUDA: one group (more groups gain nothing with the
+#: channels-last stage A; 3-4 are slower: docs/PERFORMANCE.md, "Figures behind the engine's defaults").
 CUDA_PIPELINE_GROUPS = 1
 PRECISIONS = ("fp32", "fp16", "bf16")
 
@@ -367,8 +367,8 @@ class TorchEngine:
         self.fused_prior = self.fused_flow
         if compile is None:
             compile = _env_flag(COMPILE_ENV)
-        # Default: compile on CUDA, except with the fused decoder, which ran faster eager on the H200
-        # (whole model at batch 1024: 5,310x real-time eager vs 4,430x compiled + CUDA graphs, 2026-11-29).
+        # Default: compile on CUDA, except with the fused decoder, which runs faster eager than compiled
+        # with CUDA graphs (docs/PERFORMANCE.md, "Figures behind the engine's defaults").
         self.compiled = bool(self.is_cuda and not self.fused if compile is None else compile)
         self._stage_b = self._stage_b_pcm
         #: cuDNN autotuning of stage B's convolutions on first use of each shape: BOOKTTS_TORCH_AUTOTUNE=0/1,
@@ -378,10 +378,10 @@ class TorchEngine:
             self.autotune = spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S
         compile_error = None
         # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
-        # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): +13% whole-model throughput on the H200 after a 52-97 s
-        # first batch (run 3, against the channel-first eager stage A of the time).
-        # It compiles the channel-first modules: on the H200 Inductor failed on the channels-last path
-        # (a size assertion in the first batch, run 13), which eager is faster than compiled was anyway.
+        # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): faster than the channel-first eager stage A after a long
+        # first batch (compiling), slower than the channels-last eager stage A (docs/PERFORMANCE.md).
+        # It compiles the channel-first modules: Inductor failed on the channels-last path (a size
+        # assertion in the first batch), which is faster eager than the channel-first one compiled.
         self.compiled_stage_a = bool(_env_flag(COMPILE_A_ENV))
         # Stage A channels-last (same weights, packed once here): the argument, else BOOKTTS_TORCH_FAST_A,
         # else on CUDA unless stage A is compiled (on CPU both paths run; the tests cover both).
@@ -796,7 +796,7 @@ class TorchEngine:
         (:attr:`pad_stage_a`): ``n`` rounded up to a multiple of :data:`STAGE_A_ROW_STEP`, capped at the
         width's chunk size (``max_phonemes_per_chunk // tc``, at least ``n``), so the shapes repeat
         across batches. Stage A's work grows with its rows: :func:`round_rows`' coarser sizes (up to
-        a third more rows) cost 10 ms a batch of 1024 sentences on the H200 (run 26)."""
+        a third more rows) cost more kernel time (docs/PERFORMANCE.md, "Figures behind the engine's defaults")."""
         step = STAGE_A_ROW_STEP
         return min(-(-n // step) * step, max(n, self.max_phonemes_per_chunk // tc))
 
@@ -834,8 +834,8 @@ class TorchEngine:
         if self._graphs is None:  # (GraphCache refuses a CPU device; the switch never gets here on one)
             from engines.torch_vits.graphs import GraphCache
 
-            # (GraphCache's default: a shape's second call captures; capturing on first sight lost on the
-            # H200 wherever shapes did not recur, as across jobs of different length scales: docs/PERFORMANCE.md)
+            # (GraphCache's default: a shape's second call captures; capturing on first sight costs more
+            # wherever shapes do not recur, as across jobs of different length scales: docs/PERFORMANCE.md)
             self._graphs = GraphCache(self.model.stage_a, self.device, name="stage A", max_graphs=MAX_GRAPHS_PER_STAGE)
         packed = self.model.packed_stage_a
         if self._graphs_for is not packed:  # graphs read the packed weights they were captured with

@@ -25,8 +25,8 @@ OUTPUT_FIELDS = ("audio_format", "loudness", "captions")
 FOOTNOTE_MODES = ("skip", "inline", "end")
 #: Default batch limits on CPU engines: batching buys little there (docs/PERFORMANCE.md).
 CPU_MAX_BATCH = 32
-#: Default batch limits when the engine runs on a GPU (a cuda device, or TensorRT): the torch
-#: engine's throughput on an H200 rose from 3,244x to 5,310x real-time going from 256 to 1024.
+#: Default batch limits when the engine runs on a GPU (a cuda device, or TensorRT): bigger batches
+#: keep the GPU busier (docs/PERFORMANCE.md, "Figures behind the engine's defaults").
 GPU_MAX_BATCH = 1024
 GPU_MAX_BATCH_PHONEMES = 262144
 
@@ -88,7 +88,7 @@ BATCH_ORDERS = ("length", "reading")
 
 def batch_order_default(engine: EngineSpec | None) -> str:
     """The batch order a job gets when it does not set one: ``length`` for every engine. (``reading``
-    makes chapters complete early, but in a fresh process on the H200 a 6-hour book's engine time was
+    makes chapters complete early, but in a fresh process the GPU engine's time for a 6-hour book is
     about twice that of length order: each batch then holds every length bucket, so more, smaller
     chunks, each shape new; docs/PERFORMANCE.md.)"""
     return "length"

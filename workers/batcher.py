@@ -152,8 +152,8 @@ class Offloader:
 
     A finalize (reading the batch audio, loudness, encoding the chapter files, the manifest) runs
     in a child process (:mod:`workers.finalize_child`): in a thread of the engine's process its
-    Python work would hold the interpreter lock the engine's launch thread needs (on the H200 the
-    engine's time in the bulk benchmark grew from 12.7 s to 20.7 s while finalizes ran beside it).
+    Python work would hold the interpreter lock the engine's launch thread needs (the engine's time
+    in the bulk benchmark grew by more than half while finalizes ran beside it: docs/PERFORMANCE.md).
     A finalize thread waits for the child while the job's finalize lease is renewed."""
 
     def __init__(self, finalize_threads: int | None = None) -> None:

@@ -120,8 +120,8 @@ def spline_inverse(x, st, nb: int, tail_bound: float, min_w: float = 1e-3, min_h
     size = torch.softmax(st[..., :2 * k].unflatten(-1, (2, k)), dim=-1)  # [b, t, 2, k]
     size = min_w + (1 - min_w * k) * size
     # the running sum along the bins: scanned over a non-innermost dimension (the bins moved
-    # there by one small copy), which CUDA does sequentially per row; the innermost-dimension
-    # scan for 10 bins was 5 ms of a batch of 1024 sentences on the H200 (run 15)
+    # there by one small copy), which CUDA does sequentially per row; CUDA's innermost-dimension
+    # scan of 10 bins is far slower (docs/PERFORMANCE.md, "Figures behind the engine's defaults")
     cum = torch.cumsum(size.transpose(-1, -2).contiguous(), dim=-2).transpose(-1, -2)
     knots = torch.empty(b, t, 3, k + 1, device=x.device, dtype=x.dtype)  # rows: width knots, height knots, d
     knots[..., ::k] = ends
@@ -172,12 +172,11 @@ class FastStageA:
         #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, near fp32, fused epilogues)
         self.kernels = bool(kernels)
         #: with ``kernels``: each DDSConv layer's prologue and each flow's spline through the kernels of
-        #: :mod:`engines.torch_vits.fused_dds` (False runs them as PyTorch operations; for A/B runs,
-        #: ``bench/ab_interleave.py``)
+        #: :mod:`engines.torch_vits.fused_dds` (False runs them as PyTorch operations; for A/B runs)
         self.fused_dds = True
         #: with ``kernels``: each encoder layer's attention through the one kernel of
         #: :mod:`engines.torch_vits.fused_attn` (False runs :meth:`_attend`, six cuBLAS/PyTorch kernels; for
-        #: A/B runs, ``bench/ab_interleave.py``)
+        #: A/B runs)
         self.fused_attention = True
         enc = model.enc_p
         self.device = enc.emb.weight.device

@@ -35,7 +35,7 @@ float16's normal range, as most probabilities of a peaked softmax are). The soft
 ``exp``, sums, the final division) is float32. ``"ieee"`` (exact float32 products on the CUDA
 cores) is the accurate fallback for an A/B run.
 
-``"fp16x3"`` (the default: 0.975 of the whole model's time with ``"tf32x3"``, run 38) runs the
+``"fp16x3"`` (the default, faster in the whole model than ``"tf32x3"``: docs/PERFORMANCE.md) runs the
 same near-float32 products on the float16 tensor cores (twice TF32's rate, half the operand
 registers): each float32 tile ``x`` is multiplied by a power of two ``S``, split
 into ``hi = (x*S).to(fp16)`` and the unscaled remainder ``lo = (x*S - hi).to(fp16)``, and
@@ -71,18 +71,15 @@ import torch
 from engines.torch_vits.launch import KernelLaunch, launch, pow2
 
 #: (BLOCK_M queries, BLOCK_N keys, warps, stages) of a program. Tests under the interpreter pass
-#: smaller tiles (several programs and key blocks a row, ragged tails). Timed on the H200, one call
-#: on ``[1024, 128, 96]`` / ``[128, 416, 96]`` q/k/v, lengths random, median of 20 calls
-#: (``bench/results/h200-2026-11-30-run3[68]-attn_probe.txt``):
+#: smaller tiles (several programs and key blocks a row, ragged tails). The default is the fastest
+#: tile timed on the GPU, alone on ``[1024, 128, 96]`` / ``[128, 416, 96]`` q/k/v and in the whole
+#: model (docs/PERFORMANCE.md, "Figures behind the engine's defaults"):
 #:
-#: * "fp16x3" (run 38): 64 x 32 with 4 warps and 2 stages 126 / 100 us (the default), 64 x 16 / 4 / 2
-#:   129 / 118 us, 64 x 64 / 4 / 2 159 / 116 us, 128 x 32 / 8 / 2 151 / 121 us. In the whole model
-#:   (run 38, interleaved) these took 0.975, 0.976, 0.977 and 0.980 of the time with "tf32x3" at
-#:   64 x 16.
-#: * "tf32x3" (runs 36, 38): 64 x 16 / 4 / 2 221 / 215 us, 64 x 32 / 4 / 1 234 us, 64 x 64 / 4 / 2
-#:   335 us; "ieee" 462-668 us; plain TF32 116-255 us but 4e-3 off.
-#: * **A 64-row tile with 8 warps ended in an illegal memory access** on the H200 (Triton 3.6) with
-#:   either tensor-core precision (64 x 32 and 64 x 64; runs 35, 38), not with "ieee" (no tensor
+#: * "fp16x3": 64 x 32 with 4 warps and 2 stages (the default), ahead of 64 x 16 / 4 / 2,
+#:   64 x 64 / 4 / 2 and 128 x 32 / 8 / 2, all of them faster than "tf32x3".
+#: * "tf32x3": best at 64 x 16 / 4 / 2; "ieee" is slower still; plain TF32 is 4e-3 off.
+#: * **A 64-row tile with 8 warps ended in an illegal memory access** on sm_90 (Triton 3.6) with
+#:   either tensor-core precision (64 x 32 and 64 x 64), not with "ieee" (no tensor
 #:   cores) nor with 128 x 32 / 8 warps: do not use 8 warps with 64-row tiles.
 #:
 #: Registers (ptxas-blackwell -v for sm_90a on Triton 3.9's PTX, compiled without a device): every

@@ -4,7 +4,7 @@ The decoder's resblocks are chains of ``x -> residual + conv(leaky_relu(x) * mas
 32 to 128 channels. Run as separate PyTorch operations (activation, mask multiply,
 cuDNN convolution, bias, residual addition, the average of the resblocks), each
 element crosses memory six or seven times, and cuDNN's kernels for these small
-channel counts reach about 49 TFLOP/s on an H200 (docs/PERFORMANCE.md). This module
+channel counts are slow (the tile table in docs/PERFORMANCE.md). This module
 does one pass per convolution: a program loads a ``[BLOCK_T, C]`` tile of the input
 for each of the ``K`` taps, applies leaky ReLU and the time mask while loading,
 multiplies it by the tap's ``[C, C]`` weight on the tensor cores (``tl.dot``) and
@@ -33,12 +33,12 @@ import torch
 from engines.torch_vits.launch import KernelLaunch, launch
 
 #: Channel counts the kernel is used for (``tl.dot`` needs at least 16 and ``tl.arange`` a power of
-#: two; 32-128 ran on the H200, 16 only under the interpreter; wider layers fall back to cuDNN).
+#: two; 32-128 ran on a GPU, 16 only under the interpreter; wider layers fall back to cuDNN).
 SUPPORTED_CHANNELS = (16, 32, 64, 128)
 
 
-#: the resblock kernel's leaky ReLU in float16 when its input is float16 (measured faster on the H200:
-#: docs/PERFORMANCE.md); False computes it in float32
+#: the resblock kernel's leaky ReLU in float16 when its input is float16 (no float32 round trip);
+#: False computes it in float32
 HALF_ACTIVATION = True
 
 
@@ -55,7 +55,7 @@ def available() -> bool:
 def _block_config(channels: int, kernel_size: int = 3) -> tuple[int, int]:
     """(time positions per program, warps) for a channel count and kernel size: an fp32 accumulator
     of ``BLOCK_T x C`` lives in registers: 128 x 4 warps for up to 64 channels, 64 x 4 for 128
-    channels (the fastest of the tiles tried on the H200, docs/PERFORMANCE.md; ``bench/fused_conv_tune.py``
+    channels (the fastest of the tiles tried, docs/PERFORMANCE.md; ``bench/fused_conv_tune.py``
     re-measures them). ``kernel_size`` is accepted for tuning by kernel size; the default does not use it."""
     return (128, 4) if channels <= 64 else (64, 4)
 

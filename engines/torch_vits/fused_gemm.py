@@ -2,8 +2,8 @@
 
 Stage A (text encoder and duration predictor, :mod:`engines.torch_vits.fast_stage_a`) must stay
 float32: durations are the ``ceil`` of its output, and TF32 or half precision move some of
-them (docs/PERFORMANCE.md, run 7). In true float32 its GEMMs run on the CUDA cores (cuBLAS
-``ffma`` kernels, about 60 ms of a batch of 1024 sentences on an H200, run 11). :func:`gemm`
+them. In true float32 its GEMMs run on the CUDA cores (cuBLAS
+``ffma`` kernels, the larger part of stage A's kernel time). :func:`gemm`
 runs them on the tensor cores in near-float32 precision, by default (``"fp16x3"``) as three
 float16 products: each operand is split into a float16 high part and a float16 remainder
 scaled by ``2**11`` (the weights once, by :func:`pack`; the activations in registers), and
@@ -12,7 +12,7 @@ scaled by ``2**11`` (the weights once, by :func:`pack`; the activations in regis
 ``|a| < 65504`` (float16's range; stage A's activations are LayerNorm'd or come from those
 through a few layers) and loses relative precision only on values below float16's normal
 range (``6e-5``), whose share of a sum is that small. ``"tf32x3"`` (Triton's own three-TF32
-split, float32's range) measured slower on the H200 than cuBLAS's float32 (run 14).
+split, float32's range) is slower than cuBLAS's float32 (docs/PERFORMANCE.md).
 
 It also does the work around each GEMM that would otherwise be separate passes over memory:
 
@@ -43,10 +43,9 @@ from engines.torch_vits.launch import KernelLaunch, launch
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call. With LayerNorm a program holds the whole
 #: row as ``ceil(N / BLOCK_N)`` column blocks of ``BLOCK_N`` (at most :data:`MAX_COLUMN_BLOCKS`): 192
 #: columns are three blocks of 64, where one power-of-two tile of 256 computed a quarter of it for nothing.
-#: Measured on the H200 (docs/PERFORMANCE.md): the plain tile in runs 15-21 (others within a few percent);
-#: for LayerNorm, three 64-column blocks of 64 rows with 4 warps made the whole model 0.856 of the time
-#: it took with one 256-column tile of 64 rows and 8 warps (run 27, interleaved passes; 32 x 64 with 4
-#: warps 0.863, 128 x 64 with 8 warps 0.865, 64 x 64 with 8 warps 0.964).
+#: The fastest tiles timed (docs/PERFORMANCE.md, "Figures behind the engine's defaults"): for the plain GEMM
+#: others were within a few percent; for LayerNorm, three 64-column blocks of 64 rows with 4 warps
+#: were well ahead of one 256-column tile with 8 warps and of the other block shapes tried.
 BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 64, 32, 4, 3)}
 
 #: "fp16x3": three float16 products of split operands (near float32, see above); otherwise a

@@ -50,10 +50,8 @@ Design choices:
   the A operands of the 1x1 products and stay in registers; Triton lays such products out with
   all warps along the time axis, so with 8 warps at ``BLOCK_T`` = 64 the two warp groups may
   compute the same rows of those products twice. Measured anyway: the default ``(64, 8, 3)``
-  was the fastest of eight configurations on the H200 (run 16: a middle layer 1,435 us against
-  1,641 us for ``(128, 8, 3)``, the previous default, and 1,791 us for ``(64, 4, 3)``; the same
-  outputs; in the whole model, 2.3% faster than ``(128, 8, 3)``, run 19); ``(64, 8, 4)`` was not
-  reliably faster (runs 20-21); ``bench/fused_wn_bench.py`` sweeps the alternatives.
+  was the fastest of eight configurations, with the same outputs (docs/PERFORMANCE.md, "Figures
+  behind the engine's defaults").
 
 Layout: ``[B, T, H]`` contiguous (channels last), float32 for ``x`` and ``skip``.
 Supported: ``H`` in 64, 128, 192, 256; any odd kernel size; any dilation; no global
@@ -85,7 +83,7 @@ def supports(hidden: int, kernel_size: int) -> bool:
 
 def _block_config(hidden: int) -> tuple[int, int, int]:
     """(time positions per program, warps, pipeline stages); see the module docstring (the fastest
-    of ``bench/fused_wn_bench.py``'s sweep on the H200, run 16)."""
+    of the configurations swept)."""
     return (64, 8, 3)
 
 

@@ -2,8 +2,8 @@
 
 On a machine whose Triton cache is empty, the first stage-B pass of the torch engine compiled
 about 30 specializations of the fused kernels (:mod:`~engines.torch_vits.fused_conv`,
-:mod:`~engines.torch_vits.fused_wn`) one after another, each when first launched: about 61 s
-on the H200 (docs/PERFORMANCE.md). :func:`precompile` compiles them all at engine start, on
+:mod:`~engines.torch_vits.fused_wn`) one after another, each when first launched: about a
+minute (docs/PERFORMANCE.md). :func:`precompile` compiles them all at engine start, on
 a pool of threads:
 
 1. **Which specializations.** :func:`enumerate_launches` runs the engine's own stage-B function
@@ -30,7 +30,7 @@ a pool of threads:
    a CPU host, a probe thread never waited more than 28 ms for the GIL, and waited 7-10% of the
    compile's wall time in all (the Python front end). By Amdahl's law that allows about 6x on 16
    cores, without worker processes to start (each importing Triton) or a second way of naming
-   specializations across processes. ``bench/precompile_check.py`` measures it on the GPU host.
+   specializations across processes. docs/PERFORMANCE.md has the cold start it saves.
 
 Failures: anything that goes wrong here (no ``AsyncCompileMode`` in this Triton, a compile
 error, an exception in the dry run) is logged as one warning line and the kernels are left to

@@ -2,7 +2,6 @@
 
 ``python tests/engines/fused_wn_cases.py [cpu|cuda]`` prints one JSON object:
 case id -> {"err": max |kernel - reference|, "scale": max |reference|, "tail": max |output past length|, ...}.
-bench/fused_wn_bench.py runs the same cases on the GPU.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ GEMM kernel under Triton's interpreter in ``graphs_cases.py``), the switch's res
 one-line refusal on CPU, and :class:`GraphCache`'s bookkeeping (first sight eager, capture on the
 second, replays after, a failed capture) with the CUDA calls replaced by a stand-in. On a GPU
 ``graphs_cases.py`` also captures and replays the real stage A and checks it bit for bit against
-eager runs. ``bench/graphs_check.py`` checks a whole engine on the GPU.
+eager runs.
 """
 
 from pathlib import Path
