@@ -14,6 +14,7 @@ import sys
 import click
 
 from engines import EngineSpec
+from engines.torch_options import SWITCH, WARMUP, TorchOptions
 from jobs.config import (
     AUDIO_FORMATS,
     FOOTNOTE_MODES,
@@ -211,11 +212,46 @@ def engine_options(f):
                      show_default=True, help="Numeric precision, where the backend supports it."),
         click.option("--device", default="cpu", show_default=True, help="cpu or cuda:N."),
         click.option("--threads", type=int_range(1, MAX_THREADS), default=None, help="CPU threads for the backend (default: all cores)."),
+        click.option("--torch-compile", "torch_compile", type=click.Choice(SWITCH), default=None,
+                     help="torch engine: torch.compile stage B [default auto: on CUDA unless the fused kernels "
+                          "run; env BOOKTTS_TORCH_COMPILE]."),
+        click.option("--torch-warmup", "torch_warmup", type=click.Choice(WARMUP), default=None,
+                     help="torch engine: full = every stage-B shape at start-up, lazy = each on first use "
+                          "[default auto: full when compiled; env BOOKTTS_TORCH_WARMUP]."),
+        click.option("--kernels", type=click.Choice(("auto", "off")), default=None,
+                     help="torch engine: off = no fused Triton kernels (PyTorch and cuDNN only) [default auto: "
+                          "on CUDA at fp16/bf16 where Triton imports]."),
+        click.option("--cuda-graphs", "cuda_graphs", type=click.Choice(SWITCH), default=None,
+                     help="torch engine: replay stage A's (and an eager stage B's) chunks as CUDA graphs "
+                          "[default auto: on CUDA; env BOOKTTS_TORCH_GRAPHS]."),
+        click.option("--autotune", type=click.Choice(SWITCH), default=None,
+                     help="torch engine: cuDNN autotuning of stage B's shapes [default auto: unless the job is "
+                          "too short to pay for it; env BOOKTTS_TORCH_AUTOTUNE]."),
+        click.option("--precompile", type=click.Choice(SWITCH), default=None,
+                     help="torch engine: compile the fused kernels in parallel at start-up [default auto: on "
+                          "where they run; env BOOKTTS_TORCH_PRECOMPILE]."),
     ]
 
     @functools.wraps(f)
-    def wrapper(*args, engine_name, precision, device, threads, **kw):
-        spec = EngineSpec(name=engine_name, precision=precision, device=device, threads=threads)
+    def wrapper(*args, engine_name, precision, device, threads, torch_compile, torch_warmup, kernels, cuda_graphs,
+                autotune, precompile, **kw):
+        flags = dict(compile=torch_compile, warmup=torch_warmup, cuda_graphs=cuda_graphs, autotune=autotune,
+                     precompile=precompile)
+        options = None
+        if engine_name == "torch":
+            try:  # the environment first (containers), the flags over it
+                options = TorchOptions.from_env().changed(**flags)
+            except TTSError as exc:
+                _fail(exc)
+            if kernels == "off":
+                options = options.kernels_off()
+        elif any(v is not None for v in flags.values()) or kernels is not None:
+            given = [n for n, v in (("--torch-compile", torch_compile), ("--torch-warmup", torch_warmup),
+                                    ("--kernels", kernels), ("--cuda-graphs", cuda_graphs), ("--autotune", autotune),
+                                    ("--precompile", precompile)) if v is not None]
+            raise click.BadParameter(f"{', '.join(given)} set the torch engine's start-up; use them with "
+                                     f"--engine torch", param_hint=given[0])
+        spec = EngineSpec(name=engine_name, precision=precision, device=device, threads=threads, options=options)
         if runs_on_gpu(spec):  # the job's unset batch limits follow a GPU engine
             gpu_batch, gpu_phonemes = batch_defaults(spec)
             if "max_batch" in kw and kw["max_batch"] is None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engines.torch_options import TorchOptions
+
 ENGINE_NAMES = ("onnx", "torch", "tensorrt", "fake")
 
 
@@ -28,11 +30,20 @@ class EngineSpec:
     """Seconds of audio this engine is expected to make in its life (None: unknown, as for a worker).
     A hint for start-up investments that pay off only on long jobs (the torch engine's cuDNN
     autotuning). Not part of :meth:`to_dict`: it does not change what a job produces."""
+    options: TorchOptions | None = None
+    """The torch engine's start-up options; None: :meth:`TorchOptions.from_env` when the engine is
+    built. Other engines ignore them."""
 
     def to_dict(self) -> dict:
-        return dict(name=self.name, precision=self.precision, device=self.device,
-                    max_batch=self.max_batch, threads=self.threads)
+        d = dict(name=self.name, precision=self.precision, device=self.device,
+                 max_batch=self.max_batch, threads=self.threads)
+        if self.options is not None:
+            d["options"] = self.options.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "EngineSpec":
-        return cls(**{k: d[k] for k in ("name", "precision", "device", "max_batch", "threads") if k in d})
+        kw = {k: d[k] for k in ("name", "precision", "device", "max_batch", "threads") if k in d}
+        if isinstance(d.get("options"), dict):
+            kw["options"] = TorchOptions.from_dict(d["options"])
+        return cls(**kw)

@@ -6,10 +6,10 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    predictor, always float32) gives each item's integer durations and frame count.
    The frame counts come back to the host (one small sync). On CUDA stage A runs channels-last
    (:mod:`engines.torch_vits.fast_stage_a`: GEMMs on ``[B, T, C]``, far fewer kernels, the same
-   function in fp32; ``$BOOKTTS_TORCH_FAST_A``, the ``fast_stage_a`` argument), and its GEMMs
-   run on the tensor cores in near-fp32 precision through one Triton kernel with the layer norms,
-   residuals, activations and masks in its epilogue (:mod:`engines.torch_vits.fused_gemm`;
-   ``$BOOKTTS_TORCH_STAGE_A_GEMM``).
+   function in fp32; on CPU the modules' own channel-first forward unless the ``fast_stage_a``
+   argument asks for it), and its GEMMs run on the tensor cores in near-fp32 precision through one
+   Triton kernel with the layer norms, residuals, activations and masks in its epilogue
+   (:mod:`engines.torch_vits.fused_gemm`; option ``stage_a_gemm``).
 2. Items are sorted by frame count and grouped into **frame buckets**
    (:data:`DEFAULT_BUCKETS`: multiples of 64 frames up to 512, of 128 up to 1024,
    of 256 up to 2048, of 512 up to 4096, then of 1024). A bucket is split into
@@ -18,18 +18,17 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    1, 2, 3, 4, 6, 8, 12, 16, 24, ... (``2^k`` and ``3*2^k``, less than 50% padding),
    never past the bucket's chunk size, so stage B only ever sees a bounded set of
    shapes (:meth:`TorchEngine.warmup_shapes`): cuDNN autotunes each once (unless the
-   workload is too short to pay for it: ``EngineSpec.workload_s``, ``$BOOKTTS_TORCH_AUTOTUNE``),
+   workload is too short to pay for it: ``EngineSpec.workload_s``, option ``autotune``),
    and, when the engine is compiled (``torch.compile``, mode ``reduce-overhead``: Inductor
    kernels replayed as CUDA graphs), each is recorded once. Stage A is chunked by phoneme
-   length (multiples of 32); ``$BOOKTTS_TORCH_COMPILE_A=1`` compiles the channel-first path
-   (dynamic shapes) instead of running the channels-last one.
+   length (multiples of 32).
 3. **Stage B** (flow + HiFi-GAN at the engine's precision) turns each chunk's prior
    ``z_p = m + eps * exp(logs) * noise_scale`` into int16 PCM on the device. On CUDA at
    fp16/bf16 the decoder runs through fused Triton kernels (:mod:`engines.torch_vits.fused_conv`;
-   ``$BOOKTTS_TORCH_FUSED``: resblocks, upsampling, and the last layer with the int16
+   option ``fused_decoder``: resblocks, upsampling, and the last layer with the int16
    conversion; only ``conv_pre`` stays cuDNN), and the engine then
    runs eager by default (it measured faster than compiled with the kernel inside).
-   With the fused decoder (by default; ``$BOOKTTS_TORCH_FUSED_FLOW``) the flow's WaveNet layers
+   With the fused decoder (by default; option ``fused_flow``) the flow's WaveNet layers
    also run through a fused Triton kernel (:mod:`engines.torch_vits.fused_wn`: dilated
    convolution in fp16/bf16, gate, near-float32 1x1 convolution and residual/skip sums in one
    pass; the coupling stream stays float32).
@@ -40,7 +39,12 @@ How a batch runs (see :mod:`engines.torch_vits.model`):
    later call), with each item's offset. No ``[B, S]`` array padded to the longest item
    is made unless a caller asks for ``result.audio``.
 
-Warm-up (CUDA only; ``warmup`` argument, else ``$BOOKTTS_TORCH_WARMUP``):
+Options (:class:`engines.torch_options.TorchOptions`, from ``EngineSpec.options``, else from the
+``BOOKTTS_TORCH_*`` environment): resolved once at construction into :attr:`TorchEngine.resolved`
+(a :class:`Resolved`, also in ``info.extra``); the constructor's keyword arguments (``compile``,
+``fused``, ``warmup``, ``precompile``, ``fast_stage_a``, ``channels_last``) win over them, for tests.
+
+Warm-up (CUDA only; ``warmup`` argument, else option ``warmup``):
 
 * ``"full"``: every stage-B shape a batch of up to ``spec.max_batch`` items can
   produce is run at construction (cuDNN autotuning; CUDA graph recording when
@@ -53,8 +57,8 @@ Warm-up (CUDA only; ``warmup`` argument, else ``$BOOKTTS_TORCH_WARMUP``):
 ``True`` means ``"full"`` and ``False`` ``"lazy"``. ``info.extra["warmup"]`` says
 which mode the engine was built with (``"none"`` on CPU, where nothing is warmed).
 
-Precompile (CUDA with a fused path; ``precompile`` argument, else ``$BOOKTTS_TORCH_PRECOMPILE``:
-``1`` on, ``0`` off, unset on): before any warm-up, the engine compiles every Triton
+Precompile (CUDA with a fused path; ``precompile`` argument, else option ``precompile``, on by
+default): before any warm-up, the engine compiles every Triton
 specialization its fused kernels will launch, on a pool of threads
 (:mod:`engines.torch_vits.precompile`: a dry run of stage B for each frame bucket finds the
 launches, Triton's ``warmup`` compiles them inside ``triton.AsyncCompileMode``). Without it, with
@@ -68,12 +72,7 @@ Padding: every convolution of stage B sees its input multiplied by the item's ti
 mask, so samples inside an item's length do not depend on what else is in the
 chunk or how far it is padded; samples past ``sample_lengths[i]`` are exactly 0.
 
-Pipelining: stage A's chunks can be cut into :attr:`TorchEngine.pipeline` groups of about
-equal size (``$BOOKTTS_TORCH_PIPELINE``; default 1, :data:`CUDA_PIPELINE_GROUPS`). On CUDA
-stage A of group ``g+1`` then runs on a side stream while stage B of group ``g`` runs on the
-main one, and the host waits only for each group's frame counts (on CPU the groups run in turn).
-
-CUDA graphs of stage A (``$BOOKTTS_TORCH_GRAPHS``; default on CUDA on the channels-last eager path):
+CUDA graphs of stage A (option ``cuda_graphs``; default on CUDA, where stage A runs channels-last):
 stage A launches some 300 small kernels per chunk, and a fast GPU outruns the host that launches
 them. Each chunk's rows are
 then padded (:meth:`TorchEngine.stage_a_rows`: to a multiple of :data:`STAGE_A_ROW_STEP` rows, at
@@ -82,9 +81,7 @@ dropped), so chunk shapes repeat across batches, and a chunk runs through
 :class:`~engines.torch_vits.graphs.GraphCache` keyed by (padded rows, width, length scale): eager
 the first time a shape is seen, captured the second, replayed after that. Every op of stage A
 treats each row on its own (per-row GEMMs, attention per item and head, masks and sums per row),
-so a real row's outputs do not depend on the padding rows. The graphs also run on the pipelined
-path: a replay goes on the current stream (the side stream there), and every stage-A chunk of a
-batch runs on that one stream. A failed capture warns once and stage A runs eagerly from then on
+so a real row's outputs do not depend on the padding rows. A failed capture warns once and stage A runs eagerly from then on
 (the rows stay padded). :meth:`TorchEngine.stage_a_graph_stats` counts captures and replays.
 
 CUDA graphs of stage B (the same switch; on CUDA when the engine is eager, since a compiled one
@@ -97,12 +94,10 @@ kernel settings (tile sizes) are baked into a graph when it is captured:
 Noise comes from a ``torch.Generator`` on the engine's device seeded with
 ``SynthesisBatch.seed`` (a fresh random seed when it is None): the same batch with
 the same seed on the same device gives the same audio. The duration noise is one
-``[B, 2, T]`` draw; the prior noise is one ``[n, C, max_frames]`` draw per pipeline group,
-in group order. The groups depend only on the batch's lengths, so the noise does not
+``[B, 2, T]`` draw; the prior noise is one ``[B, C, max_frames]`` draw, so the noise does not
 depend on the frame bucketing.
 
-Weights come from, in this order: the ``weights_path`` argument, the environment
-variable ``BOOKTTS_TORCH_WEIGHTS``, the voice's own file when it is a
+Weights come from, in this order: the ``weights_path`` argument, the voice's own file when it is a
 ``.safetensors`` export (:func:`core.voice.voice_from_weights`), else the
 voice's ONNX file (needs the ``onnx`` package).
 """
@@ -113,16 +108,16 @@ import contextlib
 import os
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from engines.spec import EngineSpec
 from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
+from engines.spec import EngineSpec
+from engines.torch_options import ENV as OPTION_ENV
+from engines.torch_options import TorchOptions
 
-# "0" leaves the fused kernels' Triton compilation to their first launch (one by one, in the first batch);
-# unset/"1": compile them all in parallel threads at construction (engines.torch_vits.precompile)
-from engines.torch_vits.precompile import PRECOMPILE_ENV  # noqa: F401  (re-exported with the other switches)
 from core.errors import (
     DeterministicEngineError,
     EngineError,
@@ -132,45 +127,11 @@ from core.errors import (
     VoiceError,
 )
 
-WEIGHTS_ENV = "BOOKTTS_TORCH_WEIGHTS"
-#: "0" runs eager on CUDA (no torch.compile / CUDA graphs: fast start), "1" compiles; unset: compile on CUDA
-#: unless the decoder is fused (then eager, which measured faster).
-COMPILE_ENV = "BOOKTTS_TORCH_COMPILE"
-#: "0" runs the decoder's resblocks as PyTorch/cuDNN convolutions, "1" through the fused Triton kernel;
-#: unset: fused on CUDA at fp16/bf16 when Triton is importable.
-FUSED_ENV = "BOOKTTS_TORCH_FUSED"
-#: "0" runs the flow's WN layers as PyTorch/cuDNN operations, "1" through the fused Triton kernel;
-#: unset: fused whenever the decoder is (CUDA, fp16/bf16, Triton).
-FUSED_FLOW_ENV = "BOOKTTS_TORCH_FUSED_FLOW"
-#: "1" compiles stage A (encoder + duration predictor) with torch.compile (dynamic shapes); unset/"0": eager.
-COMPILE_A_ENV = "BOOKTTS_TORCH_COMPILE_A"
-#: "0" runs stage A channel-first (the modules' own forward), "1" channels-last (engines.torch_vits.fast_stage_a:
-#: the same function in fp32 through GEMMs, far fewer kernels); unset: channels-last on CUDA.
-FAST_A_ENV = "BOOKTTS_TORCH_FAST_A"
-#: "1" runs the channels-last stage A's GEMMs through the Triton kernel of engines.torch_vits.fused_gemm
-#: (tensor cores, three fp16 products of split operands: near-fp32; fused bias/residual/LayerNorm/activation/mask
-#: epilogues; faster: docs/PERFORMANCE.md, "Figures behind the engine's defaults"), "0" through
-#: cuBLAS in true fp32; unset: the kernel on CUDA when Triton is importable.
-STAGE_A_GEMM_ENV = "BOOKTTS_TORCH_STAGE_A_GEMM"
-#: "0" turns cuDNN autotuning of stage B off (cuDNN's heuristics pick the algorithms: no tuning pause on a
-#: new shape); unset/"1": autotune each shape on first use.
-AUTOTUNE_ENV = "BOOKTTS_TORCH_AUTOTUNE"
 #: Below this much audio (EngineSpec.workload_s) the engine does not autotune: tuning each new shape
 #: costs seconds that only a long workload wins back in faster batches (the break-even is about
 #: 19 hours of audio: docs/PERFORMANCE.md, "Figures behind the engine's defaults").
 AUTOTUNE_MIN_WORKLOAD_S = 20 * 3600.0
-#: "full" warms every stage-B shape up at construction, "lazy" none (each is tuned on first use);
-#: unset: full when compiled, lazy when eager. An explicit ``warmup`` argument wins.
-WARMUP_ENV = "BOOKTTS_TORCH_WARMUP"
 WARMUP_MODES = ("full", "lazy")
-#: Number of groups a batch's stage A is cut into on CUDA, so that stage A of one group (on a side
-#: stream) overlaps stage B of the previous one; "1" runs the stages one after the other.
-PIPELINE_ENV = "BOOKTTS_TORCH_PIPELINE"
-#: "1" replays stage A's chunks as CUDA graphs (engines.torch_vits.graphs; rows padded so shapes repeat: no
-#: host launch overhead), and stage B's chunks too when the engine is not compiled (compiled, Inductor
-#: records its own); "0" launches kernels one by one; unset: graphs on CUDA on the channels-last eager
-#: stage A and the eager stage B. CUDA only.
-GRAPHS_ENV = "BOOKTTS_TORCH_GRAPHS"
 #: At most this many CUDA graphs per stage; chunks of a new shape past that run eagerly. Each graph keeps
 #: its inputs and outputs in device memory (a full stage-A chunk's about 100 MB): a long-lived worker
 #: would otherwise collect a graph for every shape it ever meets. The benchmark batch of 1024 sentences
@@ -180,9 +141,6 @@ MAX_GRAPHS_PER_STAGE = 128
 #: Stage A's chunks are padded to a multiple of this many rows when they run as CUDA graphs (each
 #: shape a graph; TorchEngine.stage_a_rows).
 STAGE_A_ROW_STEP = 8
-#: The default of $BOOKTTS_TORCH_PIPELINE on CUDA: one group (more groups gain nothing with the
-#: channels-last stage A; 3-4 are slower: docs/PERFORMANCE.md, "Figures behind the engine's defaults").
-CUDA_PIPELINE_GROUPS = 1
 PRECISIONS = ("fp32", "fp16", "bf16")
 
 
@@ -232,13 +190,11 @@ def pad_stage_a_inputs(ids, lengths, noise, rows: int):
             torch.cat([noise, noise.new_zeros(k, *noise.shape[1:])]))
 
 
-def resolve_warmup(warmup, compiled: bool, env=None):
-    """The warm-up mode: ``"full"``, ``"lazy"`` or a list of shapes (see the module docstring)."""
+def resolve_warmup(warmup, compiled: bool, option: str = "auto"):
+    """The warm-up mode: ``"full"``, ``"lazy"`` or a list of shapes (see the module docstring): the
+    argument, else the option (``full``/``lazy``), else full when compiled and lazy when eager."""
     if warmup is None:
-        raw = (os.environ if env is None else env).get(WARMUP_ENV, "").strip().lower()
-        if raw and raw not in WARMUP_MODES:
-            raise EngineUnavailable(f"{WARMUP_ENV} must be full or lazy, not {raw!r}")
-        warmup = raw or ("full" if compiled else "lazy")
+        warmup = option if option != "auto" else ("full" if compiled else "lazy")
     if warmup is True:
         return "full"
     if warmup is False:
@@ -250,9 +206,9 @@ def resolve_warmup(warmup, compiled: bool, env=None):
     return warmup
 
 
-def _env_flag(name: str) -> bool | None:
-    """``$name`` as a switch: "1" True, "0" False, unset or anything else None (the default applies)."""
-    return {"1": True, "0": False}.get(os.environ.get(name, "").strip())
+def _switch(value: bool | None) -> str | None:
+    """A constructor argument as an option value (None: not given)."""
+    return None if value is None else "on" if value else "off"
 
 
 def _import_torch():
@@ -263,12 +219,39 @@ def _import_torch():
     return torch
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What the engine's options came to on its device (one record; :meth:`as_extra` feeds ``info.extra``)."""
+
+    fused: bool
+    """The decoder's resblocks and upsampling through the fused Triton kernels."""
+    channels_last: bool
+    """The decoder in the NHWC layout (implied by ``fused``)."""
+    fused_flow: bool
+    """The flow's WaveNet layers through the fused Triton kernel."""
+    fast_stage_a: bool
+    """Stage A channels-last (:mod:`engines.torch_vits.fast_stage_a`)."""
+    stage_a_kernels: bool
+    """Stage A's GEMMs through the Triton kernel (else cuBLAS fp32)."""
+    compiled: bool
+    """Stage B through ``torch.compile`` (asked for; a compiler failure turns it off later)."""
+    autotune: bool
+    """cuDNN autotuning of stage B's shapes."""
+    stage_a_graphs: bool
+    """Stage A's chunks replayed as CUDA graphs."""
+    stage_b_graphs: bool
+    """An eager stage B's chunks replayed as CUDA graphs."""
+
+
 class TorchEngine:
     """The PyTorch port of a Piper VITS voice. Text-blind; see the module docstring.
 
+    It does not know where its options came from (flags, the environment) or what batches it will
+    get: it resolves its options once for its device, loads the weights, and warms up.
+
     ``warmup`` (CUDA only): ``"full"`` runs every stage-B shape at construction, ``"lazy"`` none
-    (each is autotuned on first use), a list of ``(rows, frames)`` only those; None (default):
-    ``$BOOKTTS_TORCH_WARMUP``, else full when compiled and lazy when eager.
+    (each is autotuned on first use), a list of ``(rows, frames)`` only those; None (default): the
+    ``warmup`` option, else full when compiled and lazy when eager.
     """
 
     def __init__(self, voice, spec: EngineSpec | None = None, *, weights_path=None, compile: bool | None = None,
@@ -278,8 +261,30 @@ class TorchEngine:
                  fast_stage_a: bool | None = None, precompile: bool | None = None,
                  allow_cpu_half: bool = False) -> None:
         spec = spec or EngineSpec(name="torch")
-        torch = _import_torch()
-        self.torch = torch
+        self.torch = _import_torch()
+        self.spec = spec
+        self.voice = voice
+        options = spec.options if spec.options is not None else TorchOptions.from_env()
+        #: the options, with the constructor's arguments applied over them
+        self.options = options.changed(compile=_switch(compile), fused_decoder=_switch(fused),
+                                       precompile=_switch(precompile))
+        self._init_device(spec, allow_cpu_half)
+        t0 = time.perf_counter()
+        source = self._load_model(voice, weights_path)
+        self.resolved = self._resolve(self.options, channels_last=channels_last, fast_stage_a=fast_stage_a)
+        self._place_stage_b(self.resolved)
+        self._init_runtime(buckets, max_frames_per_chunk, max_phonemes_per_chunk)
+        compile_error = self._build_stage_b()
+        self.load_s = time.perf_counter() - t0
+        self._precompile()
+        compile_error = self._warm_up(warmup) or compile_error
+        self.info = EngineInfo("torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
+                               self._info_extra(source, compile_error))
+
+    # ------------------------------------------------------------------ construction steps
+    def _init_device(self, spec: EngineSpec, allow_cpu_half: bool) -> None:
+        """The device and the compute dtype of stage B; one clear error for what this host cannot do."""
+        torch = self.torch
         if spec.precision not in PRECISIONS:
             raise EngineUnavailable(f"the torch engine has no {spec.precision} mode; use --precision fp32, fp16 or bf16")
         device = spec.device or "cpu"
@@ -303,10 +308,10 @@ class TorchEngine:
             raise EngineUnavailable(f"unknown device {device!r}; use cpu or cuda:N")
         self.is_cuda = self.device.type == "cuda"
         self.dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[spec.precision]
-        self.voice = voice
-        self.spec = spec
 
-        t0 = time.perf_counter()
+    def _load_model(self, voice, weights_path) -> Path:
+        """The voice's weights into the float32 model on the device; returns where they came from."""
+        torch = self.torch
         state, hp, source = self._load_weights(voice, weights_path)
         from engines.torch_vits.hparams import VitsHParams
         from engines.torch_vits.model import VitsSynthesizer
@@ -322,9 +327,44 @@ class TorchEngine:
             except KeyError as exc:
                 raise VoiceError(f"weights from {source} do not fit the model ({exc.args[0]}); export them again") from exc
             self.model = model.eval().to(self.device)
-            # Stage B at the engine's precision (its own copy of flow + decoder when not fp32).
-            import copy
+        self.hop = self.hparams.hop_length
+        self.n_vocab = self.hparams.n_vocab
+        return source
 
+    def _resolve(self, opts: TorchOptions, *, channels_last: bool | None = None,
+                 fast_stage_a: bool | None = None) -> Resolved:
+        """The options on this device, precision and voice (see :class:`Resolved`); an option switched
+        on that cannot run here is one :class:`EngineUnavailable`."""
+        half = self.dtype != self.torch.float32
+        fused = self._resolve_fused(opts.flag("fused_decoder"), by_default=channels_last is not False)
+        fused_flow = self._resolve_fused_flow(opts.flag("fused_flow"), fused)
+        compile = opts.flag("compile")
+        # default: compile on CUDA, except with the fused decoder, which runs faster eager (docs/PERFORMANCE.md)
+        compiled = bool(self.is_cuda and not fused if compile is None else compile)
+        autotune = opts.flag("autotune")
+        if autotune is None:
+            autotune = self.spec.workload_s is None or self.spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S
+        fast = bool(self.is_cuda if fast_stage_a is None else fast_stage_a)
+        graphs = opts.flag("cuda_graphs")
+        return Resolved(
+            fused=fused,
+            channels_last=fused or bool(channels_last if channels_last is not None else self.is_cuda and half),
+            fused_flow=fused_flow,
+            fast_stage_a=fast,
+            stage_a_kernels=self._resolve_stage_a_kernels(opts.flag("stage_a_gemm"), fast),
+            compiled=compiled,
+            autotune=bool(autotune),
+            stage_a_graphs=self._resolve_stage_a_graphs(graphs, fast),
+            stage_b_graphs=bool(self.is_cuda and not compiled and graphs is not False),
+        )
+
+    def _place_stage_b(self, r: Resolved) -> None:
+        """Stage B at the engine's precision and layout (its own copies of flow and decoder where they
+        differ from stage A's float32 model), and stage A on its path."""
+        import copy
+
+        torch = self.torch
+        with torch.no_grad():
             if self.dtype == torch.float32:
                 self.flow, self.dec = self.model.flow, self.model.dec
             else:
@@ -332,232 +372,185 @@ class TorchEngine:
 
                 self.flow = mixed_precision_flow(copy.deepcopy(self.model.flow), self.dtype)
                 self.dec = copy.deepcopy(self.model.dec).to(self.dtype)
-            # fused Triton resblocks (one memory pass per convolution) on CUDA at half precision; they
-            # imply the NHWC layout, which is also the default there without them (cuDNN's tensor cores)
-            self.fused = self._resolve_fused(fused, by_default=channels_last is not False)
-            self.channels_last = self.fused or bool(channels_last if channels_last is not None
-                                                    else self.is_cuda and self.dtype != torch.float32)
-            if self.channels_last and self.dec is self.model.dec:
+            if r.channels_last and self.dec is self.model.dec:
                 self.dec = copy.deepcopy(self.model.dec)  # the layout change must not touch stage A's model
-            if self.fused:
+            if r.fused:
                 self.dec.use_fused_resblocks()
-            elif self.channels_last:
+            elif r.channels_last:
                 self.dec.use_channels_last()
-            # fused flow (WN layers through one Triton kernel each): its own switch, on with the fused decoder
-            self.fused_flow = self._resolve_fused_flow()
-            if self.fused_flow:
+            if r.fused_flow:
                 if self.flow is self.model.flow:
                     self.flow = copy.deepcopy(self.model.flow)  # the model's own flow stays plain
                 self.flow.use_fused()
-        self.hop = self.hparams.hop_length
-        self.n_vocab = self.hparams.n_vocab
+        self.fused, self.channels_last, self.fused_flow = r.fused, r.channels_last, r.fused_flow
+        #: with the fused flow, stage B's input is made by one kernel (:mod:`engines.torch_vits.fused_prior`)
+        self.fused_prior = r.fused_flow
+        self.fast_stage_a = r.fast_stage_a
+        self.model.use_fast_stage_a(r.fast_stage_a, kernels=r.stage_a_kernels)
+        self._stage_a = self.model.stage_a
+        self.compiled, self.autotune = r.compiled, r.autotune
+        self.stage_a_graphs, self.stage_b_graphs = r.stage_a_graphs, r.stage_b_graphs
+
+    def _init_runtime(self, buckets, max_frames_per_chunk, max_phonemes_per_chunk) -> None:
+        """Chunking and the per-batch state: buckets, chunk budgets, streams, graph caches."""
         self.buckets = sorted(buckets or DEFAULT_BUCKETS)
         self.max_frames_per_chunk = int(max_frames_per_chunk or (131072 if self.is_cuda else 8192))
         self.max_phonemes_per_chunk = int(max_phonemes_per_chunk)
         #: pad a chunk's rows with :func:`round_rows` (CUDA: few shapes for autotuning and CUDA graphs)
         self.pad_rows = self.is_cuda
-        self.pipeline = self._pipeline_groups()
-        self._stream = None
-        self._copier = None  # the device-to-host copy stream (CUDA, one pipeline group)
-        #: copy each chunk's PCM to the host while the next chunk computes (CUDA, one pipeline group);
-        #: False copies after the last chunk (for A/B runs)
-        self.copy_overlap = True
-        #: with the fused flow: stage B's input made by one kernel (:mod:`engines.torch_vits.fused_prior`),
-        #: already in the flow's layout; False makes it with PyTorch operations (for A/B runs)
-        self.fused_prior = self.fused_flow
-        if compile is None:
-            compile = _env_flag(COMPILE_ENV)
-        # Default: compile on CUDA, except with the fused decoder, which runs faster eager than compiled
-        # with CUDA graphs (docs/PERFORMANCE.md, "Figures behind the engine's defaults").
-        self.compiled = bool(self.is_cuda and not self.fused if compile is None else compile)
-        self._stage_b = self._stage_b_pcm
-        #: cuDNN autotuning of stage B's convolutions on first use of each shape: BOOKTTS_TORCH_AUTOTUNE=0/1,
-        #: else on unless the spec's workload is known to be too short to pay for it
-        self.autotune = _env_flag(AUTOTUNE_ENV)
-        if self.autotune is None:
-            self.autotune = spec.workload_s is None or spec.workload_s >= AUTOTUNE_MIN_WORKLOAD_S
-        compile_error = None
-        # Stage A through Inductor (dynamic shapes, no CUDA graphs: its shapes change every batch).
-        # Opt-in (BOOKTTS_TORCH_COMPILE_A=1): faster than the channel-first eager stage A after a long
-        # first batch (compiling), slower than the channels-last eager stage A (docs/PERFORMANCE.md).
-        # It compiles the channel-first modules: Inductor failed on the channels-last path (a size
-        # assertion in the first batch), which is faster eager than the channel-first one compiled.
-        self.compiled_stage_a = bool(_env_flag(COMPILE_A_ENV))
-        # Stage A channels-last (same weights, packed once here): the argument, else BOOKTTS_TORCH_FAST_A,
-        # else on CUDA unless stage A is compiled (on CPU both paths run; the tests cover both).
-        if fast_stage_a is None:
-            fast_stage_a = _env_flag(FAST_A_ENV)
-        if fast_stage_a and self.compiled_stage_a:
-            raise EngineUnavailable(f"{COMPILE_A_ENV}=1 compiles the channel-first stage A, not the channels-last "
-                                    f"one; unset {FAST_A_ENV} (or {COMPILE_A_ENV})")
-        self.fast_stage_a = bool(self.is_cuda and not self.compiled_stage_a if fast_stage_a is None else fast_stage_a)
-        self.model.use_fast_stage_a(self.fast_stage_a, kernels=self._stage_a_kernels())
-        self._stage_a = self.model.stage_a
-        #: stage A's chunks replayed as CUDA graphs (BOOKTTS_TORCH_GRAPHS); may be switched on a live engine
-        self.stage_a_graphs = self._resolve_stage_a_graphs()
-        #: pad stage A's chunks to :meth:`stage_a_rows` rows; None: whenever :attr:`stage_a_graphs` is on
-        self.pad_stage_a: bool | None = None
-        self._graphs = None  # GraphCache, made on first use
-        #: stage B's chunks replayed as CUDA graphs (the same switch; eager engines only); may be switched
-        #: on a live engine
-        self.stage_b_graphs = bool(self.is_cuda and not self.compiled and _env_flag(GRAPHS_ENV) is not False)
+        self._copier = None  # the device-to-host copy stream (CUDA)
+        self._graphs = None  # stage A's GraphCache, made on first use
         self._graphs_b = None  # stage B's GraphCache, made on first use
         self._graphs_for = None  # the packed stage A its graphs were captured with
         self._scale_tensors: dict = {}  # length scale -> its float32 0-d tensor on the device (stage A graphs)
-        if self.compiled or self.compiled_stage_a:
-            import torch._dynamo
 
-            # one graph per (batch rows, frames) family; do not fall back to eager after 8 shapes
-            for name in ("recompile_limit", "cache_size_limit"):
-                if hasattr(torch._dynamo.config, name):
-                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
-        if self.compiled_stage_a:
-            self._stage_a = torch.compile(self.model.stage_a, dynamic=True)
-        if self.compiled:
-            try:
-                self._stage_b = torch.compile(self._stage_b_pcm, mode="reduce-overhead" if self.is_cuda else None,
-                                              dynamic=True)
-            except Exception as exc:  # pragma: no cover - depends on the host's toolchain
-                compile_error = f"{type(exc).__name__}: {exc}"
-                self.compiled = False
-        self.load_s = time.perf_counter() - t0
-        # the fused kernels' Triton specializations, compiled in parallel now rather than one by one in the
-        # first batch (on CUDA with a fused path; BOOKTTS_TORCH_PRECOMPILE, the precompile argument)
+    def _build_stage_b(self) -> str | None:
+        """``torch.compile`` of stage B when :attr:`compiled`; returns the compiler's error, if it failed."""
+        torch = self.torch
+        self._stage_b = self._stage_b_pcm
+        if not self.compiled:
+            return None
+        import torch._dynamo
+
+        # one graph per (batch rows, frames) family; do not fall back to eager after 8 shapes
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
+        try:
+            self._stage_b = torch.compile(self._stage_b_pcm, mode="reduce-overhead" if self.is_cuda else None,
+                                          dynamic=True)
+        except Exception as exc:  # pragma: no cover - depends on the host's toolchain
+            self.compiled = False
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def _precompile(self) -> None:
+        """The fused kernels' Triton specializations, compiled in parallel now rather than one by one in
+        the first batch (on CUDA with a fused path, unless the ``precompile`` option is off)."""
         self.precompile_s = 0.0
         self.precompile_report = None
-        if self._resolve_precompile(precompile):
+        if self._resolve_precompile(self.options.flag("precompile")):
             from engines.torch_vits.precompile import precompile as compile_kernels
 
             with self._flags(benchmark=False):
                 self.precompile_report = compile_kernels(self.kernel_launches(), self.device)
             self.precompile_s = self.precompile_report.seconds
-        pre = self.precompile_report
+
+    def _warm_up(self, warmup) -> str | None:
+        """Run the warm-up shapes (CUDA); a compiler failure falls back to eager and is returned."""
         self.warmup_s = 0.0
-        warmup = resolve_warmup(warmup, self.compiled)
-        self.warmup_mode = ("shapes" if isinstance(warmup, list) else warmup) if self.is_cuda else "none"
-        if self.is_cuda and warmup != "lazy":
-            t1 = time.perf_counter()
-            shapes = warmup if isinstance(warmup, list) else self.warmup_shapes(spec.max_batch)
-            try:
-                with self._flags(benchmark=self.autotune):
-                    self._warm(shapes)
-            except Exception as exc:
-                if not self.compiled:
-                    raise self._map_error(exc, "warm-up") from exc
-                # A compiler failure must not take the worker down: fall back to eager.
-                warnings.warn(f"torch.compile failed during warm-up, running eager: {exc!r}")
-                compile_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                self.compiled = False
-                self._stage_b = self._stage_b_pcm
-            self.warmup_s = time.perf_counter() - t1
-        self.info = EngineInfo(
-            "torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
-            {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
-             "channels_last": self.channels_last, "fused_resblocks": self.fused, "fused_flow": self.fused_flow,
-             "compiled_stage_a": self.compiled_stage_a, "fast_stage_a": self.fast_stage_a,
-             "stage_a_gemm": (None if not self.fast_stage_a else
-                              f"triton-{self.model.stage_a_precision}" if self.model.stage_a_kernels
-                              else "cublas-fp32"),
-             "stage_a_graphs": self.stage_a_graphs, "stage_b_graphs": self.stage_b_graphs,
-             "pipeline_groups": self.pipeline, "autotune": self.autotune, "warmup": self.warmup_mode,
-             "torch": torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
-             "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),
-             "precompile_kernels": pre.kernels if pre else None, "precompile_compiled": pre.compiled if pre else None,
-             **({"precompile_error": pre.error} if pre is not None and pre.error else {}),
-             **({"compile_error": compile_error} if compile_error else {})},
-        )
-
-    def _resolve_precompile(self, precompile: bool | None) -> bool:
-        """Whether to compile the fused kernels' Triton specializations at construction
-        (:mod:`engines.torch_vits.precompile`): the argument, else ``$BOOKTTS_TORCH_PRECOMPILE`` (``1``/``0``),
-        else on; only ever on CUDA with a fused path and not under Triton's interpreter."""
-        from engines.torch_vits.precompile import resolve_precompile
-
+        mode = resolve_warmup(warmup, self.compiled, self.options.warmup)
+        self.warmup_mode = ("shapes" if isinstance(mode, list) else mode) if self.is_cuda else "none"
+        if not self.is_cuda or mode == "lazy":
+            return None
+        error = None
+        t1 = time.perf_counter()
+        shapes = mode if isinstance(mode, list) else self.warmup_shapes(self.spec.max_batch)
         try:
-            on = resolve_precompile(precompile)
-        except ValueError as exc:
-            raise EngineUnavailable(str(exc)) from exc
+            with self._flags(benchmark=self.autotune):
+                self._warm(shapes)
+        except Exception as exc:
+            if not self.compiled:
+                raise self._map_error(exc, "warm-up") from exc
+            # A compiler failure must not take the worker down: fall back to eager.
+            warnings.warn(f"torch.compile failed during warm-up, running eager: {exc!r}")
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            self.compiled = False
+            self._stage_b = self._stage_b_pcm
+        self.warmup_s = time.perf_counter() - t1
+        return error
+
+    def _info_extra(self, source: Path, compile_error: str | None) -> dict:
+        pre = self.precompile_report
+        return {"weights": str(source), "compiled": self.compiled, "cuda_graphs": self.compiled and self.is_cuda,
+                "channels_last": self.channels_last, "fused_resblocks": self.fused, "fused_flow": self.fused_flow,
+                "fast_stage_a": self.fast_stage_a,
+                "stage_a_gemm": (None if not self.fast_stage_a else
+                                 f"triton-{self.model.stage_a_precision}" if self.model.stage_a_kernels
+                                 else "cublas-fp32"),
+                "stage_a_graphs": self.stage_a_graphs, "stage_b_graphs": self.stage_b_graphs,
+                "autotune": self.autotune, "warmup": self.warmup_mode, "options": self.options.to_dict(),
+                "torch": self.torch.__version__, "load_s": round(self.load_s, 3), "warmup_s": round(self.warmup_s, 3),
+                "precompile": pre is not None, "precompile_s": round(self.precompile_s, 3),
+                "precompile_kernels": pre.kernels if pre else None,
+                "precompile_compiled": pre.compiled if pre else None,
+                **({"precompile_error": pre.error} if pre is not None and pre.error else {}),
+                **({"compile_error": compile_error} if compile_error else {})}
+
+    # ------------------------------------------------------------------ option resolution
+    def _resolve_precompile(self, on: bool | None) -> bool:
+        """Whether to compile the fused kernels' Triton specializations at construction
+        (:mod:`engines.torch_vits.precompile`): ``on`` (the option), None meaning on; only ever on CUDA
+        with a fused path and not under Triton's interpreter."""
         kernels = (self.is_cuda and (self.fused or self.fused_flow or self.model.stage_a_kernels)
                    and os.environ.get("TRITON_INTERPRET") != "1")
         return bool(kernels and on is not False)
 
-    def _pipeline_groups(self) -> int:
-        raw = os.environ.get(PIPELINE_ENV, "").strip()
-        if not raw:
-            return CUDA_PIPELINE_GROUPS if self.is_cuda else 1
-        if not raw.isdigit() or int(raw) < 1:
-            raise EngineUnavailable(f"{PIPELINE_ENV} must be a whole number of groups >= 1, not {raw!r}")
-        return int(raw)
-
     def _resolve_fused(self, fused: bool | None, by_default: bool = True) -> bool:
-        """Whether the decoder's resblocks run through the fused Triton kernel: the argument, else
-        ``$BOOKTTS_TORCH_FUSED``, else (``by_default``: the NHWC layout was not refused) on CUDA at
-        half precision when Triton and the voice allow it."""
+        """Whether the decoder's resblocks run through the fused Triton kernel: ``fused`` (the option or
+        argument), else (``by_default``: the NHWC layout was not refused) on CUDA at half precision when
+        Triton and the voice allow it."""
         from engines.torch_vits import fused_conv
 
-        if fused is None:
-            fused = _env_flag(FUSED_ENV)
         fits = self.model.dec.fused_supported()
         if fused is None:
             return (by_default and self.is_cuda and self.dtype != self.torch.float32 and fused_conv.available()
                     and fits)
         if fused:
-            self._require_kernel("decoder", FUSED_ENV, fits, "16-128 channels", fused_conv.available())
+            self._require_kernel("decoder", "fused_decoder", fits, "16-128 channels", fused_conv.available())
         return bool(fused)
 
-    def _require_kernel(self, part: str, env: str, fits: bool, takes: str, triton_ok: bool) -> None:
-        """One clear error when a fused kernel was asked for (``$env=1`` or the argument) but cannot run."""
+    def _require_kernel(self, part: str, option: str, fits: bool, takes: str, triton_ok: bool) -> None:
+        """One clear error when a fused kernel was asked for (the option on) but cannot run."""
+        how = f"leave option {option} at auto (unset {OPTION_ENV[option]})"
         if not fits:
-            raise EngineUnavailable(f"this voice's {part} does not fit the fused kernel (it takes {takes}); "
-                                    f"unset {env}")
+            raise EngineUnavailable(f"this voice's {part} does not fit the fused kernel (it takes {takes}); {how}")
         if not triton_ok:
-            raise EngineUnavailable(f"the fused {part} needs Triton (pip install triton); or set {env}=0")
+            raise EngineUnavailable(f"the fused {part} needs Triton (pip install triton); or switch it off "
+                                    f"(--kernels off, or {OPTION_ENV[option]}=0)")
         if not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
             raise EngineUnavailable(f"the fused {part} runs on CUDA devices (on cpu only under Triton's "
-                                    f"interpreter, TRITON_INTERPRET=1); unset {env} or use --device cuda:0")
+                                    f"interpreter, TRITON_INTERPRET=1); {how} or use --device cuda:0")
 
-    def _resolve_fused_flow(self) -> bool:
-        """Whether the flow's WN layers run through the fused Triton kernel: ``$BOOKTTS_TORCH_FUSED_FLOW``,
-        else whenever the decoder is fused (:meth:`_resolve_fused`)."""
+    def _resolve_fused_flow(self, fused: bool | None, decoder_fused: bool) -> bool:
+        """Whether the flow's WN layers run through the fused Triton kernel: ``fused`` (the option), else
+        whenever the decoder is fused."""
         from engines.torch_vits import fused_wn
 
-        fused = _env_flag(FUSED_FLOW_ENV)
         fits = self.model.flow.fused_supported()
         if fused is None:
-            return bool(self.fused and fits and fused_wn.available())
+            return bool(decoder_fused and fits and fused_wn.available())
         if fused:
-            self._require_kernel("flow", FUSED_FLOW_ENV, fits, "mean-only couplings of 64-256 hidden channels",
+            self._require_kernel("flow", "fused_flow", fits, "mean-only couplings of 64-256 hidden channels",
                                  fused_wn.available())
         return bool(fused)
 
-    def _stage_a_kernels(self) -> bool:
+    def _resolve_stage_a_kernels(self, on: bool | None, fast_stage_a: bool) -> bool:
         """Whether the channels-last stage A's GEMMs run through the Triton kernel
-        (:mod:`engines.torch_vits.fused_gemm`): ``$BOOKTTS_TORCH_STAGE_A_GEMM``, else on CUDA with Triton."""
+        (:mod:`engines.torch_vits.fused_gemm`): ``on`` (the option), else on CUDA with Triton."""
         from engines.torch_vits import fused_gemm
 
-        on = _env_flag(STAGE_A_GEMM_ENV)
         if on is None:
-            return bool(self.fast_stage_a and self.is_cuda and fused_gemm.available())
+            return bool(fast_stage_a and self.is_cuda and fused_gemm.available())
         if on:
-            if not self.fast_stage_a:
-                raise EngineUnavailable(f"{STAGE_A_GEMM_ENV}=1 runs the channels-last stage A's GEMMs, which is off "
-                                        f"({FAST_A_ENV}=0 or {COMPILE_A_ENV}=1); unset {STAGE_A_GEMM_ENV}")
-            self._require_kernel("stage A", STAGE_A_GEMM_ENV, True, "", fused_gemm.available())
+            if not fast_stage_a:
+                raise EngineUnavailable("option stage_a_gemm runs the channels-last stage A's GEMMs, which is off "
+                                        "(fast_stage_a=False); leave stage_a_gemm at auto")
+            self._require_kernel("stage A", "stage_a_gemm", True, "", fused_gemm.available())
         return bool(on)
 
-    def _resolve_stage_a_graphs(self) -> bool:
-        """Whether stage A's chunks replay as CUDA graphs: ``$BOOKTTS_TORCH_GRAPHS``, else on CUDA when stage A
-        is the channels-last path run eagerly (not compiled)."""
-        on = _env_flag(GRAPHS_ENV)
+    def _resolve_stage_a_graphs(self, on: bool | None, fast_stage_a: bool) -> bool:
+        """Whether stage A's chunks replay as CUDA graphs: ``on`` (the option), else on CUDA when stage A
+        runs channels-last."""
         if on is None:
-            return bool(self.is_cuda and self.fast_stage_a and not self.compiled_stage_a)
+            return bool(self.is_cuda and fast_stage_a)
         if on:
             if not self.is_cuda:
-                raise EngineUnavailable(f"CUDA graphs ({GRAPHS_ENV}=1) need a CUDA device, not {self.device}; "
-                                        f"unset {GRAPHS_ENV} or use --device cuda:0")
-            if not self.fast_stage_a:
-                raise EngineUnavailable(f"{GRAPHS_ENV}=1 replays the channels-last stage A, which is off "
-                                        f"({FAST_A_ENV}=0 or {COMPILE_A_ENV}=1); unset {GRAPHS_ENV}")
+                raise EngineUnavailable(f"CUDA graphs (--cuda-graphs on, {OPTION_ENV['cuda_graphs']}=1) need a CUDA "
+                                        f"device, not {self.device}; leave them at auto or use --device cuda:0")
+            if not fast_stage_a:
+                raise EngineUnavailable("CUDA graphs replay the channels-last stage A, which is off "
+                                        "(fast_stage_a=False); leave cuda_graphs at auto")
         return bool(on)
 
     # ------------------------------------------------------------------ weights
@@ -565,7 +558,7 @@ class TorchEngine:
     def _load_weights(voice, weights_path):
         from engines import weights as W
 
-        path = weights_path or os.environ.get(WEIGHTS_ENV) or None
+        path = weights_path or None
         if path is None and str(voice.model_path).endswith(".safetensors"):
             path = voice.model_path
         if path is not None:
@@ -574,7 +567,7 @@ class TorchEngine:
             if model_path.suffix == ".onnx" and model_path.is_file() and meta.get("source_sha256"):
                 if voice.model_sha256() != meta["source_sha256"]:
                     raise VoiceError(f"weights {path} were exported from another voice than {voice.name!r}; "
-                                     f"export this voice's weights or unset {WEIGHTS_ENV}")
+                                     f"export this voice's weights")
             if int(meta.get("sample_rate", voice.sample_rate)) != voice.sample_rate:
                 raise VoiceError(f"weights {path} are for {meta.get('sample_rate')} Hz, the voice is "
                                  f"{voice.sample_rate} Hz; export this voice's weights")
@@ -704,88 +697,53 @@ class TorchEngine:
             durations = torch.zeros(b, t, device=dev)
             frames = torch.zeros(b, dtype=torch.long, device=dev)
             frames_host = np.zeros(b, dtype=np.int64)
-            groups = self.pipeline_groups(self.stage_a_chunks(batch.lengths, t))
-            # stage A of group g+1 runs on a side stream while stage B of group g runs on the main one
-            side = self._side_stream() if self.is_cuda and len(groups) > 1 else None
-            main = torch.cuda.current_stream(dev) if self.is_cuda else None
-            if side is not None:
-                side.wait_stream(main)
-
-            def launch_a(group):
-                """Queue stage A of a group (its chunks by phoneme length); returns its rows, their
-                frame counts on their way to the host, and the event that says they have arrived."""
-                ctx = torch.cuda.stream(side) if side is not None else contextlib.nullcontext()
-                with ctx, self._flags(benchmark=False):
-                    for rows, tc in group:
-                        n = len(rows)
-                        idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
-                        # rows past n are padding (CUDA graphs); the outputs may be a graph's static
-                        # tensors: consumed here, on this stream, before the next chunk's replay
-                        mp, lp, du, fr = self._run_stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
-                                                           float(sc.length_scale))
-                        m_p[idx, :, :tc] = mp[:n]
-                        logs_p[idx, :, :tc] = lp[:n]
-                        durations[idx, :tc] = du[:n]
-                        frames[idx] = fr[:n]
-                    rows_g = np.concatenate([r for r, _ in group]).astype(np.int64)
-                    fr_g = frames[torch.from_numpy(rows_g).to(dev, non_blocking=True)]
-                    if side is None:
-                        return rows_g, fr_g.cpu(), None  # sync: stage B's shapes depend on it
-                    host = torch.empty(len(rows_g), dtype=torch.long, pin_memory=True)
-                    host.copy_(fr_g, non_blocking=True)
-                    done = torch.cuda.Event()
-                    done.record(side)
-                    return rows_g, host, done
-
-            queued = [launch_a(g) for g in groups[:2]]
-            blocks = []  # (rows, frame bucket, int16 [n, f*hop] on the device)
+            chunks_a = self.stage_a_chunks(batch.lengths, t)
+            with self._flags(benchmark=False):  # stage A: its chunks by phoneme length
+                for rows, tc in chunks_a:
+                    n = len(rows)
+                    idx = torch.from_numpy(rows.astype(np.int64)).to(dev, non_blocking=True)
+                    # rows past n are padding (CUDA graphs); the outputs may be a graph's static
+                    # tensors: consumed here, on this stream, before the next chunk's replay
+                    mp, lp, du, fr = self._run_stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
+                                                       float(sc.length_scale))
+                    m_p[idx, :, :tc] = mp[:n]
+                    logs_p[idx, :, :tc] = lp[:n]
+                    durations[idx, :tc] = du[:n]
+                    frames[idx] = fr[:n]
+            # the items in stage A's order (by length); stage B's chunks index into it
+            rows_a = np.concatenate([r for r, _ in chunks_a]).astype(np.int64)
+            fh = frames[torch.from_numpy(rows_a).to(dev, non_blocking=True)].cpu().numpy().astype(np.int64)  # sync:
+            frames_host[rows_a] = fh  # stage B's shapes depend on it
+            # the prior noise, one draw for the batch in that order: the same batch and seed give the same noise
+            eps = (torch.randn(len(rows_a), c, int(fh.max()), generator=gen, device=dev)
+                   if sc.noise_scale != 0 else None)
+            plan = self.stage_b_chunks(fh)
             # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to back
             # in one fresh host buffer (on CUDA pinned, from PyTorch's caching host allocator, filled by
-            # async copies): one copy of the audio, not a [B, S] array padded to the longest item. With one
-            # group on CUDA the batch's size is known before stage B, and each chunk's copy runs on a copy
-            # stream while the next chunk computes; otherwise the copies follow the last chunk.
-            copier = self._copy_stream() if self.is_cuda and len(groups) == 1 and self.copy_overlap else None
-            host = None
+            # async copies on a copy stream while the next chunk computes): one copy of the audio, not a
+            # [B, S] array padded to the longest item
+            copier = self._copy_stream() if self.is_cuda else None
+            main = torch.cuda.current_stream(dev) if self.is_cuda else None
+            host = torch.empty(sum(len(lo) * f * self.hop for lo, f in plan), dtype=torch.int16,
+                               pin_memory=self.is_cuda)
             offsets = np.zeros(b, dtype=np.int64)
             off = 0
-            for gi in range(len(groups)):
-                rows_g, fr_host, done = queued.pop(0)
-                if done is not None:
-                    done.synchronize()  # only the side stream: stage B of earlier groups keeps running
-                    main.wait_event(done)
-                fh = fr_host.numpy().astype(np.int64)
-                frames_host[rows_g] = fh
-                # the prior noise of a group, drawn in group order: the groups depend only on the
-                # batch's lengths, so the same batch and seed give the same noise
-                eps = (torch.randn(len(rows_g), c, int(fh.max()), generator=gen, device=dev)
-                       if sc.noise_scale != 0 else None)
-                plan = self.stage_b_chunks(fh)
-                if copier is not None:
-                    host = torch.empty(sum(len(lo) * f * self.hop for lo, f in plan), dtype=torch.int16,
-                                       pin_memory=True)
-                with self._flags(benchmark=self.is_cuda and self.autotune):
-                    for local, f in plan:
-                        rows = rows_g[local]
-                        pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
-                                              eps_rows=local)
-                        n = len(rows)
-                        # compiled or stage B graphs: pcm is a graph's output, overwritten by a later replay
-                        blk = pcm[:n].clone() if self.compiled or self.stage_b_graphs else pcm[:n]
-                        blocks.append((rows, f, blk))  # kept until the copies are done
-                        if copier is not None:
-                            copier.wait_stream(main)
-                            off = self._pack_block(host, off, offsets, rows, f, blk, copier)
-                if gi + 2 < len(groups):
-                    queued.append(launch_a(groups[gi + 2]))
-            if host is None:
-                host = torch.empty(sum(len(r) * f * self.hop for r, f, _ in blocks), dtype=torch.int16,
-                                   pin_memory=self.is_cuda)
-                for rows, f, blk in blocks:
-                    off = self._pack_block(host, off, offsets, rows, f, blk, None)
+            blocks = []  # the device blocks, kept until their copies are done
+            with self._flags(benchmark=self.is_cuda and self.autotune):
+                for local, f in plan:
+                    rows = rows_a[local]
+                    pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
+                                          eps_rows=local)
+                    n = len(rows)
+                    # compiled or stage B graphs: pcm is a graph's output, overwritten by a later replay
+                    blk = pcm[:n].clone() if self.compiled or self.stage_b_graphs else pcm[:n]
+                    blocks.append(blk)
+                    if copier is not None:
+                        copier.wait_stream(main)
+                    off = self._pack_block(host, off, offsets, rows, f, blk, copier)
             if self.is_cuda:
                 main.synchronize()
-                if copier is not None:
-                    copier.synchronize()
+                copier.synchronize()
         # per-phoneme durations in samples (the predictor's ceiled frames x hop): the manifest's optional
         # phoneme_durations_s; one small [B, T] copy, after the synchronisation above
         dur = (durations * self.hop).cpu().numpy().astype(np.float32)
@@ -793,7 +751,7 @@ class TorchEngine:
 
     def stage_a_rows(self, n: int, tc: int) -> int:
         """Rows stage A runs for a chunk of ``n`` items ``tc`` ids wide when padding
-        (:attr:`pad_stage_a`): ``n`` rounded up to a multiple of :data:`STAGE_A_ROW_STEP`, capped at the
+        (when stage A runs as CUDA graphs): ``n`` rounded up to a multiple of :data:`STAGE_A_ROW_STEP`, capped at the
         width's chunk size (``max_phonemes_per_chunk // tc``, at least ``n``), so the shapes repeat
         across batches. Stage A's work grows with its rows: :func:`round_rows`' coarser sizes (up to
         a third more rows) cost more kernel time (docs/PERFORMANCE.md, "Figures behind the engine's defaults")."""
@@ -806,8 +764,7 @@ class TorchEngine:
         are a graph's static tensors, valid until the next chunk's replay: the caller consumes them
         (in stream order) first."""
         n, tc = ids.shape
-        pad = self.stage_a_graphs if self.pad_stage_a is None else self.pad_stage_a
-        if pad:
+        if self.stage_a_graphs:
             rows = self.stage_a_rows(n, tc)
             if rows > n:
                 ids, lengths, noise = pad_stage_a_inputs(ids, lengths, noise, rows)
@@ -856,21 +813,6 @@ class TorchEngine:
             out["error"] = g.error
         return out
 
-    def pipeline_groups(self, chunks: list) -> list[list]:
-        """Stage A's chunks (sorted by length) cut into at most :attr:`pipeline` consecutive groups of
-        about equal padded ids. On CUDA stage A of group ``g+1`` overlaps stage B of group ``g``."""
-        n = max(1, min(self.pipeline, len(chunks)))
-        if n == 1:
-            return [list(chunks)]
-        sizes = np.array([len(r) * tc for r, tc in chunks], dtype=np.float64)
-        starts = np.cumsum(sizes) - sizes  # padded ids before each chunk
-        bounds = [0]
-        for k in range(1, n):  # the chunk start nearest to k/n of the ids, keeping every group non-empty
-            c = int(np.argmin(np.abs(starts - sizes.sum() * k / n)))
-            bounds.append(min(max(c, bounds[-1] + 1), len(chunks) - (n - k)))
-        bounds.append(len(chunks))
-        return [list(chunks[a:z]) for a, z in zip(bounds[:-1], bounds[1:])]
-
     def _pack_block(self, host, off: int, offsets, rows, f: int, blk, stream) -> int:
         """Copy one chunk's PCM ``[n, f*hop]`` into ``host`` at ``off`` (asynchronously on CUDA, on ``stream``
         when given), record its items' offsets; returns the next offset."""
@@ -885,11 +827,6 @@ class TorchEngine:
         if self._copier is None:
             self._copier = self.torch.cuda.Stream(self.device)
         return self._copier
-
-    def _side_stream(self):
-        if self._stream is None:
-            self._stream = self.torch.cuda.Stream(self.device)
-        return self._stream
 
     def stage_a_chunks(self, lengths: np.ndarray, t: int) -> list[tuple[np.ndarray, int]]:
         """Stage A's chunks of a batch padded to ``t`` ids: (item indices, padded phoneme width), items
@@ -924,7 +861,7 @@ class TorchEngine:
 
     def _run_chunk(self, rows, f, m_p, logs_p, durations, frames, eps, noise_scale, eps_rows):
         """Stage B on one chunk: int16 PCM ``[padded rows, f*hop]`` on the device (rows past ``len(rows)``
-        are padding). ``eps``: the group's prior noise ``[*, C, frames]``, whose rows ``eps_rows`` are
+        are padding). ``eps``: the batch's prior noise ``[*, C, frames]``, whose rows ``eps_rows`` are
         the chunk's items."""
         torch = self.torch
         n = len(rows)

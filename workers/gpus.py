@@ -155,6 +155,8 @@ def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str]
                 cmd += ["--allowed-root", root]
             env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "REDIS_URL": redis_url,
                    "BOOKTTS_METRICS_DEVICE": f"cuda:{gpu}"}
+            if engine_spec.options is not None:  # the torch options (flags or environment), as the child reads them
+                env.update(engine_spec.options.to_env())
             env.pop("BOOKTTS_METRICS_PORT", None)
             if metrics_dir:
                 env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir

@@ -38,8 +38,8 @@ Triton's usual lazy compilation at first launch; a failed compilation is never c
 real launch compiles it again and raises its error where it would have anyway. Results cannot
 change: the same kernels are compiled from the same arguments, only earlier.
 
-The engine calls it at construction on CUDA when a fused path is on (``$BOOKTTS_TORCH_PRECOMPILE``:
-``1`` on, ``0`` off, unset on; :func:`resolve_precompile`).
+The engine calls it at construction on CUDA when a fused path is on, unless its ``precompile``
+option (:class:`engines.torch_options.TorchOptions`) is off.
 """
 
 from __future__ import annotations
@@ -56,23 +56,6 @@ from typing import Callable, Iterable, Iterator
 from engines.torch_vits.launch import KernelLaunch, launch_key, observe
 
 log = logging.getLogger("booktts.torch")
-
-PRECOMPILE_ENV = "BOOKTTS_TORCH_PRECOMPILE"
-
-
-def resolve_precompile(arg: bool | None = None, env=None) -> bool | None:
-    """The argument, else ``$BOOKTTS_TORCH_PRECOMPILE`` (``1`` on, ``0`` off), else None: the
-    default, which the engine takes as on where a fused path runs on CUDA. Any other value of the
-    variable raises ValueError."""
-    if arg is not None:
-        return bool(arg)
-    raw = (os.environ if env is None else env).get(PRECOMPILE_ENV, "").strip()
-    if not raw:
-        return None
-    if raw not in ("0", "1"):
-        raise ValueError(f"{PRECOMPILE_ENV} must be 0 or 1, not {raw!r}")
-    return raw == "1"
-
 
 @dataclass
 class PrecompileReport:
@@ -256,6 +239,4 @@ def _precompile(launches, device, rep: PrecompileReport) -> None:
                      f"{type(first).__name__}: {(str(first).splitlines() or [''])[0][:300]}")
 
 
-__all__ = ["PRECOMPILE_ENV", "PrecompileReport", "default_workers", "enumerate_launches", "enumerate_stage_a",
-           "precompile",
-           "resolve_precompile"]
+__all__ = ["PrecompileReport", "default_workers", "enumerate_launches", "enumerate_stage_a", "precompile"]

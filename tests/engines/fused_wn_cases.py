@@ -206,7 +206,10 @@ def engine_cases(device: str) -> dict:
         return {}
     from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
-    from engines.torch_engine import FUSED_FLOW_ENV, TorchEngine
+    from engines.torch_engine import TorchEngine
+    from engines.torch_options import ENV
+
+    FUSED_FLOW_ENV = ENV["fused_flow"]
     from core.voice import resolve_voice
 
     voice = resolve_voice()

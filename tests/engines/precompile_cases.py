@@ -42,11 +42,12 @@ def main(device: str) -> None:
 
     from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
-    from engines.torch_engine import FUSED_FLOW_ENV, TorchEngine
+    from engines.torch_engine import TorchEngine
+    from engines.torch_options import ENV
     from engines.torch_vits.launch import launch_key, observe
     from core.voice import resolve_voice
 
-    os.environ[FUSED_FLOW_ENV] = "1"
+    os.environ[ENV["fused_flow"]] = "1"
     t0 = time.perf_counter()
     precision = "fp32" if device == "cpu" else "fp16"
     spec = EngineSpec(name="torch", precision=precision, device="cpu" if device == "cpu" else "cuda:0", max_batch=4)

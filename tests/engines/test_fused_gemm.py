@@ -107,7 +107,10 @@ def test_stage_a_through_kernel(results):
 ], ids=["cpu-needs-cuda", "needs-fast-stage-a"])
 def test_engine_switch_refusals(voice, monkeypatch, env, fast, message):
     from core.errors import EngineUnavailable
-    from engines.torch_engine import STAGE_A_GEMM_ENV, TorchEngine
+    from engines.torch_engine import TorchEngine
+    from engines.torch_options import ENV
+
+    STAGE_A_GEMM_ENV = ENV["stage_a_gemm"]
 
     monkeypatch.setenv(STAGE_A_GEMM_ENV, env)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
@@ -118,7 +121,10 @@ def test_engine_switch_refusals(voice, monkeypatch, env, fast, message):
 @pytest.mark.parametrize("env, want", [(None, "cublas-fp32"), ("0", "cublas-fp32")], ids=["cpu-default", "env-off"])
 def test_engine_switch_default_off_on_cpu(voice, monkeypatch, env, want):
     # on CPU the fast stage A keeps ordinary float32 GEMMs unless asked (CUDA default: the kernel)
-    from engines.torch_engine import STAGE_A_GEMM_ENV, TorchEngine
+    from engines.torch_engine import TorchEngine
+    from engines.torch_options import ENV
+
+    STAGE_A_GEMM_ENV = ENV["stage_a_gemm"]
 
     if env is None:
         monkeypatch.delenv(STAGE_A_GEMM_ENV, raising=False)

@@ -163,7 +163,10 @@ def test_res_skip_weight_split_is_near_float32():
 
 def test_engine_refuses_the_fused_flow_on_cpu_without_the_interpreter(voice, monkeypatch):
     from engines import EngineSpec
-    from engines.torch_engine import FUSED_FLOW_ENV, TorchEngine
+    from engines.torch_engine import TorchEngine
+    from engines.torch_options import ENV
+
+    FUSED_FLOW_ENV = ENV["fused_flow"]
     from core.errors import EngineUnavailable
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)

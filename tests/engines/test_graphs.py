@@ -19,8 +19,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed: pip install
 
 from engines import EngineSpec  # noqa: E402
 from engines.base import Scales, SynthesisBatch  # noqa: E402
-from engines.torch_engine import (  # noqa: E402
-    COMPILE_A_ENV, FAST_A_ENV, GRAPHS_ENV, STAGE_A_ROW_STEP, TorchEngine, pad_stage_a_inputs)
+from engines.torch_engine import STAGE_A_ROW_STEP, TorchEngine, pad_stage_a_inputs  # noqa: E402
+from engines.torch_options import ENV, TorchOptions  # noqa: E402
 from engines.torch_vits.graphs import GraphCache, _Graph  # noqa: E402
 from core.errors import EngineUnavailable  # noqa: E402
 
@@ -163,6 +163,9 @@ def test_graphs_on_the_gpu(kernel_results):
     assert f["stats"] == {"eager": 1, "captures": 0, "replays": 0, "bypassed": 2}, f
 
 
+GRAPHS_ENV = ENV["cuda_graphs"]
+
+
 # ---------------------------------------------------------------------------- the switch
 def test_switch_on_cpu(voice, monkeypatch):
     monkeypatch.delenv(GRAPHS_ENV, raising=False)
@@ -179,27 +182,23 @@ def test_switch_on_cpu(voice, monkeypatch):
     assert "\n" not in msg and GRAPHS_ENV in msg and "CUDA" in msg and "cuda:0" in msg, msg
 
 
-@pytest.mark.parametrize("env, fast, compiled_a, want", [
-    (None, True, False, True),         # CUDA default: the channels-last eager stage A
-    (None, False, False, False),       # the channel-first stage A: no graphs
-    (None, False, True, False),        # compiled stage A (channel-first): no graphs
-    ("0", True, False, False),
-    ("1", True, False, True),
-    ("1", False, False, "refused"),    # asked for, but the stage A it replays is off
-    ("yes", True, False, True),        # not 0/1: the default, as the other switches
-], ids=["default", "channel-first", "compiled-a", "env-off", "env-on", "env-on-no-fast-a", "other-value"])
-def test_switch_on_cuda(monkeypatch, env, fast, compiled_a, want):
+@pytest.mark.parametrize("env, fast, want", [
+    (None, True, True),         # CUDA default: the channels-last eager stage A
+    (None, False, False),       # the channel-first stage A: no graphs
+    ("0", True, False),
+    ("1", True, True),
+    ("1", False, "refused"),    # asked for, but the stage A it replays is off
+    ("yes", True, True),        # not 0/1: the default, as the other switches
+], ids=["default", "channel-first", "env-off", "env-on", "env-on-no-fast-a", "other-value"])
+def test_switch_on_cuda(env, fast, want):
     # the resolution for a CUDA engine, without one: a shell with the attributes it reads
-    if env is None:
-        monkeypatch.delenv(GRAPHS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(GRAPHS_ENV, env)
-    eng = shell_engine(is_cuda=True, device=torch.device("cuda:0"), fast_stage_a=fast, compiled_stage_a=compiled_a)
+    on = TorchOptions.from_env({} if env is None else {GRAPHS_ENV: env}).flag("cuda_graphs")
+    eng = shell_engine(is_cuda=True, device=torch.device("cuda:0"))
     if want == "refused":
-        with pytest.raises(EngineUnavailable, match=f"{FAST_A_ENV}=0 or {COMPILE_A_ENV}=1"):
-            eng._resolve_stage_a_graphs()
+        with pytest.raises(EngineUnavailable, match="channels-last stage A"):
+            eng._resolve_stage_a_graphs(on, fast)
     else:
-        assert eng._resolve_stage_a_graphs() is want
+        assert eng._resolve_stage_a_graphs(on, fast) is want
 
 
 # ---------------------------------------------------------------------------- GraphCache
@@ -333,14 +332,11 @@ def batch_of(n, seed):
 
 def test_engine_with_graphs_gives_the_same_audio(engine, monkeypatch):
     # the engine's keys, padding and output slicing, with the stand-in cache in place of CUDA graphs:
-    # the same audio as the engine without graphs, batch after batch (first sight, capture, replay),
-    # also pipelined; every key's rows are stage_a_rows of a chunk
+    # the same audio as the engine without graphs, batch after batch (first sight, capture, replay);
+    # every key's rows are stage_a_rows of a chunk
     eng = engine
     batches = [batch_of(16, 1), batch_of(16, 2), batch_of(16, 1)]
     ref = [eng.synthesize(b) for b in batches]
-    monkeypatch.setattr(eng, "pipeline", 3)  # the prior noise is drawn per group: its own reference
-    ref.append(eng.synthesize(batches[0]))
-    monkeypatch.setattr(eng, "pipeline", 1)
     keys = []
 
     class Recording(StandInCache):
@@ -353,8 +349,6 @@ def test_engine_with_graphs_gives_the_same_audio(engine, monkeypatch):
     monkeypatch.setattr(eng, "stage_a_graphs", True)
     monkeypatch.setattr(eng, "_graphs_for", None)
     got = [eng.synthesize(b) for b in batches]
-    monkeypatch.setattr(eng, "pipeline", 3)
-    got.append(eng.synthesize(batches[0]))
     stats = eng.stage_a_graph_stats()
     assert stats["on"] and stats["captures"] > 0 and stats["replays"] > 0 and stats["eager"] > 0, stats
     for g, r in zip(got, ref):
@@ -381,7 +375,6 @@ def test_engine_graphs_serve_every_length_scale(engine, monkeypatch):
     monkeypatch.setattr(eng, "_graphs", cache)
     monkeypatch.setattr(eng, "stage_a_graphs", True)
     monkeypatch.setattr(eng, "_graphs_for", None)
-    monkeypatch.setattr(eng, "pipeline", 1)
     eng.synthesize(batch_of(16, 1))
     eng.synthesize(batch_of(16, 1))  # captured at 1.0
     held = len(cache)

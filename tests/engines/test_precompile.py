@@ -84,16 +84,18 @@ def test_precompile_fills_tritons_caches(tmp_path):
 
 
 # ------------------------------------------------------------------ the switch
-def test_resolve_precompile():
-    assert P.resolve_precompile(None, env={}) is None  # default: the engine turns it on where it applies
-    assert P.resolve_precompile(None, env={P.PRECOMPILE_ENV: ""}) is None
-    assert P.resolve_precompile(None, env={P.PRECOMPILE_ENV: "1"}) is True
-    assert P.resolve_precompile(None, env={P.PRECOMPILE_ENV: " 0 "}) is False
-    assert P.resolve_precompile(True, env={P.PRECOMPILE_ENV: "0"}) is True  # the argument wins
-    assert P.resolve_precompile(False, env={P.PRECOMPILE_ENV: "1"}) is False
+def test_precompile_option_from_the_environment():
+    from core.errors import EngineUnavailable
+    from engines.torch_options import ENV, TorchOptions
+
+    var = ENV["precompile"]
+    assert TorchOptions.from_env({}).flag("precompile") is None  # default: the engine turns it on where it applies
+    assert TorchOptions.from_env({var: ""}).flag("precompile") is None
+    assert TorchOptions.from_env({var: "1"}).flag("precompile") is True
+    assert TorchOptions.from_env({var: " 0 "}).flag("precompile") is False
     for bad in ("yes", "on", "2", "true"):
-        with pytest.raises(ValueError):
-            P.resolve_precompile(None, env={P.PRECOMPILE_ENV: bad})
+        with pytest.raises(EngineUnavailable, match=var):
+            TorchOptions.from_env({var: bad})
 
 
 @pytest.fixture(scope="module")
@@ -112,22 +114,25 @@ def test_engine_switch(cpu_engine, voice, monkeypatch):
 
     # nothing to compile on CPU: off, whatever the switch says, and reported as such
     assert cpu_engine.info.extra["precompile"] is False and cpu_engine.info.extra["precompile_s"] == 0.0
-    for raw, arg in (("1", None), ("", True)):
-        monkeypatch.setenv(P.PRECOMPILE_ENV, raw)
-        assert cpu_engine._resolve_precompile(arg) is False
+    for on in (True, None):
+        assert cpu_engine._resolve_precompile(on) is False
     # where there is something to compile (CUDA with a fused path), on unless switched off
     monkeypatch.setattr(cpu_engine, "is_cuda", True)
     monkeypatch.setattr(cpu_engine, "fused", True)
-    for raw, arg, want in (("", None, True), ("1", None, True), ("0", None, False), ("0", True, True),
-                           ("1", False, False)):
-        monkeypatch.setenv(P.PRECOMPILE_ENV, raw)
-        assert cpu_engine._resolve_precompile(arg) is want, (raw, arg)
+    for on, want in ((None, True), (True, True), (False, False)):
+        assert cpu_engine._resolve_precompile(on) is want, on
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # interpreted kernels are not compiled
-    monkeypatch.setenv(P.PRECOMPILE_ENV, "1")
-    assert cpu_engine._resolve_precompile(None) is False
-    monkeypatch.setenv(P.PRECOMPILE_ENV, "maybe")
+    assert cpu_engine._resolve_precompile(True) is False
+    monkeypatch.setenv("BOOKTTS_TORCH_PRECOMPILE", "maybe")  # the environment, read when an engine is built
     with pytest.raises(EngineUnavailable, match="BOOKTTS_TORCH_PRECOMPILE"):
         TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1, max_batch=2))
+    monkeypatch.delenv("BOOKTTS_TORCH_PRECOMPILE")
+    # the constructor's argument wins over the options
+    from engines.torch_options import TorchOptions
+
+    eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1, max_batch=2,
+                                        options=TorchOptions(precompile="off")), precompile=True)
+    assert eng.options.precompile == "on"
 
 
 # ------------------------------------------------------------------ the observer

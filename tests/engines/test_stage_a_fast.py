@@ -173,20 +173,14 @@ def test_state_dict_unchanged_and_repacked(models, batch):
     assert rel_err(b[0], run(fast, ids, lengths, noise)[0]) > 1e-3  # the change did reach the fast path
 
 
-@pytest.mark.parametrize("arg, env, want", [
-    (None, None, False),   # CPU default: the channel-first path (CUDA default: fast)
-    (None, "1", True),
-    (None, "0", False),
-    (True, "0", True),     # the argument wins over the environment
-    (False, "1", False),
-], ids=["cpu-default", "env-on", "env-off", "arg-on", "arg-off"])
-def test_engine_switch(voice, monkeypatch, arg, env, want):
-    from engines.torch_engine import FAST_A_ENV, TorchEngine
+@pytest.mark.parametrize("arg, want", [
+    (None, False),   # CPU default: the channel-first path (CUDA: always channels-last)
+    (True, True),
+    (False, False),
+], ids=["cpu-default", "arg-on", "arg-off"])
+def test_engine_switch(voice, arg, want):
+    from engines.torch_engine import TorchEngine
 
-    if env is None:
-        monkeypatch.delenv(FAST_A_ENV, raising=False)
-    else:
-        monkeypatch.setenv(FAST_A_ENV, env)
     eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1), fast_stage_a=arg)
     assert eng.fast_stage_a is want and eng.info.extra["fast_stage_a"] is want
     assert eng.model.fast_stage_a is want
@@ -209,25 +203,3 @@ def test_spline_same_arithmetic(scale):
     want = rq_spline_inverse(x, st[..., :k], st[..., k:2 * k], st[..., 2 * k:], tb)
     got = spline_inverse(x, st, k, tb)
     assert torch.equal(got, want), float((got - want).abs().max())
-
-
-@pytest.mark.parametrize("env_fast, want", [(None, False), ("1", "refused")],
-                         ids=["compile-picks-channel-first", "both-asked-refused"])
-def test_compiled_stage_a_is_channel_first(voice, monkeypatch, env_fast, want):
-    # BOOKTTS_TORCH_COMPILE_A=1 compiles the channel-first modules (Inductor failed on the
-    # channels-last path on the H200); asking for both is one clear error, not a failed first batch
-    from engines.torch_engine import COMPILE_A_ENV, FAST_A_ENV, TorchEngine
-    from core.errors import EngineUnavailable
-
-    monkeypatch.setenv(COMPILE_A_ENV, "1")
-    if env_fast is None:
-        monkeypatch.delenv(FAST_A_ENV, raising=False)
-    else:
-        monkeypatch.setenv(FAST_A_ENV, env_fast)
-    spec = EngineSpec(name="torch", device="cpu", threads=1)
-    if want == "refused":
-        with pytest.raises(EngineUnavailable, match="channel-first"):
-            TorchEngine(voice, spec)
-    else:
-        eng = TorchEngine(voice, spec)
-        assert eng.compiled_stage_a and eng.fast_stage_a is False

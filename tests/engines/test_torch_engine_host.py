@@ -13,8 +13,9 @@ torch = pytest.importorskip("torch", reason="torch is not installed: pip install
 from engines import EngineSpec  # noqa: E402
 from engines.base import Scales, SynthesisBatch  # noqa: E402
 from engines.torch_engine import (  # noqa: E402
-    DEFAULT_BUCKETS, WARMUP_ENV, TorchEngine, resolve_warmup, round_rows)
+    DEFAULT_BUCKETS, TorchEngine, resolve_warmup, round_rows)
 from core.errors import EngineUnavailable  # noqa: E402
+from engines.torch_options import ENV, TorchOptions  # noqa: E402
 
 
 def allowed_sizes(limit):
@@ -93,19 +94,22 @@ def test_shape_count_bounded():
 
 
 def test_resolve_warmup():
-    assert resolve_warmup(None, compiled=False, env={}) == "lazy"
-    assert resolve_warmup(None, compiled=True, env={}) == "full"
-    assert resolve_warmup(None, compiled=False, env={WARMUP_ENV: "full"}) == "full"
-    assert resolve_warmup(None, compiled=True, env={WARMUP_ENV: "Lazy"}) == "lazy"
-    assert resolve_warmup(None, compiled=True, env={WARMUP_ENV: ""}) == "full"
-    assert resolve_warmup("lazy", compiled=True, env={WARMUP_ENV: "full"}) == "lazy"  # the argument wins
-    assert resolve_warmup(True, compiled=False, env={WARMUP_ENV: "lazy"}) == "full"
-    assert resolve_warmup(False, compiled=True, env={}) == "lazy"
-    assert resolve_warmup([(4, 64)], compiled=True, env={}) == [(4, 64)]
-    with pytest.raises(EngineUnavailable):
-        resolve_warmup(None, compiled=False, env={WARMUP_ENV: "yes"})
+    assert resolve_warmup(None, compiled=False) == "lazy"
+    assert resolve_warmup(None, compiled=True) == "full"
+    assert resolve_warmup(None, compiled=False, option="full") == "full"
+    assert resolve_warmup(None, compiled=True, option="lazy") == "lazy"
+    assert resolve_warmup(None, compiled=True, option="auto") == "full"
+    assert resolve_warmup("lazy", compiled=True, option="full") == "lazy"  # the argument wins
+    assert resolve_warmup(True, compiled=False, option="lazy") == "full"
+    assert resolve_warmup(False, compiled=True) == "lazy"
+    assert resolve_warmup([(4, 64)], compiled=True) == [(4, 64)]
     with pytest.raises(ValueError):
-        resolve_warmup("eager", compiled=False, env={})
+        resolve_warmup("eager", compiled=False)
+    # the environment's spelling (any case) becomes the option; anything else is one clear error
+    assert TorchOptions.from_env({ENV["warmup"]: "Lazy"}).warmup == "lazy"
+    assert TorchOptions.from_env({ENV["warmup"]: ""}).warmup == "auto"
+    with pytest.raises(EngineUnavailable, match=ENV["warmup"]):
+        TorchOptions.from_env({ENV["warmup"]: "yes"})
 
 
 @pytest.fixture(scope="module")
@@ -164,8 +168,7 @@ def test_row_padding_changes_no_sample(small_chunk_engine):
     (None, "0", False),
 ], ids=["worker", "short-job", "long-job", "env-on", "env-off"])
 def test_autotune_follows_the_workload(voice, monkeypatch, workload_s, env, want):
-    from engines.torch_engine import AUTOTUNE_ENV
-
+    AUTOTUNE_ENV = ENV["autotune"]
     if env is None:
         monkeypatch.delenv(AUTOTUNE_ENV, raising=False)
     else:
@@ -190,45 +193,3 @@ def test_chunks_cover_every_item_once():
     assert sorted(i for rows, _ in b for i in rows) == list(range(200))
     for rows, f in b:
         assert frames[rows].max() <= f and len(rows) <= eng.chunk_rows(f)
-
-
-def test_pipeline_groups_partition_the_chunks():
-    # stage A's chunks are cut into consecutive groups (stage A of one overlaps stage B of the one
-    # before on CUDA): every chunk in exactly one group, in order, at most `pipeline` groups
-    eng = shell_engine(max_frames_per_chunk=4096, max_batch=512)
-    eng.max_phonemes_per_chunk = 2000
-    lengths = np.random.default_rng(1).integers(1, 300, size=300)
-    chunks = eng.stage_a_chunks(lengths, 310)
-    for n in (1, 2, 3, 4, len(chunks), len(chunks) + 5):
-        eng.pipeline = n
-        groups = eng.pipeline_groups(chunks)
-        assert [c for g in groups for c in g] == chunks and all(groups)
-        assert len(groups) == min(n, len(chunks))
-        if n == 2:  # about equal padded ids: neither half has more than 2/3 of them
-            ids = [sum(len(r) * tc for r, tc in g) for g in groups]
-            assert max(ids) <= 2 / 3 * sum(ids), ids
-
-
-def test_pipelined_batch_equals_one_group(small_chunk_engine):
-    # the batch cut into 3 stage-A groups (as on CUDA, where they overlap stage B) gives every item
-    # the same durations and, without prior noise, the same audio; with noise, the same seed gives
-    # the same audio again (the groups depend only on the lengths)
-    eng = small_chunk_engine
-    rng = np.random.default_rng(3)
-    seqs = [[int(x) for x in rng.integers(1, 120, size=int(rng.integers(5, 90)))] for _ in range(12)]
-    quiet = SynthesisBatch.from_sequences(seqs, Scales(0.0, 1.0, 0.8), seed=5)
-    noisy = SynthesisBatch.from_sequences(seqs, Scales(0.667, 1.0, 0.8), seed=5)
-    ref = eng.synthesize(quiet)
-    eng.pipeline = 3
-    try:
-        assert len(eng.pipeline_groups(eng.stage_a_chunks(quiet.lengths, quiet.phoneme_ids.shape[1]))) == 3
-        got = eng.synthesize(quiet)
-        a, b = eng.synthesize(noisy), eng.synthesize(noisy)
-    finally:
-        eng.pipeline = 1
-    assert np.array_equal(got.sample_lengths, ref.sample_lengths)
-    diff = np.abs(got.audio.astype(np.int32) - ref.audio)
-    assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).sum())
-    assert np.array_equal(a.audio, b.audio) and np.array_equal(a.sample_lengths, ref.sample_lengths)
-    for i, n in enumerate(a.sample_lengths):
-        assert np.abs(a.item(i)).max() > 0 and not a.audio[i, n:].any(), i

@@ -78,14 +78,13 @@ def test_fp32_safetensors_gives_same_audio(voice, exported, onnx_engine_out):
     assert np.array_equal(res.sample_lengths, onnx_engine_out.sample_lengths)
 
 
-def test_fp16_safetensors_without_onnx(exported, onnx_engine_out, monkeypatch):
+def test_fp16_safetensors_without_onnx(exported, onnx_engine_out):
     """A host with neither the ONNX file nor piper: the voice is rebuilt from the file's metadata."""
     from engines.torch_engine import TorchEngine
-    from engines.weights import voice_from_weights
+    from core.voice import voice_from_weights
 
     v = voice_from_weights(exported[1])
     assert v.sample_rate == 22050 and v.noise_w == pytest.approx(0.8)
-    monkeypatch.setenv("BOOKTTS_TORCH_WEIGHTS", str(exported[1]))
     res = TorchEngine(v, EngineSpec(name="torch")).synthesize(SynthesisBatch.from_sequences(IDS, DETERMINISTIC))
     # fp16-rounded flow/decoder weights, fp32 arithmetic: same lengths, audio within 1% of fp32 weights
     assert np.array_equal(res.sample_lengths, onnx_engine_out.sample_lengths)
