@@ -5,7 +5,7 @@ On the lent GPU host (one H200), from the repository root, after ``bench/make_gp
 ``carry/`` (voice weights, the phonemizer, soundfile, Celery & co. as wheels, a redis-server), with
 ``carry`` named in the call's carry list:
 
-    PYTHONUNBUFFERED=1 PYTHONPATH=carry/pylib python3 bench/bulk_gpu.py --json $OUT/bulk.json --commit SHA
+    PYTHONUNBUFFERED=1 PYTHONPATH=.:carry/pylib python3 bench/bulk_gpu.py --json $OUT/bulk.json --commit SHA
 
 (defaults: ``--engine torch --precision fp16 --device cuda`` = one worker per visible GPU, voice
 ``carry/joe-fp16.safetensors``, ``--hours 20 --books 4``, the engine baseline first; about 3-5 minutes).
@@ -73,7 +73,6 @@ CLI = ROOT / "cli.py"
 CARRY = ROOT / "carry"
 DEFAULT_BOOK = ROOT / "tests" / "data" / "alice-pg11.txt"
 TERMINAL = ("done", "failed", "cancelled")
-sys.path.insert(0, str(ROOT))
 
 
 class SetupError(Exception):

@@ -27,7 +27,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engines.torch_vits import fused_conv  # noqa: E402
 
 STAGES = [(128, 8), (64, 64), (32, 256)]  # (channels, samples per frame)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -33,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 DATA = ROOT / "bench" / "data" / "alice_ids.npz"
 BOOKS = [ROOT / "tests" / "data" / "alice-pg11.txt", Path("/work/shared/corpus/alice-pg11.txt")]
 
@@ -309,7 +307,7 @@ def table(rows) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--make-data", action="store_true")
-    ap.add_argument("--weights", default=os.environ.get("BOOKTTS_TORCH_WEIGHTS"))
+    ap.add_argument("--weights", default=None, help="exported .safetensors weights (a host without the voice package)")
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--n", type=int, default=1024, help="sentences in the workload")
     ap.add_argument("--n1", type=int, default=128, help="sentences for batch-1 configurations")
@@ -317,7 +315,6 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="256,1024")
     ap.add_argument("--sections", default="baseline,decoder,eager,profile,compiled16,nhwc,bf16,compiled_bf16,"
                                            "decoder_compiled")
-    ap.add_argument("--pipelines", default="1,2,3,4", help="stage-A groups for the pipeline section")
     ap.add_argument("--budget-s", type=float, default=520.0)
     ap.add_argument("--fused", choices=("auto", "0", "1"), default="auto",
                     help="decoder resblocks through the fused Triton kernel (auto: whichever the decoder section "
@@ -375,12 +372,6 @@ def main(argv=None) -> int:
         if go("profile"):
             guarded(bench.profile, e, big)
         del e
-    if go("pipeline"):  # stage A of one group overlapping stage B of the previous (BOOKTTS_TORCH_PIPELINE)
-        e, _ = bench.engine("fp16", False, big, **mode)
-        for g in [int(x) for x in a.pipelines.split(",")]:
-            e.pipeline = g
-            guarded(bench.whole, e, big, f"eager fp16, {g} pipeline group{'s' if g > 1 else ''},")
-        del e
     if go("compiled16"):
         e, build_s = bench.engine("fp16", True, big, **mode)
         for b in [big, 1]:
@@ -391,14 +382,6 @@ def main(argv=None) -> int:
         e, _ = bench.engine("fp16", False, big, channels_last=True, fused=False)
         guarded(bench.whole, e, big, "eager fp16")
         del e
-    if go("stage_a_compiled"):  # experiment: stage A through torch.compile (BOOKTTS_TORCH_COMPILE_A=1)
-        os.environ["BOOKTTS_TORCH_COMPILE_A"] = "1"
-        try:
-            e, _ = bench.engine("fp16", False, big, **mode)
-            guarded(bench.whole, e, big, "eager fp16, stage A compiled,")
-            del e
-        finally:
-            os.environ.pop("BOOKTTS_TORCH_COMPILE_A", None)
     if go("bf16"):
         e, _ = bench.engine("bf16", False, big, **mode)
         guarded(bench.whole, e, big, "eager bf16")

@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 COLUMNS = ["plan", "engine_load", "synth_loop", "engine_busy", "engine_share", "write", "write_wait", "chapters_early",
            "chapters_early_n", "first_chapter_s", "chapters_tail", "finalize", "run", "total", "finalize_only"]

@@ -16,7 +16,7 @@
 #                                against glibc only), stripped (1.5 MB)
 # On the GPU host: PYTHONPATH=carry/pylib python3 cli.py run BOOK --voice carry/joe-fp16.safetensors \
 #   --engine torch --device cuda:0 --precision fp16 -o OUT
-# and the bulk benchmark: PYTHONPATH=carry/pylib python3 bench/bulk_gpu.py --json $OUT/bulk.json
+# and the bulk benchmark (bench scripts need the project on the path: PYTHONPATH=.): PYTHONPATH=.:carry/pylib python3 bench/bulk_gpu.py --json $OUT/bulk.json
 #
 # Usage: bench/make_gpu_carry.sh [--distributed-only | --no-distributed]   (PY=python of the venv)
 set -euo pipefail

@@ -33,8 +33,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from quality import mcd, quality_sentences, snr_db  # noqa: E402  (bench/quality.py: one MCD for the project)
 

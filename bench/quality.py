@@ -31,8 +31,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 from engines.audio_quality import mcd, snr_db  # noqa: E402,F401  one definition for the project
 

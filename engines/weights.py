@@ -57,7 +57,7 @@ def _load_onnx(onnx_path):
         import onnx
     except ImportError as exc:  # pragma: no cover - depends on the host
         raise VoiceError("reading voice weights from an ONNX file needs the onnx package; pip install onnx, "
-                         "or point the engine at exported weights (BOOKTTS_TORCH_WEIGHTS=PATH.safetensors)") from exc
+                         "or pass the exported weights as the voice (--voice PATH.safetensors, from export-weights)") from exc
     path = Path(onnx_path)
     if not path.is_file():
         raise VoiceError(f"voice model {path} does not exist; pass an existing .onnx file")
