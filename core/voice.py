@@ -125,12 +125,10 @@ def resolve_voice(name: str | None = None) -> VoiceConfig:
     return VoiceConfig.from_files(name, Path(module.model_path()), Path(module.config_path()))
 
 
-def voice_from_weights(path) -> VoiceConfig:
-    """The voice of an exported weights file, from its metadata alone (no ONNX file, no tensors read:
-    :func:`engines.weights.read_weights` checks those when an engine loads them).
-
-    Its ``model_path`` and ``config_path`` are the safetensors file itself.
-    """
+def open_weights(path, tensors: bool = False) -> tuple[dict, dict | None]:
+    """An exported weights file's metadata (checked to be ``export-weights``'s format) and, with
+    ``tensors``, its arrays by name (numpy, in their stored dtype); one :class:`VoiceError` naming
+    the fix for a missing, unreadable or foreign file."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise VoiceError(f"weights file {path} does not exist; export it with: cli.py export-weights VOICE {path}")
@@ -141,10 +139,23 @@ def voice_from_weights(path) -> VoiceConfig:
     try:
         with safe_open(str(path), framework="numpy") as f:
             meta = dict(f.metadata() or {})
+            state = {k: f.get_tensor(k) for k in f.keys()} if tensors and meta.get("format") == WEIGHTS_FORMAT \
+                else None
     except Exception as exc:
         raise VoiceError(f"{path} is not a readable safetensors file ({type(exc).__name__}); export it again") from exc
     if meta.get("format") != WEIGHTS_FORMAT:
         raise VoiceError(f"{path} was not written by export-weights (format {meta.get('format')!r}); export it again")
+    return meta, state
+
+
+def voice_from_weights(path) -> VoiceConfig:
+    """The voice of an exported weights file, from its metadata alone (no ONNX file, no tensors read:
+    :func:`engines.weights.read_weights` checks those when an engine loads them).
+
+    Its ``model_path`` and ``config_path`` are the safetensors file itself.
+    """
+    path = Path(path).expanduser()
+    meta = open_weights(path)[0]
     try:
         cfg = json.loads(meta["piper_config"])
         inference = cfg.get("inference", {})

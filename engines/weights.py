@@ -36,7 +36,7 @@ import numpy as np
 
 from core.errors import InputError, VoiceError
 from core.files import sha256_file as _sha256
-from core.voice import WEIGHTS_FORMAT, voice_from_weights  # noqa: F401  (voice_from_weights: re-exported)
+from core.voice import WEIGHTS_FORMAT, open_weights, voice_from_weights  # noqa: F401  (voice_from_weights: re-exported)
 
 #: Version of the metadata layout written by :func:`export_weights`.
 FORMAT_VERSION = "1"
@@ -236,21 +236,7 @@ def read_weights(path) -> tuple[dict[str, np.ndarray], dict, dict]:
     """Read an exported safetensors file: (state dict in its stored dtype, hparams, metadata)."""
     from engines.torch_vits.hparams import hparams_from_state_dict
 
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise VoiceError(f"weights file {path} does not exist; export it with: python cli.py export-weights VOICE {path}")
-    try:
-        from safetensors import safe_open
-    except ImportError as exc:  # pragma: no cover
-        raise VoiceError("reading .safetensors weights needs the safetensors package; pip install safetensors") from exc
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            meta = dict(f.metadata() or {})
-            state = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as exc:
-        raise VoiceError(f"{path} is not a readable safetensors file ({type(exc).__name__}); export it again") from exc
-    if meta.get("format") != FORMAT_NAME:
-        raise VoiceError(f"{path} was not written by export-weights (format {meta.get('format')!r}); export it again")
+    meta, state = open_weights(path, tensors=True)
     try:
         hp = hparams_from_state_dict(state, json.loads(meta.get("hparams", "{}"))).to_dict()
     except (KeyError, ValueError, IndexError) as exc:

@@ -71,6 +71,7 @@ from engines.torch_vits.fused_attn import relative_attention
 from engines.torch_vits.fused_dds import sepconv_ln_gelu
 from engines.torch_vits.fused_dds import spline_inverse as fused_spline_inverse
 from engines.torch_vits.fused_gemm import gemm, pack
+from engines.torch_vits.tiles import StageATiles, tiles_for
 
 #: additive logit of a padding key (as the channel-first path's masked_fill): exp() gives exactly 0
 NEG = -1e4
@@ -167,19 +168,17 @@ class FastStageA:
     channels-last forward. Make it after the model's last device/dtype move (the model's
     ``use_fast_stage_a`` does, and re-packs on later moves and weight loads)."""
 
-    def __init__(self, model, kernels: bool = False):
+    def __init__(self, model, kernels: bool = False, tiles: StageATiles | None = None):
         hp = model.hp
-        #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, near fp32, fused epilogues)
+        #: GEMMs through :func:`engines.torch_vits.fused_gemm.gemm` (tensor cores, near fp32, fused epilogues),
+        #: each encoder layer's attention through :mod:`engines.torch_vits.fused_attn`'s one kernel, and each
+        #: DDSConv layer's prologue and each flow's spline through :mod:`engines.torch_vits.fused_dds`
         self.kernels = bool(kernels)
-        #: with ``kernels``: each DDSConv layer's prologue and each flow's spline through the kernels of
-        #: :mod:`engines.torch_vits.fused_dds` (False runs them as PyTorch operations; for A/B runs)
-        self.fused_dds = True
-        #: with ``kernels``: each encoder layer's attention through the one kernel of
-        #: :mod:`engines.torch_vits.fused_attn` (False runs :meth:`_attend`, six cuBLAS/PyTorch kernels; for
-        #: A/B runs)
-        self.fused_attention = True
         enc = model.enc_p
         self.device = enc.emb.weight.device
+        #: the kernels' tiles and precision (default: :func:`engines.torch_vits.tiles.tiles_for` the device)
+        self.tiles = tiles or tiles_for(self.device)
+        self._blocks = self.tiles.gemm_blocks()
         self.dtype = enc.emb.weight.dtype
         self.C = hp.hidden_channels
         self.H = hp.n_heads
@@ -267,14 +266,16 @@ class FastStageA:
     def _pack_kn(self, model) -> None:
         """The ``[K, N]`` weight matrices :func:`~engines.torch_vits.fused_gemm.gemm` reads (the
         kernel path's copies of the matrices above)."""
+        prec = self.tiles.gemm_precision
+
         def kn(m):
-            return pack(m.t())
+            return pack(m.t(), prec)
 
         for L, ffn in zip(self.layers, model.enc_p.encoder.ffn_layers):
             w2 = ffn.conv_2.weight.detach()  # [C, F, k]
             L.update(qkv_kn=kn(L["qkv_w"]), o_kn=kn(L["o_w"]), f1_kn=kn(L["f1_w"]),
                      # conv_2 as im2col over the padded hidden buffer: row j*F + f is tap j of channel f
-                     f2_kn=pack(w2.permute(2, 1, 0).reshape(-1, w2.shape[0])),
+                     f2_kn=pack(w2.permute(2, 1, 0).reshape(-1, w2.shape[0]), prec),
                      f2_b1=ffn.conv_2.bias.detach())
         self.proj_kn, self.proj_b1 = kn(self.proj_w), self.proj_b.flatten()
         self.dp_pre_kn, self.dp_proj_kn = kn(self.dp_pre_w), kn(self.dp_proj_w)
@@ -284,6 +285,10 @@ class FastStageA:
         for op, p in self.plan:
             if op == "conv":
                 p["proj_kn"] = kn(p["proj_w"])
+
+    def _gemm(self, *args, **kw):
+        """:func:`~engines.torch_vits.fused_gemm.gemm` with this stage A's tiles."""
+        return gemm(*args, blocks=self._blocks, **kw)
 
     @property
     def precision(self) -> str | None:
@@ -383,8 +388,8 @@ class FastStageA:
         the attention output read merged by head (no copies); the output projection and the FFN's
         second convolution (im2col over the padded hidden buffer) add the residual and normalize in
         their epilogue; the FFN's first convolution applies ReLU and the mask. The attention is
-        :func:`~engines.torch_vits.fused_attn.relative_attention`'s one kernel (with
-        ``fused_attention``; else :meth:`_encoder`'s :meth:`_attend`)."""
+        :func:`~engines.torch_vits.fused_attn.relative_attention`'s one kernel; the tiles are
+        :attr:`tiles`'."""
         b, t = ids.shape
         c, h, d, fch, k = self.C, self.H, self.d, self.F, self.ffn_k
         hb = h * b
@@ -395,17 +400,15 @@ class FastStageA:
         torch.mul(F.embedding(ids, self.emb), m3 * self.emb_scale, out=x)
         cols1 = buf1.as_strided((b, t, k * c), ((t + 2 * p) * c, c, 1))  # row t: x[t - p .. t + p]
         cols2 = buf2.as_strided((b, t, k * fch), ((t + 2 * p) * fch, fch, 1))
-        fused = self.fused_attention
-        kbias = None if fused else self._key_bias(lengths, t, x.dtype)
+        gemm = self._gemm
+        tiles = self.tiles
         qkv = x.new_empty(3 * h, b, t, d)
         o = x.new_empty(hb, t, d)
         for L in self.layers:
             gemm(x, L["qkv_kn"], L["qkv_b"], qkv)
             q, kk, v = (qkv[i * h:(i + 1) * h].view(hb, t, d) for i in range(3))  # row n: head n // b, item n % b
-            if fused:
-                relative_attention(q, kk, v, L["ek_t"], L["ev"], lengths, self.w, o)
-            else:
-                self._attend(L, q, kk, v, kbias, o)
+            relative_attention(q, kk, v, L["ek_t"], L["ev"], lengths, self.w, o, block=tiles.attn_block,
+                               precision=tiles.attn_precision)
             gemm(o.view(h, b, t, d), L["o_kn"], L["o_b"], x, residual=x, ln=L["n1"], lengths=lengths)
             gemm(cols1, L["f1_kn"], L["f1_b"], hid, act="relu", lengths=lengths)
             gemm(cols2, L["f2_kn"], L["f2_b1"], x, residual=x, ln=L["n2"], lengths=lengths)
@@ -416,7 +419,7 @@ class FastStageA:
         b, t, _ = x.shape
         if self.kernels:
             stats = torch.empty(b, self.proj_kn.w.shape[1], t, device=x.device, dtype=x.dtype)
-            gemm(x, self.proj_kn, self.proj_b1, stats.transpose(1, 2), lengths=lengths)
+            self._gemm(x, self.proj_kn, self.proj_b1, stats.transpose(1, 2), lengths=lengths)
             return torch.split(stats, self.out_channels, dim=1)
         stats = torch.baddbmm(self.proj_b, self.proj_w.expand(b, *self.proj_w.shape), x.transpose(1, 2))
         stats.mul_(mask[:, None, :])
@@ -429,7 +432,7 @@ class FastStageA:
         pad = (buf.shape[1] - t) // 2
         half = pk.k // 2
         for i, dil in enumerate(pk.dil):
-            if self.kernels and self.fused_dds:  # the depthwise convolution, norm and GELU in one kernel
+            if self.kernels:  # the depthwise convolution, norm and GELU in one kernel
                 y = sepconv_ln_gelu(buf, pad, dil, pk.taps_kc[i], pk.sep_b[i], pk.n1[i])
             else:
                 taps = pk.taps[i]
@@ -440,8 +443,8 @@ class FastStageA:
                 g, be, eps = pk.n1[i]
                 y = F.gelu(F.layer_norm(y, (c,), g, be, eps))
             if self.kernels:  # mid = (mid + gelu(norm(1x1(y)))) * mask, in place, one kernel
-                gemm(y, pk.c1_kn[i], pk.c1_b[i], mid, ln=pk.n2[i], act="gelu", residual=mid, post_residual=True,
-                     lengths=lengths)
+                self._gemm(y, pk.c1_kn[i], pk.c1_b[i], mid, ln=pk.n2[i], act="gelu", residual=mid,
+                           post_residual=True, lengths=lengths)
                 continue
             y = torch.addmm(pk.c1_b[i], y.view(b * t, c), pk.c1_w[i].t())
             g, be, eps = pk.n2[i]
@@ -459,11 +462,11 @@ class FastStageA:
 
         def project(wt, bias, kn):  # a 1x1 convolution of the DDSConv output, times the mask: [b, t, out]
             if self.kernels:
-                return gemm(mid, kn, bias, x.new_empty(b, t, kn.w.shape[1]), lengths=lengths)
+                return self._gemm(mid, kn, bias, x.new_empty(b, t, kn.w.shape[1]), lengths=lengths)
             return torch.addmm(bias, flat, wt.t()).view(b, t + 2 * pad, -1)[:, pad:pad + t] * m3
 
         if self.kernels:
-            gemm(x, self.dp_pre_kn, self.dp_pre_b, mid, lengths=lengths)
+            self._gemm(x, self.dp_pre_kn, self.dp_pre_b, mid, lengths=lengths)
         else:
             h = torch.addmm(self.dp_pre_b, x.reshape(b * t, -1), self.dp_pre_w.t())
             torch.mul(h.view(b, t, fc), m3, out=mid)
@@ -481,7 +484,7 @@ class FastStageA:
                 self._dds(p["dds"], buf, mid, m3, lengths)
                 st = project(p["proj_w"], p["proj_b"], p.get("proj_kn"))  # [b, t, 3K-1]
                 nb = p["nb"]
-                if self.kernels and self.fused_dds:  # the spline and the mask in one kernel
+                if self.kernels:  # the spline and the mask in one kernel
                     z1 = fused_spline_inverse(z1, st, lengths, nb, p["tail"])
                 else:
                     z1 = spline_inverse(z1, st, nb, p["tail"], consts=p["consts"]) * mask

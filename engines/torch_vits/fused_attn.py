@@ -69,6 +69,7 @@ from __future__ import annotations
 import torch
 
 from engines.torch_vits.launch import KernelLaunch, launch, pow2
+from engines.torch_vits.tiles import DEFAULT as _TILES
 
 #: (BLOCK_M queries, BLOCK_N keys, warps, stages) of a program. Tests under the interpreter pass
 #: smaller tiles (several programs and key blocks a row, ragged tails). The default is the fastest
@@ -85,11 +86,11 @@ from engines.torch_vits.launch import KernelLaunch, launch, pow2
 #: Registers (ptxas-blackwell -v for sm_90a on Triton 3.9's PTX, compiled without a device): every
 #: tile sits at 255 registers; spill stores in bytes, "fp16x3": 64 x 32 / 4 / 2 180, 64 x 16 / 4 / 2
 #: 0, 64 x 64 / 4 / 2 528; "tf32x3": 64 x 16 / 4 / 2 648, 64 x 64 / 4 / 2 1724.
-BLOCK = (64, 32, 4, 2)
+BLOCK = _TILES.attn_block
 #: ``tl.dot``'s input precision for every product: "fp16x3" (three float16 products of scaled split
 #: operands, about 22 bits, see above; the default), "tf32x3" (near float32) or "ieee" (exact float32
 #: products on the CUDA cores)
-PRECISION = "fp16x3"
+PRECISION = _TILES.attn_precision
 #: the values :data:`PRECISION` and ``precision=`` accept
 PRECISIONS = ("tf32x3", "ieee", "fp16x3")
 

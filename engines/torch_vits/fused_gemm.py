@@ -39,19 +39,18 @@ import torch
 
 from engines.torch_vits.fused_conv import available  # noqa: F401  (re-exported: same requirement)
 from engines.torch_vits.launch import KernelLaunch, launch
+from engines.torch_vits.tiles import DEFAULT as _TILES
 
-#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call. With LayerNorm a program holds the whole
-#: row as ``ceil(N / BLOCK_N)`` column blocks of ``BLOCK_N`` (at most :data:`MAX_COLUMN_BLOCKS`): 192
-#: columns are three blocks of 64, where one power-of-two tile of 256 computed a quarter of it for nothing.
-#: The fastest tiles timed (docs/PERFORMANCE.md, "Figures behind the engine's defaults"): for the plain GEMM
-#: others were within a few percent; for LayerNorm, three 64-column blocks of 64 rows with 4 warps
-#: were well ahead of one 256-column tile with 8 warps and of the other block shapes tried.
-BLOCKS = {"plain": (128, 64, 32, 4, 3), "ln": (64, 64, 32, 4, 3)}
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) by kind of call, when a call names none (stage A passes
+#: its :class:`~engines.torch_vits.tiles.StageATiles`). With LayerNorm a program holds the whole row as
+#: ``ceil(N / BLOCK_N)`` column blocks of ``BLOCK_N`` (at most :data:`MAX_COLUMN_BLOCKS`): 192 columns are
+#: three blocks of 64, where one power-of-two tile of 256 computed a quarter of it for nothing.
+BLOCKS = _TILES.gemm_blocks()
 
 #: "fp16x3": three float16 products of split operands (near float32, see above); otherwise a
 #: ``tl.dot`` input precision for float32 operands: "tf32x3" (near float32), "tf32" (one
 #: product: not accurate enough for durations), "ieee" (exact float32 on the CUDA cores).
-PRECISION = "fp16x3"
+PRECISION = _TILES.gemm_precision
 #: "fp16x3u": the same three products with unscaled remainders into one accumulator (half the
 #: accumulator registers; a remainder below float16's normal range keeps an absolute precision
 #: of ``2**-25``, about 19 significant bits for a weight of 0.01).
@@ -116,8 +115,8 @@ def pack(w_kn: torch.Tensor, precision: str | None = None) -> Packed:
 
 def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: str | None = None,
          residual: torch.Tensor | None = None, post_residual: bool = False, ln: tuple | None = None,
-         lengths: torch.Tensor | None = None, precision: str | None = None, block: tuple | None = None
-         ) -> torch.Tensor:
+         lengths: torch.Tensor | None = None, precision: str | None = None, block: tuple | None = None,
+         blocks: dict | None = None) -> torch.Tensor:
     """``out = epilogue(a @ w_kn + bias)`` for float32 ``a`` ``[B, T, K]`` (or ``[heads, B, T, d]``
     with ``heads*d = K``) and ``w_kn`` from :func:`pack` (or a ``[K, N]`` tensor, packed here for
     ``precision``, default :data:`PRECISION`; a packed weight brings its own); ``out`` is a ``[B, T, N]`` (or
@@ -127,7 +126,8 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
     ``act`` (None, ``"relu"`` or ``"gelu"``); the residual here instead when ``post_residual``;
     rows ``t >= lengths[b]`` set to 0 when ``lengths`` is given.
     ``a``'s columns must have unit stride. ``block``: ``(BLOCK_M, BLOCK_N, BLOCK_K, warps,
-    stages)``, for tuning."""
+    stages)``; else ``blocks`` (by kind, ``"plain"``/``"ln"``, as :meth:`StageATiles.gemm_blocks`), else
+    :data:`BLOCKS`."""
     if not isinstance(w_kn, Packed):
         w_kn = pack(w_kn, precision)
     if precision is not None and precision != w_kn.precision:
@@ -150,7 +150,7 @@ def gemm(a: torch.Tensor, w_kn, bias: torch.Tensor, out: torch.Tensor, *, act: s
             raise ValueError(f"gemm: residual must be a [B, T, N] view with unit column stride, not "
                              f"{tuple(residual.shape)}")
         r_sb, r_st = residual.stride(0), residual.stride(1)
-    bm, bn, bk, warps, stages = block or BLOCKS["ln" if ln is not None else "plain"]
+    bm, bn, bk, warps, stages = block or (blocks or BLOCKS)["ln" if ln is not None else "plain"]
     nb = -(-n // bn) if ln is not None else 1  # column blocks a program holds: the whole row for LayerNorm
     if nb > MAX_COLUMN_BLOCKS:
         raise ValueError(f"gemm: LayerNorm over {n} columns needs BLOCK_N >= {-(-n // MAX_COLUMN_BLOCKS)}, not {bn}")

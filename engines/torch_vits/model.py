@@ -46,19 +46,24 @@ class VitsSynthesizer(nn.Module):
         self.flow = ResidualCouplingBlock(hp)
         self.dec = Generator(hp)
         self._fast_a = None  # FastStageA (packed weights) while the fast stage A is on
+        self._tiles = None  # its kernels' tiles when chosen by the caller (None: the device's)
 
-    def use_fast_stage_a(self, on: bool = True, kernels: bool | None = None) -> "VitsSynthesizer":
+    def use_fast_stage_a(self, on: bool = True, kernels: bool | None = None, tiles=None) -> "VitsSynthesizer":
         """Run :meth:`stage_a` through :class:`~engines.torch_vits.fast_stage_a.FastStageA` (channels-last
         ``[B, T, C]``, GEMMs, float32). With ``kernels`` its GEMMs run through the Triton kernel of
-        :mod:`engines.torch_vits.fused_gemm` (tensor cores, TF32x3) instead of cuBLAS; None keeps the
-        current choice (off at first). Its packed weight matrices follow later device/dtype moves
-        (``.to``) and :meth:`load_weights`; the parameters and state dict are unchanged."""
+        :mod:`engines.torch_vits.fused_gemm` (tensor cores, near fp32) instead of cuBLAS; None keeps the
+        current choice (off at first). ``tiles``: the kernels' :class:`~engines.torch_vits.tiles.StageATiles`
+        (None keeps the current choice; at first, the device's from :func:`~engines.torch_vits.tiles.tiles_for`).
+        Its packed weight matrices follow later device/dtype moves (``.to``) and :meth:`load_weights`; the
+        parameters and state dict are unchanged."""
         from engines.torch_vits.fast_stage_a import FastStageA
 
         if kernels is None:
             kernels = self.stage_a_kernels
+        if tiles is not None:
+            self._tiles = tiles
         with torch.no_grad():
-            self._fast_a = FastStageA(self, kernels=kernels) if on else None
+            self._fast_a = FastStageA(self, kernels=kernels, tiles=getattr(self, "_tiles", None)) if on else None
         return self
 
     @property

@@ -20,16 +20,17 @@ ROOT = Path(__file__).resolve().parents[2]
 from engines.torch_vits import fused_gemm as G  # noqa: E402
 from engines.torch_vits.launch import observe  # noqa: E402
 from engines.torch_vits.precompile import enumerate_stage_a  # noqa: E402
+from engines.torch_vits.tiles import StageATiles  # noqa: E402
 
 PRECISIONS = ("fp16x3", "fp16x3u")
 # small tiles under the interpreter: several programs along M and N, and a K loop with a ragged tail;
 # LayerNorm's 40 columns as three column blocks of 16, the last one partial (the whole stage A
 # below runs it as one block)
 CPU_BLOCKS = {"plain": (16, 16, 32, 4, 2), "ln": (16, 16, 32, 4, 2)}
-# few, large tiles for the whole stage A under the interpreter (its time grows with the program count)
-CPU_STAGE_A_BLOCKS = {"plain": (512, 256, 256, 4, 1), "ln": (512, 256, 256, 4, 1)}
-# and the attention's: one program a (head, item) row, one key block, for the stage A case's widths (<= 128)
-CPU_STAGE_A_ATTN_BLOCK = (128, 128, 4, 1)
+# few, large tiles for the whole stage A under the interpreter (its time grows with the program count), and the
+# attention's: one program a (head, item) row, one key block, for the stage A case's widths (<= 128)
+CPU_STAGE_A_TILES = StageATiles(gemm_plain=(512, 256, 256, 4, 1), gemm_ln=(512, 256, 256, 4, 1),
+                                attn_block=(128, 128, 4, 1))
 
 CASE_IDS = ["plain", "relu+mask", "residual+ln-in-place", "heads-in-heads-out", "im2col-in-channel-first-out",
             "ln+gelu+post-residual+mask"]
@@ -65,6 +66,7 @@ def kernel_cases(device: str, precision: str) -> dict:
     lengths = torch.tensor([t, 20, 5])
     res, gamma, beta = rnd(b, t, n), rnd(n), rnd(n)
     dev = lambda z: z.to(device)  # noqa: E731
+    blocks = CPU_BLOCKS if device == "cpu" else None  # (a GPU: the defaults)
     out = {}
 
     def record(cid, got, want):
@@ -72,7 +74,7 @@ def kernel_cases(device: str, precision: str) -> dict:
 
     def run(a_, w_, b_, out_, **kw):
         kw = {key: dev(v) if isinstance(v, torch.Tensor) else v for key, v in kw.items()}
-        return G.gemm(dev(a_), G.pack(dev(w_), precision), dev(b_), out_, precision=precision, **kw)
+        return G.gemm(dev(a_), G.pack(dev(w_), precision), dev(b_), out_, precision=precision, blocks=blocks, **kw)
 
     record("plain", run(a, w, bias, dev(torch.empty(b, t, n))), G.gemm_reference(a, w, bias))
     record("relu+mask", run(a, w, bias, dev(torch.empty(b, t, n)), act="relu", lengths=lengths),
@@ -91,7 +93,7 @@ def kernel_cases(device: str, precision: str) -> dict:
     cols = dev(buf).as_strided((b, t, 48), ((t + 2) * 16, 16, 1))
     w3, b3 = rnd(48, 10, sc=0.2), rnd(10)
     ocf = dev(torch.empty(b, 10, t))
-    G.gemm(cols, G.pack(dev(w3), precision), dev(b3), ocf.transpose(1, 2), precision=precision)
+    G.gemm(cols, G.pack(dev(w3), precision), dev(b3), ocf.transpose(1, 2), precision=precision, blocks=blocks)
     record("im2col-in-channel-first-out", ocf.transpose(1, 2), G.gemm_reference(cols.cpu().contiguous(), w3, b3))
     o = dev(res.clone())
     record("ln+gelu+post-residual+mask",
@@ -194,7 +196,8 @@ def stage_a_case(device: str) -> dict:
     ref = VitsSynthesizer(VitsHParams.from_dict(hp))
     ref.load_weights(state)
     ref = ref.eval().to(device).use_fast_stage_a()
-    tc = copy.deepcopy(ref).use_fast_stage_a(kernels=True)
+    tiles = CPU_STAGE_A_TILES if device == "cpu" else None  # the device's own on a GPU
+    tc = copy.deepcopy(ref).use_fast_stage_a(kernels=True, tiles=tiles)
     d = np.load(ROOT / "bench" / "data" / "alice_ids.npz")
     off = d["offsets"]
     seqs = [d["ids"][off[i]:off[i + 1]].astype(np.int64) for i in range(len(off) - 1)]
@@ -242,17 +245,10 @@ def spec_key(kl) -> tuple:
 
 
 def main(device: str) -> dict:
-    if device == "cpu":
-        G.BLOCKS = dict(CPU_BLOCKS)
     out = {f"{cid}@{p}": r for p in PRECISIONS for cid, r in kernel_cases(device, p).items()}
     out.update(dds_cases(device))
     out.update(spline_cases(device))
     out.update(attn_cases(device))
-    if device == "cpu":
-        from engines.torch_vits import fused_attn
-
-        G.BLOCKS = dict(CPU_STAGE_A_BLOCKS)
-        fused_attn.BLOCK = CPU_STAGE_A_ATTN_BLOCK
     out["stage-a"] = stage_a_case(device)
     return out
 

@@ -26,11 +26,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 from engines.torch_engine import pad_stage_a_inputs, round_rows  # noqa: E402
-from engines.torch_vits import fused_gemm as G  # noqa: E402
 from engines.torch_vits.graphs import GraphCache  # noqa: E402
+from engines.torch_vits.tiles import StageATiles  # noqa: E402
 
-#: few, large tiles under the interpreter (its time grows with the number of programs)
-CPU_BLOCKS = {"plain": (512, 256, 256, 4, 1), "ln": (512, 256, 256, 4, 1)}
+#: few, large GEMM tiles under the interpreter (its time grows with the number of programs)
+CPU_TILES = StageATiles(gemm_plain=(512, 256, 256, 4, 1), gemm_ln=(512, 256, 256, 4, 1))
 #: real items of the chunk; padded to round_rows of it and to a larger size
 ITEMS = 5
 MORE_ROWS = 8
@@ -52,7 +52,7 @@ def model(device: str):
         state, hp = onnx_state_and_hparams(resolve_voice().model_path)
     m = VitsSynthesizer(VitsHParams.from_dict(hp))
     m.load_weights({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()})
-    return m.eval().to(device).use_fast_stage_a(kernels=True)
+    return m.eval().to(device).use_fast_stage_a(kernels=True, tiles=CPU_TILES if device == "cpu" else None)
 
 
 def chunk(device: str, seed: int = 3):
@@ -155,8 +155,6 @@ def failure_case(device: str) -> dict:
 
 
 def main(device: str) -> dict:
-    if device == "cpu":
-        G.BLOCKS = dict(CPU_BLOCKS)
     mdl = model(device)
     out = {"padding": padding_case(mdl, device)}
     if device == "cuda":

@@ -132,3 +132,28 @@ def test_engine_switch_default_off_on_cpu(voice, monkeypatch, env, want):
         monkeypatch.setenv(STAGE_A_GEMM_ENV, env)
     eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1), fast_stage_a=True)
     assert eng.info.extra["stage_a_gemm"] == want and not eng.model.stage_a_kernels
+
+
+def test_stage_a_takes_its_tiles_from_a_record_not_globals(voice):
+    # the tiles are the FastStageA's (a record the caller may pass), handed to each launch; the module
+    # defaults stay as they were, and a device move keeps a caller's choice
+    pytest.importorskip("onnx", reason="the onnx package is needed to read the voice's weights")
+    import numpy as np
+
+    from engines.torch_vits import fused_attn, fused_gemm
+    from engines.torch_vits.hparams import VitsHParams
+    from engines.torch_vits.model import VitsSynthesizer
+    from engines.torch_vits.tiles import DEFAULT, StageATiles, tiles_for
+    from engines.weights import onnx_state_and_hparams
+
+    state, hp = onnx_state_and_hparams(voice.model_path)
+    m = VitsSynthesizer(VitsHParams.from_dict(hp))
+    m.load_weights({k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()})
+    m.eval().use_fast_stage_a(kernels=True)
+    assert m.packed_stage_a.tiles == tiles_for("cpu") == DEFAULT
+    mine = StageATiles(gemm_plain=(32, 32, 32, 4, 1), attn_block=(32, 32, 4, 1))
+    m.use_fast_stage_a(kernels=True, tiles=mine)
+    assert m.packed_stage_a.tiles is mine and m.packed_stage_a._blocks["plain"] == (32, 32, 32, 4, 1)
+    m.to("cpu").float()  # a move re-packs: the caller's tiles stay
+    assert m.packed_stage_a.tiles is mine
+    assert fused_gemm.BLOCKS == DEFAULT.gemm_blocks() and fused_attn.BLOCK == DEFAULT.attn_block
