@@ -4,6 +4,8 @@
 Everything that queues work (submit, resume, the reaper, a worker giving back gathered batches)
 goes through here; it names the tasks (:data:`~workers.celery_app.TASK_SYNTHESIZE`,
 :data:`~workers.celery_app.TASK_FINALIZE`) and never imports their bodies (:mod:`workers.tasks`).
+Results are never stored (``ignore_result``: by name, Celery would otherwise subscribe to the
+result backend for every message sent, and a client then fails when Redis restarts).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
         for b in batch_ids:
             headers = {EST_HEADER: est[b]} if b in est else None  # read by `backlog` (queued audio seconds)
             app.send_task(TASK_SYNTHESIZE, (str(job_dir), job_id, b, queued_at), queue=queue, producer=producer,
-                      headers=headers)
+                          headers=headers, ignore_result=True)
     return len(batch_ids)
 
 
@@ -85,7 +87,7 @@ def _batch_estimates(job, batch_ids) -> dict[int, float]:
 
 def enqueue_finalize(job_dir: str, job_id: str, queue: str, countdown: float | None = None) -> None:
     """One ``finalize_job`` message on ``queue``."""
-    app.send_task(TASK_FINALIZE, (str(job_dir), job_id), queue=queue, countdown=countdown)
+    app.send_task(TASK_FINALIZE, (str(job_dir), job_id), queue=queue, countdown=countdown, ignore_result=True)
 
 
 def load_checked(job_dir: str, job_id: str):

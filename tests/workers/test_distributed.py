@@ -500,3 +500,19 @@ def test_transient_failures_are_retried_and_the_job_completes(redis_url, start_w
     assert len(retried) >= 1, "the transient failures were retried (a second delivery of the same batch)"
     rows = manifest(out)
     assert_same_output(rows, local_manifest(short_book, tmp_path / "local", voice, max_batch=2))
+
+
+def test_enqueueing_by_name_asks_nothing_of_the_result_backend(redis_url, short_book, tmp_path, monkeypatch):
+    # tasks are sent by name; without ignore_result Celery's client subscribed to the result backend for
+    # every message, and such a client failed when Redis restarted ("Retry limit exceeded while trying to
+    # reconnect to the Celery result store backend")
+    from workers import enqueue
+    from workers.celery_app import app, use_redis
+
+    use_redis(redis_url)
+    calls = []
+    monkeypatch.setattr(type(app.backend), "on_task_call", lambda self, producer, task_id: calls.append(task_id))
+    job = prepare_job([short_book], tmp_path / "out", JobConfig(max_batch=1))
+    assert enqueue.enqueue_batches(str(job.out_dir), job.job_id, [0, 1], "tts.normal") == 2
+    enqueue.enqueue_finalize(str(job.out_dir), job.job_id, "tts.normal")
+    assert calls == [] and JobStore(redis_url).r.llen("tts.normal") == 3
