@@ -374,6 +374,23 @@ return exists and 2 or 1
 """
 
 
+#: Update the status (and fields) of a job that exists; a job Redis lost is not re-created as a hash of
+#: a few fields (a worker finishing a job just after Redis restarted empty did that: a "done" job with
+#: no batches, directory or counts). KEYS: job hash, active set; ARGV: job id, "1" active / "0" not,
+#: then field, value pairs. Returns 1, or 0 when the job does not exist.
+_LUA_SET_STATUS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+if ARGV[2] == '1' then
+  redis.call('SADD', KEYS[2], ARGV[1])
+else
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+return 1
+"""
+
 _LUA_STALE_FINALIZE = """
 -- KEYS: guard, finalize lease ; ARGV: now, stale_s
 local t = redis.call('GET', KEYS[1])
@@ -401,6 +418,7 @@ class JobStore:
         self._claim = self.r.register_script(_LUA_CLAIM)
         self._create = self.r.register_script(_LUA_CREATE)
         self._stale = self.r.register_script(_LUA_STALE_FINALIZE)
+        self._set_status = self.r.register_script(_LUA_SET_STATUS)
 
     # ------------------------------------------------------------ keys
     @staticmethod
@@ -519,14 +537,12 @@ class JobStore:
     def set_fields(self, job_id: str, **fields: Any) -> None:
         self.r.hset(self.k_job(job_id), mapping={k: _enc(v) for k, v in fields.items()})
 
-    def set_status(self, job_id: str, status: JobStatus, **fields: Any) -> None:
-        with self.r.pipeline() as p:
-            p.hset(self.k_job(job_id), mapping={"status": _enc(status), **{k: _enc(v) for k, v in fields.items()}})
-            if status.active:
-                p.sadd(self.K_ACTIVE, job_id)
-            else:
-                p.srem(self.K_ACTIVE, job_id)
-            p.execute()
+    def set_status(self, job_id: str, status: JobStatus, **fields: Any) -> bool:
+        """Set the status (and ``fields``) of an existing job; False, changing nothing, if Redis does
+        not know the job (it lost its data): the caller rebuilds it from its directory if it must."""
+        pairs = [x for k, v in {"status": status, **fields}.items() for x in (k, _enc(v))]
+        return bool(self._set_status(keys=[self.k_job(job_id), self.K_ACTIVE],
+                                     args=[job_id, "1" if status.active else "0", *pairs]))
 
     def cancel(self, job_id: str) -> JobInfo:
         """Mark the job cancelled: its queued batches are dropped when a worker picks them up."""
@@ -540,13 +556,16 @@ class JobStore:
             p.execute()
         return self.require_job(job_id)
 
-    def finish(self, job_id: str, summary: dict | None) -> None:
-        """Mark the job done (after ``finalize``); ``finalize_runs`` counts how often that happened."""
-        self.set_status(job_id, JobStatus.DONE, finished=now(), summary=summary)
+    def finish(self, job_id: str, summary: dict | None) -> bool:
+        """Mark the job done (after ``finalize``); ``finalize_runs`` counts how often that happened.
+        False if Redis does not know the job (see :meth:`set_status`)."""
+        if not self.set_status(job_id, JobStatus.DONE, finished=now(), summary=summary):
+            return False
         self.r.hincrby(self.k_job(job_id), "finalize_runs", 1)
         self.r.delete(self.k_lease(job_id, FINALIZE))
         self.r.hdel(self.k(job_id, "running"), FINALIZE)
         self.expire_done(job_id)
+        return True
 
     def expire_done(self, job_id: str) -> None:
         """A done job's state is kept for a while (status, the recent-jobs table), not forever; its

@@ -424,7 +424,8 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
                         job_id, len(missing))
             return
         summary = finalize_child.run(job_dir)  # in a process of its own (Offloader's doc), waited for here
-        store.finish(job_id, asdict(summary))
+        if not store.finish(job_id, asdict(summary)):  # Redis lost the job meanwhile: its directory says done
+            rebuild_job(store, job_dir, job_id, queue)
         runtime.forget_job(job_id)
         log.info("job %s: finalized, %d chapter files, %.1f s audio", job_id, len(summary.chapter_files),
                  summary.audio_s)

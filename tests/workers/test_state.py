@@ -145,6 +145,19 @@ def test_finalize_uses_the_same_lease_machinery(redis_url):
     assert s.begin(j, FINALIZE, _holder("t2"), 10, 6)[0] == "done"
 
 
+def test_a_job_redis_lost_is_not_finished_into_a_stub(redis_url):
+    # a finalize that ends after Redis restarted empty must not create a "done" job of a few fields (no
+    # batches, no directory): finish says so, and the caller rebuilds the job from its directory
+    s = _store(redis_url)
+    assert s.finish("lost01", {"chapter_files": []}) is False
+    assert s.set_status("lost01", JobStatus.RUNNING) is False
+    assert s.get_job("lost01") is None and not s.r.exists(s.k_job("lost01"))
+    assert "lost01" not in s.active_jobs()
+    j = _job(s, batches=1)
+    assert s.set_status(j, JobStatus.RUNNING) is True and j in s.active_jobs()
+    assert s.finish(j, None) is True and s.get_job(j).status is JobStatus.DONE and j not in s.active_jobs()
+
+
 def test_an_output_directory_is_held_by_one_active_job(redis_url):
     from core.errors import JobError
 
