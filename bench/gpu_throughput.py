@@ -85,7 +85,7 @@ class Bench:
     def __init__(self, args):
         import torch
 
-        from engines.weights import voice_from_weights
+        from core.voice import voice_from_weights
         from core.voice import resolve_voice
 
         self.torch = torch

@@ -48,7 +48,7 @@ def run(device: str = "cpu", weights=None, n: int = 20, precisions=("fp16", "bf1
     from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import TorchEngine
-    from engines.weights import voice_from_weights
+    from core.voice import voice_from_weights
     from core.voice import resolve_voice
 
     voice = voice_from_weights(weights) if weights else resolve_voice()

@@ -245,12 +245,13 @@ def engine_options(f):
                 _fail(exc)
             if kernels == "off":
                 options = options.kernels_off()
-        elif any(v is not None for v in flags.values()) or kernels is not None:
-            given = [n for n, v in (("--torch-compile", torch_compile), ("--torch-warmup", torch_warmup),
-                                    ("--kernels", kernels), ("--cuda-graphs", cuda_graphs), ("--autotune", autotune),
-                                    ("--precompile", precompile)) if v is not None]
-            raise click.BadParameter(f"{', '.join(given)} set the torch engine's start-up; use them with "
-                                     f"--engine torch", param_hint=given[0])
+        else:
+            given = [f"--{n.replace('_', '-')}" for n, v in dict(torch_compile=torch_compile, torch_warmup=torch_warmup,
+                     kernels=kernels, cuda_graphs=cuda_graphs, autotune=autotune, precompile=precompile).items()
+                     if v is not None]
+            if given:
+                raise click.BadParameter(f"{', '.join(given)} set the torch engine's start-up; use them with "
+                                         f"--engine torch", param_hint=given[0])
         spec = EngineSpec(name=engine_name, precision=precision, device=device, threads=threads, options=options)
         if runs_on_gpu(spec):  # the job's unset batch limits follow a GPU engine
             gpu_batch, gpu_phonemes = batch_defaults(spec)

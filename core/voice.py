@@ -139,13 +139,14 @@ def open_weights(path, tensors: bool = False) -> tuple[dict, dict | None]:
     try:
         with safe_open(str(path), framework="numpy") as f:
             meta = dict(f.metadata() or {})
-            state = {k: f.get_tensor(k) for k in f.keys()} if tensors and meta.get("format") == WEIGHTS_FORMAT \
-                else None
+            if meta.get("format") != WEIGHTS_FORMAT:
+                raise VoiceError(f"{path} was not written by export-weights (format {meta.get('format')!r}); "
+                                 f"export it again")
+            return meta, ({k: f.get_tensor(k) for k in f.keys()} if tensors else None)
+    except VoiceError:
+        raise
     except Exception as exc:
         raise VoiceError(f"{path} is not a readable safetensors file ({type(exc).__name__}); export it again") from exc
-    if meta.get("format") != WEIGHTS_FORMAT:
-        raise VoiceError(f"{path} was not written by export-weights (format {meta.get('format')!r}); export it again")
-    return meta, state
 
 
 def voice_from_weights(path) -> VoiceConfig:

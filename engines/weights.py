@@ -36,11 +36,10 @@ import numpy as np
 
 from core.errors import InputError, VoiceError
 from core.files import sha256_file as _sha256
-from core.voice import WEIGHTS_FORMAT, open_weights, voice_from_weights  # noqa: F401  (voice_from_weights: re-exported)
+from core.voice import WEIGHTS_FORMAT, open_weights
 
 #: Version of the metadata layout written by :func:`export_weights`.
 FORMAT_VERSION = "1"
-FORMAT_NAME = WEIGHTS_FORMAT
 
 _DTYPES = {"fp32": np.float32, "fp16": np.float16}
 
@@ -177,7 +176,7 @@ def export_weights(voice, out_path, dtype: str = "fp16") -> Path:
     ``format_version``, ``dtype``, ``sample_rate``, ``hop_length``,
     ``source_sha256`` (of the ONNX file), ``source_name``, ``hparams`` (JSON)
     and ``piper_config`` (the voice's ``.onnx.json``), so that
-    :func:`voice_from_weights` can rebuild the voice description without the
+    :func:`core.voice.voice_from_weights` can rebuild the voice description without the
     ONNX file.
     """
     from core.voice import VoiceConfig, resolve_voice
@@ -205,7 +204,7 @@ def export_weights(voice, out_path, dtype: str = "fp16") -> Path:
     tensors = {k: np.ascontiguousarray(v.astype(np.float32 if k.startswith(FP32_PREFIXES) else np_dtype))
                for k, v in sorted(state.items())}
     metadata = {
-        "format": FORMAT_NAME,
+        "format": WEIGHTS_FORMAT,
         "format_version": FORMAT_VERSION,
         "dtype": dtype,
         "fp32_prefixes": ",".join(FP32_PREFIXES),

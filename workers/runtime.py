@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines import EngineSpec
+from engines import EngineSpec, load_engine
 from core.errors import JobError
 
 log = logging.getLogger("booktts.worker")
@@ -180,14 +180,6 @@ _ENGINES: dict[str, object] = {}
 _ENGINE_LOCK = threading.Lock()
 
 
-def build_engine(spec: EngineSpec, voice):
-    """Build the engine for ``voice``: :func:`engines.load_engine` (the fake engine takes its test
-    hooks from the environment there)."""
-    from engines import load_engine
-
-    return load_engine(spec, voice)
-
-
 def _warm_up(engine, voice) -> None:
     """One tiny batch so the first real batch does not pay for lazy initialisation."""
     from engines.base import SynthesisBatch
@@ -216,7 +208,7 @@ def get_engine(voice, spec: EngineSpec | None = None, on_built=None):
         if engine is None:
             _ENGINES.clear()
             t0 = time.perf_counter()
-            engine = build_engine(spec, voice)
+            engine = load_engine(spec, voice)  # (the fake engine's test hooks come from the environment there)
             if spec.name != "fake":
                 _warm_up(engine, voice)
             _ENGINES[key] = engine

@@ -52,7 +52,7 @@ def main(device: str) -> None:
     precision = "fp32" if device == "cpu" else "fp16"
     spec = EngineSpec(name="torch", precision=precision, device="cpu" if device == "cpu" else "cuda:0", max_batch=4)
     if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package
-        from engines.weights import voice_from_weights
+        from core.voice import voice_from_weights
 
         voice = voice_from_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
     else:
