@@ -61,6 +61,11 @@ class SynthesisBatch:
     speaker_ids: np.ndarray | None = None
     """int64 [B]: the speaker of each item, for multi-speaker voices (Piper's ``sid`` input); None:
     a single-speaker voice (or speaker 0)."""
+    item_scales: np.ndarray | None = None
+    """float32 [B, 3]: each item's own scales (``Scales.as_array`` order), for a batch that mixes jobs
+    of different speaking rates or noise settings; None: every item uses :attr:`scales`. Only an engine
+    whose :attr:`EngineInfo.per_item_scales` is true receives such a batch (the pipeline gives the
+    others one batch per set of scales)."""
 
     def __post_init__(self) -> None:
         self.phoneme_ids = np.asarray(self.phoneme_ids, dtype=np.int64)
@@ -73,15 +78,38 @@ class SynthesisBatch:
             self.speaker_ids = np.asarray(self.speaker_ids, dtype=np.int64)
             if self.speaker_ids.shape != self.lengths.shape:
                 raise ValueError(f"speaker_ids must be [B], got {self.speaker_ids.shape}")
+        if self.item_scales is not None:
+            self.item_scales = np.asarray(self.item_scales, dtype=np.float32)
+            if self.item_scales.shape != (len(self.lengths), 3):
+                raise ValueError(f"item_scales must be [B, 3], got {self.item_scales.shape}")
+
+    def scales_of(self, i: int) -> Scales:
+        """The scales item ``i`` is synthesized with (as float32 values when they are per item)."""
+        if self.item_scales is None:
+            return self.scales
+        return Scales(*(float(v) for v in self.item_scales[i]))
+
+    def scale_column(self, k: int) -> np.ndarray:
+        """float32 [B]: scale ``k`` (0 noise_scale, 1 length_scale, 2 noise_w) of every item."""
+        if self.item_scales is None:
+            return np.full(len(self.lengths), self.scales.as_array()[k], dtype=np.float32)
+        return self.item_scales[:, k]
 
     @classmethod
     def from_sequences(cls, seqs: list[list[int]], scales: Scales, seed: int | None = None,
-                       speaker_ids: list[int] | None = None) -> "SynthesisBatch":
+                       speaker_ids: list[int] | None = None,
+                       item_scales: list[Scales] | None = None) -> "SynthesisBatch":
+        """A batch of ``seqs``; ``item_scales``: each item's scales when they are not all ``scales``
+        (kept only if they differ, so a uniform batch stays the plain kind)."""
         lengths = np.array([len(s) for s in seqs], dtype=np.int64)
         ids = np.zeros((len(seqs), int(lengths.max(initial=1))), dtype=np.int64)
         for i, s in enumerate(seqs):
             ids[i, : len(s)] = s
-        return cls(ids, lengths, scales, seed, None if speaker_ids is None else np.asarray(speaker_ids, np.int64))
+        per = None
+        if item_scales is not None and any(s != scales for s in item_scales):
+            per = np.stack([s.as_array() for s in item_scales])
+        return cls(ids, lengths, scales, seed, None if speaker_ids is None else np.asarray(speaker_ids, np.int64),
+                   per)
 
     def __len__(self) -> int:
         return int(self.phoneme_ids.shape[0])
@@ -104,7 +132,8 @@ class SynthesisBatch:
         """Items ``start:stop``, re-padded to their own longest row."""
         lengths = self.lengths[start:stop]
         return SynthesisBatch(self.phoneme_ids[start:stop, : int(lengths.max(initial=1))], lengths, self.scales, self.seed,
-                              None if self.speaker_ids is None else self.speaker_ids[start:stop])
+                              None if self.speaker_ids is None else self.speaker_ids[start:stop],
+                              None if self.item_scales is None else self.item_scales[start:stop])
 
 
 class SynthesisResult:
@@ -173,6 +202,9 @@ class EngineInfo:
     sample_rate: int
     max_batch: int
     extra: dict = field(default_factory=dict)
+    per_item_scales: bool = False
+    """Whether :meth:`Engine.synthesize` takes batches with :attr:`SynthesisBatch.item_scales` (jobs of
+    different speaking rates in one call); the pipeline splits batches for engines that do not."""
 
 
 @runtime_checkable

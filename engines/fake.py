@@ -55,7 +55,7 @@ class FakeEngine:
         self.oom_over = oom_over
         self.delay_s = float(delay_s)
         self.transient_left = transient_first
-        self.info = EngineInfo("fake", "fp32", "cpu", sample_rate, max_batch)
+        self.info = EngineInfo("fake", "fp32", "cpu", sample_rate, max_batch, per_item_scales=True)
 
     def synthesize(self, batch: SynthesisBatch) -> SynthesisResult:
         t0 = time.perf_counter()
@@ -68,7 +68,11 @@ class FakeEngine:
             raise EngineOutOfMemory(f"fake engine: batch of {len(batch)} exceeds {self.oom_over}")
         if self.fail_on_id is not None and bool((batch.phoneme_ids == self.fail_on_id).any()):
             raise DeterministicEngineError(f"fake engine: phoneme id {self.fail_on_id} is refused")
-        lengths = batch.lengths * self.frames_per_phoneme * self.hop_length * batch.scales.length_scale
+        # per-item speaking rates as the float32 the batch carries them in, rounded back to the value
+        # they were given as (so an item's length does not depend on sharing a call with other rates)
+        scale = (batch.scale_column(1).astype(np.float64).round(6) if batch.item_scales is not None
+                 else batch.scales.length_scale)
+        lengths = batch.lengths * self.frames_per_phoneme * self.hop_length * scale
         lengths = np.maximum(lengths.astype(np.int64), self.hop_length)
         audio = np.zeros((len(batch), int(lengths.max(initial=1))), dtype=np.int16)
         durations = np.zeros(batch.phoneme_ids.shape, dtype=np.float32)

@@ -279,7 +279,7 @@ class TorchEngine:
         self._precompile()
         compile_error = self._warm_up(warmup) or compile_error
         self.info = EngineInfo("torch", spec.precision, str(self.device), voice.sample_rate, spec.max_batch,
-                               self._info_extra(source, compile_error))
+                               self._info_extra(source, compile_error), per_item_scales=True)
 
     # ------------------------------------------------------------------ construction steps
     def _init_device(self, spec: EngineSpec, allow_cpu_half: bool) -> None:
@@ -402,7 +402,6 @@ class TorchEngine:
         self._graphs = None  # stage A's GraphCache, made on first use
         self._graphs_b = None  # stage B's GraphCache, made on first use
         self._graphs_for = None  # the packed stage A its graphs were captured with
-        self._scale_tensors: dict = {}  # length scale -> its float32 0-d tensor on the device (stage A graphs)
 
     def _build_stage_b(self) -> str | None:
         """``torch.compile`` of stage B when :attr:`compiled`; returns the compiler's error, if it failed."""
@@ -690,8 +689,11 @@ class TorchEngine:
             if self.is_cuda:
                 ids_all = ids_all.pin_memory().to(dev, non_blocking=True)
                 lens_all = lens_all.pin_memory().to(dev, non_blocking=True)
+            # per-item scales (jobs of several speaking rates in one call), as [b] device tensors
+            per = (torch.from_numpy(batch.item_scales).to(dev) if batch.item_scales is not None else None)
             # one duration-noise draw for the whole batch: item i's does not depend on the chunking
-            dp_noise = torch.randn(b, 2, t, generator=gen, device=dev) * float(sc.noise_w)
+            dp_noise = torch.randn(b, 2, t, generator=gen, device=dev) * (
+                per[:, 2, None, None] if per is not None else float(sc.noise_w))
             m_p = torch.zeros(b, c, t, device=dev)
             logs_p = torch.zeros(b, c, t, device=dev)
             durations = torch.zeros(b, t, device=dev)
@@ -705,7 +707,7 @@ class TorchEngine:
                     # rows past n are padding (CUDA graphs); the outputs may be a graph's static
                     # tensors: consumed here, on this stream, before the next chunk's replay
                     mp, lp, du, fr = self._run_stage_a(ids_all[idx, :tc], lens_all[idx], dp_noise[idx, :, :tc],
-                                                       float(sc.length_scale))
+                                                       per[idx, 1] if per is not None else float(sc.length_scale))
                     m_p[idx, :, :tc] = mp[:n]
                     logs_p[idx, :, :tc] = lp[:n]
                     durations[idx, :tc] = du[:n]
@@ -715,8 +717,12 @@ class TorchEngine:
             fh = frames[torch.from_numpy(rows_a).to(dev, non_blocking=True)].cpu().numpy().astype(np.int64)  # sync:
             frames_host[rows_a] = fh  # stage B's shapes depend on it
             # the prior noise, one draw for the batch in that order: the same batch and seed give the same noise
-            eps = (torch.randn(len(rows_a), c, int(fh.max()), generator=gen, device=dev)
-                   if sc.noise_scale != 0 else None)
+            noisy = bool(np.any(batch.scale_column(0) != 0)) if per is not None else sc.noise_scale != 0
+            eps = torch.randn(len(rows_a), c, int(fh.max()), generator=gen, device=dev) if noisy else None
+            noise_scale = float(sc.noise_scale)
+            if eps is not None and per is not None:  # each item's noise scale applied to its own draw
+                eps = eps * per[torch.from_numpy(rows_a).to(dev), 0][:, None, None]
+                noise_scale = 1.0
             plan = self.stage_b_chunks(fh)
             # packed result (SynthesisResult's packed layout): each chunk's [n, f*hop] block back to back
             # in one fresh host buffer (on CUDA pinned, from PyTorch's caching host allocator, filled by
@@ -732,7 +738,7 @@ class TorchEngine:
             with self._flags(benchmark=self.is_cuda and self.autotune):
                 for local, f in plan:
                     rows = rows_a[local]
-                    pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, float(sc.noise_scale),
+                    pcm = self._run_chunk(rows, f, m_p, logs_p, durations, frames, eps, noise_scale,
                                           eps_rows=local)
                     n = len(rows)
                     # compiled or stage B graphs: pcm is a graph's output, overwritten by a later replay
@@ -758,9 +764,10 @@ class TorchEngine:
         step = STAGE_A_ROW_STEP
         return min(-(-n // step) * step, max(n, self.max_phonemes_per_chunk // tc))
 
-    def _run_stage_a(self, ids, lengths, noise, length_scale: float):
+    def _run_stage_a(self, ids, lengths, noise, length_scale):
         """Stage A on one chunk (``ids`` ``[n, tc]``): ``m_p``, ``logs_p``, durations and frames whose first
-        ``n`` rows are the chunk's items (rows past them are padding). With CUDA graphs the outputs
+        ``n`` rows are the chunk's items (rows past them are padding). ``length_scale``: a float for
+        every row, or a float32 ``[n]`` device tensor of each row's. With CUDA graphs the outputs
         are a graph's static tensors, valid until the next chunk's replay: the caller consumes them
         (in stream order) first."""
         n, tc = ids.shape
@@ -771,17 +778,17 @@ class TorchEngine:
         graphs = self._stage_a_graph_cache()
         if graphs is None:
             return self._stage_a(ids, lengths, noise, length_scale)
-        # the length scale is an input of the graph (a float32 scalar on the device, the value the float
-        # argument is cast to in the product), so one graph serves jobs of every speaking rate
-        scale = self._scale_tensor(length_scale)
-        return graphs((ids.shape[0], tc), (ids, lengths, noise, scale))
-
-    def _scale_tensor(self, value: float):
-        """``value`` as a float32 0-d tensor on the device (cached per value)."""
-        t = self._scale_tensors.get(value)
-        if t is None:
-            t = self._scale_tensors[value] = self.torch.tensor(value, dtype=self.torch.float32, device=self.device)
-        return t
+        # the length scale is an input of the graph (float32 per row on the device, the value a float
+        # argument is cast to in the product), so one graph serves jobs of every speaking rate, mixed too
+        rows = ids.shape[0]
+        torch = self.torch
+        if torch.is_tensor(length_scale):
+            scale = length_scale.float()
+            if rows > n:  # padding rows: any valid rate
+                scale = torch.cat([scale, scale.new_ones(rows - n)])
+        else:
+            scale = torch.full((rows,), float(length_scale), dtype=torch.float32, device=self.device)
+        return graphs((rows, tc), (ids, lengths, noise, scale))
 
     def _stage_a_graph_cache(self):
         """The :class:`~engines.torch_vits.graphs.GraphCache` of stage A when :attr:`stage_a_graphs` is on

@@ -558,25 +558,51 @@ def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
 
 
 def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None,
-                     speaker: int | None = None):
-    """Audio per row; on out-of-memory the rows are split in two and retried (recursively)."""
+                     speaker: int | None = None, item_scales: list | None = None):
+    """Audio per row; on out-of-memory the rows are split in two and retried (recursively).
+    ``item_scales``: each row's :class:`~engines.base.Scales` where the rows mix jobs of different
+    scales (None: all ``scales``); an engine without ``per_item_scales`` gets one call per set."""
     if speaker is not None and engine.info.name not in SPEAKER_ENGINES:
         raise DeterministicEngineError(f"engine {engine.info.name} cannot choose a speaker (--speaker); "
                                        f"use --engine {' or '.join(SPEAKER_ENGINES[:1])}")
+    if item_scales is not None and not engine.info.per_item_scales:
+        return _synthesize_by_scales(engine, rows, item_scales, seed, speaker)
     try:
         res = engine.synthesize(SynthesisBatch.from_sequences(
-            [r.utt.phoneme_ids for r in rows], scales, seed, None if speaker is None else [speaker] * len(rows)))
+            [r.utt.phoneme_ids for r in rows], scales, seed, None if speaker is None else [speaker] * len(rows),
+            item_scales))
     except EngineOutOfMemory:
         if len(rows) == 1:
             raise
         half = len(rows) // 2
-        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker)
-        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker)
+        per_a, per_b = (None, None) if item_scales is None else (item_scales[:half], item_scales[half:])
+        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker, per_a)
+        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker, per_b)
         return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
     durations = [_phoneme_samples(res, i, len(r.utt.phoneme_ids)) for i, r in enumerate(rows)]
     return [res.item(i) for i in range(len(rows))], res.infer_ms, 0, durations
+
+
+def _synthesize_by_scales(engine: Engine, rows: list[PlannedUtterance], item_scales: list, seed: int | None,
+                          speaker: int | None):
+    """:func:`_synthesize_rows` as one call per distinct set of scales (in order of first
+    appearance; the k-th call's seed is ``seed + k``), results back in the rows' order."""
+    groups: dict = {}
+    for i, sc in enumerate(item_scales):
+        groups.setdefault(sc, []).append(i)
+    audio: list = [None] * len(rows)
+    durations: list = [None] * len(rows)
+    infer_ms, splits = 0.0, 0
+    for k, (sc, idx) in enumerate(groups.items()):
+        a, ms, sp, d = _synthesize_rows(engine, [rows[i] for i in idx], sc,
+                                        None if seed is None else (seed + k) & 0x7FFFFFFF, speaker)
+        for j, i in enumerate(idx):
+            audio[i], durations[i] = a[j], d[j]
+        infer_ms += ms
+        splits += sp
+    return audio, infer_ms, splits, durations
 
 
 def _phoneme_samples(res, i: int, n_ids: int) -> list[int] | None:
@@ -659,8 +685,9 @@ class SynthesizedUnits:
 
 def synthesis_class(job: Job) -> str:
     """Units of jobs with the same class can share one engine batch: same voice weights, sample rate
-    and synthesis scales (the engine takes one set of scales per batch)."""
-    ident = {"voice": job.meta["voice"]["model_sha256"], "sr": job.sample_rate, "scales": job.meta["scales"]}
+    and speaker. Their synthesis scales may differ: an engine with ``per_item_scales`` takes each
+    item's own, and :func:`synthesize_units` splits the call by scales for the others."""
+    ident = {"voice": job.meta["voice"]["model_sha256"], "sr": job.sample_rate}
     if job.meta["voice"].get("speaker_id") is not None:
         ident["speaker"] = job.meta["voice"]["speaker_id"]
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
@@ -668,7 +695,8 @@ def synthesis_class(job: Job) -> str:
 
 def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     """Synthesize the rows of ``units`` (planned batches, of one or several jobs of one
-    :func:`synthesis_class`) in one engine call, split in two on out-of-memory. Writes nothing."""
+    :func:`synthesis_class`) in one engine call, split in two on out-of-memory, and by scales for an
+    engine that takes one set per call. Writes nothing."""
     if not units:
         raise JobError("no units to synthesize")
     first = units[0].job
@@ -676,9 +704,6 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
         if engine.info.sample_rate != u.job.sample_rate:  # checked before any audio is written
             raise DeterministicEngineError(
                 f"engine sample rate {engine.info.sample_rate} differs from the voice's {u.job.sample_rate}")
-        if u.job.scales != first.scales:
-            raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different synthesis scales; "
-                           f"they cannot share an engine batch")
         if u.job.meta["voice"].get("speaker_id") != first.meta["voice"].get("speaker_id"):
             raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different speakers; "
                            f"they cannot share an engine batch")
@@ -686,7 +711,11 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     rows = [r for rs in rows_per for r in rs]
     started = now_iso()
     seed = (int(first.job_id[:8], 16) + units[0].batch_id) & 0x7FFFFFFF
-    flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed, first.meta["voice"].get("speaker_id"))
+    item_scales = None
+    if any(u.job.scales != first.scales for u in units):  # jobs of several speaking rates or noise settings
+        item_scales = [u.job.scales for u, rs in zip(units, rows_per) for _ in rs]
+    flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed,
+                                                              first.meta["voice"].get("speaker_id"), item_scales)
     items: list[list[np.ndarray]] = []
     durations: list[list] = []
     k = 0

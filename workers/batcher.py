@@ -6,7 +6,7 @@ A worker whose engine takes more (a GPU: 1024 utterances) fills it at run time:
 
 - :func:`gather` starts from the unit of the message it received and adds queued units of
   *any* job of the same synthesis class (:func:`jobs.pipeline.synthesis_class`: same voice
-  weights and scales), found in a Redis sorted set scored by priority and length
+  weights and speaker; each job keeps its own speaking rate and noise scales), found in a Redis sorted set scored by priority and length
   (:meth:`workers.state.JobStore.add_ready`), nearest in length first and higher priorities
   first, until the engine's item or padded-phoneme budget is full. Each unit it adds is
   leased exactly as if its own message had been delivered (:meth:`JobStore.begin`), so
@@ -66,12 +66,14 @@ def unit_shape(job, batch_id: int) -> tuple[int, int]:
 
 
 def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_items: int, max_padded: int,
-           lease_s: float, max_deliveries: int, load_job) -> list[tuple[Claimed, object]]:
+           lease_s: float, max_deliveries: int, load_job, mix_scales: bool = True) -> list[tuple[Claimed, object]]:
     """More units to run with ``seed`` in one engine call: (claimed unit, its job), leased.
 
     Budget: at most ``max_items`` utterances and ``max_padded`` padded phoneme ids (utterances x
     longest) in the whole engine batch, seed included. Units of other jobs are taken only if
-    their job directory opens here (``load_job``) and has the seed's synthesis class.
+    their job directory opens here (``load_job``) and has the seed's synthesis class; with
+    ``mix_scales`` false (an engine that takes one set of scales per call) also only if they have
+    the seed job's scales (the others stay queued for another call).
     """
     from jobs.pipeline import synthesis_class
 
@@ -97,6 +99,8 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
                 job = _open(store, job_id, load_job)
                 if job is None or synthesis_class(job) != sclass or batch_id >= len(job.batches):
                     stale.append((job_id, batch_id))
+                    continue
+                if not mix_scales and job.scales != seed_job.scales:
                     continue
                 n, length = unit_shape(job, batch_id)
                 width = max(longest, length)

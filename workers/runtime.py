@@ -15,7 +15,7 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_LEASE_SECONDS``      batch lease TTL (default 180); heartbeat every third of it
 ``BOOKTTS_MAX_DELIVERIES``     deliveries of one batch before it is declared failed (default 6)
 ``BOOKTTS_GATHER``             ``0``: run each planned batch alone; default: combine queued batches of
-                               the same voice and scales up to the engine's budget (:mod:`workers.batcher`)
+                               the same voice (any scales) up to the engine's budget (:mod:`workers.batcher`)
 ``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
 ``BOOKTTS_STATE_DIR``          this node's directory of the jobs its workers have seen (default
                                ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`

@@ -259,7 +259,8 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
             if s.gather:
                 extra = batcher.gather(store, job, seed, holder, max_items=engine.info.max_batch,
                                        max_padded=s.max_batch_phonemes, lease_s=s.lease_seconds,
-                                       max_deliveries=s.max_deliveries, load_job=load_job_here)
+                                       max_deliveries=s.max_deliveries, load_job=load_job_here,
+                                       mix_scales=engine.info.per_item_scales)
                 for c, _ in extra:
                     hb.add(c.job_id, c.batch_id)
                     runtime.remember_job(c.job_id, c.job_dir, c.queue, store.url)

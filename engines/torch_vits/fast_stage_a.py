@@ -317,6 +317,8 @@ class FastStageA:
         x = self.encode(ids, lengths, m3)
         m_p, logs_p = self._prior(x, mask, lengths)
         logw = self._durations(x, mask, m3, dp_noise, lengths)
+        if torch.is_tensor(length_scale) and length_scale.dim() == 1:  # one per row
+            length_scale = length_scale[:, None]
         w = torch.exp(logw) * mask * length_scale
         durations = torch.ceil(w)
         frames = torch.clamp_min(durations.sum(dim=1), 1).long()

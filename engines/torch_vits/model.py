@@ -119,6 +119,8 @@ class VitsSynthesizer(nn.Module):
         mask = sequence_mask(lengths, t).unsqueeze(1).to(dp_noise.dtype)  # [b, 1, t]
         x, m_p, logs_p = self.enc_p(ids, mask)
         logw = self.dp.reverse(x, mask, dp_noise * mask)
+        if torch.is_tensor(length_scale) and length_scale.dim() == 1:  # one per row
+            length_scale = length_scale[:, None, None]
         w = torch.exp(logw) * mask * length_scale
         durations = torch.ceil(w)[:, 0]  # [b, t]
         frames = torch.clamp_min(durations.sum(dim=1), 1).long()

@@ -250,3 +250,44 @@ def test_run_in_reading_order_is_complete_and_writes_chapters_early(tmp_path, vo
     assert len(chapters) >= 2, ("chapters 1 and 2 were written while synthesis went on", chapters)
     ident = JobConfig(max_batch=64).identity()
     assert "batch_order" not in ident and JobConfig(max_batch=64, batch_order="reading").identity()["batch_order"]
+
+
+@pytest.mark.parametrize("mixing", [True, False], ids=["per-item-scales", "split-by-scales"])
+def test_units_of_jobs_with_other_scales_share_a_call(short_book, tmp_path, voice, mixing):
+    """Units of two jobs of different speaking rates in one ``synthesize_units`` call: each unit's
+    audio is what its own job's call gives. An engine with ``per_item_scales`` gets one batch with
+    each item's scales; another engine gets one batch per set of scales."""
+    import dataclasses
+
+    from engines.base import Scales
+    from engines.fake import FakeEngine
+    from jobs.pipeline import Unit, synthesize_units
+
+    cfg = dict(max_batch=3, max_batch_phonemes=803, noise_scale=0.0, noise_w=0.0)
+    a = prepare_job([short_book], tmp_path / "a", JobConfig(**cfg))
+    b = prepare_job([short_book], tmp_path / "b", JobConfig(length_scale=1.37, **cfg))
+    inner = FakeEngine(voice.sample_rate, hop_length=voice.hop_length)
+    engine = CountingEngine(inner)
+    engine.info = dataclasses.replace(inner.info, per_item_scales=mixing)
+    seen = []
+    orig = engine.synthesize
+
+    def recording(batch):
+        seen.append(batch)
+        return orig(batch)
+
+    engine.synthesize = recording
+    units = [Unit(a, 0), Unit(b, 0), Unit(a, 1), Unit(b, 1)]
+    synth = synthesize_units(units, engine)
+    if mixing:
+        assert engine.calls == 1 and seen[0].item_scales is not None
+    else:
+        assert engine.calls == 2 and all(s.item_scales is None for s in seen)
+        assert {s.scales.length_scale for s in seen} == {a.scales.length_scale, 1.37}
+    for k, u in enumerate(units):
+        alone = synthesize_units([u], FakeEngine(voice.sample_rate, hop_length=voice.hop_length))
+        assert len(synth.items[k]) == len(alone.items[0])
+        for got, ref in zip(synth.items[k], alone.items[0]):
+            assert np.array_equal(got, ref), f"unit {k} differs from its own job's call"
+    assert b.scales == Scales(0.0, 1.37, 0.0)
+    assert sum(len(x) for x in synth.items[1]) and len(synth.items[1][0]) > len(synth.items[0][0])

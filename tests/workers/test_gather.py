@@ -1,8 +1,8 @@
 """Worker-side batch formation (workers/batcher.py) with a real redis-server and real workers.
 
 Jobs are planned in small batches (``--max-batch 2``); a worker started with ``--gather`` and a
-larger engine budget combines queued batches of every job of the same voice and scales into one
-engine call. The output must be exactly what the local runner writes (the fake engine's audio
+larger engine budget combines queued batches of every job of the same voice into one engine call
+(each item keeps its job's scales). The output must be exactly what the local runner writes (the fake engine's audio
 depends on each utterance alone), every utterance once, and leases, kills and priorities must
 still hold per planned batch.
 """
@@ -82,7 +82,11 @@ def test_high_priority_batches_are_gathered_first(redis_url, start_worker, short
         "a low batch ran alone before the high job's batches were all started"
 
 
-def test_different_scales_are_never_combined(redis_url, start_worker, short_book, tmp_path):
+def test_jobs_of_different_speaking_rates_share_calls_each_at_its_own(redis_url, start_worker, short_book, tmp_path,
+                                                                       voice):
+    """Two jobs of one voice at length scales 1.0 and 1.3: the worker combines their batches into
+    the same engine calls (the engine takes each item's scales), and each job's audio is exactly
+    the local runner's at its own rate."""
     store = JobStore(redis_url)
     a = submit(redis_url, short_book, tmp_path / "a", "--max-batch", "2")
     b = submit(redis_url, short_book, tmp_path / "b", "--max-batch", "2", "--length-scale", "1.3")
@@ -91,7 +95,13 @@ def test_different_scales_are_never_combined(redis_url, start_worker, short_book
         assert wait_status(store, j, timeout=60).status is JobStatus.DONE
     ca = {r["engine_batch"] for r in records(tmp_path / "a")}
     cb = {r["engine_batch"] for r in records(tmp_path / "b")}
-    assert not ca & cb
+    assert ca & cb, "no engine call combined the two speaking rates"
+    for out, extra in ((tmp_path / "a", {}), (tmp_path / "b", {"length_scale": 1.3})):
+        local_out = tmp_path / f"local-{out.name}"
+        assert_same_output(manifest(out), local_manifest(short_book, local_out, voice, max_batch=2, **extra))
+        assert chapter_bytes(out) == chapter_bytes(local_out), f"{out.name}: audio differs from the local runner's"
+    assert sum(r["duration_s"] for r in manifest(tmp_path / "b")) > 1.2 * sum(r["duration_s"]
+                                                                               for r in manifest(tmp_path / "a"))
 
 
 def test_worker_killed_holding_gathered_batches(redis_url, start_worker, short_book, second_book, tmp_path, voice):
