@@ -28,7 +28,8 @@ from core.errors import BrokerError, EngineError, InputError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues,
                                 priority_of_queue, queue_name, redact_url, use_redis)
-from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES, STATE_DIR_ENV,
+from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES,
+                             DEFAULT_PREPARE_SHAPES_S, PREPARE_SHAPES_ENV, STATE_DIR_ENV,
                              WorkerSettings, real_roots)
 from workers.state import MAX_RECENT_JOBS
 
@@ -244,11 +245,16 @@ def _report_end(store, info) -> None:
               help="This node's state: the jobs its workers have seen, so a worker started later rebuilds them "
                    "if Redis loses its data after they died (keep it on a volume that outlives the container) "
                    f"[env {STATE_DIR_ENV}; default $XDG_STATE_HOME/booktts or ~/.local/state/booktts].")
+@click.option("--prepare-shapes-s", type=click.FloatRange(0, 3600), default=DEFAULT_PREPARE_SHAPES_S,
+              show_default=True, envvar=PREPARE_SHAPES_ENV,
+              help="Seconds a new GPU engine may spend at start capturing CUDA graphs of the batch shapes that "
+                   "earlier workers of this node met (recorded in --state-dir), so its first batches replay "
+                   f"them; 0: neither prepared nor recorded [env {PREPARE_SHAPES_ENV}].")
 @redis_option
 @one_line_errors
 def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurrency, pool, lease_seconds,
            max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, allowed_roots,
-           state_dir, redis_url) -> None:
+           state_dir, prepare_shapes_s, redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
@@ -288,6 +294,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         os.environ["BOOKTTS_GATHER"] = "1" if gather else "0"  # read by each GPU's worker command
         if state_dir:
             os.environ[STATE_DIR_ENV] = state_dir
+        os.environ[PREPARE_SHAPES_ENV] = repr(float(prepare_shapes_s))
         if max_batch_phonemes:
             os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
         sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
@@ -301,7 +308,8 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         metrics.serve(metrics_port)
     settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
                               max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes,
-                              allowed_roots=allowed_roots, state_dir=state_dir or "")
+                              allowed_roots=allowed_roots, state_dir=state_dir or "",
+                              prepare_shapes_s=prepare_shapes_s)
     os.environ.update(settings.to_env())
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "

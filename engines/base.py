@@ -218,6 +218,23 @@ class Engine(Protocol):
         ...
 
 
+@runtime_checkable
+class PreparesShapes(Protocol):
+    """An engine that runs shapes it was prepared for faster (the torch engine captures CUDA graphs of
+    its chunk shapes). Its worker keeps the shapes the engine met on the node, and has the next
+    engine of the same settings prepare them before its first batch. Shapes are tensor sizes only:
+    nothing of the text."""
+
+    def shape_profile(self) -> dict:
+        """The shapes met so far with their counts (JSON-able)."""
+        ...
+
+    def prepare_shapes(self, profile: dict, budget_s: float) -> dict:
+        """Prepare the shapes of ``profile``, most frequent first, for at most about ``budget_s``
+        seconds; returns counts for the start-up log (``captured``, ``skipped``, ``seconds``)."""
+        ...
+
+
 def float_to_int16(audio: np.ndarray) -> np.ndarray:
     """Piper's float -> int16 conversion (scale by 32767, clip)."""
     return np.clip(audio * MAX_WAV_VALUE, -MAX_WAV_VALUE, MAX_WAV_VALUE).astype(np.int16)

@@ -113,7 +113,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engines.base import MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
+from engines.base import DEFAULT_MAX_PHONEMES, MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
 from engines.spec import EngineSpec
 from engines.torch_options import ENV as OPTION_ENV
 from engines.torch_options import TorchOptions
@@ -908,6 +908,72 @@ class TorchEngine:
             self._graphs_b = GraphCache(self._stage_b_pcm, self.device, name="stage B",
                                         max_graphs=MAX_GRAPHS_PER_STAGE)
         return self._graphs_b
+
+    # ------------------------------------------------------------------ shape profile (CUDA graphs)
+    def shape_profile(self) -> dict:
+        """The chunk shapes this engine's CUDA graphs were asked for so far, with their call counts,
+        most called first: ``{"stage_a": [[rows, width, calls], ...], "stage_b": [[rows, frames, calls],
+        ...]}`` (JSON-able; empty lists where a stage runs no graphs). An engine of the same settings
+        in a later process captures them at start (:meth:`prepare_shapes`)."""
+        def entries(cache):
+            return [] if cache is None else [[int(k[0]), int(k[1]), int(n)] for k, n in cache.calls.most_common()]
+
+        return {"stage_a": entries(self._graphs), "stage_b": entries(self._graphs_b)}
+
+    def prepare_shapes(self, profile: dict, budget_s: float) -> dict:
+        """Capture CUDA graphs for the shapes of ``profile`` (an earlier engine's :meth:`shape_profile`),
+        most called first, until ``budget_s`` seconds are spent or the caches are full, so that batches
+        replay them from the start instead of running each shape's first two sights eagerly. Entries
+        this engine cannot produce (other chunk budgets, a damaged file) are skipped. Returns
+        ``{"captured", "skipped", "seconds"}``."""
+        t0 = time.perf_counter()
+        out = {"captured": 0, "skipped": 0, "seconds": 0.0}
+        entries = []
+        for stage in ("stage_a", "stage_b"):
+            for e in (profile or {}).get(stage) or []:
+                try:
+                    rows, size, calls = (int(v) for v in e)
+                except (TypeError, ValueError):
+                    out["skipped"] += 1
+                    continue
+                entries.append((calls, stage, rows, size))
+        entries.sort(key=lambda e: -e[0])
+        with self.torch.inference_mode():  # (without graphs, as on a CPU, every entry is skipped)
+            for _, stage, rows, size in entries:
+                ok = (time.perf_counter() - t0 < budget_s
+                      and (self._prime_stage_a(rows, size) if stage == "stage_a" else self._prime_stage_b(rows, size)))
+                out["captured" if ok else "skipped"] += 1
+            if self.is_cuda:
+                self.torch.cuda.synchronize(self.device)
+        out["seconds"] = round(time.perf_counter() - t0, 3)
+        return out
+
+    def _prime_stage_a(self, rows: int, width: int) -> bool:
+        """Capture stage A's graph of a ``rows`` x ``width`` chunk (inputs as :meth:`_run_stage_a` gives them)."""
+        cache = self._stage_a_graph_cache()
+        top = -(-max(1, self.spec.max_batch) // STAGE_A_ROW_STEP) * STAGE_A_ROW_STEP
+        if cache is None or not (1 <= rows <= min(top, max(1, self.max_phonemes_per_chunk // width))
+                                 and 1 <= width <= 4 * DEFAULT_MAX_PHONEMES) or self.stage_a_rows(rows, width) != rows:
+            return False
+        torch, dev = self.torch, self.device
+        ids = torch.ones(rows, width, dtype=torch.long, device=dev)
+        lengths = torch.full((rows,), width, dtype=torch.long, device=dev)
+        noise = torch.zeros(rows, 2, width, device=dev)
+        scale = torch.ones(rows, dtype=torch.float32, device=dev)
+        with self._flags(benchmark=False):
+            return cache.prime((rows, width), (ids, lengths, noise, scale))
+
+    def _prime_stage_b(self, rows: int, frames: int) -> bool:
+        """Capture stage B's graph of a ``rows`` x ``frames`` chunk (inputs as :meth:`_run_chunk` gives them)."""
+        if not self.stage_b_graphs or frames not in self.buckets and (frames % 1024 or frames > 4 * max(self.buckets)) \
+                or not 1 <= rows <= self.chunk_rows(frames) * 2 or self.padded_rows(rows, frames) != rows:
+            return False
+        torch, dev, c = self.torch, self.device, self.hparams.inter_channels
+        z = (torch.zeros(rows, frames, c, device=dev).transpose(1, 2) if self.fused_prior
+             else torch.zeros(rows, c, frames, device=dev))
+        fr = torch.full((rows,), frames, dtype=torch.long, device=dev)
+        with self._flags(benchmark=self.autotune):
+            return self._stage_b_graph_cache().prime((rows, frames), (z, fr))
 
     def reset_graphs(self) -> None:
         """Drop the CUDA graphs of both stages (they are captured again as shapes recur): after

@@ -17,6 +17,8 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_GATHER``             ``0``: run each planned batch alone; default: combine queued batches of
                                the same voice (any scales) up to the engine's budget (:mod:`workers.batcher`)
 ``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
+``BOOKTTS_PREPARE_SHAPES_S``   seconds a new engine may spend preparing the shapes the node's earlier
+                               engines met (default 60; 0: off): :func:`prepare_shapes`
 ``BOOKTTS_STATE_DIR``          this node's directory of the jobs its workers have seen (default
                                ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`
 ``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
@@ -47,6 +49,14 @@ DEFAULT_MAX_DELIVERIES = 6
 ALLOWED_ROOTS_ENV = "BOOKTTS_ALLOWED_ROOTS"
 #: Environment variable of the node's state directory, also read by ``worker --state-dir``.
 STATE_DIR_ENV = "BOOKTTS_STATE_DIR"
+#: Environment variable of ``worker --prepare-shapes-s``.
+PREPARE_SHAPES_ENV = "BOOKTTS_PREPARE_SHAPES_S"
+#: Default seconds a new engine may spend preparing the shapes earlier workers of the node met.
+DEFAULT_PREPARE_SHAPES_S = 60.0
+#: The node's shape profile is rewritten at most this often (seconds) while a worker runs.
+SHAPES_SAVE_EVERY_S = 2.0
+#: Shapes kept per stage in a profile (the most frequent).
+SHAPES_KEPT = 256
 
 
 def default_state_dir() -> str:
@@ -69,8 +79,12 @@ class WorkerSettings:
     allowed_roots: tuple[str, ...] = ()
     """Real paths of the directories job directories must be in; empty: anywhere."""
     state_dir: str = ""
-    """This node's state directory (the jobs its workers have seen, :func:`remember_job`); empty: the
-    default, :func:`default_state_dir`."""
+    """This node's state directory (the jobs its workers have seen, :func:`remember_job`, and the shapes
+    its engines met, :func:`record_shapes`); empty: the default, :func:`default_state_dir`."""
+    prepare_shapes_s: float = DEFAULT_PREPARE_SHAPES_S
+    """Seconds a new engine may spend at start preparing the shapes earlier engines of the node met
+    (the torch engine's CUDA graphs: :class:`engines.base.PreparesShapes`); 0: neither prepared nor
+    recorded."""
 
     def __post_init__(self) -> None:
         from jobs.config import batch_defaults, runs_on_gpu
@@ -98,6 +112,7 @@ class WorkerSettings:
             env["BOOKTTS_WORKER_VOICE"] = self.voice
         env[ALLOWED_ROOTS_ENV] = os.pathsep.join(self.allowed_roots)
         env[STATE_DIR_ENV] = self.state_dir
+        env[PREPARE_SHAPES_ENV] = repr(float(self.prepare_shapes_s))
         return env
 
     @classmethod
@@ -115,6 +130,7 @@ class WorkerSettings:
             else None,
             allowed_roots=real_roots((env.get(ALLOWED_ROOTS_ENV) or "").split(os.pathsep)),
             state_dir=env.get(STATE_DIR_ENV) or "",
+            prepare_shapes_s=float(env.get(PREPARE_SHAPES_ENV) or DEFAULT_PREPARE_SHAPES_S),
         )
 
 
@@ -211,22 +227,113 @@ def get_engine(voice, spec: EngineSpec | None = None, on_built=None):
             engine = load_engine(spec, voice)  # (the fake engine's test hooks come from the environment there)
             if spec.name != "fake":
                 _warm_up(engine, voice)
+            prepared = prepare_shapes(engine, spec, voice)
             _ENGINES[key] = engine
             info = engine.info
             if on_built is not None:
                 on_built(info, time.perf_counter() - t0)
             log.info("engine ready: %s %s on %s (voice %s, %d Hz, max batch %d) in %.1f s, pid %d; %s",
                      info.name, info.precision, info.device, voice.name, info.sample_rate, info.max_batch,
-                     time.perf_counter() - t0, os.getpid(), startup_report(info, time.perf_counter() - t0))
+                     time.perf_counter() - t0, os.getpid(),
+                     startup_report(info, time.perf_counter() - t0, prepared))
         return engine
+
+
+# ------------------------------------------------------------------ shapes met on this node
+#
+# An engine that runs the shapes it was prepared for faster (engines.base.PreparesShapes: the torch
+# engine's CUDA graphs, which it otherwise runs eagerly the first two times it meets a shape) keeps
+# count of the shapes it meets. The worker writes them to the node's state directory,
+# ``<state_dir>/shapes/<settings>.json``, and the next engine of the same settings on the node
+# prepares the most frequent ones before its first batch, within ``--prepare-shapes-s``.
+
+_SHAPES_SAVED: dict[int, float] = {}
+
+
+def shapes_path(spec: EngineSpec, voice) -> Path:
+    """The node's shape profile for engines of ``spec`` (any device index) and ``voice``'s model."""
+    import hashlib
+
+    ident = {**spec.to_dict(), "device": spec.device.split(":")[0], "voice": Path(str(voice.model_path)).name}
+    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(settings().state_dir) / "shapes" / f"{spec.name}-{spec.precision}-{digest}.json"
+
+
+def _read_profile(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def prepare_shapes(engine, spec: EngineSpec, voice) -> dict | None:
+    """Have a new ``engine`` prepare the shapes the node's earlier engines of its settings met (see
+    above); what it reported, or None (no such engine, no profile, or switched off)."""
+    from engines.base import PreparesShapes
+
+    budget = settings().prepare_shapes_s
+    if budget <= 0 or not isinstance(engine, PreparesShapes):
+        return None
+    profile = _read_profile(shapes_path(spec, voice))
+    if not profile:
+        return None
+    try:
+        return engine.prepare_shapes(profile, budget)
+    except Exception as exc:  # noqa: BLE001 - a speed-up only: the worker runs without it
+        log.warning("preparing the node's recorded shapes failed, running without them: %s: %s",
+                    type(exc).__name__, exc)
+        return None
+
+
+def shapes_to_record(engine, spec: EngineSpec, voice, force: bool = False):
+    """A function that merges the shapes ``engine`` met so far into the node's profile (to run on any
+    thread: the engine's counts are read now), or None when there is nothing to do yet: at most every
+    :data:`SHAPES_SAVE_EVERY_S` seconds unless ``force``."""
+    from engines.base import PreparesShapes
+
+    if settings().prepare_shapes_s <= 0 or not isinstance(engine, PreparesShapes):
+        return None
+    now = time.monotonic()
+    if not force and now - _SHAPES_SAVED.get(id(engine), 0.0) < SHAPES_SAVE_EVERY_S:
+        return None
+    _SHAPES_SAVED[id(engine)] = now
+    path, mine = shapes_path(spec, voice), engine.shape_profile()
+    return lambda: _merge_profile(path, mine)
+
+
+def _merge_profile(path: Path, mine: dict) -> None:
+    """Write ``mine`` into the profile at ``path``: per shape the larger count, the
+    :data:`SHAPES_KEPT` most frequent per stage; a write that fails costs only the profile."""
+    from core.files import write_json
+
+    old = _read_profile(path)
+    merged: dict = {}
+    for stage in sorted(set(mine) | set(old)):
+        counts: dict[tuple[int, int], int] = {}
+        for e in list(old.get(stage) or []) + list(mine.get(stage) or []):
+            try:
+                rows, size, n = (int(v) for v in e)
+            except (TypeError, ValueError):
+                continue
+            counts[(rows, size)] = max(counts.get((rows, size), 0), n)
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:SHAPES_KEPT]
+        merged[stage] = [[r, w, n] for (r, w), n in top]
+    if merged == old:
+        return
+    try:
+        write_json(path, merged)
+    except OSError as exc:
+        log.warning("the node's shape profile %s was not written (%s: %s)", path, type(exc).__name__, exc)
 
 
 _PROCESS_T0 = time.monotonic()
 
 
-def startup_report(info, engine_s: float) -> str:
+def startup_report(info, engine_s: float, prepared: dict | None = None) -> str:
     """Why start-up took what it took: the process's age, the engine's own start-up steps
-    (``info.extra``: Triton precompile, warm-up) and where compiled kernels are cached."""
+    (``info.extra``: Triton precompile, warm-up), where compiled kernels are cached, and the shapes
+    prepared from the node's profile (``prepared``: :func:`prepare_shapes`)."""
     x = info.extra or {}
     parts = [f"process up {time.monotonic() - _PROCESS_T0:.1f} s"]
     if x.get("precompile"):
@@ -240,6 +347,9 @@ def startup_report(info, engine_s: float) -> str:
             parts.append(f"precompile failed: {x['precompile_error']}")
     if x.get("warmup"):
         parts.append(f"warm-up {x['warmup']}")
+    if prepared is not None:
+        parts.append(f"{prepared.get('captured', 0)} recorded shapes prepared in {prepared.get('seconds', 0):.1f} s "
+                     f"({prepared.get('skipped', 0)} skipped)")
     parts.append(f"engine build and warm-up {engine_s:.1f} s")
     return "; ".join(parts)
 

@@ -293,6 +293,9 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     claimed = [seed] + [c for c, _ in extra]
     _HOLDERS.pop(str(self.request.id), None)  # from here on failures are handled by the writer
     batcher.offloader().write(lambda: _write_and_count(store, synth, claimed, holder, hb))
+    shapes = runtime.shapes_to_record(engine, s.engine, job.voice)
+    if shapes is not None:  # the node's profile of the engine's shapes, for the next worker's start
+        batcher.offloader().write(shapes)
     if extra:
         log.info("job %s batch %d: engine batch of %d utterances with %d more batches of %d jobs", job_id,
                  batch_id, synth.size, len(extra), len({c.job_id for c, _ in extra} | {job_id}))

@@ -53,6 +53,7 @@ refused (ValueError); callers run their function directly there.
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
@@ -70,10 +71,12 @@ class GraphStats:
     captures: int = 0  #: graphs captured (each also replayed once for its call)
     replays: int = 0  #: graph launches, including the one right after each capture
     bypassed: int = 0  #: calls run eagerly because graphs are disabled (by the caller or after a failed capture)
+    primed: int = 0  #: of the captures, those made ahead of any call (:meth:`GraphCache.prime`)
 
     def as_dict(self) -> dict:
         """The counters as a plain dict (for ``info.extra`` and logs)."""
-        return dict(eager=self.eager, captures=self.captures, replays=self.replays, bypassed=self.bypassed)
+        return dict(eager=self.eager, captures=self.captures, replays=self.replays, bypassed=self.bypassed,
+                    primed=self.primed)
 
 
 class _Graph:
@@ -128,6 +131,9 @@ class GraphCache:
         #: why graphs were disabled (the failed capture's first line), else None
         self.error: str | None = None
         self.stats = GraphStats()
+        #: calls per key (the caller's key, without the input shapes) while graphs are on: which shapes
+        #: recur, for :meth:`prime` in a later process
+        self.calls: Counter = Counter()
         self._graphs: dict[Hashable, _Graph] = {}
         self._seen: set = set()
         self._pool = None
@@ -148,6 +154,7 @@ class GraphCache:
         if not self.enabled:
             self.stats.bypassed += 1
             return self.fn(*inputs, *args)
+        self.calls[key] += 1
         key = (key, tuple((x.shape, x.dtype) for x in inputs))
         entry = self._graphs.get(key)
         if entry is None:
@@ -167,6 +174,27 @@ class GraphCache:
         entry.load(inputs)  # also after a capture: the warm-up run may have overwritten the static inputs
         self.stats.replays += 1
         return entry.replay()
+
+    def prime(self, key: Hashable, inputs, *args) -> bool:
+        """Capture the graph of ``key`` now, from ``inputs`` of the shapes its calls will have (their
+        values do not matter): a process that knows which shapes recur (from an earlier one's
+        :attr:`calls`) skips their eager first sight and their capture mid-batch. False when the key
+        has its graph already, the cache is full or off, or the capture failed (graphs are then off,
+        as after a failed capture in a call)."""
+        inputs = tuple(inputs)
+        full = (key, tuple((x.shape, x.dtype) for x in inputs))
+        if not self.enabled or full in self._graphs or len(self._graphs) >= self.max_graphs:
+            return False
+        try:
+            entry = self._capture(inputs, args)
+        except Exception as exc:  # noqa: BLE001 - as in __call__: warn once, eager from now on
+            self._disable(exc)
+            return False
+        self._graphs[full] = entry
+        self._seen.add(full)
+        self.stats.captures += 1
+        self.stats.primed += 1
+        return True
 
     def _capture(self, inputs: tuple, args: tuple) -> _Graph:
         """Static copies of ``inputs``, a warm-up run on the capture stream, the capture (the caller

@@ -156,11 +156,11 @@ def test_graphs_on_the_gpu(kernel_results):
     for name in ("first_sight_eager", "capture", "replay_other_values", "replay_same_values", "outputs_are_static",
                  "other_key_first_sight", "other_key_capture", "replay_after_other_capture", "replay_on_side_stream"):
         assert g[name], (name, g)
-    assert g["stats"] == {"eager": 2, "captures": 2, "replays": 6, "bypassed": 0} and g["graphs"] == 2, g
+    assert g["stats"] == {"eager": 2, "captures": 2, "replays": 6, "bypassed": 0, "primed": 0} and g["graphs"] == 2, g
     f = r["failure"]
     assert f["equal"] and not f["enabled"] and f["error"] and f["cuda_ok"], f
     assert len(f["warnings"]) == 1 and "\n" not in f["warnings"][0], f
-    assert f["stats"] == {"eager": 1, "captures": 0, "replays": 0, "bypassed": 2}, f
+    assert f["stats"] == {"eager": 1, "captures": 0, "replays": 0, "bypassed": 2, "primed": 0}, f
 
 
 GRAPHS_ENV = ENV["cuda_graphs"]
@@ -172,7 +172,7 @@ def test_switch_on_cpu(voice, monkeypatch):
     eng = TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1), fast_stage_a=True)
     assert eng.stage_a_graphs is False and eng.info.extra["stage_a_graphs"] is False
     assert eng.stage_a_graph_stats() == {"on": False, "graphs": 0, "eager": 0, "captures": 0, "replays": 0,
-                                         "bypassed": 0}
+                                         "bypassed": 0, "primed": 0}
     monkeypatch.setenv(GRAPHS_ENV, "0")
     assert TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1)).stage_a_graphs is False
     monkeypatch.setenv(GRAPHS_ENV, "1")
@@ -248,7 +248,7 @@ def test_graph_cache_capture_after_one_captures_on_first_sight():
     x, y = torch.randn(4, 3), torch.randn(4, 3)
     want = affine(x, y, 2.0)
     r1 = cache(("k", 2.0), (x, y), 2.0)  # first sight: captured and replayed, no eager call
-    assert ("k", 2.0) in cache and cache.stats.as_dict() == {"eager": 0, "captures": 1, "replays": 1, "bypassed": 0}
+    assert ("k", 2.0) in cache and cache.stats.as_dict() == {"eager": 0, "captures": 1, "replays": 1, "bypassed": 0, "primed": 0}
     assert all(torch.equal(a, b) for a, b in zip(r1, want))
     x2 = torch.randn(4, 3)
     r2 = cache(("k", 2.0), (x2, y), 2.0)  # replayed on new values
@@ -263,7 +263,7 @@ def test_graph_cache_first_sight_capture_replay():
     x, y = torch.randn(4, 3), torch.randn(4, 3)
     want = affine(x, y, 2.0)
     r1 = cache(("k", 2.0), (x, y), 2.0)  # first sight: eager
-    assert len(cache) == 0 and cache.stats.as_dict() == {"eager": 1, "captures": 0, "replays": 0, "bypassed": 0}
+    assert len(cache) == 0 and cache.stats.as_dict() == {"eager": 1, "captures": 0, "replays": 0, "bypassed": 0, "primed": 0}
     r2 = cache(("k", 2.0), (x, y), 2.0)  # second: captured, replayed
     assert ("k", 2.0) in cache and cache.stats.captures == 1 and cache.stats.replays == 1
     x2 = torch.randn(4, 3)
@@ -271,7 +271,7 @@ def test_graph_cache_first_sight_capture_replay():
     assert all(torch.equal(a, b) for a, b in zip(r1, want))
     assert all(torch.equal(a, b) for a, b in zip(r3, affine(x2, y, 2.0)))
     assert r3[0] is r2[0]  # the same static tensor: r2's values are gone (consume before the next replay)
-    assert cache.stats.as_dict() == {"eager": 1, "captures": 1, "replays": 2, "bypassed": 0}
+    assert cache.stats.as_dict() == {"eager": 1, "captures": 1, "replays": 2, "bypassed": 0, "primed": 0}
     x5, y5 = torch.randn(5, 3), torch.randn(5, 3)  # other shapes under the same key: another graph
     assert all(torch.equal(a, b) for a, b in zip(cache(("k", 2.0), (x5, y5), 2.0), affine(x5, y5, 2.0)))
     assert cache.stats.eager == 2 and len(cache) == 1
@@ -312,7 +312,7 @@ def test_graph_cache_failed_capture_warns_once_and_runs_eagerly():
     assert all(torch.equal(a, b) for a, b in zip(got, affine(x, y, 1.0)))
     assert all(torch.equal(a, b) for a, b in zip(again, affine(x, y, 1.0)))
     assert not cache.enabled and cache.error.startswith("RuntimeError: operation not permitted")
-    assert len(cache) == 0 and cache.stats.as_dict() == {"eager": 1, "captures": 0, "replays": 0, "bypassed": 2}
+    assert len(cache) == 0 and cache.stats.as_dict() == {"eager": 1, "captures": 0, "replays": 0, "bypassed": 2, "primed": 0}
 
 
 # ---------------------------------------------------------------------------- the engine's use of it
@@ -444,3 +444,50 @@ def test_engine_mixes_scales_in_one_batch(engine, monkeypatch):
         assert all(noisy), "an item with noise scales came out as if it had none"
     _, at_one = alone(1, kinds[0])  # the 1.37 items at 1.0: the mixed call did not give them its first rate
     assert runs[0].sample_lengths[refs[1][0]].sum() > at_one.sample_lengths.sum() * 1.2
+
+
+def test_graph_cache_prime_captures_ahead_and_counts_calls():
+    cache = StandInCache(affine, "cuda:0")
+    x, y = torch.ones(3), torch.arange(3.0)
+    assert cache.prime("k", (x, y), 2.0) and not cache.prime("k", (x, y), 2.0)  # once per key and shapes
+    assert cache.stats.as_dict() == {"eager": 0, "captures": 1, "replays": 0, "bypassed": 0, "primed": 1}
+    out, _ = cache("k", (x * 5, y), 2.0)  # the first call replays: no eager first sight, no capture
+    assert torch.equal(out, x * 10 + y) and cache.stats.eager == 0 and cache.stats.replays == 1
+    cache("j", (x, y), 2.0)
+    cache("j", (x, y), 2.0)
+    assert cache.calls == {"k": 1, "j": 2}
+    cache.fail = True
+    assert not cache.prime("i", (x, y), 2.0) and not cache.enabled  # a failed capture: graphs off, as in a call
+
+
+def test_engine_prepares_the_shapes_an_earlier_engine_met(engine, monkeypatch):
+    # a worker records the shape profile of its engine; the next engine of the node captures those
+    # shapes before its first batch (prepare_shapes), whose chunks then all replay: no eager first sight
+    eng = engine
+    batches = [batch_of(16, 1), batch_of(16, 2)]
+    ref = [eng.synthesize(b) for b in batches]
+
+    def fresh_cache():
+        monkeypatch.setattr(eng, "_graphs", StandInCache(eng.model.stage_a, "cuda:0", name="stage A"))
+        monkeypatch.setattr(eng, "stage_a_graphs", True)
+        monkeypatch.setattr(eng, "_graphs_for", None)
+
+    fresh_cache()
+    for b in batches:
+        eng.synthesize(b)
+    profile = eng.shape_profile()
+    keys = {(r, w) for r, w, _ in profile["stage_a"]}
+    chunks = [c for b in batches for c in eng.stage_a_chunks(b.lengths, b.phoneme_ids.shape[1])]
+    assert keys == {(eng.stage_a_rows(len(r), tc), tc) for r, tc in chunks} and profile["stage_b"] == []
+    fresh_cache()  # the next process
+    damaged = {"stage_a": profile["stage_a"] + [["x", 1, 1], [10_000, 64, 99], [9, 64, 1]], "stage_b": [[3, 77, 5]]}
+    report = eng.prepare_shapes(damaged, budget_s=600)
+    assert report["captured"] == len(keys) and report["skipped"] == 4, report  # foreign entries are skipped
+    got = [eng.synthesize(b) for b in batches]
+    stats = eng.stage_a_graph_stats()
+    assert stats["eager"] == 0 and stats["primed"] == len(keys) and stats["replays"] >= len(chunks), stats
+    for g, r in zip(got, ref):
+        assert np.array_equal(g.sample_lengths, r.sample_lengths)
+        diff = np.abs(g.audio.astype(np.int32) - r.audio)
+        assert diff.max() <= 1 and (diff > 0).mean() < 1e-3, (diff.max(), (diff > 0).sum())
+    assert eng.prepare_shapes(profile, budget_s=0)["captured"] == 0  # no time: nothing prepared
