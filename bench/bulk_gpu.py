@@ -710,6 +710,9 @@ def print_report(res: dict) -> None:
     print(f"date {res['date']}  commit {res['commit']}  machine {where}")
     print(f"workers: {res['config']['workers']}; engine {res['config']['engine']} {res['config']['precision']} "
           f"on {res['config']['device']}; voice {res['config']['voice']}")
+    for w in res.get("workers", []):
+        for line in w.get("engine_ready", []):
+            print(f"  {w['name']} ready after {w['ready_s']} s: {line}")
     print(f"jobs: {len(res.get('jobs', []))}, all done: {s.get('all_done')}; {s.get('hours_speech')} h of speech "
           f"({s.get('audio_s_with_pauses', 0) / 3600:.2f} h with pauses); {s.get('batches')} batches, mean size "
           f"{s.get('mean_batch_size')}")
@@ -790,6 +793,9 @@ def parse_args(argv=None):
     g.add_argument("--sample-s", type=float, default=0.5, help="nvidia-smi / CPU sampling interval")
     g.add_argument("--work-dir", default=None, help="parent of the run's temporary directory (default: $TMPDIR)")
     g.add_argument("--keep", action="store_true", help="keep the run directory (job outputs, logs)")
+    g.add_argument("--state-dir", default=None,
+                   help="the workers' node state directory (default: a new one in the run directory, a node that "
+                        "never worked; give the same directory to a later run for a node that has)")
     g.add_argument("--json", default=None, help="write the results here (and the workers' log tails beside it)")
     g.add_argument("--commit", default=None, help="git commit to record (default: git rev-parse, else "
                                                   "$BOOKTTS_COMMIT)")
@@ -849,7 +855,14 @@ def main(argv=None) -> int:
                          "workers": ("--gpus supervisor" if a.gpu_supervisor else "one process per GPU")
                          if a.device == "cuda" else f"{n_devices} x {a.device}",
                          "finalize_workers": a.finalize_workers, "finalize_worker_args": a.finalize_worker_args}
-        procs = start_workers(a, {**env, **overrides}, workdir, queues, host)
+        # the node's state directory (jobs seen, the engines' shape profile): a fresh one is a new node;
+        # --state-dir of an earlier run is a node that has worked before (its workers prepare the shapes
+        # the earlier engines met before their first batch)
+        state_dir = Path(a.state_dir) if a.state_dir else workdir / "state"
+        res["config"]["state_dir"] = str(state_dir)
+        res["config"]["node_profile_before"] = sorted(p.name for p in (state_dir / "shapes").glob("*.json")) \
+            if (state_dir / "shapes").is_dir() else []
+        procs = start_workers(a, {**env, **overrides, "BOOKTTS_STATE_DIR": str(state_dir)}, workdir, queues, host)
         t_workers = time.time()
         job_args = ["--voice", a.voice, *a.submit_arg]
         # Jobs are planned as any submitter plans them (submit's defaults: small batches); the GPU
@@ -863,7 +876,9 @@ def main(argv=None) -> int:
             fut = pool.submit(plan_estimates, a, env, job_args)
             wait_ready(procs, a, t_workers + a.worker_timeout_s)
             est = fut.result()
-        res["workers"] = [{"name": p.name, "cmd": p.cmd[2:], "ready_s": round(p.t_ready - p.t_start, 1)}
+        res["workers"] = [{"name": p.name, "cmd": p.cmd[2:], "ready_s": round(p.t_ready - p.t_start, 1),
+                           "engine_ready": [ln.split("engine ready: ", 1)[1] for ln in p.output().splitlines()
+                                            if "engine ready: " in ln]}
                           for p in procs]
         res["plan_estimates"] = est
         chosen = choose_books(a, est)

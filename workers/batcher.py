@@ -164,7 +164,8 @@ class Offloader:
         self._q: queue.Queue = queue.Queue(maxsize=WRITER_DEPTH)
         self._writer = threading.Thread(target=self._run, name="booktts-writer", daemon=True)
         self._writer.start()
-        n = finalize_threads or max(1, min(4, (os.cpu_count() or 2) // 2))
+        # jobs gathered together finish together: their finalizes (CPU work in child processes) run at once
+        n = finalize_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
         self._finalize = ThreadPoolExecutor(n, thread_name_prefix="booktts-finalize")
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
