@@ -70,10 +70,13 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
     """More units to run with ``seed`` in one engine call: (claimed unit, its job), leased.
 
     Budget: at most ``max_items`` utterances and ``max_padded`` padded phoneme ids (utterances x
-    longest) in the whole engine batch, seed included. Units of other jobs are taken only if
-    their job directory opens here (``load_job``) and has the seed's synthesis class; with
-    ``mix_scales`` false (an engine that takes one set of scales per call) also only if they have
-    the seed job's scales (the others stay queued for another call).
+    longest) in the whole engine batch, seed included. Order: higher priorities first; within the
+    seed's priority the seed's own job first, then other jobs, each nearest in length first. Jobs
+    are so finished one after the other (each one's finalize overlaps the next one's synthesis)
+    rather than all at the end. Units of other jobs are taken only if their job directory opens
+    here (``load_job``) and has the seed's synthesis class; with ``mix_scales`` false (an engine
+    that takes one set of scales per call) also only if they have the seed job's scales (the
+    others stay queued for another call).
     """
     from jobs.pipeline import synthesis_class
 
@@ -84,13 +87,24 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
     out: list[tuple[Claimed, object]] = []
     stale: list[tuple[str, int]] = []
     tried: set[tuple[str, int]] = {(seed.job_id, seed.batch_id)}
+    own_rank = rank_of(seed.queue)
+
+    def nearest(cands: list[tuple[str, int, float]], base: int) -> list[tuple[str, int, float]]:
+        """The seed's length and longer (ascending), then shorter (descending)."""
+        cands = sorted(cands, key=lambda c: c[2])
+        return [c for c in cands if c[2] >= base + longest] + [c for c in cands if c[2] < base + longest][::-1]
+
     try:
         for rank in range(3):  # high, normal, low: a higher priority's units go first
             base = rank * READY_RANK_SCALE
-            # nearest in length first: the seed's length and longer (ascending), then shorter (descending)
             longer = store.ready_candidates(sclass, base + longest, base + READY_RANK_SCALE - 1, SCAN_LIMIT)
             shorter = store.ready_candidates(sclass, base, base + longest - 1, SCAN_LIMIT)
-            for job_id, batch_id, _ in longer + shorter[::-1]:
+            cands = longer + shorter[::-1]
+            if rank == own_rank:  # the seed's own job first
+                own = [c for c in store.ready_of_job(sclass, seed.job_id, range(len(seed_job.batches)))
+                       if base <= c[2] < base + READY_RANK_SCALE]
+                cands = nearest(own, base) + cands
+            for job_id, batch_id, _ in cands:
                 if items >= max_items:
                     break
                 if (job_id, batch_id) in tried:

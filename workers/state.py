@@ -817,6 +817,18 @@ class JobStore:
                 out.append((j, int(b), float(score)))
         return out
 
+    def ready_of_job(self, sclass: str, job_id: str, batch_ids: Iterable[int]) -> list[tuple[str, int, float]]:
+        """Which of ``job_id``'s ``batch_ids`` are indexed in ``sclass``: (job, batch, score), lowest
+        score first (one round trip)."""
+        ids = list(batch_ids)
+        if not ids or not sclass:
+            return []
+        with self.r.pipeline(transaction=False) as p:
+            for b in ids:
+                p.zscore(self.k_ready(sclass), f"{job_id}:{b}")
+            scores = p.execute()
+        return sorted(((job_id, b, float(sc)) for b, sc in zip(ids, scores) if sc is not None), key=lambda t: t[2])
+
     def queued_at(self, job_id: str, batch: int) -> str | None:
         return _dec(self.r.hget(self.k(job_id, "queued"), str(batch)))
 

@@ -150,3 +150,22 @@ def test_startup_report_says_why():
     assert "30 compiled, 10 from the cache in 12.5 s" in text
     assert "TRITON_CACHE_DIR" in text and "warm-up lazy" in text and "14.0 s" in text
     assert "Triton" not in startup_report(EngineInfo("onnx", "fp32", "cpu", 22050, 32), 0.5)
+
+
+def test_the_seed_job_is_filled_first_so_jobs_finish_one_after_the_other(redis_url, start_worker, short_book, tmp_path):
+    """Two queued jobs of one class: a worker fills each engine call from the seed's own job first
+    (then from others), so the first job's batches all run before the second's last: its finalize
+    overlaps the second's synthesis instead of both finishing at the end."""
+    store = JobStore(redis_url)
+    a = submit(redis_url, short_book, tmp_path / "a", "--max-batch", "2")
+    b = submit(redis_url, short_book, tmp_path / "b", "--max-batch", "2", "--length-scale", "1.3")
+    assert store.get_job(a).batches >= 4
+    start_worker(redis_url, "g", args=["--gather", "--max-batch", "6"], lease_s=LEASE_S)
+    for j in (a, b):
+        assert wait_status(store, j, timeout=60).status is JobStatus.DONE
+    ra, rb = records(tmp_path / "a"), records(tmp_path / "b")
+    first = min(ra + rb, key=lambda r: r["started_at"])["engine_batch"]
+    assert {r["job_id"] for r in ra + rb if r["engine_batch"] == first} == {a}, "the first call mixed in job b"
+    assert max(r["started_at"] for r in ra) < max(r["started_at"] for r in rb)
+    calls_with_a = {r["engine_batch"] for r in ra}
+    assert len(calls_with_a) <= -(-sum(len(r["items"]) for r in ra) // 6) + 1  # a's calls were full of a
