@@ -198,17 +198,21 @@ class _Placed(Exception):
         self.created = created
 
 
-def create_json(final: Path, obj) -> bool:
+def create_json(final: Path, obj, compact: bool = False) -> bool:
     """Write ``obj`` to ``final`` only if no file is there yet, atomically (a complete file or none):
     of two writers racing for the name, exactly one wins. False, leaving ``final`` as it was, when it
     exists. Written through :func:`atomic_path` (its temporary file, locks and errors), then hard-linked
-    into place; where hard links are not supported, renamed into place after an existence check."""
+    into place; where hard links are not supported, renamed into place after an existence check.
+    ``compact``: no indentation (for large machine-read files: the JSON encoder's C path, several
+    times faster)."""
     final = Path(final)
     if final.exists():
         return False
     try:
         with atomic_path(final) as tmp:
-            tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+            text = (json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True) if compact
+                    else json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=True))
+            tmp.write_text(text, encoding="utf-8")
             with open(tmp, "rb+") as f:
                 os.fsync(f.fileno())
             try:

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 
@@ -762,7 +762,10 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
         engine_batch_size=synth.size, engine_batch_units=len(synth.units),
     )
     first = job.batch_record(batch_id)
-    if first is None and create_json(rec_path, asdict(rec)):
+    # the record's fields as they are (its items are fresh plain dicts: asdict's deep copy of a thousand
+    # of them, and an indented dump, cost more than the audio file's write)
+    doc = {f.name: getattr(rec, f.name) for f in fields(rec)}
+    if first is None and create_json(rec_path, doc, compact=True):
         return rec
     if first is None:  # a record appeared since the check (another delivery racing this one)
         try:
@@ -770,7 +773,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
         except (OSError, ValueError, KeyError, TypeError):
             first = None
         if first is None or not job._is_own_record(first, batch_id):  # not this batch's output: replace it
-            write_json(rec_path, asdict(rec))
+            write_json(rec_path, doc)
             return rec
     # another delivery finished first: keep its record, drop our audio
     (rec_path.parent / audio_name).unlink(missing_ok=True)
