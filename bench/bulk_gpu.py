@@ -402,7 +402,7 @@ def start_workers(a, env: dict, workdir: Path, queues: str, host: str) -> list[P
             procs.append(Proc("gpu-supervisor", cmd, workdir / "worker-gpus.log", env))
         else:
             for i, g in enumerate(ids):
-                cmd = [sys.executable, str(CLI), "worker", "--device", "cuda:0", "--concurrency", "1",
+                cmd = [sys.executable, str(CLI), "worker", "--device", "cuda:0", "--concurrency", str(a.per_gpu),
                        "--name", f"bulk-gpu{g}@{host}", *common]
                 procs.append(Proc(f"gpu{g}", cmd, workdir / f"worker-gpu{g}.log", {**env, "CUDA_VISIBLE_DEVICES": g}))
     else:
@@ -424,7 +424,7 @@ def wait_ready(procs: list[Proc], a, deadline: float) -> None:
     def want(p: Proc) -> int:
         if p.name.startswith("finalize") or not a.preload:
             return 0
-        return len(gpu_ids(a.gpus)) if p.name == "gpu-supervisor" else 1
+        return len(gpu_ids(a.gpus)) if p.name == "gpu-supervisor" else a.per_gpu if p.name.startswith("gpu") else 1
 
     pending = list(procs)
     while pending:
@@ -748,6 +748,9 @@ def parse_args(argv=None):
     g.add_argument("--gpu-supervisor", action="store_true",
                    help="one `worker --gpus LIST` supervisor instead of one worker process per GPU")
     g.add_argument("--cpu-workers", type=int, default=1, help="with --device cpu: worker processes")
+    g.add_argument("--per-gpu", type=int, default=1,
+                   help="pool processes per GPU worker (--concurrency), each with its own engine on that GPU: one "
+                        "runs its host work between engine calls while the other's kernels run")
     g.add_argument("--worker-max-batch", type=int, default=None, help="worker --max-batch (default: the worker's)")
     g.add_argument("--voice", default=None,
                    help="voice of the jobs, preloaded by the workers (default: carry/joe-fp16.safetensors if "
@@ -852,7 +855,9 @@ def main(argv=None) -> int:
         n_devices = len(gpu_ids(a.gpus)) if a.device == "cuda" else a.cpu_workers if a.device == "cpu" else 1
         res["config"] = {"engine": a.engine, "precision": a.precision, "device": a.device, "voice": a.voice,
                          "devices": n_devices, "queues": queues, "worker_env": overrides,
-                         "workers": ("--gpus supervisor" if a.gpu_supervisor else "one process per GPU")
+                         "per_gpu": a.per_gpu,
+                         "workers": ("--gpus supervisor" if a.gpu_supervisor else
+                                     "one worker per GPU" + (f", {a.per_gpu} pool processes each" if a.per_gpu > 1 else ""))
                          if a.device == "cuda" else f"{n_devices} x {a.device}",
                          "finalize_workers": a.finalize_workers, "finalize_worker_args": a.finalize_worker_args}
         # the node's state directory (jobs seen, the engines' shape profile): a fresh one is a new node;
