@@ -165,10 +165,14 @@ def rebuild_lost_jobs(store: JobStore) -> int:
         except JobError:
             runtime.forget_job(job_id)
             continue
-        if job.job_id != job_id or job.finalized:
+        if job.job_id != job_id:
             runtime.forget_job(job_id)
             continue
+        # a finalized directory is re-created as done: its finalize ended, but the worker that ran it
+        # died before telling Redis, which then lost the job (its clients would wait for it forever)
         n += rebuild_job(store, job_dir, job_id, queue)
+        if job.finalized:
+            runtime.forget_job(job_id)
     return n
 
 

@@ -201,3 +201,32 @@ def test_a_provisional_directory_claim_keeps_others_out_until_registered_or_laps
     s.claim_dir(d, "jobA", provisional_s=0.2)
     time.sleep(0.3)  # that submit died before registering: the claim lapses
     assert s.claim_dir(d, "jobB") is None and s.dir_holder(d) == "jobB"
+
+
+def test_a_finalized_job_redis_lost_is_rebuilt_as_done(redis_url, short_book, tmp_path, voice, monkeypatch):
+    # the fault schedule's seed 3269205294: a job's finalize child wrote the manifest, the pool process
+    # that ran it was killed before it told Redis, then Redis restarted empty. A reaper of the node finds
+    # the job in the state directory and re-creates it as done (it used to forget a finalized job, and
+    # the job's clients waited for it forever)
+    from engines.fake import FakeEngine
+    from jobs.config import JobConfig
+    from jobs.pipeline import prepare_job
+    from jobs.runner import run_local
+    from workers import recovery, runtime
+
+    monkeypatch.setenv(runtime.STATE_DIR_ENV, str(tmp_path / "state"))
+    runtime.reset_for_tests()
+    try:
+        job = prepare_job([short_book], tmp_path / "out", JobConfig(max_batch=4))
+        run_local(job, FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length))
+        assert job.finalized
+        s = _store(redis_url)
+        runtime.remember_job(job.job_id, str(job.out_dir), "tts.normal", s.url)
+        assert s.get_job(job.job_id) is None
+        recovery.rebuild_lost_jobs(s)
+        info = s.get_job(job.job_id)
+        assert info is not None and info.status is JobStatus.DONE, info
+        assert job.job_id not in runtime.known_jobs(s.url), "done: forgotten by the node"
+        assert recovery.rebuild_lost_jobs(s) == 0
+    finally:
+        runtime.reset_for_tests()
