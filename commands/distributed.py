@@ -214,7 +214,8 @@ def _report_end(store, info) -> None:
 @click.option("--queues", "-Q", default=",".join(default_queues()), show_default=True,
               help="Queues to consume, comma-separated, highest priority first (taken strictly in this order).")
 @click.option("--concurrency", "-c", type=int_range(1, MAX_POOL), default=1, show_default=True,
-              help="Pool processes; each loads its own engine. Use 1 per GPU (one worker per --device).")
+              help="Pool processes; each loads its own engine. With --gpus: engine processes per GPU (2 hides the "
+                   "host work between engine calls behind the other's kernels, for a second engine's memory).")
 @click.option("--pool", type=click.Choice(["prefork", "solo"]), default="prefork", show_default=True,
               help="prefork: batches run in a child process (the parent never touches the device); "
                    "solo: in this process.")
@@ -270,9 +271,9 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
     queue_list = [q.strip() for q in queues.split(",") if q.strip()]
     if not queue_list:
         raise click.BadParameter("give at least one queue", param_hint="--queues")
-    if gpus and (engine_spec.device != "cpu" or concurrency != 1 or autoscale):
-        raise click.BadParameter("--gpus sets --device cuda:0 and --concurrency 1 for each GPU's worker; "
-                                 "leave out --device, --concurrency and --autoscale", param_hint="--gpus")
+    if gpus and (engine_spec.device != "cpu" or autoscale):
+        raise click.BadParameter("--gpus sets --device cuda:0 for each GPU's worker (and --concurrency is the "
+                                 "engine processes per GPU); leave out --device and --autoscale", param_hint="--gpus")
     autoscale_pair = None
     if autoscale:
         try:
@@ -300,7 +301,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
                                  lease_seconds=lease_seconds, max_deliveries=max_deliveries, voice=preload_voice,
                                  name=name, loglevel=loglevel, redis_url=store.url, metrics_port=metrics_port,
-                                 allowed_roots=allowed_roots))
+                                 allowed_roots=allowed_roots, per_gpu=concurrency))
     if metrics_port:
         from workers import metrics
 

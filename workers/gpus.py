@@ -106,10 +106,12 @@ def _pdeathsig():
 
 def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str], pool: str, lease_seconds: float,
                     max_deliveries: int, voice: str | None, name: str | None, loglevel: str, redis_url: str,
-                    metrics_port: int = 0, allowed_roots=()) -> int:
+                    metrics_port: int = 0, allowed_roots=(), per_gpu: int = 1) -> int:
     """Start one ``worker`` per selected GPU and supervise them. Returns the exit code.
 
-    Each child gets ``CUDA_VISIBLE_DEVICES=<gpu>``, ``--device cuda:0 --concurrency 1`` and the
+    Each child gets ``CUDA_VISIBLE_DEVICES=<gpu>``, ``--device cuda:0 --concurrency <per_gpu>`` (that
+    many pool processes, each with its own engine on the GPU: while one does its host work between
+    engine calls, the other's kernels run; docs/operations.md, "Within a node") and the
     supervisor's ``--allowed-root`` directories (the Redis URL through the environment, never on
     its command line). SIGTERM, SIGINT and SIGQUIT
     are forwarded once to every child (Celery: warm shutdown, the running batch finishes). When
@@ -145,7 +147,7 @@ def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str]
     try:
         for i, gpu in enumerate(ids):
             cmd = [sys.executable, cli, "worker", "--engine", engine_spec.name, "--precision", engine_spec.precision,
-                   "--device", "cuda:0", "--concurrency", "1", "--pool", pool, "--max-batch", str(max_batch),
+                   "--device", "cuda:0", "--concurrency", str(per_gpu), "--pool", pool, "--max-batch", str(max_batch),
                    "--queues", ",".join(queues), "--lease-seconds", repr(float(lease_seconds)),
                    "--max-deliveries", str(max_deliveries), "--voice", voice or "", "--name", f"{base}-gpu{i}@{host}",
                    "--loglevel", loglevel]

@@ -162,6 +162,7 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
     with open(log, "wb") as f:
         sup = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "worker", "--gpus", "all", "--engine", "fake",
                                 "--voice", "", "--lease-seconds", "3", "-n", "node", "--metrics-port", str(port),
+                                "--concurrency", "2",
                                 "--allowed-root", str(tmp_path), "--redis-url", redis_url], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
                                start_new_session=True)
     kids: list[int] = []
@@ -177,6 +178,7 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
         for k, e in zip(kids, envs):
             cmd = Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
             assert b"--device" in cmd and cmd[cmd.index(b"--device") + 1] == b"cuda:0"
+            assert cmd[cmd.index(b"--concurrency") + 1] == b"2", "--concurrency: engine processes per GPU"
             # a GPU worker is built for GPU-sized batches unless --max-batch says otherwise
             assert cmd[cmd.index(b"--max-batch") + 1] == str(GPU_MAX_BATCH).encode()
             assert redis_url.encode() not in b" ".join(cmd), "the Redis URL travels in the environment"
