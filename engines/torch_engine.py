@@ -965,8 +965,10 @@ class TorchEngine:
 
     def _prime_stage_b(self, rows: int, frames: int) -> bool:
         """Capture stage B's graph of a ``rows`` x ``frames`` chunk (inputs as :meth:`_run_chunk` gives them)."""
-        if not self.stage_b_graphs or frames not in self.buckets and (frames % 1024 or frames > 4 * max(self.buckets)) \
-                or not 1 <= rows <= self.chunk_rows(frames) * 2 or self.padded_rows(rows, frames) != rows:
+        bucket = frames in self.buckets or (frames % 1024 == 0 and frames <= 4 * max(self.buckets))
+        # (padded_rows refuses more rows than the bucket's chunk size: checked first)
+        if not (self.stage_b_graphs and bucket and 1 <= rows <= self.chunk_rows(frames)
+                and self.padded_rows(rows, frames) == rows):
             return False
         torch, dev, c = self.torch, self.device, self.hparams.inter_channels
         z = (torch.zeros(rows, frames, c, device=dev).transpose(1, 2) if self.fused_prior

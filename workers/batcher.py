@@ -39,6 +39,9 @@ log = logging.getLogger("booktts.batcher")
 SCAN_LIMIT = 256
 #: Engine calls whose results may wait for the writer at once (bounds host memory).
 WRITER_DEPTH = 2
+#: Units of one engine call written at once (their normalisation, WAV encoding and file writes
+#: release the interpreter lock): one thread wrote a 32-unit call in about as long as the GPU took.
+UNIT_WRITERS = 4
 
 
 @dataclass
@@ -178,8 +181,9 @@ class Offloader:
         self._q: queue.Queue = queue.Queue(maxsize=WRITER_DEPTH)
         self._writer = threading.Thread(target=self._run, name="booktts-writer", daemon=True)
         self._writer.start()
-        # jobs gathered together finish together: their finalizes (CPU work in child processes) run at once
+        # jobs that finish close together finalize at once (CPU work in child processes)
         n = finalize_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
+        self._units = ThreadPoolExecutor(UNIT_WRITERS, thread_name_prefix="booktts-unit")
         self._finalize = ThreadPoolExecutor(n, thread_name_prefix="booktts-finalize")
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
@@ -187,6 +191,16 @@ class Offloader:
     def write(self, fn) -> None:
         """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""
         self._q.put(fn)
+
+    def each(self, fn, items) -> None:
+        """``fn(item)`` for every item, :data:`UNIT_WRITERS` at a time (from the writer thread: an engine
+        call's units); returns when all are done."""
+        items = list(items)
+        if len(items) == 1:
+            fn(items[0])
+            return
+        for f in [self._units.submit(fn, item) for item in items]:
+            f.result()
 
     def finalize(self, fn) -> None:
         fut = self._finalize.submit(fn)

@@ -80,7 +80,7 @@ class WorkerSettings:
     """Real paths of the directories job directories must be in; empty: anywhere."""
     state_dir: str = ""
     """This node's state directory (the jobs its workers have seen, :func:`remember_job`, and the shapes
-    its engines met, :func:`record_shapes`); empty: the default, :func:`default_state_dir`."""
+    its engines met, :func:`shapes_to_record`); empty: the default, :func:`default_state_dir`."""
     prepare_shapes_s: float = DEFAULT_PREPARE_SHAPES_S
     """Seconds a new engine may spend at start preparing the shapes earlier engines of the node met
     (the torch engine's CUDA graphs: :class:`engines.base.PreparesShapes`); 0: neither prepared nor

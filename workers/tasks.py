@@ -344,29 +344,14 @@ def _finalize_here(store: JobStore, job_dir: str, job_id: str, queue: str, holde
     return True
 
 
-#: Units of one engine call written at once (their normalisation, WAV encoding and file writes
-#: release the interpreter lock): one thread wrote a 32-unit call in about as long as the GPU took.
-UNIT_WRITERS = 4
-_unit_pool: tuple[int, object] | None = None
-
-
-def _unit_writers():
-    """This process's pool of unit writers (a new one after a fork)."""
-    global _unit_pool
-    if _unit_pool is None or _unit_pool[0] != os.getpid():
-        from concurrent.futures import ThreadPoolExecutor
-
-        _unit_pool = (os.getpid(), ThreadPoolExecutor(UNIT_WRITERS, thread_name_prefix="booktts-unit"))
-    return _unit_pool[1]
-
-
 def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartbeat) -> None:
     """On the writer thread: write each unit's audio and record (several units at once), count it,
     then drop its lease renewal. A unit that cannot be written goes back to the queue (its delivery
     count bounds it)."""
     from jobs.pipeline import write_unit
 
-    def one(i: int, c) -> None:
+    def one(item) -> None:
+        i, c = item
         try:
             rec = _write_retrying(lambda: write_unit(synth, i, worker=holder.worker), c)
             hb.discard(c.job_id, c.batch_id)
@@ -378,11 +363,7 @@ def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartb
             _give_back(store, [c], holder)
 
     try:
-        if len(claimed) == 1:
-            one(0, claimed[0])
-        else:
-            for f in [_unit_writers().submit(one, i, c) for i, c in enumerate(claimed)]:
-                f.result()
+        batcher.offloader().each(one, enumerate(claimed))
     finally:
         hb.stop()
 
