@@ -21,6 +21,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from jobs.config import LOUDNESS_MODES
 from core.errors import InputError
@@ -42,6 +43,10 @@ LIMITER_MARGIN_DB = 0.4
 RETRY_LU = 0.2
 #: Shortest audio BS.1770 can gate (one 400 ms block).
 MIN_MEASURE_S = 0.4
+#: Samples the measurements read at a time (a few MiB of float64: the passes stay in cache).
+CHUNK = 1 << 18
+#: Samples per block of the true-peak search (a block is interpolated whole, or not at all).
+PEAK_BLOCK = 16
 
 
 def _meter(sample_rate: int):
@@ -107,46 +112,50 @@ def _oversampled_abs(x: np.ndarray, floor: float | None = None) -> np.ndarray:
     itself and the 3 interpolated values after it).
 
     ``floor``: the values are exact wherever they can reach ``floor``; elsewhere they are ``|x|``
-    (a lower bound, under ``floor``). An interpolated value is a sum of 12 neighbours weighted by
-    one phase of the filter, so it is at most that phase's L1 norm times the neighbours' largest
-    magnitude: samples whose neighbourhood cannot reach ``floor`` are skipped (most of speech).
-    Default: the sample peak, which keeps the maximum (the true peak) exact."""
+    or the exact value (either way a lower bound, under ``floor``). An interpolated value is a sum
+    of 12 neighbours weighted by one phase of the filter, so it is at most that phase's L1 norm
+    times the neighbours' largest magnitude: only blocks of :data:`PEAK_BLOCK` samples whose own or
+    neighbouring blocks could reach ``floor`` are interpolated (most of speech is not). Default:
+    the sample peak, which keeps the maximum (the true peak) exact. The signal is read
+    :data:`CHUNK` samples at a time, so that a long chapter's passes stay in the processor's cache."""
     x = np.asarray(x, dtype=np.float32)
-    if len(x) == 0:
-        return np.zeros(0, np.float32)
+    n = len(x)
     out = np.abs(x)
+    if n == 0:
+        return out
     phases = _true_peak_phases()
-    half = 12 // 2
     if floor is None:
         floor = float(out.max())
-    l1 = max(float(np.abs(h).sum()) for h in phases)
-    # blocks of 16 samples whose own or neighbouring blocks' largest |x| (which covers n-6..n+6)
-    # could reach the floor: their samples are the candidates
-    blk = 16
-    nb = -(-len(x) // blk)
-    bmax = np.zeros(nb * blk, np.float32)
-    bmax[:len(x)] = out
-    bmax = bmax.reshape(nb, blk).max(axis=1)
-    near = bmax.copy()
-    near[1:] = np.maximum(near[1:], bmax[:-1])
-    near[:-1] = np.maximum(near[:-1], bmax[1:])
-    blocks = np.flatnonzero(near * l1 >= floor)
-    cand = (blocks[:, None] * blk + np.arange(blk)[None, :]).ravel()
-    cand = cand[cand < len(x)]
-    if len(cand) > len(x) // 8:  # too many to pick out: the whole signal, four convolutions
+    reach = floor / max(float(np.abs(h).sum()) for h in phases)
+    taps, blk = len(phases[0]), PEAK_BLOCK
+    before = taps // 2  # y[m] = sum_k h[k] x[m + before - 1 - k]: x[m - 6] .. x[m + 5]
+    width = blk + taps - 1  # a block's samples and the neighbours they read
+    halo = blk  # one block either side of a chunk: its neighbour blocks and the filter's reach
+    offsets = np.arange(blk)
+    xp = np.zeros(CHUNK + 2 * halo, np.float32)
+    for a in range(0, n, CHUNK):
+        b = min(n, a + CHUNK)
+        lo, hi = max(0, a - halo), min(n, b + halo)
+        xp[:] = 0.0
+        xp[halo - (a - lo):halo + (hi - a)] = x[lo:hi]
+        nb = -(-(b - a) // blk)
+        bmax = np.abs(xp[:(nb + 2) * blk]).reshape(nb + 2, blk).max(axis=1)  # blocks -1 .. nb
+        near = np.maximum(np.maximum(bmax[:-2], bmax[1:-1]), bmax[2:])
+        blocks = np.flatnonzero(near >= reach)
+        if len(blocks) == 0:
+            continue
+        start = halo - before
+        win = sliding_window_view(xp[start:start + (nb - 1) * blk + width], width)[::blk][blocks]
+        best = np.abs(win[:, before:before + blk])
         for h in phases:
-            y = np.convolve(x, h)[half - 1:half - 1 + len(x)]
-            np.maximum(out, np.abs(y), out=out)
-        return out
-    pad = 12
-    xp = np.concatenate([np.zeros(pad, np.float32), x, np.zeros(pad, np.float32)])
-    best = out[cand].copy()
-    for h in phases:  # y[n] = sum_k h[k] x[n + half - 1 - k], as np.convolve's slice above
-        y = np.zeros(len(cand), np.float32)
-        for k in range(len(h)):
-            y += h[k] * xp[cand + (half - 1 - k) + pad]
-        np.maximum(best, np.abs(y), out=best)
-    out[cand] = best
+            y = np.zeros((len(blocks), blk), np.float32)
+            for k in range(taps):
+                o = 2 * before - 1 - k
+                y += h[k] * win[:, o:o + blk]
+            np.maximum(best, np.abs(y), out=best)
+        idx = (blocks[:, None] * blk + offsets[None, :]).ravel()
+        keep = idx < b - a
+        out[a + idx[keep]] = best.ravel()[keep]
     return out
 
 
@@ -163,7 +172,7 @@ def sample_peak_db(x: np.ndarray) -> float:
 def rms_db(x: np.ndarray) -> float:
     if len(x) == 0:
         return -math.inf
-    ms = float(np.mean(np.square(x, dtype=np.float64)))
+    ms = float(np.einsum("i,i->", x, x, dtype=np.float64)) / len(x)  # float64 sum, no float64 copy
     return 10 * math.log10(ms) if ms > 0 else -math.inf
 
 
@@ -176,46 +185,40 @@ def _k_weighting_sos(sample_rate: int) -> tuple[np.ndarray, float]:
     return sos, float(np.prod([st.passband_gain for st in stages]))
 
 
-def _k_weighted(y: np.ndarray, sample_rate: int) -> np.ndarray:
-    """The K-weighted signal: pyloudnorm's filters applied in one pass (``sosfilt``, float64; the same
-    cascade as its two ``lfilter`` calls, several times faster)."""
-    from scipy.signal import sosfilt
-
-    sos, gain = _k_weighting_sos(sample_rate)
-    out = sosfilt(sos, y)
-    if gain != 1.0:
-        out *= gain
-    return out
-
-
 def integrated_lufs(x: np.ndarray, sample_rate: int) -> float:
     """ITU-R BS.1770-4 gated integrated loudness of mono audio; -inf for silence or under 400 ms.
 
-    pyloudnorm's K-weighting filters, and its gating equations evaluated with cumulative sums
-    (its own block loop takes seconds per minute of audio); ``tests/jobs/test_formats.py`` checks
-    that both agree."""
+    pyloudnorm's K-weighting filters and its blocks' bounds and gating equations (its own block loop
+    takes seconds per minute of audio); ``tests/jobs/test_formats.py`` checks that both agree. The
+    signal is filtered and its squares summed :data:`CHUNK` samples at a time (the filters' state
+    carried over), reading the running sum at the blocks' edges: no signal-length float64 arrays."""
     if len(x) < MIN_MEASURE_S * sample_rate or not np.any(x):
         return -math.inf
-    y = _k_weighted(np.asarray(x, dtype=np.float64), sample_rate)
+    from scipy.signal import sosfilt
+
+    sos, gain = _k_weighting_sos(sample_rate)
     meter = _meter(sample_rate)
-    t_g, step = meter.block_size, 1.0 - meter.overlap
-    n_blocks = int(np.round((len(y) / sample_rate - t_g) / (t_g * step))) + 1
+    t_g, step, n = meter.block_size, 1.0 - meter.overlap, len(x)
+    n_blocks = int(np.round((n / sample_rate - t_g) / (t_g * step))) + 1
     j = np.arange(n_blocks)
     lo = (t_g * (j * step) * sample_rate).astype(np.int64)
-    hi = np.minimum((t_g * (j * step + 1) * sample_rate).astype(np.int64), len(y))
-    hop = t_g * step * sample_rate
-    per = int(round(t_g / (t_g * step)))  # hops per block
-    if n_blocks > 0 and float(hop).is_integer() and np.all(lo == np.arange(n_blocks) * int(hop)) \
-            and np.all(hi - lo == per * int(hop)):
-        # blocks on a grid of hops (100 ms at common rates): sums of hop-sized pieces, no cumulative sum
-        h = int(hop)
-        n_hops = n_blocks + per - 1
-        sq = np.square(y[:n_hops * h]).reshape(n_hops, h).sum(axis=1)
-        win = np.convolve(sq, np.ones(per))[per - 1:per - 1 + n_blocks]
-        z = win / (t_g * sample_rate)
-    else:
-        cs = np.concatenate([[0.0], np.cumsum(np.square(y))])
-        z = (cs[hi] - cs[lo]) / (t_g * sample_rate)
+    hi = np.minimum((t_g * (j * step + 1) * sample_rate).astype(np.int64), n)
+    edges = np.unique(np.concatenate([lo, hi]))
+    summed = np.empty(len(edges), np.float64)  # sum of the squares before each edge
+    zi = np.zeros((len(sos), 2))
+    total, e0 = 0.0, 0
+    for a in range(0, n, CHUNK):
+        b = min(n, a + CHUNK)
+        y, zi = sosfilt(sos, np.asarray(x[a:b], dtype=np.float64), zi=zi)
+        np.square(y, out=y)
+        cs = np.cumsum(y)
+        cs += total
+        e1 = int(np.searchsorted(edges, b, side="right"))
+        at = edges[e0:e1]
+        summed[e0:e1] = np.where(at > a, cs[np.maximum(at - a - 1, 0)], total)
+        total, e0 = float(cs[-1]), e1
+    summed[e0:] = total
+    z = (summed[np.searchsorted(edges, hi)] - summed[np.searchsorted(edges, lo)]) * (gain * gain) / (t_g * sample_rate)
     with np.errstate(divide="ignore"):
         block = -0.691 + 10.0 * np.log10(z)
         above = z[block >= -70.0]
@@ -243,9 +246,21 @@ def limit(x: np.ndarray, sample_rate: int, ceiling_db: float,
             break
         limited = True
         need = np.minimum(1.0, ceiling / np.maximum(peaks, 1e-12)).astype(np.float32)
-        gain = minimum_filter1d(need, size=2 * reach + 1, mode="nearest")
-        gain = np.minimum(uniform_filter1d(gain, size=2 * reach + 1, mode="nearest"), gain)
-        x = (x * gain).astype(np.float32)
+        # The gain at a sample reads `need` within 2 * reach of it: computed a chunk at a time with
+        # that much on either side, the same values as over the whole signal; a chunk with nothing
+        # to lower within reach keeps gain 1 (the filters of ones are ones).
+        w, n = 2 * reach + 1, len(x)
+        gain = np.ones(n, np.float32)
+        for a in range(0, n, CHUNK):
+            b = min(n, a + CHUNK)
+            lo, hi = max(0, a - 2 * w), min(n, b + 2 * w)
+            seg = need[lo:hi]
+            if float(seg.min()) >= 1.0:
+                continue
+            g = minimum_filter1d(seg, size=w, mode="nearest")
+            g = np.minimum(uniform_filter1d(g, size=w, mode="nearest"), g)
+            gain[a:b] = g[a - lo:b - lo]
+        x = x * gain
     return x, limited
 
 
