@@ -451,3 +451,34 @@ def test_true_peak_is_exact_where_it_can_reach_the_floor_and_lufs_agrees_on_ever
             x = (rng.standard_normal(len(t)) * 0.1 * np.sin(t / 4000.0) ** 2).astype(np.float32)
             want = pyloudnorm.Meter(rate).integrated_loudness(x.astype(np.float64))
             assert loudness.integrated_lufs(x, rate) == pytest.approx(want, abs=0.01)
+
+
+@pytest.mark.parametrize("chunk", [1024, 4096 + 16])
+def test_chunked_measurements_match_the_whole_signal_across_chunk_edges(monkeypatch, chunk):
+    """Loudness, true peaks and the limiter read the signal a chunk at a time: with small chunks (many
+    edges, a last partial chunk) they give what the whole-signal computation gives."""
+    import pyloudnorm
+    monkeypatch.setattr(loudness, "CHUNK", chunk)
+    rng = np.random.default_rng(11)
+    sr = 22050
+    gate = np.repeat(rng.random(40) < 0.7, sr // 8)
+    x = (0.3 * rng.standard_normal(len(gate) + 77) * np.concatenate([gate, np.ones(77, bool)])).astype(np.float32)
+    assert len(x) % chunk
+    assert loudness.integrated_lufs(x, sr) == pytest.approx(
+        pyloudnorm.Meter(sr).integrated_loudness(x.astype(np.float64)), abs=1e-6)
+    ref = np.abs(x)
+    for h in loudness._true_peak_phases():
+        np.maximum(ref, np.abs(np.convolve(x, h)[5:5 + len(x)]), out=ref)
+    for floor in (None, 0.5):
+        got = loudness._oversampled_abs(x, floor)
+        reach = ref >= (ref.max() if floor is None else floor)
+        np.testing.assert_allclose(got[reach], ref[reach], rtol=1e-5, atol=1e-7)
+        assert np.all(got <= ref + 1e-6)
+    out, limited = loudness.limit(x, sr, -1.0)
+    assert limited and loudness.true_peak_db(out) <= -1.0
+    # the chunked limiter's gain curve against one chunk for the whole signal
+    first, _ = loudness.limit(x, sr, -1.0, peaks=ref)
+    monkeypatch.setattr(loudness, "CHUNK", 1 << 30)
+    whole, _ = loudness.limit(x, sr, -1.0, peaks=ref)
+    assert not np.array_equal(first, x)
+    np.testing.assert_allclose(first, whole, rtol=0, atol=1e-7)
