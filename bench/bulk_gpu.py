@@ -702,6 +702,26 @@ def summarize(jobs: list[dict], batches: list[dict], t0: float, t_end_seen: floa
     }
 
 
+TIMING = re.compile(r"timing wait=(\d+) skipped=(\d+)/(\d+) claim=(\d+) gather=(\d+) around=(\d+) "
+                    r"infer=(\d+) handoff=(\d+)")
+TIMING_KEYS = ("wait", "skipped_messages", "skipped", "claim", "gather", "around", "infer", "handoff")
+
+
+def engine_call_timing(procs: list) -> dict:
+    """The workers' per-engine-call timing lines (``workers.batcher.CallClock``), summed: seconds
+    (``skipped_messages``: a count) per part of the time between and in engine calls."""
+    sums = dict.fromkeys(TIMING_KEYS, 0)
+    calls = 0
+    for p in procs:
+        for m in TIMING.finditer(p.output()):
+            calls += 1
+            for k, v in zip(TIMING_KEYS, m.groups()):
+                sums[k] += int(v)
+    out = {"calls": calls, "skipped_messages": sums.pop("skipped_messages")}
+    out.update({f"{k}_s": round(v / 1000.0, 3) for k, v in sums.items()})
+    return out
+
+
 def print_report(res: dict) -> None:
     s = res.get("summary") or {}
     ph = s.get("phases") or {}
@@ -724,6 +744,10 @@ def print_report(res: dict) -> None:
     f = ph.get("finalize_after_last_batch_s")
     if f:
         print(f"  {'finalize (per job, mean/max)':30s} {f['mean']} / {f['max']}")
+    ec = res.get("engine_call_timing") or {}
+    if ec.get("calls"):
+        print(f"engine calls: {ec['calls']}; summed over them (s): " + ", ".join(
+            f"{k[:-2]} {ec[k]}" for k in ec if k.endswith("_s")) + f"; {ec['skipped_messages']} messages skipped")
     print(f"GPU busy share (infer / wall / devices): {s.get('gpu_busy_share')}; sampled: {res.get('sampled')}")
     base = res.get("engine_baseline") or {}
     if base.get("engine_x"):
@@ -910,6 +934,7 @@ def main(argv=None) -> int:
         base = res.get("engine_baseline") or {}
         if base.get("engine_x") and res["summary"].get("x_real_time"):
             res["bulk_over_engine"] = round(res["summary"]["x_real_time"] / base["engine_x"], 4)
+        res["engine_call_timing"] = engine_call_timing(procs)
         res["checks"] = run_checks(a, env, an["jobs"])
         ok = res["summary"]["all_done"] and all(c["ok"] for c in res["checks"])
         res["ok"] = ok

@@ -234,6 +234,47 @@ class Offloader:
                 pass
 
 
+@dataclass
+class CallClock:
+    """Where an engine process's time goes between one engine call and the next: one line per call
+    in the worker's log (``bench/bulk_gpu.py`` sums them into its phase table). One per process."""
+
+    last_end: float | None = None
+    skipped: int = 0
+    skipped_s: float = 0.0
+
+    def skip(self, started: float, now: float) -> None:
+        """A message whose unit was already done or leased (a gathered unit's own message)."""
+        self.skipped += 1
+        self.skipped_s += now - started
+
+    def call(self, started: float, loaded: float, gathered: float, synth_start: float, synth_end: float,
+             infer_s: float, end: float) -> str:
+        """Account one engine call (perf_counter stamps of its task) and return its timing, as
+        ``key=value`` fields: ``wait`` (outside any task since the previous call: Celery's delivery,
+        an empty queue), ``skipped`` (messages/ms), ``claim`` (lease and job), ``gather``, ``around``
+        (building the batch and collecting its audio), ``infer`` (the engine), ``handoff`` (waiting for
+        the writer), all in ms."""
+        wait = (started - self.last_end - self.skipped_s) if self.last_end is not None else 0.0
+        ms = lambda v: f"{max(0.0, v) * 1000:.0f}"  # noqa: E731
+        line = (f"wait={ms(wait)} skipped={self.skipped}/{ms(self.skipped_s)} claim={ms(loaded - started)} "
+                f"gather={ms(gathered - loaded)} around={ms(synth_end - synth_start - infer_s)} "
+                f"infer={ms(infer_s)} handoff={ms(end - synth_end)}")
+        self.last_end, self.skipped, self.skipped_s = end, 0, 0.0
+        return line
+
+
+_clock: tuple[int, CallClock] | None = None
+
+
+def call_clock() -> CallClock:
+    """This process's :class:`CallClock` (a new one after a fork)."""
+    global _clock
+    if _clock is None or _clock[0] != os.getpid():
+        _clock = (os.getpid(), CallClock())
+    return _clock[1]
+
+
 _offloader: tuple[int, Offloader] | None = None
 _off_lock = threading.Lock()
 

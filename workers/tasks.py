@@ -233,6 +233,7 @@ def _hold_for_retry(store: JobStore, job_id: str, key, holder, lease_seconds: fl
           acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots,))
 def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: str | None = None) -> dict:
     """Synthesize one batch of a job with this process's engine (see the module doc)."""
+    t_in = time.perf_counter()
     job_dir, job_id, batch_id = _parse(job_dir, job_id, batch_id)
     store = get_store()
     queue, holder, verdict, value = _claim(self, store, job_dir, job_id, batch_id)
@@ -241,6 +242,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
                        f"it died each time: out of memory, a crash?); see the worker logs")
     if verdict != "ok":
         log.info("job %s batch %d: skipped (%s)", job_id, batch_id, verdict)
+        batcher.call_clock().skip(t_in, time.perf_counter())
         return {"job": job_id, "batch": batch_id, "skipped": verdict}
     attempt = int(value)
     s = runtime.settings()
@@ -256,6 +258,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
             return _count(store, job_dir, job_id, batch_id, holder, existing, queue)
         try:
             engine = runtime.get_engine(job.voice, on_built=metrics.engine_loaded)
+            t_loaded = time.perf_counter()
             if s.gather:
                 extra = batcher.gather(store, job, seed, holder, max_items=engine.info.max_batch,
                                        max_padded=s.max_batch_phonemes, lease_s=s.lease_seconds,
@@ -264,15 +267,17 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
                 for c, _ in extra:
                     hb.add(c.job_id, c.batch_id)
                     runtime.remember_job(c.job_id, c.job_dir, c.queue, store.url)
+            t_gathered = time.perf_counter()
             from jobs.pipeline import Unit, synthesize_units
 
             units = [Unit(job, batch_id, attempt, queued_at)] + [Unit(j, c.batch_id, c.attempt, c.queued_at)
                                                                  for c, j in extra]
             t0 = time.perf_counter()
             synth = synthesize_units(units, engine)
+            t1 = time.perf_counter()
             metrics.batch_done(engine.info, queue, synth.size,
                                sum(len(a) for it in synth.items for a in it) / engine.info.sample_rate,
-                               synth.infer_ms / 1000.0, time.perf_counter() - t0, planned=len(units))
+                               synth.infer_ms / 1000.0, t1 - t0, planned=len(units))
         except (EngineUnavailable, VoiceError) as exc:  # the node's fault (no package, device, voice)
             raise _EngineMissing(exc) from exc
     except _EngineMissing as exc:
@@ -296,9 +301,10 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     shapes = runtime.shapes_to_record(engine, s.engine, job.voice)
     if shapes is not None:  # the node's profile of the engine's shapes, for the next worker's start
         batcher.offloader().write(shapes)
-    if extra:
-        log.info("job %s batch %d: engine batch of %d utterances with %d more batches of %d jobs", job_id,
-                 batch_id, synth.size, len(extra), len({c.job_id for c, _ in extra} | {job_id}))
+    timing = batcher.call_clock().call(t_in, t_loaded, t_gathered, t0, t1,
+                                       synth.infer_ms / 1000.0, time.perf_counter())
+    log.info("job %s batch %d: engine batch of %d utterances with %d more batches of %d jobs; timing %s", job_id,
+             batch_id, synth.size, len(extra), len({c.job_id for c, _ in extra} | {job_id}), timing)
     return {"job": job_id, "batch": batch_id, "engine_batch": synth.size, "units": len(claimed)}
 
 
