@@ -89,41 +89,49 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
         return []
     out: list[tuple[Claimed, object]] = []
     stale: list[tuple[str, int]] = []
-    tried: set[tuple[str, int]] = {(seed.job_id, seed.batch_id)}
     own_rank = rank_of(seed.queue)
-
-    def nearest(cands: list[tuple[str, int, float]], base: int) -> list[tuple[str, int, float]]:
-        """The seed's length and longer (ascending), then shorter (descending)."""
-        cands = sorted(cands, key=lambda c: c[2])
-        return [c for c in cands if c[2] >= base + longest] + [c for c in cands if c[2] < base + longest][::-1]
-
     try:
-        for rank in range(3):  # high, normal, low: a higher priority's units go first
+        # Candidates in the order they are wanted, read in one round trip: per priority (high
+        # first) the seed's own job, then other jobs, each nearest in length (the seed's length and
+        # longer ascending, then shorter descending).
+        windows = []
+        for rank in range(3):
             base = rank * READY_RANK_SCALE
-            longer = store.ready_candidates(sclass, base + longest, base + READY_RANK_SCALE - 1, SCAN_LIMIT)
-            shorter = store.ready_candidates(sclass, base, base + longest - 1, SCAN_LIMIT)
-            cands = longer + shorter[::-1]
-            if rank == own_rank:  # the seed's own job first
-                own = [c for c in store.ready_of_job(sclass, seed.job_id, range(len(seed_job.batches)))
-                       if base <= c[2] < base + READY_RANK_SCALE]
-                cands = nearest(own, base) + cands
-            for job_id, batch_id, _ in cands:
-                if items >= max_items:
-                    break
-                if (job_id, batch_id) in tried:
-                    continue
-                tried.add((job_id, batch_id))
+            windows += [(base + longest, base + READY_RANK_SCALE - 1), (base, base + longest - 1)]
+        found, own = store.ready_scan(sclass, windows, SCAN_LIMIT, seed.job_id, range(len(seed_job.batches)))
+        order: list[tuple[str, int]] = []
+        for rank in range(3):
+            base = rank * READY_RANK_SCALE
+            cands = found[2 * rank] + found[2 * rank + 1][::-1]
+            if rank == own_rank:
+                mine = sorted((c for c in own if base <= c[2] < base + READY_RANK_SCALE), key=lambda c: c[2])
+                mine = [c for c in mine if c[2] >= base + longest] + [c for c in mine if c[2] < base + longest][::-1]
+                cands = mine + cands
+            order += [(j, b) for j, b, _ in cands]
+        seen: set[tuple[str, int]] = {(seed.job_id, seed.batch_id)}
+        order = [c for c in order if not (c in seen or seen.add(c))]
+        # Choose by the budget locally, lease the chosen in one round trip; units another worker
+        # holds (or that ended meanwhile) leave room that the next round offers to the rest.
+        while order and items < max_items:
+            chosen, rest, want_items, want_longest = [], [], items, longest
+            for job_id, batch_id in order:
                 job = _open(store, job_id, load_job)
                 if job is None or synthesis_class(job) != sclass or batch_id >= len(job.batches):
                     stale.append((job_id, batch_id))
                     continue
                 if not mix_scales and job.scales != seed_job.scales:
-                    continue
+                    continue  # stays queued for another call
                 n, length = unit_shape(job, batch_id)
-                width = max(longest, length)
-                if items + n > max_items or (items + n) * width > max_padded:
+                width = max(want_longest, length)
+                if want_items + n > max_items or (want_items + n) * width > max_padded:
+                    rest.append((job_id, batch_id))
                     continue
-                verdict, value = store.begin(job_id, batch_id, holder, lease_s, max_deliveries)
+                chosen.append((job_id, batch_id, job, n, length))
+                want_items, want_longest = want_items + n, width
+            if not chosen:
+                break
+            began = store.begin_many([(j, b) for j, b, *_ in chosen], holder, lease_s, max_deliveries)
+            for (job_id, batch_id, job, n, length), (verdict, value, queued_at, queue) in zip(chosen, began):
                 if verdict in ("done", "failed", "cancelled", "missing", "exhausted"):
                     stale.append((job_id, batch_id))
                     if verdict == "exhausted":  # let its own message record the failure
@@ -131,13 +139,13 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
                     continue
                 if verdict != "ok":  # leased by another worker
                     continue
-                info = store.get_job(job_id)
-                out.append((Claimed(str(job.out_dir), job_id, batch_id, int(value), store.queued_at(job_id, batch_id),
-                                    info.queue if info else seed.queue), job))
+                out.append((Claimed(str(job.out_dir), job_id, batch_id, int(value), queued_at, queue or seed.queue),
+                            job))
                 items += n
-                longest = width
-            if items >= max_items:
-                break
+                longest = max(longest, length)
+            if all(v == "ok" for v, *_ in began):
+                break  # the budget is as full as this order fills it
+            order = rest
     finally:
         store.drop_ready(sclass, stale + [(c.job_id, c.batch_id) for c, _ in out])
     return out

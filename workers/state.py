@@ -829,6 +829,57 @@ class JobStore:
             scores = p.execute()
         return sorted(((job_id, b, float(sc)) for b, sc in zip(ids, scores) if sc is not None), key=lambda t: t[2])
 
+    def ready_scan(self, sclass: str, windows: list[tuple[float, float]], limit: int, job_id: str | None = None,
+                   batch_ids: Iterable[int] = ()) -> tuple[list[list[tuple[str, int, float]]], list[tuple[str, int, float]]]:
+        """One round trip: for each (lo, hi) of ``windows``, up to ``limit`` indexed batches with scores in
+        [lo, hi], lowest first; and which of ``job_id``'s ``batch_ids`` are indexed (lowest score first).
+        Both as (job, batch, score)."""
+        ids = list(batch_ids) if job_id else []
+        if not sclass:
+            return [[] for _ in windows], []
+        with self.r.pipeline(transaction=False) as p:
+            for lo, hi in windows:
+                p.zrangebyscore(self.k_ready(sclass), lo, hi, start=0, num=limit, withscores=True)
+            for b in ids:
+                p.zscore(self.k_ready(sclass), f"{job_id}:{b}")
+            res = p.execute()
+        found = []
+        for rows in res[:len(windows)]:
+            out = []
+            for m, score in rows:
+                j, _, b = m.decode().rpartition(":")
+                if j and b.isdigit():
+                    out.append((j, int(b), float(score)))
+            found.append(out)
+        own = sorted(((job_id, b, float(sc)) for b, sc in zip(ids, res[len(windows):]) if sc is not None),
+                     key=lambda t: t[2])
+        return found, own
+
+    def begin_many(self, pieces: list[tuple[str, int]], holder: Holder, lease_s: float,
+                   max_deliveries: int) -> list[tuple[str, Any, str | None, str | None]]:
+        """:meth:`begin` for each (job, batch) of ``pieces`` in one round trip, each atomic as there;
+        with, for each, its ``queued_at`` and its job's queue (read in the same round trip)."""
+        if not pieces:
+            return []
+        holder_json, ts = holder.to_json(), _enc(now())
+        with self.r.pipeline(transaction=False) as p:
+            for j, b in pieces:
+                keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
+                        self.k(j, "deliveries"), self.k_lease(j, b)]
+                self._begin(keys=keys, args=[str(b), holder_json, int(lease_s * 1000), holder.task_id, "",
+                                             int(max_deliveries), ts], client=p)
+                p.hget(self.k(j, "queued"), str(b))
+                p.hget(self.k_job(j), "queue")
+            res = p.execute()
+        out = []
+        for i in range(len(pieces)):
+            verdict, value = res[3 * i]
+            verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
+            if isinstance(value, bytes):
+                value = value.decode()
+            out.append((verdict, value, _dec(res[3 * i + 1]), _dec(res[3 * i + 2])))
+        return out
+
     def queued_at(self, job_id: str, batch: int) -> str | None:
         return _dec(self.r.hget(self.k(job_id, "queued"), str(batch)))
 

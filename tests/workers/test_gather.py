@@ -169,3 +169,45 @@ def test_the_seed_job_is_filled_first_so_jobs_finish_one_after_the_other(redis_u
     assert max(r["started_at"] for r in ra) < max(r["started_at"] for r in rb)
     calls_with_a = {r["engine_batch"] for r in ra}
     assert len(calls_with_a) <= -(-sum(len(r["items"]) for r in ra) // 6) + 1  # a's calls were full of a
+
+
+def test_gather_leases_in_one_round_and_offers_room_left_by_held_units_to_the_rest(redis_url, short_book, tmp_path):
+    """In-process: a unit another worker holds is not taken, and the room it leaves goes to the next
+    candidates (a second round), so the call is as full as the budget allows; every unit taken is
+    leased to this holder with its attempt, queued_at and queue, and gone from the ready index."""
+    import socket
+
+    from jobs.pipeline import load_job, synthesis_class
+    from workers.batcher import Claimed, gather, unit_shape
+    from workers.state import Holder
+
+    out = tmp_path / "j"
+    job_id = submit(redis_url, short_book, out, "--max-batch", "2")
+    store = JobStore(redis_url)
+    job = load_job(out)
+    n = len(job.batches)
+    assert n >= 5
+    me = Holder("me@h", socket.gethostname(), 10**6 + 1, "t-me")
+    other = Holder("other@h", "elsewhere", 7, "t-other")
+    assert store.begin(job_id, 0, me, 60, 5)[0] == "ok"
+    assert store.begin(job_id, 1, other, 60, 5)[0] == "ok"  # another worker runs batch 1
+    info = store.get_job(job_id)
+    seed = Claimed(str(out), job_id, 0, 1, store.queued_at(job_id, 0), info.queue)
+    budget = sum(unit_shape(job, b)[0] for b in range(4))  # seed + 3 units' worth of utterances
+    got = gather(store, job, seed, me, max_items=budget, max_padded=10**9, lease_s=60, max_deliveries=5,
+                 load_job=load_job)
+    ids = [c.batch_id for c, _ in got]
+    assert 1 not in ids and 0 not in ids and len(set(ids)) == len(ids)
+    assert sum(unit_shape(job, b)[0] for b in ids) + unit_shape(job, 0)[0] <= budget
+    left = [b for b in range(2, n) if b not in ids]
+    # full: no unit left over would still fit
+    room = budget - unit_shape(job, 0)[0] - sum(unit_shape(job, b)[0] for b in ids)
+    assert all(unit_shape(job, b)[0] > room for b in left)
+    assert len(ids) >= 3
+    for c, _ in got:
+        assert c.attempt == 1 and c.queue == info.queue and c.queued_at == store.queued_at(job_id, c.batch_id)
+        verdict, value = store.begin(job_id, c.batch_id, other, 60, 5)
+        assert verdict == "leased" and Holder.from_json(value).task_id == "t-me"
+    ready = {(j, b) for j, b, _ in store.ready_candidates(synthesis_class(job), 0, 10**12, 10**6)}
+    assert not ready & {(job_id, b) for b in ids}
+    assert (job_id, 1) in ready or store.begin(job_id, 1, me, 60, 5)[0] == "leased"
