@@ -898,11 +898,18 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     written = written or {}
     chapters = selected_chapters(job)
     todo = [c for c in chapters if chapter_key(c) not in written]
-    # Chapters are encoded in parallel (libsndfile runs without the GIL); the manifest keeps book order.
-    threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS))
-    records = {} if records is None else records  # read once, shared by the chapters' readers
-    with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
-        new = dict(zip(map(chapter_key, todo), pool.map(lambda c: write_chapter(job, c, records, memory), todo)))
+    # Chapters are written in parallel: many hours of audio in processes (jobs.chapter_pool), else on
+    # threads (libsndfile and most of NumPy run without the GIL); the manifest keeps book order.
+    from jobs import chapter_pool
+
+    processes = chapter_pool.processes_for(job, todo)
+    if processes:
+        new = chapter_pool.write_chapters(job, todo, processes)
+    else:
+        threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS))
+        records = {} if records is None else records  # read once, shared by the chapters' readers
+        with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
+            new = dict(zip(map(chapter_key, todo), pool.map(lambda c: write_chapter(job, c, records, memory), todo)))
     parts = [written[chapter_key(c)] if chapter_key(c) in written else new[chapter_key(c)] for c in chapters]
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     for part, _, _ in parts:

@@ -34,6 +34,7 @@ import numpy as np
 
 from jobs.claim import claim, run_lock
 from core.files import free_bytes
+from jobs import chapter_pool
 from jobs.pipeline import (ChapterPart, ChapterWork, FinalizeSummary, Job, Unit, chapter_key,
                            finalize, finalized_summary, selected_chapters, sweep_stale_temp_files,
                            synthesize_units, write_chapter, write_unit)
@@ -166,7 +167,10 @@ class _Overlap:
         off, or stopped after a failure) are left to ``finalize``."""
         left = [work for work, f in self.futures if f.cancel()]
         threads = max(1, min(len(left), os.cpu_count() or 1, TAIL_THREADS))
-        if left:
+        processes = chapter_pool.processes_for(self.job, left)
+        if processes:  # hours of audio: processes, not threads that share one interpreter lock
+            self.written.update(chapter_pool.write_chapters(self.job, left, processes))
+        elif left:
             with ThreadPoolExecutor(threads, thread_name_prefix="chapters-tail") as pool:
                 for work, part in zip(left, pool.map(lambda w: write_chapter(self.job, w, self.records, self.memory),
                                                      left)):

@@ -83,19 +83,23 @@ def _join(parts: list[tuple[list[Utterance], int]]) -> list[Utterance]:
     return out
 
 
-def _context():
+def pool_context(preload: list[str]):
     """``fork`` where it is safe (POSIX, no other thread that could hold a lock across the fork:
     the children start at once, without importing anything); else ``forkserver`` (children forked
-    from a clean single-threaded server that has imported this module once: ``cli.py run`` starts
-    its engine on a thread while it plans); else ``spawn``."""
+    from a clean single-threaded server that has imported ``preload`` once, if it is the first to
+    start it: ``cli.py run`` starts its engine on a thread while it plans); else ``spawn``."""
     methods = multiprocessing.get_all_start_methods()
     if "fork" in methods and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["__main__", __name__])  # each child then imports neither again
+        ctx.set_forkserver_preload(preload)  # each child then imports none of them again
         return ctx
     return multiprocessing.get_context("spawn")
+
+
+def _context():
+    return pool_context(["__main__", __name__])
 
 
 def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple[int, Chapter, str | None]],

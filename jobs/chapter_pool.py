@@ -1,0 +1,75 @@
+"""Chapter files written by a pool of processes, when there is a lot of audio to write at once.
+
+Writing a chapter (reading its batch audio, loudness, encoding) holds the interpreter lock for part
+of its time: threads of one process reach about twice one core, whatever the host has. When many
+chapters are left at once (a finalize, or the end of a local run whose length-sorted batches
+complete most chapters only with the last batch) they go to processes instead. Each process opens
+the job from its directory, reads the chapter's batch audio from disk (just written: the page
+cache) and writes the chapter exactly as :func:`jobs.pipeline.write_chapter` does in a thread; the
+caller gets back the chapter's manifest columns. Small amounts of audio, or a host with few cores,
+stay on threads: starting the processes would cost more than it saves.
+
+The processes are forked when this process has no other thread (a finalize child), else forked
+from a clean server process (``cli.py run``, whose engine threads run), as in
+:mod:`jobs.segment_pool`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.errors import JobError
+from jobs.plan import estimate_seconds
+from jobs.segment_pool import host_cores, pool_context
+
+#: Below this much estimated audio (seconds) in the chapters to write, threads write them.
+PROCESS_MIN_AUDIO_S = 1800.0
+#: Fewest cores for processes to be used.
+PROCESS_MIN_CORES = 4
+#: Fewest chapters for processes to be used.
+PROCESS_MIN_CHAPTERS = 2
+#: Most processes.
+MAX_PROCESSES = 16
+#: What a forkserver imports before forking chapter writers (when this pool is the first to start it).
+PRELOAD = ["__main__", "jobs.pipeline", "jobs.chapter_pool", "scipy.signal", "scipy.ndimage", "pyloudnorm", "soundfile"]
+
+
+def chapter_seconds(job, work) -> float:
+    """Estimated audio of one chapter (``ChapterWork``), from its planned rows."""
+    return estimate_seconds(work[3], job.scales.length_scale)
+
+
+def processes_for(job, works: list, cores: int | None = None) -> int:
+    """Processes to write ``works`` with; 0: write them on threads."""
+    cores = host_cores() if cores is None else cores
+    if cores < PROCESS_MIN_CORES or len(works) < max(1, PROCESS_MIN_CHAPTERS):
+        return 0
+    if sum(chapter_seconds(job, w) for w in works) < PROCESS_MIN_AUDIO_S:
+        return 0
+    return min(MAX_PROCESSES, cores, len(works))
+
+
+def write_chapters(job, works: list, processes: int) -> dict[tuple[int, int], tuple]:
+    """Write the chapters ``works`` of ``job`` in ``processes`` processes (longest first); their
+    ``ChapterPart`` by chapter key. The first chapter's error is raised, as a thread's would be."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from jobs.pipeline import chapter_key
+
+    order = sorted(works, key=lambda w: -chapter_seconds(job, w))
+    with ProcessPoolExecutor(max(1, min(processes, len(works))), mp_context=pool_context(PRELOAD)) as pool:
+        futures = {chapter_key(w): pool.submit(_write_one, str(job.out_dir), job.job_id, chapter_key(w))
+                   for w in order}
+        return {chapter_key(w): futures[chapter_key(w)].result() for w in works}
+
+
+def _write_one(job_dir: str, job_id: str, key: tuple[int, int]):
+    from jobs.pipeline import chapter_key, load_job, selected_chapters, write_chapter
+
+    job = load_job(Path(job_dir))
+    if job.job_id != job_id:
+        raise JobError(f"{job_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
+    for work in selected_chapters(job):
+        if chapter_key(work) == key:
+            return write_chapter(job, work)
+    raise JobError(f"job {job_id} has no chapter {key}")

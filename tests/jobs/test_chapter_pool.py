@@ -1,0 +1,88 @@
+"""Chapter files written by processes (jobs/chapter_pool.py) are the files threads write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import chapter_pool
+from jobs.config import JobConfig
+from jobs.pipeline import FINALIZE_DELAY_ENV, finalize, load_job, prepare_job, selected_chapters
+from jobs.runner import run_local
+
+DET = dict(noise_scale=0.0, noise_w=0.0)
+
+
+def outputs(out: Path) -> tuple[dict[str, bytes], list[dict]]:
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
+             and p.suffix in (".flac", ".vtt", ".srt") and ".work" not in p.parts}
+    rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    for r in rows:  # wall-clock stamps differ between runs
+        for k in ("started_at", "finished_at", "queued_at", "infer_ms"):
+            r.pop(k, None)
+    return files, rows
+
+
+def force_processes(monkeypatch, used: list):
+    monkeypatch.setattr(chapter_pool, "PROCESS_MIN_AUDIO_S", 0.0)
+    monkeypatch.setattr(chapter_pool, "PROCESS_MIN_CORES", 1)
+    monkeypatch.setattr(chapter_pool, "PROCESS_MIN_CHAPTERS", 1)
+    real = chapter_pool.write_chapters
+
+    def spy(job, works, processes):
+        used.append((len(works), processes))
+        return real(job, works, processes)
+
+    monkeypatch.setattr(chapter_pool, "write_chapters", spy)
+    monkeypatch.setattr(chapter_pool, "host_cores", lambda: 2)
+
+
+def test_processes_only_for_hours_of_audio_on_a_host_with_cores(short_book, tmp_path):
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(**DET))
+    works = selected_chapters(job)
+    assert len(works) == 2
+    assert chapter_pool.processes_for(job, works, cores=16) == 0  # two short chapters: threads
+    assert chapter_pool.processes_for(job, works[:1], cores=16) == 0
+    est = sum(chapter_pool.chapter_seconds(job, w) for w in works)
+    assert est > 0
+    old = chapter_pool.PROCESS_MIN_AUDIO_S
+    try:
+        chapter_pool.PROCESS_MIN_AUDIO_S = est / 2
+        assert chapter_pool.processes_for(job, works, cores=16) == 2
+        assert chapter_pool.processes_for(job, works, cores=chapter_pool.PROCESS_MIN_CORES - 1) == 0
+    finally:
+        chapter_pool.PROCESS_MIN_AUDIO_S = old
+
+
+@pytest.mark.parametrize("loudness", ["ebu", "none"])
+def test_finalize_in_processes_writes_what_threads_write(short_book, tmp_path, fake_engine, monkeypatch, loudness):
+    out = tmp_path / "o"
+    job = prepare_job([short_book], out, JobConfig(**DET, loudness=loudness, captions="vtt"))
+    run_local(job, fake_engine)
+    threads = outputs(out)
+    used: list = []
+    force_processes(monkeypatch, used)
+    for p in out.rglob("*.flac"):
+        p.unlink()
+    (out / "manifest.parquet").unlink()
+    finalize(load_job(out))
+    assert used == [(2, 2)]
+    procs = outputs(out)
+    assert procs[0].keys() == threads[0].keys() and len(procs[0]) >= 2
+    assert procs == threads
+
+
+def test_local_run_writes_its_last_chapters_in_processes(short_book, tmp_path, fake_engine, monkeypatch):
+    """The chapters still queued for the chapter thread when the last batch is written go to processes."""
+    ref = tmp_path / "threads"
+    run_local(prepare_job([short_book], ref, JobConfig(**DET)), fake_engine)
+    used: list = []
+    force_processes(monkeypatch, used)
+    # both chapters complete with the last batch; the one chapter thread is busy with the first
+    monkeypatch.setenv(FINALIZE_DELAY_ENV, "0.5")
+    out = tmp_path / "procs"
+    run_local(prepare_job([short_book], out, JobConfig(**DET)), fake_engine, chapter_threads=1)
+    assert used == [(1, 1)]
+    assert outputs(out) == outputs(ref)
