@@ -112,11 +112,19 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
         order = [c for c in order if not (c in seen or seen.add(c))]
         # Choose by the budget locally, lease the chosen in one round trip; units another worker
         # holds (or that ended meanwhile) leave room that the next round offers to the rest.
+        opened: dict[str, object] = {}  # job id -> the job if it opens here with the seed's class, else None
+
+        def open_job(job_id: str):
+            if job_id not in opened:
+                job = _open(store, job_id, load_job)
+                opened[job_id] = job if job is not None and synthesis_class(job) == sclass else None
+            return opened[job_id]
+
         while order and items < max_items:
             chosen, rest, want_items, want_longest = [], [], items, longest
             for job_id, batch_id in order:
-                job = _open(store, job_id, load_job)
-                if job is None or synthesis_class(job) != sclass or batch_id >= len(job.batches):
+                job = open_job(job_id)
+                if job is None or batch_id >= len(job.batches):
                     stale.append((job_id, batch_id))
                     continue
                 if not mix_scales and job.scales != seed_job.scales:

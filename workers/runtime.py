@@ -19,8 +19,6 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
 ``BOOKTTS_PREPARE_SHAPES_S``   seconds a new engine may spend preparing the shapes the node's earlier
                                engines met (default 60; 0: off): :func:`prepare_shapes`
-``BOOKTTS_SWITCH_INTERVAL_MS`` the interpreter's thread switch interval in an engine process (default 0.5
-                               where the engine runs on a GPU, Python's own 5 elsewhere): :func:`apply_switch_interval`
 ``BOOKTTS_STATE_DIR``          this node's directory of the jobs its workers have seen (default
                                ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`
 ``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
@@ -59,10 +57,6 @@ DEFAULT_PREPARE_SHAPES_S = 60.0
 SHAPES_SAVE_EVERY_S = 2.0
 #: Shapes kept per stage in a profile (the most frequent).
 SHAPES_KEPT = 256
-#: Environment variable of the engine process's thread switch interval (ms).
-SWITCH_INTERVAL_ENV = "BOOKTTS_SWITCH_INTERVAL_MS"
-#: Default switch interval (ms) of a process whose engine runs on a GPU.
-GPU_SWITCH_INTERVAL_MS = 0.5
 
 
 def default_state_dir() -> str:
@@ -91,11 +85,6 @@ class WorkerSettings:
     """Seconds a new engine may spend at start preparing the shapes earlier engines of the node met
     (the torch engine's CUDA graphs: :class:`engines.base.PreparesShapes`); 0: neither prepared nor
     recorded."""
-    switch_interval_ms: float | None = None
-    """The interpreter's thread switch interval in the engine's process (ms); None: 0.5 where the engine
-    runs on a GPU, else Python's default. The thread that gathers and launches the engine's kernels
-    waits up to this long for the interpreter lock after each Redis reply or kernel launch while the
-    writer threads hold it."""
 
     def __post_init__(self) -> None:
         from jobs.config import batch_defaults, runs_on_gpu
@@ -106,8 +95,6 @@ class WorkerSettings:
             object.__setattr__(self, "gather", runs_on_gpu(self.engine))
         if not self.state_dir:
             object.__setattr__(self, "state_dir", default_state_dir())
-        if self.switch_interval_ms is None and runs_on_gpu(self.engine):
-            object.__setattr__(self, "switch_interval_ms", GPU_SWITCH_INTERVAL_MS)
 
     @property
     def heartbeat_s(self) -> float:
@@ -126,8 +113,6 @@ class WorkerSettings:
         env[ALLOWED_ROOTS_ENV] = os.pathsep.join(self.allowed_roots)
         env[STATE_DIR_ENV] = self.state_dir
         env[PREPARE_SHAPES_ENV] = repr(float(self.prepare_shapes_s))
-        if self.switch_interval_ms is not None:
-            env[SWITCH_INTERVAL_ENV] = repr(float(self.switch_interval_ms))
         return env
 
     @classmethod
@@ -146,16 +131,7 @@ class WorkerSettings:
             allowed_roots=real_roots((env.get(ALLOWED_ROOTS_ENV) or "").split(os.pathsep)),
             state_dir=env.get(STATE_DIR_ENV) or "",
             prepare_shapes_s=float(env.get(PREPARE_SHAPES_ENV) or DEFAULT_PREPARE_SHAPES_S),
-            switch_interval_ms=float(env[SWITCH_INTERVAL_ENV]) if env.get(SWITCH_INTERVAL_ENV) else None,
         )
-
-
-def apply_switch_interval(s: WorkerSettings) -> None:
-    """Set this (engine) process's thread switch interval from ``s`` (nothing when it is None)."""
-    import sys
-
-    if s.switch_interval_ms is not None:
-        sys.setswitchinterval(max(1e-5, s.switch_interval_ms / 1000.0))
 
 
 # ------------------------------------------------------------------ allowed roots

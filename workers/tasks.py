@@ -491,7 +491,6 @@ def _on_process_init(**_) -> None:
     """In each pool process (or the solo worker): build the engine, start the reaper."""
     global _reaper
     s = runtime.settings()
-    runtime.apply_switch_interval(s)
     _reaper = ReaperThread(get_store, interval_s=s.heartbeat_s)
     _reaper.start()
     try:
