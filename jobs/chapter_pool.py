@@ -39,9 +39,13 @@ def chapter_seconds(job, work) -> float:
     return estimate_seconds(work[3], job.scales.length_scale)
 
 
-def processes_for(job, works: list, cores: int | None = None) -> int:
-    """Processes to write ``works`` with; 0: write them on threads."""
+def processes_for(job, works: list, cores: int | None = None, limit: int | None = None) -> int:
+    """Processes to write ``works`` with; 0: write them on threads. ``cores``: the host's (default:
+    this process's); ``limit``: at most this many (a caller that runs several finalizes at once
+    shares the cores between them: processes beyond the cores cost CPU time, not wall time)."""
     cores = host_cores() if cores is None else cores
+    if limit is not None:
+        cores = min(cores, limit)
     if cores < PROCESS_MIN_CORES or len(works) < max(1, PROCESS_MIN_CHAPTERS):
         return 0
     if sum(chapter_seconds(job, w) for w in works) < PROCESS_MIN_AUDIO_S:

@@ -876,7 +876,7 @@ def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] |
 
 def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None,
              memory: dict[int, list[np.ndarray]] | None = None,
-             records: dict[int, BatchRecord] | None = None) -> FinalizeSummary:
+             records: dict[int, BatchRecord] | None = None, processes: int | None = None) -> FinalizeSummary:
     """Assemble chapter files and ``manifest.parquet`` from the batch records. Idempotent.
 
     Raises JobError while any batch is missing. The manifest is written last, so a job
@@ -885,7 +885,9 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
 
     ``written``: chapters this process wrote already with :func:`write_chapter` since their
     batches were done, by :func:`chapter_key`; they are not written again and their manifest
-    rows are used as they are. ``memory`` and ``records``: see :func:`write_chapter`.
+    rows are used as they are. ``memory`` and ``records``: see :func:`write_chapter`. ``processes``:
+    at most this many processes write chapters (:mod:`jobs.chapter_pool`; 0: threads only; None:
+    as the host's cores allow).
     """
     import pyarrow as pa
 
@@ -902,7 +904,7 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     # threads (libsndfile and most of NumPy run without the GIL); the manifest keeps book order.
     from jobs import chapter_pool
 
-    processes = chapter_pool.processes_for(job, todo)
+    processes = chapter_pool.processes_for(job, todo, limit=processes)
     if processes:
         new = chapter_pool.write_chapters(job, todo, processes)
     else:

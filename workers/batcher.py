@@ -202,7 +202,18 @@ class Offloader:
         self._units = ThreadPoolExecutor(UNIT_WRITERS, thread_name_prefix="booktts-unit")
         self._finalize = ThreadPoolExecutor(n, thread_name_prefix="booktts-finalize")
         self._pending: set[Future] = set()
+        self._running = 0
         self._lock = threading.Lock()
+
+    def chapter_processes(self) -> int:
+        """Processes one finalize may write its chapters with: the host's cores shared by the
+        finalizes running now (with :data:`~jobs.chapter_pool.MAX_PROCESSES` each they would cost CPU
+        time, not save wall time, on a host whose cores they already fill)."""
+        from jobs.segment_pool import host_cores
+
+        with self._lock:
+            running = max(1, self._running)
+        return host_cores() // running
 
     def write(self, fn) -> None:
         """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""
@@ -219,7 +230,17 @@ class Offloader:
             f.result()
 
     def finalize(self, fn) -> None:
-        fut = self._finalize.submit(fn)
+        """Run ``fn()`` on a finalize thread."""
+        def counted():
+            with self._lock:
+                self._running += 1
+            try:
+                fn()
+            finally:
+                with self._lock:
+                    self._running -= 1
+
+        fut = self._finalize.submit(counted)
         with self._lock:
             self._pending.add(fut)
         fut.add_done_callback(self._done)

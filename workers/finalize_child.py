@@ -1,4 +1,4 @@
-"""``python -m workers.finalize_child JOB_DIR``: one job's ``finalize`` in a process of its own.
+"""``python -m workers.finalize_child JOB_DIR [--processes N]``: one job's ``finalize`` in a process of its own.
 
 A GPU worker assembles a finished job's chapters (batch audio, loudness, encoding, the manifest)
 here rather than in a thread of its engine's process, where that work's Python would hold the
@@ -32,11 +32,15 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"[%(asctime)s: %(levelname)s/finalize-{os.getpid()}] %(message)s")
 
-    if len(argv) != 1:
-        print(json.dumps({"error": {"kind": "usage", "message": "usage: python -m workers.finalize_child JOB_DIR"}}))
+    processes = None
+    if len(argv) == 3 and argv[1] == "--processes" and argv[2].isdigit():
+        processes = int(argv[2])
+    elif len(argv) != 1:
+        print(json.dumps({"error": {"kind": "usage",
+                                    "message": "usage: python -m workers.finalize_child JOB_DIR [--processes N]"}}))
         return 2
     try:
-        summary = finalize(load_job(Path(argv[0])))
+        summary = finalize(load_job(Path(argv[0])), processes=processes)
     except OSError as exc:
         kind = "disk_full" if isinstance(exc, DiskFullError) else "storage" if isinstance(exc, StorageError) else "os"
         out = {"kind": kind, "filename": exc.filename, "message": exc.strerror or str(exc), "errno": exc.errno}
@@ -53,14 +57,16 @@ def main(argv: list[str]) -> int:
     return 3
 
 
-def run(job_dir: str):
-    """Finalize ``job_dir`` in a child process; its :class:`~jobs.pipeline.FinalizeSummary`."""
+def run(job_dir: str, processes: int | None = None):
+    """Finalize ``job_dir`` in a child process; its :class:`~jobs.pipeline.FinalizeSummary`.
+    ``processes``: at most this many processes of its own write the chapters (0: threads)."""
     from core.errors import DiskFullError, JobError, StorageError
     from jobs.pipeline import FinalizeSummary
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-m", "workers.finalize_child", str(job_dir)], stdout=subprocess.PIPE,
+    extra = [] if processes is None else ["--processes", str(int(processes))]
+    proc = subprocess.run([sys.executable, "-m", "workers.finalize_child", str(job_dir), *extra], stdout=subprocess.PIPE,
                           stderr=None, text=True, env=env, cwd=str(ROOT))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     try:

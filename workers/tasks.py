@@ -437,7 +437,8 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
             log.warning("job %s: %d batches counted as done have no record on disk; re-enqueued",
                         job_id, len(missing))
             return
-        summary = finalize_child.run(job_dir)  # in a process of its own (Offloader's doc), waited for here
+        # in a process of its own (Offloader's doc), waited for here
+        summary = finalize_child.run(job_dir, processes=batcher.offloader().chapter_processes())
         if not store.finish(job_id, asdict(summary)):  # Redis lost the job meanwhile: its directory says done
             rebuild_job(store, job_dir, job_id, queue)
         runtime.forget_job(job_id)

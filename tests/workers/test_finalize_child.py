@@ -25,7 +25,7 @@ def _job(tmp_path, short_book, voice, name, run_all=True):
 def test_child_finalize_writes_what_finalize_writes(tmp_path, short_book, voice):
     a, b = _job(tmp_path, short_book, voice, "a"), _job(tmp_path, short_book, voice, "b")
     here = finalize(a)
-    there = finalize_child.run(str(b.out_dir))
+    there = finalize_child.run(str(b.out_dir), processes=0)  # the worker's limit travels as an argument
     assert there.chapter_files == here.chapter_files and there.utterances == here.utterances
     assert there.audio_s == pytest.approx(here.audio_s)
     for rel in here.chapter_files:
@@ -49,3 +49,39 @@ def test_child_finalize_errors_keep_their_kind(tmp_path, short_book, voice, monk
     Done.stdout = "Traceback (most recent call last):\n"
     with pytest.raises(ChildProcessError):
         finalize_child.run("/x")
+
+
+def test_a_worker_shares_the_cores_between_the_finalizes_it_runs(monkeypatch):
+    import threading
+
+    from workers import batcher
+
+    monkeypatch.setattr("jobs.segment_pool.host_cores", lambda: 16)
+    off = batcher.Offloader(finalize_threads=4)
+    assert off.chapter_processes() == 16
+    gate, started = threading.Event(), threading.Semaphore(0)
+
+    def hold():
+        started.release()
+        gate.wait(10)
+
+    for _ in range(4):
+        off.finalize(hold)
+    for _ in range(4):
+        assert started.acquire(timeout=10)
+    assert off.chapter_processes() == 4
+    gate.set()
+    off.drain(10)
+    assert off.chapter_processes() == 16
+
+
+def test_chapter_processes_stay_within_the_limit(tmp_path, short_book, monkeypatch):
+    from jobs import chapter_pool
+    from jobs.pipeline import selected_chapters
+
+    job = prepare_job([short_book], tmp_path / "o", JobConfig())
+    works = selected_chapters(job)
+    monkeypatch.setattr(chapter_pool, "PROCESS_MIN_AUDIO_S", 0.0)
+    assert chapter_pool.processes_for(job, works, cores=16) == 2
+    assert chapter_pool.processes_for(job, works, cores=16, limit=chapter_pool.PROCESS_MIN_CORES - 1) == 0
+    assert chapter_pool.processes_for(job, works, cores=16, limit=0) == 0
