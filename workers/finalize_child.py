@@ -1,4 +1,4 @@
-"""``python -m workers.finalize_child JOB_DIR [--processes N]``: one job's ``finalize`` in a process of its own.
+"""``python -m workers.finalize_child JOB_DIR [--processes N] | --stdin``: one job's ``finalize`` in a process of its own.
 
 A GPU worker assembles a finished job's chapters (batch audio, loudness, encoding, the manifest)
 here rather than in a thread of its engine's process, where that work's Python would hold the
@@ -6,7 +6,9 @@ interpreter lock the engine's launch thread needs. Prints one JSON line: ``{"sum
 ``{"error": {...}}`` with the exception's kind, message and, for I/O errors, errno and file (exit
 status 3). :func:`run` is the caller's side: it starts the process and gives back the summary, or
 raises the error again as the same kind of exception (a full disk stays a retryable
-:class:`~core.errors.DiskFullError`).
+:class:`~core.errors.DiskFullError`). With ``--stdin`` the process does its imports first and then
+waits for its job on standard input (one JSON line: ``job_dir``, ``processes``): :func:`run` keeps one
+started ahead, so that a finalize does not wait for an interpreter to start and import.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -33,11 +36,25 @@ def main(argv: list[str]) -> int:
                         format=f"[%(asctime)s: %(levelname)s/finalize-{os.getpid()}] %(message)s")
 
     processes = None
-    if len(argv) == 3 and argv[1] == "--processes" and argv[2].isdigit():
+    if argv == ["--stdin"]:  # started ahead, its imports done: the job comes on standard input
+        _preload()
+        line = sys.stdin.readline()
+        if not line.strip():  # the worker closed it unused (shutdown, or it died)
+            return 0
+        try:
+            req = json.loads(line)
+            argv = [str(req["job_dir"])]
+            processes = req.get("processes")
+            processes = None if processes is None else int(processes)
+        except (ValueError, KeyError, TypeError):
+            print(json.dumps({"error": {"kind": "usage", "message": f"unreadable request {line.strip()[:200]!r}"}}))
+            return 2
+    elif len(argv) == 3 and argv[1] == "--processes" and argv[2].isdigit():
         processes = int(argv[2])
     elif len(argv) != 1:
         print(json.dumps({"error": {"kind": "usage",
-                                    "message": "usage: python -m workers.finalize_child JOB_DIR [--processes N]"}}))
+                                    "message": "usage: python -m workers.finalize_child JOB_DIR [--processes N] "
+                                               "| --stdin"}}))
         return 2
     try:
         summary = finalize(load_job(Path(argv[0])), processes=processes)
@@ -57,18 +74,86 @@ def main(argv: list[str]) -> int:
     return 3
 
 
-def run(job_dir: str, processes: int | None = None):
+def _preload() -> None:
+    """What a finalize imports (the job, Parquet, audio encoding, loudness), done before the job comes."""
+    import importlib
+
+    for name in ("jobs.chapter_pool", "pyarrow.parquet", "soundfile", "scipy.signal", "scipy.ndimage", "pyloudnorm"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a package the job may not need: its finalize says so if it does
+            pass
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return subprocess.Popen([sys.executable, "-m", "workers.finalize_child", *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=None, text=True, env=env, cwd=str(ROOT))
+
+
+_ready: tuple[int, subprocess.Popen] | None = None
+_ready_lock = threading.Lock()
+
+
+def _take_ready() -> subprocess.Popen | None:
+    """The process started ahead for the next finalize, if it is still waiting (and this process
+    started it: not a copy inherited through a fork); another is started for the one after."""
+    global _ready
+    with _ready_lock:
+        ready, _ready = _ready, None
+        if ready is not None and (ready[0] != os.getpid() or ready[1].poll() is not None):
+            ready = None
+        try:
+            _ready = (os.getpid(), _start(["--stdin"]))
+        except OSError:  # no process to spare now: the next finalize starts its own
+            _ready = None
+    return ready[1] if ready else None
+
+
+def start_ready() -> None:
+    """Start the process for the next finalize now, if none is waiting (a worker's start)."""
+    global _ready
+    with _ready_lock:
+        if _ready is None or _ready[0] != os.getpid() or _ready[1].poll() is not None:
+            try:
+                _ready = (os.getpid(), _start(["--stdin"]))
+            except OSError:
+                _ready = None
+
+
+def close_ready() -> None:
+    """Let the process started ahead exit (end of its standard input); a worker's shutdown."""
+    global _ready
+    with _ready_lock:
+        ready, _ready = _ready, None
+    if ready is not None and ready[0] == os.getpid():
+        try:
+            ready[1].communicate(input="", timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            ready[1].kill()
+
+
+def run(job_dir: str, processes: int | None = None, ahead: bool = True):
     """Finalize ``job_dir`` in a child process; its :class:`~jobs.pipeline.FinalizeSummary`.
-    ``processes``: at most this many processes of its own write the chapters (0: threads)."""
+    ``processes``: at most this many processes of its own write the chapters (0: threads).
+    ``ahead``: use the process started ahead for it, whose imports are done (a second or more of a
+    finalize's time on a busy host), and start one for the next finalize."""
     from core.errors import DiskFullError, JobError, StorageError
     from jobs.pipeline import FinalizeSummary
 
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    extra = [] if processes is None else ["--processes", str(int(processes))]
-    proc = subprocess.run([sys.executable, "-m", "workers.finalize_child", str(job_dir), *extra], stdout=subprocess.PIPE,
-                          stderr=None, text=True, env=env, cwd=str(ROOT))
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    proc = _take_ready() if ahead else None
+    if proc is not None:
+        request = json.dumps({"job_dir": str(job_dir), "processes": processes}) + "\n"
+    else:
+        proc = _start([str(job_dir)] + ([] if processes is None else ["--processes", str(int(processes))]))
+        request = ""
+    try:
+        out, _ = proc.communicate(input=request)
+    except OSError:  # it died before reading its job (a broken pipe): its result is missing below
+        out = ""
+        proc.wait()
+    lines = [line for line in (out or "").splitlines() if line.startswith("{")]
     try:
         doc = json.loads(lines[-1])
     except (IndexError, ValueError):

@@ -492,6 +492,7 @@ def _on_process_init(**_) -> None:
     """In each pool process (or the solo worker): build the engine, start the reaper."""
     global _reaper
     s = runtime.settings()
+    finalize_child.start_ready()  # its interpreter starts and imports while the engine loads
     _reaper = ReaperThread(get_store, interval_s=s.heartbeat_s)
     _reaper.start()
     try:
@@ -514,5 +515,6 @@ def _on_process_init(**_) -> None:
 @signals.worker_process_shutdown.connect
 def _on_process_shutdown(**_) -> None:
     batcher.drain_if_started(timeout=float(os.environ.get("BOOKTTS_SHUTDOWN_DRAIN_S", 600)))
+    finalize_child.close_ready()
     if _reaper is not None:
         _reaper.stop()

@@ -42,13 +42,35 @@ def test_child_finalize_errors_keep_their_kind(tmp_path, short_book, voice, monk
     class Done:
         returncode, stdout = 3, __import__("json").dumps(doc) + "\n"
 
-    monkeypatch.setattr(finalize_child.subprocess, "run", lambda *a, **k: Done())
+        def communicate(self, input=None):
+            return self.stdout, None
+
+    monkeypatch.setattr(finalize_child, "_take_ready", lambda: None)
+    monkeypatch.setattr(finalize_child, "_start", lambda args: Done())
     with pytest.raises(DiskFullError) as e:  # an OSError: the worker retries it
         finalize_child.run("/x")
     assert e.value.filename == "/x/001.flac" and isinstance(e.value, OSError)
     Done.stdout = "Traceback (most recent call last):\n"
     with pytest.raises(ChildProcessError):
         finalize_child.run("/x")
+
+
+def test_the_process_started_ahead_runs_the_next_finalize_and_exits_when_closed(tmp_path, short_book, voice):
+    a, b, c = (_job(tmp_path, short_book, voice, n) for n in "abc")
+    here = finalize(a)
+    finalize_child.close_ready()
+    finalize_child.run(str(b.out_dir))  # none waiting yet: a process of its own, and one started ahead
+    ready = finalize_child._ready[1]
+    assert ready.poll() is None
+    there = finalize_child.run(str(c.out_dir), processes=0)  # the one started ahead takes it
+    assert ready.wait(timeout=30) == 0
+    assert there.chapter_files == here.chapter_files
+    for rel in here.chapter_files:
+        assert (c.out_dir / rel).read_bytes() == (a.out_dir / rel).read_bytes()
+    nxt = finalize_child._ready[1]
+    assert nxt is not ready and nxt.poll() is None
+    finalize_child.close_ready()
+    assert nxt.wait(timeout=30) == 0 and finalize_child._ready is None
 
 
 def test_a_worker_shares_the_cores_between_the_finalizes_it_runs(monkeypatch):
