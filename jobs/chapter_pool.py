@@ -16,6 +16,7 @@ from a clean server process (``cli.py run``, whose engine threads run), as in
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 from core.errors import JobError
@@ -57,14 +58,21 @@ def write_chapters(job, works: list, processes: int) -> dict[tuple[int, int], tu
     """Write the chapters ``works`` of ``job`` in ``processes`` processes (longest first); their
     ``ChapterPart`` by chapter key. The first chapter's error is raised, as a thread's would be."""
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     from jobs.pipeline import chapter_key
 
     order = sorted(works, key=lambda w: -chapter_seconds(job, w))
-    with ProcessPoolExecutor(max(1, min(processes, len(works))), mp_context=pool_context(PRELOAD)) as pool:
-        futures = {chapter_key(w): pool.submit(_write_one, str(job.out_dir), job.job_id, chapter_key(w))
-                   for w in order}
-        return {chapter_key(w): futures[chapter_key(w)].result() for w in works}
+    try:
+        with ProcessPoolExecutor(max(1, min(processes, len(works))), mp_context=pool_context(PRELOAD)) as pool:
+            futures = {chapter_key(w): pool.submit(_write_one, str(job.out_dir), job.job_id, chapter_key(w))
+                       for w in order}
+            return {chapter_key(w): futures[chapter_key(w)].result() for w in works}
+    except BrokenProcessPool:
+        # an OSError, so that a worker retries the finalize; the chapters written stay (each atomically)
+        raise ChildProcessError(errno.ECHILD, f"a process writing the chapters of job {job.job_id} ended without "
+                                              "its result (killed, or out of memory?); finished batches are kept: "
+                                              "run the same command again (a worker retries the finalize)") from None
 
 
 def _write_one(job_dir: str, job_id: str, key: tuple[int, int]):

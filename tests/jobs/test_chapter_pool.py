@@ -86,3 +86,30 @@ def test_local_run_writes_its_last_chapters_in_processes(short_book, tmp_path, f
     run_local(prepare_job([short_book], out, JobConfig(**DET)), fake_engine, chapter_threads=1)
     assert used == [(1, 1)]
     assert outputs(out) == outputs(ref)
+
+
+def _die(*_):
+    import os
+
+    os._exit(9)  # a chapter process killed (out of memory, say)
+
+
+def test_a_chapter_process_that_dies_fails_the_finalize_as_a_retryable_error(short_book, tmp_path, fake_engine,
+                                                                             monkeypatch):
+    import multiprocessing
+
+    out = tmp_path / "o"
+    job = prepare_job([short_book], out, JobConfig(**DET))
+    run_local(job, fake_engine, early_chapters=False)
+    ref = outputs(out)
+    (out / "manifest.parquet").unlink()
+    used: list = []
+    force_processes(monkeypatch, used)
+    monkeypatch.setattr(chapter_pool, "pool_context", lambda preload: multiprocessing.get_context("fork"))
+    monkeypatch.setattr(chapter_pool, "_write_one", _die)
+    with pytest.raises(ChildProcessError, match="ended without its result"):
+        finalize(load_job(out))
+    assert used and not (out / "manifest.parquet").exists()  # not complete, and not looking complete
+    monkeypatch.undo()
+    finalize(load_job(out))  # the same command again
+    assert outputs(out) == ref
