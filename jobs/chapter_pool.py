@@ -6,7 +6,8 @@ chapters are left at once (a finalize, or the end of a local run whose length-so
 complete most chapters only with the last batch) they go to processes instead. Each process opens
 the job from its directory, reads the chapter's batch audio from disk (just written: the page
 cache) and writes the chapter exactly as :func:`jobs.pipeline.write_chapter` does in a thread; the
-caller gets back the chapter's manifest columns. Small amounts of audio, or a host with few cores,
+caller gets back the chapter's manifest columns. This module knows nothing of jobs: the caller
+(:mod:`jobs.pipeline`) gives it the function that writes one chapter in a process. Small amounts of audio, or a host with few cores,
 stay on threads: starting the processes would cost more than it saves.
 
 The processes are forked when this process has no other thread (a finalize child), else forked
@@ -17,9 +18,7 @@ from a clean server process (``cli.py run``, whose engine threads run), as in
 from __future__ import annotations
 
 import errno
-from pathlib import Path
 
-from core.errors import JobError
 from jobs.plan import estimate_seconds
 from jobs.segment_pool import host_cores, pool_context
 
@@ -54,34 +53,21 @@ def processes_for(job, works: list, cores: int | None = None, limit: int | None 
     return min(MAX_PROCESSES, cores, len(works))
 
 
-def write_chapters(job, works: list, processes: int) -> dict[tuple[int, int], tuple]:
-    """Write the chapters ``works`` of ``job`` in ``processes`` processes (longest first); their
-    ``ChapterPart`` by chapter key. The first chapter's error is raised, as a thread's would be."""
+def write_chapters(job, works: list, processes: int, write_one, key) -> dict:
+    """Write the chapters ``works`` of ``job`` in ``processes`` processes (longest first); what
+    ``write_one(job_dir, job_id, key(work))`` returns for each, by ``key(work)``. ``write_one`` runs in
+    the processes: a module-level function (:func:`jobs.pipeline.write_chapter_of`). The first chapter's
+    error is raised, as a thread's would be; a process that dies is a :class:`ChildProcessError`."""
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
-
-    from jobs.pipeline import chapter_key
 
     order = sorted(works, key=lambda w: -chapter_seconds(job, w))
     try:
         with ProcessPoolExecutor(max(1, min(processes, len(works))), mp_context=pool_context(PRELOAD)) as pool:
-            futures = {chapter_key(w): pool.submit(_write_one, str(job.out_dir), job.job_id, chapter_key(w))
-                       for w in order}
-            return {chapter_key(w): futures[chapter_key(w)].result() for w in works}
+            futures = {key(w): pool.submit(write_one, str(job.out_dir), job.job_id, key(w)) for w in order}
+            return {key(w): futures[key(w)].result() for w in works}
     except BrokenProcessPool:
         # an OSError, so that a worker retries the finalize; the chapters written stay (each atomically)
         raise ChildProcessError(errno.ECHILD, f"a process writing the chapters of job {job.job_id} ended without "
                                               "its result (killed, or out of memory?); finished batches are kept: "
                                               "run the same command again (a worker retries the finalize)") from None
-
-
-def _write_one(job_dir: str, job_id: str, key: tuple[int, int]):
-    from jobs.pipeline import chapter_key, load_job, selected_chapters, write_chapter
-
-    job = load_job(Path(job_dir))
-    if job.job_id != job_id:
-        raise JobError(f"{job_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
-    for work in selected_chapters(job):
-        if chapter_key(work) == key:
-            return write_chapter(job, work)
-    raise JobError(f"job {job_id} has no chapter {key}")

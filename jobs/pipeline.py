@@ -906,7 +906,7 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
 
     processes = chapter_pool.processes_for(job, todo, limit=processes)
     if processes:
-        new = chapter_pool.write_chapters(job, todo, processes)
+        new = write_chapters_in_processes(job, todo, processes)
     else:
         threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS))
         records = {} if records is None else records  # read once, shared by the chapters' readers
@@ -927,6 +927,25 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
     write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
     return summary
+
+
+def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: int) -> dict[tuple[int, int], ChapterPart]:
+    """:func:`write_chapter` of each of ``works`` in up to ``processes`` processes (:mod:`jobs.chapter_pool`),
+    by :func:`chapter_key`."""
+    from jobs import chapter_pool
+
+    return chapter_pool.write_chapters(job, works, processes, write_chapter_of, chapter_key)
+
+
+def write_chapter_of(job_dir: str, job_id: str, key: tuple[int, int]) -> ChapterPart:
+    """In a chapter process: open job ``job_id`` from ``job_dir`` and write its chapter ``key``."""
+    job = load_job(Path(job_dir))
+    if job.job_id != job_id:
+        raise JobError(f"{job_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
+    for work in selected_chapters(job):
+        if chapter_key(work) == key:
+            return write_chapter(job, work)
+    raise JobError(f"job {job_id} has no chapter {key}")
 
 
 def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records: dict[int, BatchRecord],

@@ -37,7 +37,7 @@ from core.files import free_bytes
 from jobs import chapter_pool
 from jobs.pipeline import (ChapterPart, ChapterWork, FinalizeSummary, Job, Unit, chapter_key,
                            finalize, finalized_summary, selected_chapters, sweep_stale_temp_files,
-                           synthesize_units, write_chapter, write_unit)
+                           synthesize_units, write_chapter, write_chapters_in_processes, write_unit)
 
 log = logging.getLogger("booktts.runner")
 
@@ -169,7 +169,7 @@ class _Overlap:
         threads = max(1, min(len(left), os.cpu_count() or 1, TAIL_THREADS))
         processes = chapter_pool.processes_for(self.job, left)
         if processes:  # hours of audio: processes, not threads that share one interpreter lock
-            self.written.update(chapter_pool.write_chapters(self.job, left, processes))
+            self.written.update(write_chapters_in_processes(self.job, left, processes))
         elif left:
             with ThreadPoolExecutor(threads, thread_name_prefix="chapters-tail") as pool:
                 for work, part in zip(left, pool.map(lambda w: write_chapter(self.job, w, self.records, self.memory),

@@ -31,9 +31,9 @@ def force_processes(monkeypatch, used: list):
     monkeypatch.setattr(chapter_pool, "PROCESS_MIN_CHAPTERS", 1)
     real = chapter_pool.write_chapters
 
-    def spy(job, works, processes):
+    def spy(job, works, processes, *rest):
         used.append((len(works), processes))
-        return real(job, works, processes)
+        return real(job, works, processes, *rest)
 
     monkeypatch.setattr(chapter_pool, "write_chapters", spy)
     monkeypatch.setattr(chapter_pool, "host_cores", lambda: 2)
@@ -106,7 +106,7 @@ def test_a_chapter_process_that_dies_fails_the_finalize_as_a_retryable_error(sho
     used: list = []
     force_processes(monkeypatch, used)
     monkeypatch.setattr(chapter_pool, "pool_context", lambda preload: multiprocessing.get_context("fork"))
-    monkeypatch.setattr(chapter_pool, "_write_one", _die)
+    monkeypatch.setattr("jobs.pipeline.write_chapter_of", _die)
     with pytest.raises(ChildProcessError, match="ended without its result"):
         finalize(load_job(out))
     assert used and not (out / "manifest.parquet").exists()  # not complete, and not looking complete
