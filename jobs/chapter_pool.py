@@ -7,8 +7,9 @@ complete most chapters only with the last batch) they go to processes instead. E
 the job from its directory, reads the chapter's batch audio from disk (just written: the page
 cache) and writes the chapter exactly as :func:`jobs.pipeline.write_chapter` does in a thread; the
 caller gets back the chapter's manifest columns. This module knows nothing of jobs: the caller
-(:mod:`jobs.pipeline`) gives it the function that writes one chapter in a process. Small amounts of audio, or a host with few cores,
-stay on threads: starting the processes would cost more than it saves.
+(:mod:`jobs.pipeline`) gives it the function that writes one chapter in a process. Small amounts
+of audio, or a host with few cores, stay on threads: starting the processes would cost more than
+it saves.
 
 The processes are forked when this process has no other thread (a finalize child), else forked
 from a clean server process (``cli.py run``, whose engine threads run), as in

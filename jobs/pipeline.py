@@ -29,7 +29,7 @@ import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
-from jobs import deliver
+from jobs import chapter_pool, deliver
 from jobs.config import AUDIO_FORMATS, JobConfig
 from core.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from core.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
@@ -902,8 +902,6 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     todo = [c for c in chapters if chapter_key(c) not in written]
     # Chapters are written in parallel: many hours of audio in processes (jobs.chapter_pool), else on
     # threads (libsndfile and most of NumPy run without the GIL); the manifest keeps book order.
-    from jobs import chapter_pool
-
     processes = chapter_pool.processes_for(job, todo, limit=processes)
     if processes:
         new = write_chapters_in_processes(job, todo, processes)
@@ -932,8 +930,6 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
 def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: int) -> dict[tuple[int, int], ChapterPart]:
     """:func:`write_chapter` of each of ``works`` in up to ``processes`` processes (:mod:`jobs.chapter_pool`),
     by :func:`chapter_key`."""
-    from jobs import chapter_pool
-
     return chapter_pool.write_chapters(job, works, processes, write_chapter_of, chapter_key)
 
 

@@ -96,30 +96,33 @@ _ready: tuple[int, subprocess.Popen] | None = None
 _ready_lock = threading.Lock()
 
 
+def _waiting(ready: tuple[int, subprocess.Popen] | None) -> bool:
+    """``ready`` was started by this process (not a copy inherited through a fork) and still waits."""
+    return ready is not None and ready[0] == os.getpid() and ready[1].poll() is None
+
+
+def _spare() -> tuple[int, subprocess.Popen] | None:
+    try:
+        return os.getpid(), _start(["--stdin"])
+    except OSError:  # no process to spare now: the next finalize starts its own
+        return None
+
+
 def _take_ready() -> subprocess.Popen | None:
-    """The process started ahead for the next finalize, if it is still waiting (and this process
-    started it: not a copy inherited through a fork); another is started for the one after."""
+    """The process started ahead for the next finalize, if it is still waiting; another is started
+    for the one after."""
     global _ready
     with _ready_lock:
-        ready, _ready = _ready, None
-        if ready is not None and (ready[0] != os.getpid() or ready[1].poll() is not None):
-            ready = None
-        try:
-            _ready = (os.getpid(), _start(["--stdin"]))
-        except OSError:  # no process to spare now: the next finalize starts its own
-            _ready = None
-    return ready[1] if ready else None
+        ready, _ready = _ready, _spare()
+    return ready[1] if _waiting(ready) else None
 
 
 def start_ready() -> None:
     """Start the process for the next finalize now, if none is waiting (a worker's start)."""
     global _ready
     with _ready_lock:
-        if _ready is None or _ready[0] != os.getpid() or _ready[1].poll() is not None:
-            try:
-                _ready = (os.getpid(), _start(["--stdin"]))
-            except OSError:
-                _ready = None
+        if not _waiting(_ready):
+            _ready = _spare()
 
 
 def close_ready() -> None:

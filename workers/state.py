@@ -227,6 +227,13 @@ def _enc(v: Any) -> str:
     return json.dumps(v)
 
 
+def _verdict(reply) -> tuple[str, Any]:
+    """``(verdict, value)`` of the begin script's reply, bytes decoded."""
+    verdict, value = reply
+    return (verdict.decode() if isinstance(verdict, bytes) else verdict,
+            value.decode() if isinstance(value, bytes) else value)
+
+
 def _dec(v: bytes | str | None) -> Any:
     if v is None:
         return None
@@ -700,15 +707,13 @@ class JobStore:
         holder's JSON), ``exhausted`` (value: deliveries so far, over ``max_deliveries``).
         ``steal``: take the lease over if its current value is exactly this.
         """
-        j = job_id
-        keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
+        return _verdict(self._begin(keys=self._begin_keys(job_id, batch),
+                                    args=[str(batch), holder.to_json(), int(lease_s * 1000), holder.task_id, steal,
+                                          int(max_deliveries), _enc(now())]))
+
+    def _begin_keys(self, j: str, batch: int | str) -> list[str]:
+        return [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
                 self.k(j, "deliveries"), self.k_lease(j, batch)]
-        verdict, value = self._begin(keys=keys, args=[str(batch), holder.to_json(), int(lease_s * 1000),
-                                                      holder.task_id, steal, int(max_deliveries), _enc(now())])
-        verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
-        if isinstance(value, bytes):
-            value = value.decode()
-        return verdict, value
 
     def complete(self, job_id: str, batch: int, holder: Holder, record: dict, audio_s: float) -> tuple[str, bool]:
         """Count a finished batch once. Returns (``progress``|``finalize``|``complete``|``failed``|
@@ -810,24 +815,7 @@ class JobStore:
 
     def ready_candidates(self, sclass: str, lo: float, hi: float, limit: int) -> list[tuple[str, int, float]]:
         """Up to ``limit`` indexed batches with scores in [lo, hi], lowest first: (job, batch, score)."""
-        out = []
-        for m, score in self.r.zrangebyscore(self.k_ready(sclass), lo, hi, start=0, num=limit, withscores=True):
-            j, _, b = m.decode().rpartition(":")
-            if j and b.isdigit():
-                out.append((j, int(b), float(score)))
-        return out
-
-    def ready_of_job(self, sclass: str, job_id: str, batch_ids: Iterable[int]) -> list[tuple[str, int, float]]:
-        """Which of ``job_id``'s ``batch_ids`` are indexed in ``sclass``: (job, batch, score), lowest
-        score first (one round trip)."""
-        ids = list(batch_ids)
-        if not ids or not sclass:
-            return []
-        with self.r.pipeline(transaction=False) as p:
-            for b in ids:
-                p.zscore(self.k_ready(sclass), f"{job_id}:{b}")
-            scores = p.execute()
-        return sorted(((job_id, b, float(sc)) for b, sc in zip(ids, scores) if sc is not None), key=lambda t: t[2])
+        return self.ready_scan(sclass, [(lo, hi)], limit)[0][0]
 
     def ready_scan(self, sclass: str, windows: list[tuple[float, float]], limit: int, job_id: str | None = None,
                    batch_ids: Iterable[int] = ()) -> tuple[list[list[tuple[str, int, float]]], list[tuple[str, int, float]]]:
@@ -864,21 +852,12 @@ class JobStore:
         holder_json, ts = holder.to_json(), _enc(now())
         with self.r.pipeline(transaction=False) as p:
             for j, b in pieces:
-                keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
-                        self.k(j, "deliveries"), self.k_lease(j, b)]
-                self._begin(keys=keys, args=[str(b), holder_json, int(lease_s * 1000), holder.task_id, "",
-                                             int(max_deliveries), ts], client=p)
+                self._begin(keys=self._begin_keys(j, b), args=[str(b), holder_json, int(lease_s * 1000),
+                                                               holder.task_id, "", int(max_deliveries), ts], client=p)
                 p.hget(self.k(j, "queued"), str(b))
                 p.hget(self.k_job(j), "queue")
             res = p.execute()
-        out = []
-        for i in range(len(pieces)):
-            verdict, value = res[3 * i]
-            verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
-            if isinstance(value, bytes):
-                value = value.decode()
-            out.append((verdict, value, _dec(res[3 * i + 1]), _dec(res[3 * i + 2])))
-        return out
+        return [(*_verdict(res[i]), _dec(res[i + 1]), _dec(res[i + 2])) for i in range(0, len(res), 3)]
 
     def queued_at(self, job_id: str, batch: int) -> str | None:
         return _dec(self.r.hget(self.k(job_id, "queued"), str(batch)))
