@@ -38,6 +38,10 @@ content to the same directory is idempotent (same job id; an active or finished 
 left alone). The ledger lives with the inbox, so it survives a Redis restart without
 persistence and moves with the inbox. A pass holds ``INBOX/.booktts-watch.lock``
 (``flock``) and a Redis lock, so two watchers (or beat ticks) never scan one inbox at once.
+The Redis lock names its holder (host and pid) and lives ``REDIS_LOCK_S`` at a time, renewed
+while the pass runs: a watcher killed mid-pass (SIGKILL, a lost node) holds the inbox at most
+that long, and not at all for the next watcher on the same host, which sees that the holder's
+process is gone and takes the lock over.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ import hashlib
 import json
 import logging
 import os
+import socket
+import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -69,8 +75,34 @@ DONE, FAILED = "done", "failed"
 IGNORED_SUFFIXES = (".part", ".tmp")
 REASON_SUFFIX = ".reason.txt"
 LEDGER_VERSION = 1
-#: A scan holds the inbox's Redis lock at most this long (a pass that plans a huge book takes a while).
-REDIS_LOCK_S = 30 * 60
+#: The inbox's Redis lock lives this long at a time; a pass renews it every third of that while it
+#: runs (planning a huge book takes minutes), so a holder that died frees the inbox within this time.
+REDIS_LOCK_S = 60.0
+#: Replace the lock's holder only if it is still the one we read (a compare-and-set).
+_TAKE_OVER = """if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[3]) and 1 or 0 end return 0"""
+#: Extend the lock only while we hold it.
+_RENEW = """if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"""
+
+
+def _holder_gone(holder: bytes | None) -> bool:
+    """True when the lock's holder (``host:pid:time``) ran on this host and its process is gone.
+    A holder on another host is never judged gone here: its lock runs out by itself."""
+    try:
+        host, pid, _ = (holder or b"").decode().rsplit(":", 2)
+        pid = int(pid)
+    except ValueError:
+        return False
+    if host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 
@@ -186,12 +218,19 @@ class Inbox:
         return dest
 
     # ------------------------------------------------------------ locking
+    @property
+    def redis_lock_key(self) -> str:
+        """The Redis key of this inbox's lock (one per resolved inbox path)."""
+        return f"booktts:watch:lock:{hashlib.sha1(str(self.inbox.resolve()).encode()).hexdigest()[:16]}"
+
     @contextlib.contextmanager
     def _locked(self):
         fd = os.open(self.inbox / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        key = f"booktts:watch:lock:{hashlib.sha1(str(self.inbox.resolve()).encode()).hexdigest()[:16]}"
-        token = f"{os.getpid()}:{time.time()}"
+        key = self.redis_lock_key
+        token = f"{socket.gethostname()}:{os.getpid()}:{time.time():.6f}"
+        ttl_ms = int(REDIS_LOCK_S * 1000)
         redis_locked = False
+        stop_renewing = threading.Event()
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -201,12 +240,23 @@ class Inbox:
                     return
                 raise
             if self.store is not None:
-                redis_locked = bool(self.store.r.set(key, token, nx=True, ex=REDIS_LOCK_S))
+                r = self.store.r
+                redis_locked = bool(r.set(key, token, nx=True, px=ttl_ms))
+                if not redis_locked:
+                    holder = r.get(key)
+                    if _holder_gone(holder):
+                        redis_locked = bool(r.eval(_TAKE_OVER, 1, key, holder, token, ttl_ms))
+                        if redis_locked:
+                            log.warning("inbox %s: took over the lock of %s (that process is gone)",
+                                        self.inbox, holder.decode(errors="replace"))
                 if not redis_locked:
                     yield False
                     return
+                threading.Thread(target=self._renew, args=(key, token, ttl_ms, stop_renewing),
+                                 name="watch-lock-renew", daemon=True).start()
             yield True
         finally:
+            stop_renewing.set()
             if redis_locked:
                 with contextlib.suppress(redis.exceptions.RedisError):
                     if self.store.r.get(key) == token.encode():
@@ -214,6 +264,12 @@ class Inbox:
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    def _renew(self, key: str, token: str, ttl_ms: int, stop: threading.Event) -> None:
+        while not stop.wait(ttl_ms / 3000):
+            with contextlib.suppress(redis.exceptions.RedisError):
+                if not self.store.r.eval(_RENEW, 1, key, token, ttl_ms):
+                    return
 
     # ------------------------------------------------------------ one pass
     def scan(self, now: float | None = None) -> ScanResult:

@@ -199,6 +199,53 @@ def test_scan_killed_mid_submission_neither_loses_nor_repeats(redis_url, tmp_pat
     assert not list(inbox.glob("*.txt"))
 
 
+def test_lock_of_a_dead_watcher_is_taken_over_and_a_live_one_is_renewed(redis_url, tmp_path, monkeypatch):
+    """A watcher SIGKILLed mid-pass leaves the inbox's Redis lock behind: the next watcher on this host
+    sees its process is gone and scans at once. A live holder (here or on another host) keeps the inbox
+    busy, and a long pass keeps its short-lived lock by renewing it."""
+    import socket
+
+    import workers.watch as watch
+
+    use_redis(redis_url)
+    store = JobStore(redis_url)
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    box = watch.Inbox(inbox, out, store, JobConfig(max_batch=2))
+    key, host = box.redis_lock_key, socket.gethostname()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for holder in (f"{host}:{alive.pid}:1.0", f"elsewhere:{gone.pid}:1.0", "not a holder"):
+            store.r.set(key, holder, px=600_000)
+            assert box.scan().busy, holder
+            assert store.r.get(key) == holder.encode(), "a live or unknown holder keeps its lock"
+    finally:
+        alive.kill()
+        alive.wait()
+    store.r.set(key, f"{host}:{gone.pid}:1.0", px=600_000)  # left by a SIGKILLed watcher
+    drop(inbox, "tea.txt", BOOKS["tea.txt"])
+    seen = {}
+    real_submit = watch.submit_book
+
+    def slow_submit(*a, **kw):
+        seen["holder"] = store.r.get(key)
+        time.sleep(1.0)  # over three lifetimes of the lock below: only renewal keeps it
+        seen["after"], seen["pttl"] = store.r.get(key), store.r.pttl(key)
+        return real_submit(*a, **kw)
+
+    monkeypatch.setattr(watch, "submit_book", slow_submit)
+    monkeypatch.setattr(watch, "REDIS_LOCK_S", 0.3)
+    assert not box.scan().busy  # first sight of tea.txt, under the taken-over lock
+    r = box.scan()
+    assert [s["name"] for s in r.submitted] == ["tea.txt"] and not r.busy
+    mine = seen["holder"].decode()
+    assert mine.startswith(f"{host}:{os.getpid()}:") and seen["after"] == seen["holder"], seen
+    assert 0 < seen["pttl"] <= 300
+    assert store.r.get(key) is None, "the lock is released after the pass"
+
+
 # ------------------------------------------------------------------ `cli.py watch` end to end
 
 
