@@ -29,7 +29,8 @@ from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues,
                                 priority_of_queue, queue_name, redact_url, use_redis)
 from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES,
-                             DEFAULT_PREPARE_SHAPES_S, PREPARE_SHAPES_ENV, STATE_DIR_ENV,
+                             DEFAULT_EARLY_CHAPTERS, DEFAULT_PREPARE_SHAPES_S, EARLY_CHAPTERS_ENV, PREPARE_SHAPES_ENV,
+                             STATE_DIR_ENV,
                              WorkerSettings, real_roots)
 from workers.state import MAX_RECENT_JOBS
 
@@ -251,11 +252,16 @@ def _report_end(store, info) -> None:
               help="Seconds a new GPU engine may spend at start capturing CUDA graphs of the batch shapes that "
                    "earlier workers of this node met (recorded in --state-dir), so its first batches replay "
                    f"them; 0: neither prepared nor recorded [env {PREPARE_SHAPES_ENV}].")
+@click.option("--early-chapters", type=click.IntRange(0, 64), default=DEFAULT_EARLY_CHAPTERS, show_default=True,
+              envvar=EARLY_CHAPTERS_ENV,
+              help="Threads of each worker process's chapter process, which writes every chapter of a job as soon "
+                   "as all its batches are done (a user hears chapter 1 while the rest is synthesized, and the "
+                   f"job's finalize only writes what is left); 0: finalize writes them all [env {EARLY_CHAPTERS_ENV}].")
 @redis_option
 @one_line_errors
 def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurrency, pool, lease_seconds,
            max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, allowed_roots,
-           state_dir, prepare_shapes_s, redis_url) -> None:
+           state_dir, prepare_shapes_s, early_chapters, redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
@@ -296,6 +302,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
         if state_dir:
             os.environ[STATE_DIR_ENV] = state_dir
         os.environ[PREPARE_SHAPES_ENV] = repr(float(prepare_shapes_s))
+        os.environ[EARLY_CHAPTERS_ENV] = str(early_chapters)
         if max_batch_phonemes:
             os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
         sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
@@ -310,7 +317,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
     settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
                               max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes,
                               allowed_roots=allowed_roots, state_dir=state_dir or "",
-                              prepare_shapes_s=prepare_shapes_s)
+                              prepare_shapes_s=prepare_shapes_s, early_chapters=early_chapters)
     os.environ.update(settings.to_env())
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "

@@ -29,7 +29,7 @@ import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
-from jobs import chapter_pool, deliver
+from jobs import chapter_pool, chapter_records, deliver
 from jobs.config import AUDIO_FORMATS, JobConfig
 from core.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from core.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
@@ -866,12 +866,16 @@ def selected_chapters(job: Job) -> list[ChapterWork]:
 
 def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | None = None,
                   memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
-    """Write one chapter file (atomically) as ``finalize`` does; its batches must be done.
+    """Write one chapter file (atomically) as ``finalize`` does, then its record
+    (:mod:`jobs.chapter_records`, which lets a later finalize keep the file); its batches must be done.
 
     ``records``: batch records already read (shared between threads, filled as read);
     ``memory``: per batch id, the items' audio as written, read instead of the batch file.
     """
-    return _write_chapter(job, *work, {} if records is None else records, memory)
+    records = {} if records is None else records
+    part = _write_chapter(job, *work, records, memory)
+    chapter_records.save(job, chapter_key(work), work[2]["file"], work[3], part, records)
+    return part
 
 
 def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None,
@@ -885,7 +889,9 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
 
     ``written``: chapters this process wrote already with :func:`write_chapter` since their
     batches were done, by :func:`chapter_key`; they are not written again and their manifest
-    rows are used as they are. ``memory`` and ``records``: see :func:`write_chapter`. ``processes``:
+    rows are used as they are. Chapters written before by any process (early, by a worker's chapter
+    writer, or by an earlier finalize) whose records still match are kept the same way
+    (:func:`jobs.chapter_records.load_valid`). ``memory`` and ``records``: see :func:`write_chapter`. ``processes``:
     at most this many processes write chapters (:mod:`jobs.chapter_pool`; 0: threads only; None:
     as the host's cores allow).
     """
@@ -897,8 +903,10 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
         raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
                        f"(first: {missing[0]}); resume the job")
     sweep_stale_temp_files(job)
-    written = written or {}
     chapters = selected_chapters(job)
+    records = {} if records is None else records  # read once, shared by the chapters' readers
+    written = {**chapter_records.load_valid(job, [c for c in chapters if chapter_key(c) not in (written or {})],
+                                            records), **(written or {})}
     todo = [c for c in chapters if chapter_key(c) not in written]
     # Chapters are written in parallel: many hours of audio in processes (jobs.chapter_pool), else on
     # threads (libsndfile and most of NumPy run without the GIL); the manifest keeps book order.
@@ -907,7 +915,6 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
         new = write_chapters_in_processes(job, todo, processes)
     else:
         threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS))
-        records = {} if records is None else records  # read once, shared by the chapters' readers
         with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
             new = dict(zip(map(chapter_key, todo), pool.map(lambda c: write_chapter(job, c, records, memory), todo)))
     parts = [written[chapter_key(c)] if chapter_key(c) in written else new[chapter_key(c)] for c in chapters]

@@ -19,6 +19,9 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
 ``BOOKTTS_PREPARE_SHAPES_S``   seconds a new engine may spend preparing the shapes the node's earlier
                                engines met (default 60; 0: off): :func:`prepare_shapes`
+``BOOKTTS_EARLY_CHAPTERS``     threads of each worker process's chapter process, which writes a job's chapters
+                               as soon as their batches are done (default 2; 0: finalize writes them all):
+                               :mod:`workers.chapter_writer`
 ``BOOKTTS_STATE_DIR``          this node's directory of the jobs its workers have seen (default
                                ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`
 ``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
@@ -53,6 +56,10 @@ STATE_DIR_ENV = "BOOKTTS_STATE_DIR"
 PREPARE_SHAPES_ENV = "BOOKTTS_PREPARE_SHAPES_S"
 #: Default seconds a new engine may spend preparing the shapes earlier workers of the node met.
 DEFAULT_PREPARE_SHAPES_S = 60.0
+#: Environment variable of ``worker --early-chapters``.
+EARLY_CHAPTERS_ENV = "BOOKTTS_EARLY_CHAPTERS"
+#: Default threads of a worker process's chapter process (:mod:`workers.chapter_writer`).
+DEFAULT_EARLY_CHAPTERS = 2
 #: The node's shape profile is rewritten at most this often (seconds) while a worker runs.
 SHAPES_SAVE_EVERY_S = 2.0
 #: Shapes kept per stage in a profile (the most frequent).
@@ -85,6 +92,9 @@ class WorkerSettings:
     """Seconds a new engine may spend at start preparing the shapes earlier engines of the node met
     (the torch engine's CUDA graphs: :class:`engines.base.PreparesShapes`); 0: neither prepared nor
     recorded."""
+    early_chapters: int = DEFAULT_EARLY_CHAPTERS
+    """Threads of this worker process's chapter process, which writes each chapter of a job as soon
+    as all its batches are done (:mod:`workers.chapter_writer`); 0: the job's finalize writes them all."""
 
     def __post_init__(self) -> None:
         from jobs.config import batch_defaults, runs_on_gpu
@@ -113,6 +123,7 @@ class WorkerSettings:
         env[ALLOWED_ROOTS_ENV] = os.pathsep.join(self.allowed_roots)
         env[STATE_DIR_ENV] = self.state_dir
         env[PREPARE_SHAPES_ENV] = repr(float(self.prepare_shapes_s))
+        env[EARLY_CHAPTERS_ENV] = str(int(self.early_chapters))
         return env
 
     @classmethod
@@ -131,6 +142,7 @@ class WorkerSettings:
             allowed_roots=real_roots((env.get(ALLOWED_ROOTS_ENV) or "").split(os.pathsep)),
             state_dir=env.get(STATE_DIR_ENV) or "",
             prepare_shapes_s=float(env.get(PREPARE_SHAPES_ENV) or DEFAULT_PREPARE_SHAPES_S),
+            early_chapters=int(env.get(EARLY_CHAPTERS_ENV) or DEFAULT_EARLY_CHAPTERS),
         )
 
 

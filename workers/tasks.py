@@ -52,7 +52,7 @@ from workers.runtime import OutsideAllowedRoots
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
 from workers.recovery import Heartbeat, ReaperThread, rebuild_job
 from workers import metrics
-from workers import batcher, finalize_child
+from workers import batcher, chapter_writer, finalize_child
 from workers.batcher import Claimed
 from workers.enqueue import enqueue_batches, enqueue_finalize, get_store, load_checked
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
@@ -361,17 +361,34 @@ def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartb
         try:
             rec = _write_retrying(lambda: write_unit(synth, i, worker=holder.worker), c)
             hb.discard(c.job_id, c.batch_id)
-            _count(store, c.job_dir, c.job_id, c.batch_id, holder, rec, c.queue)
+            counted = _count(store, c.job_dir, c.job_id, c.batch_id, holder, rec, c.queue)
         except Exception as exc:
             hb.discard(c.job_id, c.batch_id)
             log.error("job %s batch %d: not written (%s: %s); queued again", c.job_id, c.batch_id,
                       type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
             _give_back(store, [c], holder)
+            return
+        if counted["job_state"] == "progress":  # chapters this unit completed: written now, off this process
+            _chapters_early(store, synth.units[i].job, c, holder)
 
     try:
         batcher.offloader().each(one, enumerate(claimed))
     finally:
         hb.stop()
+
+
+def _chapters_early(store: JobStore, job, c, holder: Holder) -> None:
+    """Send the chapters of ``job`` that unit ``c`` completed to this process's chapter process
+    (:mod:`workers.chapter_writer`); any failure leaves them to the job's finalize."""
+    try:
+        keys = chapter_writer.writer(runtime.settings().early_chapters).batch_done(store, job, c.job_dir,
+                                                                                   c.batch_id, holder.worker)
+        if keys:
+            log.info("job %s batch %d: chapters %s complete, to be written early", c.job_id, c.batch_id,
+                     ", ".join(f"{b}:{ch}" for b, ch in keys))
+    except Exception as exc:  # noqa: BLE001 - an optimisation only
+        log.info("job %s batch %d: chapters not sent to be written early (%s: %s)", c.job_id, c.batch_id,
+                 type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
 
 
 def _write_retrying(write, c):
@@ -515,6 +532,7 @@ def _on_process_init(**_) -> None:
 @signals.worker_process_shutdown.connect
 def _on_process_shutdown(**_) -> None:
     batcher.drain_if_started(timeout=float(os.environ.get("BOOKTTS_SHUTDOWN_DRAIN_S", 600)))
+    chapter_writer.close()
     finalize_child.close_ready()
     if _reaper is not None:
         _reaper.stop()

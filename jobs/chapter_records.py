@@ -1,0 +1,105 @@
+"""Written chapter files -> their records, so a later finalize need not write them again.
+
+Every chapter file that :func:`jobs.pipeline.write_chapter` writes (early, while the rest of the
+job is synthesized, or in a finalize) gets a record ``.work/chapters/bBB-cCCCC.json`` beside the
+job, written after the file: the chapter's manifest columns, samples and skipped rows, the batch
+records it was assembled from (their audio file, attempt and finish time) and the size and mtime
+of the file it wrote. :func:`load_valid` gives ``finalize`` the chapters whose record still
+matches: same job, the same batch records, the chapter file unchanged. Anything else (no record,
+a record from before a batch was redone, a file that was deleted or replaced, an unreadable
+record) is written again, so a record can only save work, never change the output.
+
+This module knows file layout and records; it does not know how a chapter is assembled (that is
+:mod:`jobs.pipeline`) or who asks for it early (the worker's :mod:`workers.chapter_writer`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from core.files import inside, write_json
+
+log = logging.getLogger("booktts.chapters")
+
+CHAPTERS_DIR = ".work/chapters"
+RECORD_VERSION = 1
+
+
+def record_path(job, key: tuple[int, int]) -> Path:
+    """Where the record of chapter ``key`` (book index, chapter index) of ``job`` goes."""
+    return inside(job.out_dir, f"{CHAPTERS_DIR}/b{key[0]:02d}-c{key[1]:04d}.json")
+
+
+def batches_of(rows) -> list[int]:
+    """The batches a chapter's planned rows read (rows with nothing speakable have none)."""
+    return sorted({r.batch_id for r in rows if r.batch_id >= 0})
+
+
+def _source(rec) -> str:
+    return f"{rec.audio_file}|{rec.attempt}|{rec.finished_at}"
+
+
+def sources(job, rows, records: dict) -> dict[str, str] | None:
+    """What a chapter was assembled from: batch id -> its record's identity; None if a batch has
+    no record (``records``: records read so far by batch id, filled here)."""
+    out = {}
+    for b in batches_of(rows):
+        rec = records.get(b)
+        if rec is None:
+            rec = records[b] = job.batch_record(b)
+        if rec is None:
+            return None
+        out[str(b)] = _source(rec)
+    return out
+
+
+def _file_state(path: Path) -> list[int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
+def save(job, key: tuple[int, int], file: str, rows, part, records: dict) -> None:
+    """Record that chapter ``key`` was written to ``file`` (relative to the job) as ``part``
+    (its manifest columns, samples, skipped rows). Called after the file is in place."""
+    src = sources(job, rows, records)
+    state = _file_state(inside(job.out_dir, file))
+    if src is None or state is None:
+        return
+    cols, samples, skipped = part
+    write_json(record_path(job, key), {"version": RECORD_VERSION, "job_id": job.job_id, "file": file,
+                                       "file_state": state, "sources": src, "samples": samples,
+                                       "skipped": skipped, "columns": cols})
+
+
+def load_valid(job, chapters, records: dict) -> dict[tuple[int, int], tuple[dict, int, int]]:
+    """Chapter key -> its part, for those of ``chapters`` (``(book index, book, chapter, rows)``)
+    whose record matches the job, its batch records and its file as they are now."""
+    out = {}
+    for b_i, _book, ch, rows in chapters:
+        key = (b_i, ch["index"])
+        path = record_path(job, key)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            log.info("job %s: chapter record %s unreadable (%s); the chapter is written again", job.job_id,
+                     path.name, exc)
+            continue
+        try:
+            fresh = (doc.get("version") == RECORD_VERSION and doc.get("job_id") == job.job_id
+                     and doc.get("file") == ch["file"]
+                     and doc.get("file_state") == _file_state(inside(job.out_dir, ch["file"]))
+                     and doc.get("sources") == sources(job, rows, records))
+            part = (doc["columns"], int(doc["samples"]), int(doc["skipped"])) if fresh else None
+        except (KeyError, TypeError, ValueError):
+            part = None
+        if part is not None and len(next(iter(part[0].values()), [])) == len(rows):
+            out[key] = part
+    return out

@@ -1,0 +1,92 @@
+"""Chapter records (jobs/chapter_records.py): a finalize keeps the chapter files written before it
+only while their records match, and its output is the same either way."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from jobs import chapter_records, pipeline
+from jobs.config import JobConfig
+from jobs.pipeline import finalize, load_job, prepare_job, selected_chapters
+from jobs.runner import run_local
+
+DET = dict(noise_scale=0.0, noise_w=0.0)
+
+
+def snapshot(out: Path):
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()
+             and p.suffix in (".flac", ".vtt") and ".work" not in p.parts}
+    return files, pq.read_table(out / "manifest.parquet").to_pylist()
+
+
+def count_writes(monkeypatch) -> list:
+    written: list = []
+    real = pipeline._write_chapter
+
+    def spy(job, b_i, book, ch, *rest):
+        written.append(ch["file"])
+        return real(job, b_i, book, ch, *rest)
+
+    monkeypatch.setattr(pipeline, "_write_chapter", spy)
+    return written
+
+
+@pytest.fixture
+def done_job(short_book, tmp_path, fake_engine):
+    out = tmp_path / "o"
+    job = prepare_job([short_book], out, JobConfig(**DET, captions="vtt"))
+    run_local(job, fake_engine)
+    return out
+
+
+def test_every_written_chapter_has_a_record_and_a_second_finalize_keeps_the_files(done_job, monkeypatch):
+    out = done_job
+    ref = snapshot(out)
+    job = load_job(out)
+    works = selected_chapters(job)
+    assert len(works) == 2
+    for w in works:
+        doc = json.loads(chapter_records.record_path(job, pipeline.chapter_key(w)).read_text())
+        assert doc["job_id"] == job.job_id and doc["file"] == w[2]["file"]
+        assert sorted(map(int, doc["sources"])) == chapter_records.batches_of(w[3])
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*.flac")}
+    (out / "manifest.parquet").unlink()
+    written = count_writes(monkeypatch)
+    finalize(load_job(out))
+    assert written == [], "the chapters were written again"
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.flac")} == mtimes
+    assert snapshot(out) == ref, "the manifest from the records is the one the chapters gave (time stamps too)"
+
+
+@pytest.mark.parametrize("change", ["file deleted", "file replaced", "batch redone", "record unreadable",
+                                    "record of another job"])
+def test_a_record_that_no_longer_matches_gets_its_chapter_written_again(done_job, monkeypatch, change):
+    out = done_job
+    ref = snapshot(out)
+    job = load_job(out)
+    first = selected_chapters(job)[0]
+    chapter = out / first[2]["file"]
+    rec_path = chapter_records.record_path(job, pipeline.chapter_key(first))
+    doc = json.loads(rec_path.read_text())
+    if change == "file deleted":
+        chapter.unlink()
+    elif change == "file replaced":
+        chapter.write_bytes(chapter.read_bytes()[:-10])
+    elif change == "batch redone":  # the chapter was assembled from a record that is not there now
+        b = next(iter(doc["sources"]))
+        doc["sources"][b] = doc["sources"][b].replace("|", "|9", 1)
+        rec_path.write_text(json.dumps(doc))
+    elif change == "record unreadable":
+        rec_path.write_text('{"version": 1, "job_id"')
+    else:
+        doc["job_id"] = "0" * 16
+        rec_path.write_text(json.dumps(doc))
+    (out / "manifest.parquet").unlink()
+    written = count_writes(monkeypatch)
+    finalize(load_job(out))
+    assert written == [first[2]["file"]], "only the chapter whose record does not match"
+    assert snapshot(out) == ref

@@ -1,0 +1,102 @@
+"""A worker writes each chapter of a job as soon as its batches are done (workers/chapter_writer.py),
+with a real redis-server and real worker processes: the first chapter exists while the job still
+runs, and the job's output is the one its finalize alone writes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from jobs import chapter_records
+from jobs.pipeline import chapter_key, load_job, selected_chapters
+from workers.state import JobStatus, JobStore
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
+
+CHAPTERS = [
+    ("Down the Rabbit-Hole", "Alice was beginning to get very tired of sitting by her sister on the bank. Once or "
+                             "twice she had peeped into the book her sister was reading. So she was considering "
+                             "in her own mind what to do."),
+    ("The Pool of Tears", "Curiouser and curiouser! cried Alice. Now I am opening out like the largest telescope "
+                          "that ever was! Good-bye, feet! Oh, my poor little feet, I wonder who will put on your "
+                          "shoes and stockings for you now."),
+    ("A Caucus-Race", "They were indeed a queer-looking party that assembled on the bank. The first question of "
+                      "course was, how to get dry again. They had a consultation about this."),
+    ("The Rabbit Sends in a Little Bill", "It was the White Rabbit, trotting slowly back again. It looked anxiously "
+                                          "about as it went. Alice guessed in a moment that it was looking for the "
+                                          "fan and the pair of white kid gloves."),
+]
+OPTS = ["--max-batch", "2", "--noise-scale", "0", "--noise-w", "0", "--captions", "vtt"]
+
+
+def book(tmp_path: Path) -> Path:
+    p = tmp_path / "four.txt"
+    p.write_text("".join(f"CHAPTER {'I' * (i + 1) if i < 3 else 'IV'}.\n{t}\n\n{body}\n\n"
+                         for i, (t, body) in enumerate(CHAPTERS)), encoding="utf-8")
+    return p
+
+
+def submit(url: str, src: Path, out: Path) -> str:
+    res = CliRunner().invoke(main, ["submit", str(src), "-o", str(out), "--redis-url", url, *OPTS])
+    assert res.exit_code == 0, res.output
+    return res.stdout.strip().splitlines()[0]
+
+
+def outputs(out: Path):
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+             if p.is_file() and p.suffix in (".flac", ".vtt") and ".work" not in p.parts}
+    rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    for r in rows:  # stamps of the run, not of the audio
+        for k in ("started_at", "finished_at", "queued_at", "infer_ms", "worker", "batch_size"):
+            r.pop(k)
+    return files, rows
+
+
+def test_chapters_are_written_while_the_job_runs_and_the_output_is_finalizes(redis_url, start_worker, tmp_path):
+    store = JobStore(redis_url)
+    src = book(tmp_path)
+    slow = {"BOOKTTS_FAKE_DELAY_S": "0.6"}  # per batch: the job runs for several seconds
+    w = start_worker(redis_url, "early", env=slow)
+    out = tmp_path / "early"
+    job_id = submit(redis_url, src, out)
+    job = load_job(out)
+    works = selected_chapters(job)
+    assert len(works) == 4 and len(job.batches) >= 8
+    first = out / works[0][2]["file"]
+    seen_first_at_done = None
+    deadline = time.monotonic() + 120
+    while (info := store.get_job(job_id)).status is not JobStatus.DONE:
+        assert time.monotonic() < deadline and info.status is not JobStatus.FAILED, info
+        if seen_first_at_done is None and first.exists():
+            seen_first_at_done = info.done
+        time.sleep(0.05)
+    assert seen_first_at_done is not None and seen_first_at_done < len(job.batches), \
+        "chapter 1 was there before the job's last batch"
+    log = w.output()
+    early = [ln for ln in log.splitlines() if "written early" in ln]
+    assert len(early) >= 2, log[-3000:]
+    wrote = [ln for ln in log.splitlines() if "early in" in ln and "wrote" in ln]
+    assert any(works[0][2]["file"] in ln for ln in wrote), log[-3000:]
+    last = works[-1]
+    assert chapter_records.record_path(job, chapter_key(last)).exists()
+
+    # the same job by a worker that leaves every chapter to finalize
+    w.kill_group()
+    store.r.flushall()
+    start_worker(redis_url, "late", env=slow, args=["--early-chapters", "0"])
+    ref = tmp_path / "late"
+    assert submit(redis_url, src, ref) == job_id
+    deadline = time.monotonic() + 120
+    while store.get_job(job_id).status is not JobStatus.DONE:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert outputs(out) == outputs(ref)
+    for w_ in works:  # every chapter has its record, whoever wrote it
+        doc = json.loads(chapter_records.record_path(job, chapter_key(w_)).read_text())
+        assert doc["job_id"] == job_id
