@@ -703,8 +703,9 @@ def summarize(jobs: list[dict], batches: list[dict], t0: float, t_end_seen: floa
 
 
 TIMING = re.compile(r"timing wait=(\d+) skipped=(\d+)/(\d+) claim=(\d+) gather=(\d+) around=(\d+) "
-                    r"infer=(\d+) handoff=(\d+)")
-TIMING_KEYS = ("wait", "skipped_messages", "skipped", "claim", "gather", "around", "infer", "handoff")
+                    r"infer=(\d+) handoff=(\d+)(?: withdrawn=(\d+))?")
+TIMING_KEYS = ("wait", "skipped_messages", "skipped", "claim", "gather", "around", "infer", "handoff",
+               "withdrawn_messages")
 
 
 def engine_call_timing(procs: list) -> dict:
@@ -716,8 +717,9 @@ def engine_call_timing(procs: list) -> dict:
         for m in TIMING.finditer(p.output()):
             calls += 1
             for k, v in zip(TIMING_KEYS, m.groups()):
-                sums[k] += int(v)
-    out = {"calls": calls, "skipped_messages": sums.pop("skipped_messages")}
+                sums[k] += int(v or 0)
+    out = {"calls": calls, "skipped_messages": sums.pop("skipped_messages"),
+           "withdrawn_messages": sums.pop("withdrawn_messages")}
     out.update({f"{k}_s": round(v / 1000.0, 3) for k, v in sums.items()})
     return out
 
@@ -747,7 +749,8 @@ def print_report(res: dict) -> None:
     ec = res.get("engine_call_timing") or {}
     if ec.get("calls"):
         print(f"engine calls: {ec['calls']}; summed over them (s): " + ", ".join(
-            f"{k[:-2]} {ec[k]}" for k in ec if k.endswith("_s")) + f"; {ec['skipped_messages']} messages skipped")
+            f"{k[:-2]} {ec[k]}" for k in ec if k.endswith("_s")) + f"; {ec['skipped_messages']} messages skipped, "
+            f"{ec.get('withdrawn_messages', 0)} withdrawn")
     print(f"GPU busy share (infer / wall / devices): {s.get('gpu_busy_share')}; sampled: {res.get('sampled')}")
     base = res.get("engine_baseline") or {}
     if base.get("engine_x"):

@@ -9,16 +9,28 @@ matches: same job, the same batch records, the chapter file unchanged. Anything 
 a record from before a batch was redone, a file that was deleted or replaced, an unreadable
 record) is written again, so a record can only save work, never change the output.
 
+A chapter written early holds :func:`writing` (a shared ``flock`` on ``.work/chapters/.lock``) and
+is skipped once the job has its manifest; a finalize holds it exclusively from the end of its
+chapter writes to its manifest (:func:`finishing`), so it waits for early writes in flight and no
+early write starts in a job that is finishing or done (a writer killed mid-chapter leaves its
+temporary file to the finalize's sweep, never in a finished job).
+
 This module knows file layout and records; it does not know how a chapter is assembled (that is
 :mod:`jobs.pipeline`) or who asks for it early (the worker's :mod:`workers.chapter_writer`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # no flock: early writes are off (``writing`` yields False)
+    fcntl = None
 
 from core.files import inside, write_json
 
@@ -31,6 +43,46 @@ RECORD_VERSION = 1
 def record_path(job, key: tuple[int, int]) -> Path:
     """Where the record of chapter ``key`` (book index, chapter index) of ``job`` goes."""
     return inside(job.out_dir, f"{CHAPTERS_DIR}/b{key[0]:02d}-c{key[1]:04d}.json")
+
+
+def _lock_fd(job) -> int:
+    path = inside(job.out_dir, f"{CHAPTERS_DIR}/.lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+@contextlib.contextmanager
+def writing(job):
+    """While an early chapter write runs: True if no finalize of ``job`` is finishing (then none
+    finishes until the block ends), False if one is (write nothing)."""
+    if fcntl is None:
+        yield False
+        return
+    fd = _lock_fd(job)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def finishing(job):
+    """A finalize's last steps (book-level files, the manifest): waits for early chapter writes in
+    flight and keeps new ones out."""
+    if fcntl is None:
+        yield
+        return
+    fd = _lock_fd(job)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def batches_of(rows) -> list[int]:

@@ -924,10 +924,12 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
             cols[k].extend(part[k])
     total_samples = sum(n for _, n, _ in parts)
     skipped = sum(k for _, _, k in parts)
-    files = deliver.finish(job, cols)  # M4Bs, captions, loudness.json (rewrites cols' paths for M4B)
-    table = pa.table(cols)
-    with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
-        pq.write_table(table, tmp)
+    with chapter_records.finishing(job):  # early chapter writes in flight end first; none start now
+        sweep_stale_temp_files(job)  # what one killed meanwhile left
+        files = deliver.finish(job, cols)  # M4Bs, captions, loudness.json (rewrites cols' paths for M4B)
+        table = pa.table(cols)
+        with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
+            pq.write_table(table, tmp)
     remove_unreferenced_batch_audio(job)
     summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
     write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})

@@ -10,8 +10,9 @@ A worker whose engine takes more (a GPU: 1024 utterances) fills it at run time:
   (:meth:`workers.state.JobStore.add_ready`), nearest in length first and higher priorities
   first, until the engine's item or padded-phoneme budget is full. Each unit it adds is
   leased exactly as if its own message had been delivered (:meth:`JobStore.begin`), so
-  exactly-once, leases, cancel and the reaper work per unit as before; the unit's own
-  message, when it arrives later, finds it done (or leased) and is skipped.
+  exactly-once, leases, cancel and the reaper work per unit as before. The unit's own message
+  is then taken off the queue (:func:`workers.enqueue.withdraw`); one delivered meanwhile finds
+  the unit done (or leased) and is skipped.
 - :class:`Offloader` writes the units' audio and records and counts them in Redis on a
   writer thread while the engine runs the next batch, and runs ``finalize`` (chapter
   encoding, the manifest) on a thread pool, so the engine's process never waits for disks
@@ -279,6 +280,11 @@ class CallClock:
     last_end: float | None = None
     skipped: int = 0
     skipped_s: float = 0.0
+    withdrawn: int = 0
+
+    def withdrew(self, n: int) -> None:
+        """Gathered units' own messages taken off the queue before delivery (never skipped)."""
+        self.withdrawn += n
 
     def skip(self, started: float, now: float) -> None:
         """A message whose unit was already done or leased (a gathered unit's own message)."""
@@ -291,13 +297,13 @@ class CallClock:
         ``key=value`` fields: ``wait`` (outside any task since the previous call: Celery's delivery,
         an empty queue), ``skipped`` (messages/ms), ``claim`` (lease and job), ``gather``, ``around``
         (building the batch and collecting its audio), ``infer`` (the engine), ``handoff`` (waiting for
-        the writer), all in ms."""
+        the writer), all in ms; then ``withdrawn``, the gathered units' messages taken off the queue."""
         wait = (started - self.last_end - self.skipped_s) if self.last_end is not None else 0.0
         ms = lambda v: f"{max(0.0, v) * 1000:.0f}"  # noqa: E731
         line = (f"wait={ms(wait)} skipped={self.skipped}/{ms(self.skipped_s)} claim={ms(loaded - started)} "
                 f"gather={ms(gathered - loaded)} around={ms(synth_end - synth_start - infer_s)} "
-                f"infer={ms(infer_s)} handoff={ms(end - synth_end)}")
-        self.last_end, self.skipped, self.skipped_s = end, 0, 0.0
+                f"infer={ms(infer_s)} handoff={ms(end - synth_end)} withdrawn={self.withdrawn}")
+        self.last_end, self.skipped, self.skipped_s, self.withdrawn = end, 0, 0.0, 0
         return line
 
 

@@ -205,7 +205,10 @@ def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     for w in works:
         if chapter_key(w) in kept or chapter_records.sources(job, w[3], records) is None:
             continue
-        write_chapter(job, w, records)
+        with chapter_records.writing(job) as ok:
+            if not ok or (job.out_dir / MANIFEST_FILE).exists():  # its finalize is finishing, or done
+                break
+            write_chapter(job, w, records)
         out.append(w[2]["file"])
     return out
 

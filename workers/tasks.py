@@ -54,7 +54,7 @@ from workers.recovery import Heartbeat, ReaperThread, rebuild_job
 from workers import metrics
 from workers import batcher, chapter_writer, finalize_child
 from workers.batcher import Claimed
-from workers.enqueue import enqueue_batches, enqueue_finalize, get_store, load_checked
+from workers.enqueue import enqueue_batches, enqueue_finalize, get_store, load_checked, withdraw
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
 
 log = logging.getLogger("booktts.tasks")
@@ -267,6 +267,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
                 for c, _ in extra:
                     hb.add(c.job_id, c.batch_id)
                     runtime.remember_job(c.job_id, c.job_dir, c.queue, store.url)
+                _withdraw_gathered([c for c, _ in extra])
             t_gathered = time.perf_counter()
             from jobs.pipeline import Unit, synthesize_units
 
@@ -306,6 +307,21 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     log.info("job %s batch %d: engine batch of %d utterances with %d more batches of %d jobs; timing %s", job_id,
              batch_id, synth.size, len(extra), len({c.job_id for c, _ in extra} | {job_id}), timing)
     return {"job": job_id, "batch": batch_id, "engine_batch": synth.size, "units": len(claimed)}
+
+
+def _withdraw_gathered(claimed) -> None:
+    """Take the gathered units' own messages off their queues (:func:`workers.enqueue.withdraw`), so
+    they are not delivered only to be skipped; a failure changes nothing but that."""
+    by_queue: dict[str, list] = {}
+    for c in claimed:
+        by_queue.setdefault(c.queue, []).append((c.job_id, c.batch_id))
+    for queue, units in by_queue.items():
+        try:
+            n = withdraw(queue, units)
+        except redis.exceptions.RedisError as exc:
+            log.info("gathered units' messages not withdrawn from %s (%s); they will be skipped", queue, exc)
+            continue
+        batcher.call_clock().withdrew(n)
 
 
 def load_job_here(path):

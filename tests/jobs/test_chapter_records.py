@@ -90,3 +90,26 @@ def test_a_record_that_no_longer_matches_gets_its_chapter_written_again(done_job
     finalize(load_job(out))
     assert written == [first[2]["file"]], "only the chapter whose record does not match"
     assert snapshot(out) == ref
+
+
+def test_an_early_write_waits_for_no_finalize_and_none_starts_in_a_finishing_or_finished_job(done_job):
+    from workers.chapter_writer import write_requested
+
+    out = done_job
+    job = load_job(out)
+    first = selected_chapters(job)[0]
+    key = [list(pipeline.chapter_key(first))]
+    (out / "manifest.parquet").unlink()
+    (out / first[2]["file"]).unlink()
+    with chapter_records.finishing(job):  # a finalize between its chapters and its manifest
+        assert write_requested(str(out), job.job_id, key) == []
+        with chapter_records.writing(job) as ok:
+            assert not ok
+    assert not (out / first[2]["file"]).exists()
+    assert write_requested(str(out), "0" * 16, key) == [], "a request for a job the directory no longer holds"
+    assert write_requested(str(out), job.job_id, key) == [first[2]["file"]]
+    assert write_requested(str(out), job.job_id, key) == [], "its record matches: nothing to do"
+    finalize(load_job(out))
+    (out / first[2]["file"]).unlink()
+    assert write_requested(str(out), job.job_id, key) == [], "the job is finished"
+    assert not (out / first[2]["file"]).exists()

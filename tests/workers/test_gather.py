@@ -9,6 +9,7 @@ still hold per planned batch.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def test_gathered_batches_of_two_jobs_match_the_local_runner(redis_url, start_wo
     a = submit(redis_url, short_book, a_out, "--max-batch", "2")
     b = submit(redis_url, second_book, b_out, "--max-batch", "2")
     planned = store.get_job(a).batches + store.get_job(b).batches
-    start_worker(redis_url, "g", args=["--gather", "--max-batch", "16"], lease_s=LEASE_S)
+    w = start_worker(redis_url, "g", args=["--gather", "--max-batch", "16"], lease_s=LEASE_S)
     for j in (a, b):
         assert wait_status(store, j, timeout=60).status is JobStatus.DONE
     for book, out, j in ((short_book, a_out, a), (second_book, b_out, b)):
@@ -66,6 +67,39 @@ def test_gathered_batches_of_two_jobs_match_the_local_runner(redis_url, start_wo
     rows = manifest(a_out) + manifest(b_out)
     by_call = {r["engine_batch"]: r["engine_batch_size"] for r in recs}
     assert {row["batch_size"] for row in rows if row["status"] == "synthesized"} <= set(by_call.values())
+    # the gathered units' own messages were taken off the queue, not delivered to be skipped
+    log = w.output()
+    gathered = planned - len(calls)
+    withdrawn = sum(int(m) for m in re.findall(r"withdrawn=(\d+)", log))
+    skipped = log.count(": skipped (")
+    assert gathered > 0 and withdrawn + skipped == gathered, (gathered, withdrawn, skipped)
+    assert skipped <= len(calls), f"{skipped} of {gathered} gathered units' messages were delivered"
+    assert store.r.llen("tts.normal") == 0
+
+
+def test_withdraw_takes_only_the_named_units_messages_off_the_queue(redis_url, short_book, tmp_path):
+    import json
+
+    from workers.celery_app import use_redis
+    from workers.enqueue import UNIT_HEADER, enqueue_batches, withdraw
+
+    use_redis(redis_url)
+    store = JobStore(redis_url)
+    a = submit(redis_url, short_book, tmp_path / "a", "--max-batch", "2")
+    b = submit(redis_url, short_book, tmp_path / "b", "--max-batch", "2", "--length-scale", "1.2")
+    n = store.get_job(a).batches
+    assert n >= 4 and store.r.llen("tts.normal") == 2 * n
+
+    def queued():
+        return sorted(json.loads(m)["headers"][UNIT_HEADER] for m in store.r.lrange("tts.normal", 0, -1))
+
+    assert withdraw("tts.normal", [(a, 1), (a, 3), (a, 99)]) == 2
+    assert queued() == sorted([f"{a}:{i}" for i in range(n) if i not in (1, 3)] + [f"{b}:{i}" for i in range(n)])
+    assert withdraw("tts.normal", [(a, 1)]) == 0, "already gone"
+    assert withdraw("tts.high", [(a, 0)]) == 0, "another queue"
+    enqueue_batches(str(tmp_path / "a"), a, [0], "tts.normal")  # a second message of one unit (the reaper's)
+    assert withdraw("tts.normal", [(a, 0)]) == 2, "every message of the unit"
+    assert f"{a}:0" not in queued() and len(queued()) == 2 * n - 3
 
 
 def test_high_priority_batches_are_gathered_first(redis_url, start_worker, short_book, second_book, tmp_path):
