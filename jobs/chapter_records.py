@@ -10,9 +10,9 @@ a record from before a batch was redone, a file that was deleted or replaced, an
 record) is written again, so a record can only save work, never change the output.
 
 A chapter written early holds :func:`writing` (a shared ``flock`` on ``.work/chapters/.lock``) and
-is skipped once the job has its manifest; a finalize holds it exclusively from the end of its
-chapter writes to its manifest (:func:`finishing`), so it waits for early writes in flight and no
-early write starts in a job that is finishing or done (a writer killed mid-chapter leaves its
+is skipped once the job has its manifest; a finalize holds it exclusively from its start to its
+manifest (:func:`finishing`), so it waits for early writes in flight (and keeps their files), and no
+early write starts in a job that is finalizing or done (a writer killed mid-chapter leaves its
 temporary file to the finalize's sweep, never in a finished job).
 
 This module knows file layout and records; it does not know how a chapter is assembled (that is
@@ -25,6 +25,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 try:
@@ -38,6 +39,8 @@ log = logging.getLogger("booktts.chapters")
 
 CHAPTERS_DIR = ".work/chapters"
 RECORD_VERSION = 1
+#: How long a finalize waits for an early chapter write in flight (seconds).
+FINISH_WAIT_S = 300.0
 
 
 def record_path(job, key: tuple[int, int]) -> Path:
@@ -71,15 +74,27 @@ def writing(job):
 
 
 @contextlib.contextmanager
-def finishing(job):
-    """A finalize's last steps (book-level files, the manifest): waits for early chapter writes in
-    flight and keeps new ones out."""
+def finishing(job, wait_s: float = FINISH_WAIT_S):
+    """A finalize (its chapters, the book-level files, the manifest): waits for early chapter writes
+    in flight (their records then let it keep their files) and keeps new ones out. A write still
+    running after ``wait_s`` (a stalled filesystem) is not waited for: the finalize then writes that
+    chapter itself, and the late write replaces the file with the same bytes."""
     if fcntl is None:
         yield
         return
     fd = _lock_fd(job)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    log.warning("job %s: an early chapter write still runs after %.0f s; finalizing beside it",
+                                job.job_id, wait_s)
+                    break
+                time.sleep(0.05)
         yield
     finally:
         os.close(fd)

@@ -895,14 +895,27 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     at most this many processes write chapters (:mod:`jobs.chapter_pool`; 0: threads only; None:
     as the host's cores allow).
     """
-    import pyarrow as pa
-
     claims.check_claim(job.out_dir, job.job_id)  # chapter files and manifest have fixed names
     missing = job.pending_batches()
     if missing:
         raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
                        f"(first: {missing[0]}); resume the job")
-    sweep_stale_temp_files(job)
+    # Early chapter writes in flight end first (their files are then kept by their records), and none
+    # starts until the manifest is written.
+    with chapter_records.finishing(job):
+        sweep_stale_temp_files(job)
+        files, total_samples, skipped = _assemble(job, written, memory, records, processes)
+    remove_unreferenced_batch_audio(job)
+    summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
+    write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
+    return summary
+
+
+def _assemble(job: Job, written, memory, records, processes) -> tuple[list[str], int, int]:
+    """finalize's work under its lock: the chapters not written yet, the book-level files, the
+    manifest. Returns (delivered files, samples, skipped rows)."""
+    import pyarrow as pa
+
     chapters = selected_chapters(job)
     records = {} if records is None else records  # read once, shared by the chapters' readers
     written = {**chapter_records.load_valid(job, [c for c in chapters if chapter_key(c) not in (written or {})],
@@ -922,18 +935,11 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     for part, _, _ in parts:
         for k in cols:
             cols[k].extend(part[k])
-    total_samples = sum(n for _, n, _ in parts)
-    skipped = sum(k for _, _, k in parts)
-    with chapter_records.finishing(job):  # early chapter writes in flight end first; none start now
-        sweep_stale_temp_files(job)  # what one killed meanwhile left
-        files = deliver.finish(job, cols)  # M4Bs, captions, loudness.json (rewrites cols' paths for M4B)
-        table = pa.table(cols)
-        with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
-            pq.write_table(table, tmp)
-    remove_unreferenced_batch_audio(job)
-    summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
-    write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
-    return summary
+    files = deliver.finish(job, cols)  # M4Bs, captions, loudness.json (rewrites cols' paths for M4B)
+    table = pa.table(cols)
+    with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
+        pq.write_table(table, tmp)
+    return files, sum(n for _, n, _ in parts), sum(k for _, _, k in parts)
 
 
 def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: int) -> dict[tuple[int, int], ChapterPart]:

@@ -113,3 +113,32 @@ def test_an_early_write_waits_for_no_finalize_and_none_starts_in_a_finishing_or_
     (out / first[2]["file"]).unlink()
     assert write_requested(str(out), job.job_id, key) == [], "the job is finished"
     assert not (out / first[2]["file"]).exists()
+
+
+def test_a_finalize_waits_for_an_early_write_in_flight_and_keeps_its_chapter(done_job, monkeypatch):
+    import threading
+    import time
+
+    out = done_job
+    ref = snapshot(out)
+    job = load_job(out)
+    first = selected_chapters(job)[0]
+    (out / "manifest.parquet").unlink()
+    (out / first[2]["file"]).unlink()
+    started = threading.Event()
+
+    def early():
+        with chapter_records.writing(job) as ok:
+            assert ok
+            started.set()
+            time.sleep(0.5)
+            pipeline.write_chapter(job, first)
+
+    t = threading.Thread(target=early)
+    t.start()
+    started.wait(5)
+    written = count_writes(monkeypatch)  # counts the finalize's writes from here (the early one's too)
+    finalize(load_job(out))
+    t.join()
+    assert written == [first[2]["file"]], "one write of the chapter: the early one, which the finalize waited for and kept"
+    assert snapshot(out) == ref

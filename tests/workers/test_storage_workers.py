@@ -93,7 +93,8 @@ def test_worker_killed_during_finalize_leaves_no_temp_files(redis_url, start_wor
     test knob): their temporary files stay behind; the finalize lease expires, another worker's
     reaper re-enqueues the finalize, and that finalize removes them before assembling the job."""
     store = JobStore(redis_url)
-    a = start_worker(redis_url, "a", env={FINALIZE_DELAY_ENV: "60"})
+    # (no early chapter writes: the finalize writes both chapters)
+    a = start_worker(redis_url, "a", env={FINALIZE_DELAY_ENV: "60"}, args=["--early-chapters", "0"])
     out = tmp_path / "dist"
     job_id = submit(redis_url, short_book, out, "--max-batch", "2")
     wait_for(lambda: len([p for p in temp_files(out) if p.suffix == ".flac"]) == 2, 60, "finalize to start")
