@@ -2,10 +2,10 @@
 
 Every chapter file that :func:`jobs.pipeline.write_chapter` writes (early, while the rest of the
 job is synthesized, or in a finalize) gets a record ``.work/chapters/bBB-cCCCC.json`` beside the
-job, written after the file: the chapter's manifest columns, samples and skipped rows, the batch
-records it was assembled from (their audio file, attempt and finish time) and the size and mtime
-of the file it wrote. :func:`load_valid` gives ``finalize`` the chapters whose record still
-matches: same job, the same batch records, the chapter file unchanged. Anything else (no record,
+job, written after the file: the batch records it was assembled from (their audio file, attempt
+and finish time), the size and mtime of the file it wrote, its samples and skipped rows (its
+manifest rows follow from the batch records). :func:`valid` gives ``finalize`` the chapters whose
+record still matches: same job, the same batch records, the chapter file unchanged. Anything else (no record,
 a record from before a batch was redone, a file that was deleted or replaced, an unreadable
 record) is written again, so a record can only save work, never change the output.
 
@@ -33,7 +33,7 @@ try:
 except ImportError:  # no flock: early writes are off (``writing`` yields False)
     fcntl = None
 
-from core.files import inside, write_json
+from core.files import atomic_path, inside
 
 log = logging.getLogger("booktts.chapters")
 
@@ -131,26 +131,27 @@ def _file_state(path: Path) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns]
 
 
-def save(job, key: tuple[int, int], file: str, rows, part, records: dict) -> None:
-    """Record that chapter ``key`` was written to ``file`` (relative to the job) as ``part``
-    (its manifest columns, samples, skipped rows). Called after the file is in place."""
+def save(job, key: tuple[int, int], file: str, rows, samples: int, skipped: int, records: dict) -> None:
+    """Record that chapter ``key`` was written to ``file`` (relative to the job) from ``rows`` (its
+    planned rows): ``samples`` long, ``skipped`` rows with nothing speakable. Called after the file is
+    in place. (Its manifest rows are not kept: they follow from the batch records.)"""
     src = sources(job, rows, records)
     state = _file_state(inside(job.out_dir, file))
     if src is None or state is None:
         return
-    cols, samples, skipped = part
-    write_json(record_path(job, key), {"version": RECORD_VERSION, "job_id": job.job_id, "file": file,
-                                       "file_state": state, "sources": src, "samples": samples,
-                                       "skipped": skipped, "columns": cols})
+    doc = {"version": RECORD_VERSION, "job_id": job.job_id, "file": file, "file_state": state, "sources": src,
+           "samples": int(samples), "skipped": int(skipped)}
+    with atomic_path(record_path(job, key)) as tmp:
+        tmp.write_text(json.dumps(doc, separators=(",", ":")), encoding="utf-8")
 
 
-def load_valid(job, chapters, records: dict) -> dict[tuple[int, int], tuple[dict, int, int]]:
-    """Chapter key -> its part, for those of ``chapters`` (``(book index, book, chapter, rows)``)
-    whose record matches the job, its batch records and its file as they are now."""
-    out = {}
-    for b_i, _book, ch, rows in chapters:
-        key = (b_i, ch["index"])
-        path = record_path(job, key)
+def valid(job, chapters, records: dict) -> list:
+    """Those of ``chapters`` (``(book index, book, chapter, rows)``) whose record matches the job,
+    its batch records and its file as they are now: their files can be kept."""
+    out = []
+    for work in chapters:
+        b_i, _book, ch, rows = work
+        path = record_path(job, (b_i, ch["index"]))
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -159,14 +160,9 @@ def load_valid(job, chapters, records: dict) -> dict[tuple[int, int], tuple[dict
             log.info("job %s: chapter record %s unreadable (%s); the chapter is written again", job.job_id,
                      path.name, exc)
             continue
-        try:
-            fresh = (doc.get("version") == RECORD_VERSION and doc.get("job_id") == job.job_id
-                     and doc.get("file") == ch["file"]
-                     and doc.get("file_state") == _file_state(inside(job.out_dir, ch["file"]))
-                     and doc.get("sources") == sources(job, rows, records))
-            part = (doc["columns"], int(doc["samples"]), int(doc["skipped"])) if fresh else None
-        except (KeyError, TypeError, ValueError):
-            part = None
-        if part is not None and len(next(iter(part[0].values()), [])) == len(rows):
-            out[key] = part
+        if (isinstance(doc, dict) and doc.get("version") == RECORD_VERSION and doc.get("job_id") == job.job_id
+                and doc.get("file") == ch["file"]
+                and doc.get("file_state") == _file_state(inside(job.out_dir, ch["file"]))
+                and doc.get("sources") == sources(job, rows, records)):
+            out.append(work)
     return out

@@ -874,7 +874,7 @@ def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] |
     """
     records = {} if records is None else records
     part = _write_chapter(job, *work, records, memory)
-    chapter_records.save(job, chapter_key(work), work[2]["file"], work[3], part, records)
+    chapter_records.save(job, chapter_key(work), work[2]["file"], work[3], part[1], part[2], records)
     return part
 
 
@@ -891,7 +891,7 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     batches were done, by :func:`chapter_key`; they are not written again and their manifest
     rows are used as they are. Chapters written before by any process (early, by a worker's chapter
     writer, or by an earlier finalize) whose records still match are kept the same way
-    (:func:`jobs.chapter_records.load_valid`). ``memory`` and ``records``: see :func:`write_chapter`. ``processes``:
+    (:func:`jobs.chapter_records.valid`). ``memory`` and ``records``: see :func:`write_chapter`. ``processes``:
     at most this many processes write chapters (:mod:`jobs.chapter_pool`; 0: threads only; None:
     as the host's cores allow).
     """
@@ -918,8 +918,9 @@ def _assemble(job: Job, written, memory, records, processes) -> tuple[list[str],
 
     chapters = selected_chapters(job)
     records = {} if records is None else records  # read once, shared by the chapters' readers
-    written = {**chapter_records.load_valid(job, [c for c in chapters if chapter_key(c) not in (written or {})],
-                                            records), **(written or {})}
+    written = dict(written or {})
+    for work in chapter_records.valid(job, [c for c in chapters if chapter_key(c) not in written], records):
+        written[chapter_key(work)] = chapter_part(job, work, records)  # its file stays; its rows from the records
     todo = [c for c in chapters if chapter_key(c) not in written]
     # Chapters are written in parallel: many hours of audio in processes (jobs.chapter_pool), else on
     # threads (libsndfile and most of NumPy run without the GIL); the manifest keeps book order.
@@ -959,52 +960,70 @@ def write_chapter_of(job_dir: str, job_id: str, key: tuple[int, int]) -> Chapter
     raise JobError(f"job {job_id} has no chapter {key}")
 
 
+def _chapter_columns(job: Job, b_i: int, book: dict, ch: dict, rows: list, audio: "_BatchAudio"):
+    """A chapter's manifest columns from its batch records alone (a record holds each item's samples);
+    also its samples, skipped rows and what to put where: (batch id or -1, position, pause samples)."""
+    cfg, sr = job.config, job.sample_rate
+    cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
+    plan: list[tuple[int, int, int]] = []
+    pos = skipped = 0
+    for r in rows:
+        u = r.utt
+        rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
+        n = rec.items[r.batch_pos]["samples"] if rec else 0
+        pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if n else 0
+        plan.append((r.batch_id if rec else -1, r.batch_pos, pause))
+        skipped += rec is None
+        row = {
+            "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
+            "chapter_title": ch["title"], "utterance_index": u.utterance_index,
+            "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
+            "text": u.text, "spoken_text": u.spoken_text if u.spoken_text is not None else u.text,
+            "phoneme_count": len(u.phoneme_ids),
+            "missing_phonemes": u.missing_phonemes,
+            "status": "synthesized" if rec else "skipped: nothing speakable",
+            "batch_id": r.batch_id,
+            "batch_size": (rec.engine_batch_size or len(rec.items)) if rec else 0,
+            "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": n / sr,
+            "pause_after_s": pause / sr,
+            "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
+            "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
+            "started_at": rec.started_at if rec else None,
+            "finished_at": rec.finished_at if rec else None,
+            "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
+            "attempt": rec.attempt if rec else None,
+            "phoneme_durations_s": _durations_s(rec, r.batch_pos, n, sr) if rec else None,
+        }
+        for k, v in row.items():
+            cols[k].append(v)
+        pos += n + pause
+    return cols, pos, skipped, plan
+
+
+def chapter_part(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | None = None) -> ChapterPart:
+    """The manifest columns, samples and skipped rows of a chapter already written (from its batch
+    records; no audio is read)."""
+    cols, pos, skipped, _ = _chapter_columns(job, *work, _BatchAudio(job, records=records))
+    return cols, pos, skipped
+
+
 def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records: dict[int, BatchRecord],
                    memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
     """Write one chapter file (atomically) from the batch audio; its manifest columns, samples, skipped rows."""
-    cfg, sr = job.config, job.sample_rate
-    cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     path = inside(job.out_dir, ch["file"])
-    pos = skipped = 0
     audio = _BatchAudio(job, records=records, memory=memory)  # one per chapter: open files are not shared between threads
     delay_s = float(os.environ.get(FINALIZE_DELAY_ENV) or 0)
-    pieces: list[np.ndarray] = []
     try:
+        cols, pos, skipped, plan = _chapter_columns(job, b_i, book, ch, rows, audio)
         with atomic_path(path) as tmp:
             if delay_s:
                 time.sleep(delay_s)
-            for r in rows:
-                u = r.utt
-                rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
-                data = audio.read(r.batch_id, r.batch_pos) if rec else np.zeros(0, np.int16)
-                pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if len(data) else 0
-                pieces.append(data)
+            pieces: list[np.ndarray] = []
+            for batch_id, batch_pos, pause in plan:
+                if batch_id >= 0:
+                    pieces.append(audio.read(batch_id, batch_pos))
                 if pause:
                     pieces.append(np.zeros(pause, np.int16))
-                skipped += rec is None
-                row = {
-                    "book_index": b_i, "book_title": book["title"], "chapter_index": u.chapter_index,
-                    "chapter_title": ch["title"], "utterance_index": u.utterance_index,
-                    "paragraph_index": u.paragraph_index, "sentence_index": u.sentence_index,
-                    "text": u.text, "spoken_text": u.spoken_text if u.spoken_text is not None else u.text,
-                    "phoneme_count": len(u.phoneme_ids),
-                    "missing_phonemes": u.missing_phonemes,
-                    "status": "synthesized" if rec else "skipped: nothing speakable",
-                    "batch_id": r.batch_id,
-                    "batch_size": (rec.engine_batch_size or len(rec.items)) if rec else 0,
-                    "chapter_path": ch["file"], "start_s": pos / sr, "duration_s": len(data) / sr,
-                    "pause_after_s": pause / sr,
-                    "engine": rec.engine if rec else None, "precision": rec.precision if rec else None,
-                    "device": rec.device if rec else None, "infer_ms": rec.infer_ms if rec else None,
-                    "started_at": rec.started_at if rec else None,
-                    "finished_at": rec.finished_at if rec else None,
-                    "worker": rec.worker if rec else None, "queued_at": rec.queued_at if rec else None,
-                    "attempt": rec.attempt if rec else None,
-                    "phoneme_durations_s": _durations_s(rec, r.batch_pos, len(data), sr) if rec else None,
-                }
-                for k, v in row.items():
-                    cols[k].append(v)
-                pos += len(data) + pause
             audio.close()
             pcm = np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
             del pieces

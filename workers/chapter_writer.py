@@ -200,7 +200,7 @@ def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     wanted = {tuple(k) for k in keys}
     works = [w for w in selected_chapters(job) if chapter_key(w) in wanted]
     records: dict = {}
-    kept = chapter_records.load_valid(job, works, records)
+    kept = {chapter_key(w) for w in chapter_records.valid(job, works, records)}
     out = []
     for w in works:
         if chapter_key(w) in kept or chapter_records.sources(job, w[3], records) is None:
