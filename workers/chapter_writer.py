@@ -32,7 +32,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from workers.finalize_child import ROOT, child_env
+
 log = logging.getLogger("booktts.chapters")
 
 #: Requests waiting for the chapter process; more are dropped (finalize writes those chapters).
@@ -135,12 +136,10 @@ class ChapterWriter:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return self._proc
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
             try:
                 self._proc = subprocess.Popen([sys.executable, "-m", "workers.chapter_writer", str(self.threads)],
                                               stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=None,
-                                              text=True, env=env, cwd=str(ROOT))
+                                              text=True, env=child_env(), cwd=str(ROOT))
             except OSError as exc:
                 log.warning("no chapter process (%s); finalize writes the chapters", exc)
                 self._proc = None
@@ -185,6 +184,27 @@ def close() -> None:
 # ------------------------------------------------------------------ the chapter process
 
 
+_jobs: OrderedDict[tuple[str, str], object] = OrderedDict()
+_jobs_lock = threading.Lock()
+
+
+def _opened(job_dir: str, job_id: str, load_job):
+    """Job ``job_id`` from ``job_dir``, opened once per chapter process (a plan does not change under
+    its job id; a directory that now holds another job is caught by its claim); None if the
+    directory holds another job."""
+    with _jobs_lock:
+        job = _jobs.get((job_dir, job_id))
+    if job is None:
+        job = load_job(Path(job_dir))
+        if job.job_id != job_id:
+            return None
+        with _jobs_lock:
+            _jobs[(job_dir, job_id)] = job
+            while len(_jobs) > JOBS_KEPT:
+                _jobs.popitem(last=False)
+    return job
+
+
 def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     """Write the chapters ``keys`` of job ``job_id`` that are still wanted; the files written.
     Skipped: a job that is replaced or finalized, a chapter whose record matches or whose batches
@@ -193,8 +213,8 @@ def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     from jobs import claim as claims
     from jobs.pipeline import MANIFEST_FILE, chapter_key, load_job, selected_chapters, write_chapter
 
-    job = load_job(Path(job_dir))
-    if job.job_id != job_id or (job.out_dir / MANIFEST_FILE).exists():
+    job = _opened(job_dir, job_id, load_job)
+    if job is None or (job.out_dir / MANIFEST_FILE).exists():
         return []
     claims.check_claim(job.out_dir, job.job_id)
     wanted = {tuple(k) for k in keys}

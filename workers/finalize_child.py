@@ -85,11 +85,17 @@ def _preload() -> None:
             pass
 
 
-def _start(args: list[str]) -> subprocess.Popen:
+def child_env() -> dict[str, str]:
+    """The environment of a worker's child process run as ``python -m workers...``: this one, with
+    the project first on ``PYTHONPATH``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def _start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "workers.finalize_child", *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=None, text=True, env=env, cwd=str(ROOT))
+                            stdout=subprocess.PIPE, stderr=None, text=True, env=child_env(), cwd=str(ROOT))
 
 
 _ready: tuple[int, subprocess.Popen] | None = None

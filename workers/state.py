@@ -158,15 +158,20 @@ class Holder:
 
     def process_is_dead(self) -> bool:
         """True only when the holder ran on this host and its process is gone."""
-        if self.host != socket.gethostname():
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
+        return process_gone(self.host, self.pid)
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """True only when process ``pid`` ran on this host (``host``) and is gone."""
+    if host != socket.gethostname():
         return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 @dataclass

@@ -65,6 +65,7 @@ from jobs.config import JobConfig
 from core.errors import BrokerError, InputError, JobError, TTSError
 from core.files import atomic_path, read_json, slug, write_json
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, queue_name
+from workers.state import process_gone
 from core.files import sha256_file as file_sha256
 
 log = logging.getLogger("booktts.watch")
@@ -94,15 +95,7 @@ def _holder_gone(holder: bytes | None) -> bool:
         pid = int(pid)
     except ValueError:
         return False
-    if host != socket.gethostname() or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return pid != os.getpid() and process_gone(host, pid)
 
 
 
