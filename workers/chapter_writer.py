@@ -2,9 +2,10 @@
 
 A worker process, once it has written and counted a unit, asks :func:`batch_done` which chapters of
 that job now have every batch on disk; each one not yet asked for by any worker (a Redis ``SET NX``
-per chapter) goes to this process's **chapter process** (``python -m workers.chapter_writer THREADS``),
-which writes it with :func:`jobs.pipeline.write_chapter` on up to THREADS threads. That writes the
-chapter's file and its record (:mod:`jobs.chapter_records`); the job's ``finalize`` then keeps the
+per chapter) goes to this process's **chapter process** (``python -m workers.chapter_writer THREADS``,
+started with the worker process, its imports done before the first chapter), which writes it with
+:func:`jobs.pipeline.write_chapter` on up to THREADS threads. That writes the chapter's file and its
+record (:mod:`jobs.chapter_records`); the job's ``finalize`` then keeps the
 chapters whose records match and writes only the rest, the manifest and the book-level files.
 
 Nothing here can lose or spoil output: a chapter written early is the file ``finalize`` would write
@@ -61,6 +62,10 @@ class _Layout:
         for key, bs in self.batches.items():
             for b in bs:
                 self.of_batch.setdefault(b, []).append(key)
+        # per chapter, its batches not yet seen on disk: a record, once written, stays (a reset job is
+        # a new job id), so each batch is looked for until it is found, not on every unit written
+        self.left = {key: list(bs) for key, bs in self.batches.items()}
+        self.lock = threading.Lock()
 
 
 class ChapterWriter:
@@ -68,7 +73,7 @@ class ChapterWriter:
 
     def __init__(self, threads: int) -> None:
         self.threads = max(0, int(threads))
-        self._layouts: OrderedDict[str, _Layout] = OrderedDict()
+        self._layouts: OrderedDict[tuple[str, str], _Layout] = OrderedDict()  # by (directory, job id)
         self._q: queue.Queue = queue.Queue(maxsize=QUEUE_DEPTH)
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
@@ -76,20 +81,30 @@ class ChapterWriter:
 
     def _layout(self, job) -> _Layout:
         with self._lock:
-            lay = self._layouts.get(job.job_id)
+            key = (str(job.out_dir), job.job_id)
+            lay = self._layouts.get(key)
             if lay is None:
-                lay = self._layouts[job.job_id] = _Layout(job)
+                lay = self._layouts[key] = _Layout(job)
                 while len(self._layouts) > JOBS_KEPT:
                     self._layouts.popitem(last=False)
             else:
-                self._layouts.move_to_end(job.job_id)
+                self._layouts.move_to_end(key)
             return lay
 
     def ready_chapters(self, job, batch_id: int) -> list[tuple[int, int]]:
         """Chapters that read ``batch_id`` and now have every batch's record on disk."""
         lay = self._layout(job)
-        return [key for key in lay.of_batch.get(batch_id, [])
-                if all(job.record_path(b).exists() for b in lay.batches[key])]
+        ready = []
+        with lay.lock:
+            for key in lay.of_batch.get(batch_id, []):
+                left = lay.left[key]
+                # newest first: the batch just written, then the likeliest to be missing (length-sorted
+                # plans run a chapter's batches in id order); stop at the first one still missing
+                while left and (left[-1] == batch_id or job.record_path(left[-1]).exists()):
+                    left.pop()
+                if not left:
+                    ready.append(key)
+        return ready
 
     def batch_done(self, store, job, job_dir: str, batch_id: int, worker: str) -> list[tuple[int, int]]:
         """After ``batch_id`` of ``job`` was written and counted (the job not complete yet): send the
@@ -107,6 +122,13 @@ class ChapterWriter:
             return []
         self._start_feeder()
         return keys
+
+    def start(self) -> None:
+        """Start the chapter process now (a worker process's start), so that the first chapter is
+        written as soon as it is complete, not after an interpreter's start and imports; nothing
+        when early chapters are off."""
+        if self.threads:
+            self._process()
 
     def _start_feeder(self) -> None:
         with self._lock:
@@ -239,6 +261,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"[%(asctime)s: %(levelname)s/chapters-{os.getpid()}] %(message)s")
     threads = int(argv[0]) if argv and argv[0].isdigit() and int(argv[0]) > 0 else 1
+    import jobs.pipeline  # noqa: F401 - imported before the first request, not while it waits
 
     def one(req: dict) -> None:
         t0 = time.perf_counter()

@@ -526,6 +526,7 @@ def _on_process_init(**_) -> None:
     global _reaper
     s = runtime.settings()
     finalize_child.start_ready()  # its interpreter starts and imports while the engine loads
+    chapter_writer.writer(s.early_chapters).start()  # likewise the chapter process
     _reaper = ReaperThread(get_store, interval_s=s.heartbeat_s)
     _reaper.start()
     try:

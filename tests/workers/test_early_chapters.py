@@ -100,3 +100,44 @@ def test_chapters_are_written_while_the_job_runs_and_the_output_is_finalizes(red
     for w_ in works:  # every chapter has its record, whoever wrote it
         doc = json.loads(chapter_records.record_path(job, chapter_key(w_)).read_text())
         assert doc["job_id"] == job_id
+
+
+@pytest.mark.parametrize("order", ["ascending", "descending", "shuffled"])
+def test_a_chapter_is_ready_exactly_when_its_last_batch_record_exists(tmp_path, order):
+    """ChapterWriter.ready_chapters remembers the records it has seen (each batch is looked for until
+    found, not on every unit) and must still name a chapter on the unit that completes it, whatever
+    the order the records land in, including records another worker wrote (not reported here)."""
+    import random
+
+    from jobs.chapter_records import batches_of
+    from workers.chapter_writer import ChapterWriter
+
+    out = tmp_path / "job"
+    res = CliRunner().invoke(main, ["plan", str(book(tmp_path)), "-o", str(out), *OPTS])
+    assert res.exit_code == 0, res.output
+    job = load_job(out)
+    chapters = {chapter_key(w): set(batches_of(w[3])) for w in selected_chapters(job)}
+    ids = sorted(job.batches) if isinstance(job.batches, dict) else list(range(len(job.batches)))
+    assert len(ids) >= 6 and len(chapters) == 4
+    if order == "descending":
+        ids.reverse()
+    elif order == "shuffled":
+        random.Random(7).shuffle(ids)
+    writer = ChapterWriter(1)  # never started: ready_chapters only reads the disk
+    on_disk: set[int] = set()
+    named: list[tuple[int, int]] = []
+    for i, b in enumerate(ids):
+        path = job.record_path(b)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+        on_disk.add(b)
+        if i % 3 == 1:
+            continue  # another worker wrote this one: this process is not told
+        got = writer.ready_chapters(job, b)
+        expect = [k for k, bs in chapters.items() if b in bs and bs <= on_disk]
+        assert sorted(got) == sorted(expect), (b, got, expect)
+        named += got
+    # every chapter was named once its last batch landed, unless only unreported units completed it
+    reported_last = {k for k, bs in chapters.items()
+                     if max(bs, key=ids.index) in {b for i, b in enumerate(ids) if i % 3 != 1}}
+    assert reported_last <= set(named)
