@@ -229,14 +229,18 @@ def _opened(job_dir: str, job_id: str, load_job):
 
 def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     """Write the chapters ``keys`` of job ``job_id`` that are still wanted; the files written.
-    Skipped: a job that is replaced or finalized, a chapter whose record matches or whose batches
-    are not all done. Errors propagate (the caller logs them; finalize writes the chapter)."""
+    Skipped: a job that is replaced, finalized or has every batch done (its finalize writes them), a
+    chapter whose record matches or whose batches are not all done. Errors propagate (the caller logs them; finalize writes the chapter)."""
     from jobs import chapter_records
     from jobs import claim as claims
     from jobs.pipeline import MANIFEST_FILE, chapter_key, load_job, selected_chapters, write_chapter
 
     job = _opened(job_dir, job_id, load_job)
     if job is None or (job.out_dir / MANIFEST_FILE).exists():
+        return []
+    if not job.pending_batches():
+        # every batch is done: the job's finalize is due, and writes its chapters on processes of
+        # its own; a request that waited here behind other jobs' chapters would only hold it up
         return []
     claims.check_claim(job.out_dir, job.job_id)
     wanted = {tuple(k) for k in keys}

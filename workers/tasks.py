@@ -471,12 +471,13 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
                         job_id, len(missing))
             return
         # in a process of its own (Offloader's doc), waited for here
-        summary = finalize_child.run(job_dir, processes=batcher.offloader().chapter_processes())
+        t0, processes = time.perf_counter(), batcher.offloader().chapter_processes()
+        summary = finalize_child.run(job_dir, processes=processes)
         if not store.finish(job_id, asdict(summary)):  # Redis lost the job meanwhile: its directory says done
             rebuild_job(store, job_dir, job_id, queue)
         runtime.forget_job(job_id)
-        log.info("job %s: finalized, %d chapter files, %.1f s audio", job_id, len(summary.chapter_files),
-                 summary.audio_s)
+        log.info("job %s: finalized, %d chapter files, %.1f s audio, in %.2f s (up to %d chapter processes)",
+                 job_id, len(summary.chapter_files), summary.audio_s, time.perf_counter() - t0, processes)
     except RETRYABLE as exc:  # (ChildProcessError, an OSError: the finalize process died without a result)
         log.warning("job %s finalize: %s: %s; queued again", job_id, type(exc).__name__, exc)
         try:

@@ -141,3 +141,32 @@ def test_a_chapter_is_ready_exactly_when_its_last_batch_record_exists(tmp_path, 
     reported_last = {k for k, bs in chapters.items()
                      if max(bs, key=ids.index) in {b for i, b in enumerate(ids) if i % 3 != 1}}
     assert reported_last <= set(named)
+
+
+def test_a_request_for_a_job_with_every_batch_done_is_left_to_its_finalize(tmp_path):
+    """The chapter process drops requests of a job whose batches are all done (its finalize writes
+    the chapters on processes of its own), and still writes those of a job with batches to go."""
+    import shutil
+
+    from jobs.chapter_records import batches_of
+    from jobs.pipeline import MANIFEST_FILE
+    from workers.chapter_writer import write_requested
+
+    out = tmp_path / "job"
+    res = CliRunner().invoke(main, ["run", str(book(tmp_path)), "-o", str(out), "--engine", "fake", *OPTS])
+    assert res.exit_code == 0, res.output
+    job = load_job(out)
+    works = selected_chapters(job)
+    for w in works:
+        (out / w[2]["file"]).unlink()
+    shutil.rmtree(out / ".work" / "chapters")
+    (out / MANIFEST_FILE).unlink()
+    keys = [list(chapter_key(w)) for w in works]
+    assert write_requested(str(out), job.job_id, keys) == []
+    assert not any((out / w[2]["file"]).exists() for w in works)
+    # a batch that chapter 1 does not read goes missing: the job has work to go, chapter 1 is written
+    first = works[0]
+    other = next(b for b in range(len(job.batches)) if b not in set(batches_of(first[3])))
+    job.record_path(other).unlink()
+    assert write_requested(str(out), job.job_id, [list(chapter_key(first))]) == [first[2]["file"]]
+    assert (out / first[2]["file"]).exists()
