@@ -207,14 +207,14 @@ class Offloader:
         self._lock = threading.Lock()
 
     def chapter_processes(self) -> int:
-        """Processes one finalize may write its chapters with: the host's cores shared by the
-        finalizes running now (with :data:`~jobs.chapter_pool.MAX_PROCESSES` each they would cost CPU
-        time, not save wall time, on a host whose cores they already fill)."""
+        """Processes one finalize may write its chapters with: the host's cores, whatever else runs.
+        Its processes run at a lower priority (:data:`workers.finalize_child.CHILD_NICE`), so the
+        engine's process keeps its core, the finalizes running at once share the rest, and the last
+        one running gets them all (a share fixed when each started left most cores idle while the last
+        jobs of a bulk run were finalized with 2-4 processes)."""
         from jobs.segment_pool import host_cores
 
-        with self._lock:
-            running = max(1, self._running)
-        return host_cores() // running
+        return host_cores()
 
     def write(self, fn) -> None:
         """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""

@@ -33,7 +33,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from workers.finalize_child import ROOT, child_env
+from workers.finalize_child import ROOT, child_env, lower_priority
 
 log = logging.getLogger("booktts.chapters")
 
@@ -265,6 +265,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"[%(asctime)s: %(levelname)s/chapters-{os.getpid()}] %(message)s")
     threads = int(argv[0]) if argv and argv[0].isdigit() and int(argv[0]) > 0 else 1
+    lower_priority()
     import jobs.pipeline  # noqa: F401 - imported before the first request, not while it waits
 
     def one(req: dict) -> None:

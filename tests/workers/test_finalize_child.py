@@ -4,6 +4,7 @@ summary as finalize in-process, and its errors come back as the same kinds of ex
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +74,7 @@ def test_the_process_started_ahead_runs_the_next_finalize_and_exits_when_closed(
     assert nxt.wait(timeout=30) == 0 and finalize_child._ready is None
 
 
-def test_a_worker_shares_the_cores_between_the_finalizes_it_runs(monkeypatch):
+def test_every_finalize_may_use_every_core_while_others_run(monkeypatch):
     import threading
 
     from workers import batcher
@@ -91,10 +92,38 @@ def test_a_worker_shares_the_cores_between_the_finalizes_it_runs(monkeypatch):
         off.finalize(hold)
     for _ in range(4):
         assert started.acquire(timeout=10)
-    assert off.chapter_processes() == 4
+    assert off.chapter_processes() == 16  # the processes run niced: no fixed share of the cores
     gate.set()
     off.drain(10)
-    assert off.chapter_processes() == 16
+
+
+def _nice(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[16])  # field 19 of proc(5)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads niceness from Linux's /proc")
+def test_the_chapter_writing_processes_run_niced():
+    """The finalize process started ahead and the early chapter process lower their priority by
+    CHILD_NICE (capped at 19), so that the engine's process keeps its core beside them."""
+    import os
+    import time
+
+    from workers import chapter_writer
+
+    want = min(19, os.nice(0) + finalize_child.CHILD_NICE)
+    proc = finalize_child._start(["--stdin"])
+    writer = chapter_writer.ChapterWriter(1)
+    writer.start()
+    try:
+        for pid in (proc.pid, writer._proc.pid):
+            deadline = time.monotonic() + 30
+            while _nice(pid) != want:
+                assert time.monotonic() < deadline, f"process {pid} runs at nice {_nice(pid)}, not {want}"
+                time.sleep(0.05)
+    finally:
+        proc.communicate(input="", timeout=30)
+        writer.close()
 
 
 def test_chapter_processes_stay_within_the_limit(tmp_path, short_book, monkeypatch):
