@@ -41,7 +41,9 @@ benchmark's audio) / wall seconds from the first submit to the last job done (al
 per-phase times (submit, first batch started / done, synthesis span against the sum of the batches'
 ``infer_ms``, finalize per job = finalized_at - the job's last batch finished_at, total); GPU busy share
 = the unique batches' ``infer_ms`` summed / (wall x GPUs), and ``nvidia-smi`` utilization sampled every
-``--sample-s``; batches and mean batch size; bulk x / engine x.
+``--sample-s``; batches and mean batch size; bulk x / engine x; from the workers' logs, each engine
+call's timing line summed (``engine_call_timing``) and each finalize process's time and chapter
+processes (``finalize_timing``, the last one being the run's tail).
 Exit code 0 when every job is done and every check passed, 1 otherwise, 2 for bad arguments or setup.
 """
 
@@ -724,6 +726,22 @@ def engine_call_timing(procs: list) -> dict:
     return out
 
 
+FINALIZED = re.compile(r"job (\w+): finalized, \d+ chapter files, [\d.]+ s audio, in ([\d.]+) s "
+                       r"\(up to (\d+) chapter processes\)")
+
+
+def finalize_timing(procs: list) -> dict:
+    """The workers' finalize lines (``workers.tasks``): how long each finalize process ran and with
+    how many chapter processes, in the order they ended (the last one is the run's tail)."""
+    runs = [{"job": m.group(1), "s": float(m.group(2)), "processes": int(m.group(3))}
+            for p in procs for m in FINALIZED.finditer(p.output())]
+    if not runs:
+        return {"runs": 0}
+    secs = [r["s"] for r in runs]
+    return {"runs": len(runs), "mean_s": round(sum(secs) / len(secs), 3), "max_s": max(secs),
+            "last": runs[-1], "each": runs}
+
+
 def print_report(res: dict) -> None:
     s = res.get("summary") or {}
     ph = s.get("phases") or {}
@@ -751,6 +769,10 @@ def print_report(res: dict) -> None:
         print(f"engine calls: {ec['calls']}; summed over them (s): " + ", ".join(
             f"{k[:-2]} {ec[k]}" for k in ec if k.endswith("_s")) + f"; {ec['skipped_messages']} messages skipped, "
             f"{ec.get('withdrawn_messages', 0)} withdrawn")
+    ft = res.get("finalize_timing") or {}
+    if ft.get("runs"):
+        print(f"finalize processes (workers' logs): {ft['runs']}, mean {ft['mean_s']} s, max {ft['max_s']} s; "
+              f"the last {ft['last']['s']} s with up to {ft['last']['processes']} chapter processes")
     print(f"GPU busy share (infer / wall / devices): {s.get('gpu_busy_share')}; sampled: {res.get('sampled')}")
     base = res.get("engine_baseline") or {}
     if base.get("engine_x"):
@@ -938,6 +960,7 @@ def main(argv=None) -> int:
         if base.get("engine_x") and res["summary"].get("x_real_time"):
             res["bulk_over_engine"] = round(res["summary"]["x_real_time"] / base["engine_x"], 4)
         res["engine_call_timing"] = engine_call_timing(procs)
+        res["finalize_timing"] = finalize_timing(procs)
         res["checks"] = run_checks(a, env, an["jobs"])
         ok = res["summary"]["all_done"] and all(c["ok"] for c in res["checks"])
         res["ok"] = ok

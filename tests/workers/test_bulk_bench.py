@@ -140,6 +140,9 @@ def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
     assert 0 <= ph["first_batch_started_s"] <= ph["first_batch_done_s"] <= ph["last_batch_done_s"] <= s["wall_s"]
     assert 0 < s["gpu_busy_share"] <= 1 and s["mean_batch_size"] > 1
     assert "== bulk distributed benchmark ==" in r.stdout and "x real-time" in r.stdout
+    ft = res["finalize_timing"]  # from the worker's "finalized, ... in T s (up to P chapter processes)" lines
+    assert ft["runs"] == 2 and sorted(f["job"] for f in ft["each"]) == sorted(j["job_id"] for j in jobs)
+    assert all(f["s"] > 0 and f["processes"] >= 1 for f in ft["each"]) and "finalize processes" in r.stdout
     # everything it started is gone, and so is its work directory
     pids = [p["pid"] for p in res["processes"]] + [res["redis_server"]["pid"]]
     assert not [p for p in pids if _alive(p)]
