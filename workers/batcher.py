@@ -203,15 +203,13 @@ class Offloader:
         self._units = ThreadPoolExecutor(UNIT_WRITERS, thread_name_prefix="booktts-unit")
         self._finalize = ThreadPoolExecutor(n, thread_name_prefix="booktts-finalize")
         self._pending: set[Future] = set()
-        self._running = 0
         self._lock = threading.Lock()
 
     def chapter_processes(self) -> int:
         """Processes one finalize may write its chapters with: the host's cores, whatever else runs.
         Its processes run at a lower priority (:data:`workers.finalize_child.CHILD_NICE`), so the
         engine's process keeps its core, the finalizes running at once share the rest, and the last
-        one running gets them all (a share fixed when each started left most cores idle while the last
-        jobs of a bulk run were finalized with 2-4 processes)."""
+        one running gets them all."""
         from jobs.segment_pool import host_cores
 
         return host_cores()
@@ -232,16 +230,7 @@ class Offloader:
 
     def finalize(self, fn) -> None:
         """Run ``fn()`` on a finalize thread."""
-        def counted():
-            with self._lock:
-                self._running += 1
-            try:
-                fn()
-            finally:
-                with self._lock:
-                    self._running -= 1
-
-        fut = self._finalize.submit(counted)
+        fut = self._finalize.submit(fn)
         with self._lock:
             self._pending.add(fut)
         fut.add_done_callback(self._done)

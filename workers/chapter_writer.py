@@ -56,15 +56,13 @@ class _Layout:
         from jobs.chapter_records import batches_of
         from jobs.pipeline import chapter_key, selected_chapters
 
-        works = selected_chapters(job)
-        self.batches = {chapter_key(w): batches_of(w[3]) for w in works}
+        # per chapter, its batches not yet seen on disk (ascending): a record, once written, stays (a
+        # reset job is a new job id), so each batch is looked for until it is found, not on every unit
+        self.left = {chapter_key(w): batches_of(w[3]) for w in selected_chapters(job)}
         self.of_batch: dict[int, list[tuple[int, int]]] = {}
-        for key, bs in self.batches.items():
+        for key, bs in self.left.items():
             for b in bs:
                 self.of_batch.setdefault(b, []).append(key)
-        # per chapter, its batches not yet seen on disk: a record, once written, stays (a reset job is
-        # a new job id), so each batch is looked for until it is found, not on every unit written
-        self.left = {key: list(bs) for key, bs in self.batches.items()}
         self.lock = threading.Lock()
 
 
@@ -230,7 +228,8 @@ def _opened(job_dir: str, job_id: str, load_job):
 def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     """Write the chapters ``keys`` of job ``job_id`` that are still wanted; the files written.
     Skipped: a job that is replaced, finalized or has every batch done (its finalize writes them), a
-    chapter whose record matches or whose batches are not all done. Errors propagate (the caller logs them; finalize writes the chapter)."""
+    chapter whose record matches or whose batches are not all done. Errors propagate (the caller logs
+    them; finalize writes the chapter)."""
     from jobs import chapter_records
     from jobs import claim as claims
     from jobs.pipeline import MANIFEST_FILE, chapter_key, load_job, selected_chapters, write_chapter
@@ -238,7 +237,7 @@ def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     job = _opened(job_dir, job_id, load_job)
     if job is None or (job.out_dir / MANIFEST_FILE).exists():
         return []
-    if not job.pending_batches():
+    if all(job.record_path(b.batch_id).exists() for b in job.batches):
         # every batch is done: the job's finalize is due, and writes its chapters on processes of
         # its own; a request that waited here behind other jobs' chapters would only hold it up
         return []
