@@ -11,6 +11,7 @@ these.
     │   └── UnsafePathError   a name inside an input that would escape the output directory
     ├── VoiceError            a voice that cannot be found or loaded
     ├── JobError              job state: a different job in the output dir, unknown job id
+    │   └── BatchesNotDone    a finalize asked for before every batch has its record
     ├── BrokerError           Redis / Celery cannot be reached or misbehaves
     ├── StorageError          writing into the output directory failed (also an OSError: retried by workers)
     │   └── DiskFullError     no space left on device (ENOSPC, or a quota: EDQUOT)
@@ -56,6 +57,20 @@ class JobError(TTSError):
     """Job state is inconsistent with the request (for example another job's output)."""
 
     exit_code = 4
+
+
+class BatchesNotDone(JobError):
+    """A job's chapters were asked for while some of its batches have no record yet; ``batches``
+    lists them (a worker queues them again, a local run resumes them)."""
+
+    def __init__(self, job_id: str, batches: list[int], total: int) -> None:
+        self.job_id, self.batches, self.total = job_id, [int(b) for b in batches], int(total)
+        first = self.batches[0] if self.batches else None
+        super().__init__(f"job {job_id}: {len(self.batches)} of {total} batches are not done (first: {first}); "
+                         "resume the job")
+
+    def __reduce__(self):  # (crosses process boundaries as its arguments)
+        return type(self), (self.job_id, self.batches, self.total)
 
 
 class BrokerError(TTSError):

@@ -31,7 +31,7 @@ from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
 from jobs import chapter_pool, chapter_records, deliver
 from jobs.config import AUDIO_FORMATS, JobConfig
-from core.errors import DeterministicEngineError, EngineOutOfMemory, InputError, JobError
+from core.errors import BatchesNotDone, DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from core.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
                         write_json)
 from jobs.phonemize import Phonemizer
@@ -898,8 +898,7 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     claims.check_claim(job.out_dir, job.job_id)  # chapter files and manifest have fixed names
     missing = job.pending_batches()
     if missing:
-        raise JobError(f"job {job.job_id}: {len(missing)} of {len(job.batches)} batches are not done "
-                       f"(first: {missing[0]}); resume the job")
+        raise BatchesNotDone(job.job_id, missing, len(job.batches))
     # Early chapter writes in flight end first (their files are then kept by their records), and none
     # starts until the manifest is written.
     with chapter_records.finishing(job):

@@ -1,13 +1,14 @@
-"""``python -m workers.finalize_child JOB_DIR [--processes N] | --stdin``: one job's ``finalize`` in a process of its own.
+"""``python -m workers.finalize_child JOB_DIR [--job-id ID] [--processes N] | --stdin``: one job's ``finalize`` in a process of its own.
 
 A GPU worker assembles a finished job's chapters (batch audio, loudness, encoding, the manifest)
 here rather than in a thread of its engine's process, where that work's Python would hold the
-interpreter lock the engine's launch thread needs. Prints one JSON line: ``{"summary": {...}}``, or
-``{"error": {...}}`` with the exception's kind, message and, for I/O errors, errno and file (exit
-status 3). :func:`run` is the caller's side: it starts the process and gives back the summary, or
+interpreter lock the engine's launch thread needs; so does reading the job and checking that every
+batch has its record. Prints one JSON line: ``{"summary": {...}}``, or ``{"error": {...}}`` with the
+exception's kind, message and, for I/O errors, errno and file, for batches without a record their
+ids (exit status 3). :func:`run` is the caller's side: it starts the process and gives back the summary, or
 raises the error again as the same kind of exception (a full disk stays a retryable
 :class:`~core.errors.DiskFullError`). With ``--stdin`` the process does its imports first and then
-waits for its job on standard input (one JSON line: ``job_dir``, ``processes``): :func:`run` keeps one
+waits for its job on standard input (one JSON line: ``job_dir``, ``job_id``, ``processes``): :func:`run` keeps one
 started ahead, so that a finalize does not wait for an interpreter to start and import.
 """
 
@@ -42,7 +43,7 @@ def lower_priority() -> None:
 def main(argv: list[str]) -> int:
     import logging
 
-    from core.errors import DiskFullError, JobError, StorageError, TTSError
+    from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError, TTSError
     from jobs.pipeline import finalize, load_job
 
     # its log lines go to the worker's log (stderr is inherited), marked as this process's
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
                         format=f"[%(asctime)s: %(levelname)s/finalize-{os.getpid()}] %(message)s")
 
     lower_priority()
-    processes = None
+    processes = job_id = None
     if argv == ["--stdin"]:  # started ahead, its imports done: the job comes on standard input
         _preload()
         line = sys.stdin.readline()
@@ -59,20 +60,29 @@ def main(argv: list[str]) -> int:
         try:
             req = json.loads(line)
             argv = [str(req["job_dir"])]
-            processes = req.get("processes")
+            processes, job_id = req.get("processes"), req.get("job_id")
             processes = None if processes is None else int(processes)
         except (ValueError, KeyError, TypeError):
             print(json.dumps({"error": {"kind": "usage", "message": f"unreadable request {line.strip()[:200]!r}"}}))
             return 2
-    elif len(argv) == 3 and argv[1] == "--processes" and argv[2].isdigit():
-        processes = int(argv[2])
-    elif len(argv) != 1:
-        print(json.dumps({"error": {"kind": "usage",
-                                    "message": "usage: python -m workers.finalize_child JOB_DIR [--processes N] "
-                                               "| --stdin"}}))
-        return 2
+    else:
+        opts = dict(zip(argv[1::2], argv[2::2]))
+        if len(argv) % 2 == 0 or not set(opts) <= {"--processes", "--job-id"} \
+                or not opts.get("--processes", "0").isdigit():
+            print(json.dumps({"error": {"kind": "usage",
+                                        "message": "usage: python -m workers.finalize_child JOB_DIR [--job-id ID] "
+                                                   "[--processes N] | --stdin"}}))
+            return 2
+        processes = int(opts["--processes"]) if "--processes" in opts else None
+        job_id = opts.get("--job-id")
     try:
-        summary = finalize(load_job(Path(argv[0])), processes=processes)
+        job = load_job(Path(argv[0]))
+        if job_id is not None and job.job_id != job_id:
+            raise JobError(f"{argv[0]} now holds job {job.job_id}, not {job_id}; the job was replaced")
+        summary = finalize(job, processes=processes)
+    except BatchesNotDone as exc:
+        out = {"kind": "missing", "job_id": exc.job_id, "batches": exc.batches, "total": exc.total,
+               "message": str(exc)}
     except OSError as exc:
         kind = "disk_full" if isinstance(exc, DiskFullError) else "storage" if isinstance(exc, StorageError) else "os"
         out = {"kind": kind, "filename": exc.filename, "message": exc.strerror or str(exc), "errno": exc.errno}
@@ -158,19 +168,22 @@ def close_ready() -> None:
             ready[1].kill()
 
 
-def run(job_dir: str, processes: int | None = None, ahead: bool = True):
+def run(job_dir: str, processes: int | None = None, ahead: bool = True, job_id: str | None = None):
     """Finalize ``job_dir`` in a child process; its :class:`~jobs.pipeline.FinalizeSummary`.
+    ``job_id``: refuse (:class:`JobError`) if the directory now holds another job.
+    :class:`~core.errors.BatchesNotDone` names the batches without a record.
     ``processes``: at most this many processes of its own write the chapters (0: threads).
     ``ahead``: use the process started ahead for it, whose imports are done (a second or more of a
     finalize's time on a busy host), and start one for the next finalize."""
-    from core.errors import DiskFullError, JobError, StorageError
+    from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError
     from jobs.pipeline import FinalizeSummary
 
     proc = _take_ready() if ahead else None
     if proc is not None:
-        request = json.dumps({"job_dir": str(job_dir), "processes": processes}) + "\n"
+        request = json.dumps({"job_dir": str(job_dir), "job_id": job_id, "processes": processes}) + "\n"
     else:
-        proc = _start([str(job_dir)] + ([] if processes is None else ["--processes", str(int(processes))]))
+        proc = _start([str(job_dir)] + ([] if job_id is None else ["--job-id", str(job_id)])
+                      + ([] if processes is None else ["--processes", str(int(processes))]))
         request = ""
     try:
         out, _ = proc.communicate(input=request)
@@ -193,6 +206,8 @@ def run(job_dir: str, processes: int | None = None, ahead: bool = True):
         raise StorageError(err.get("filename"), msg, err.get("errno") or _errno.EIO)
     if kind == "os":
         raise OSError(err.get("errno") or _errno.EIO, msg, err.get("filename"))
+    if kind == "missing":
+        raise BatchesNotDone(err.get("job_id") or "?", err.get("batches") or [], err.get("total") or 0)
     if kind == "job":
         raise JobError(msg)
     raise RuntimeError(f"{err.get('type', 'error')}: {msg}")

@@ -46,7 +46,7 @@ from celery import Task, signals
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
-from core.errors import BrokerError, EngineUnavailable, JobError, TransientEngineError, VoiceError
+from core.errors import BatchesNotDone, BrokerError, EngineUnavailable, JobError, TransientEngineError, VoiceError
 from workers import runtime
 from workers.runtime import OutsideAllowedRoots
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
@@ -455,11 +455,15 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
 def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: str, holder: Holder,
                             hb: Heartbeat) -> None:
     try:
-        job = load_checked(job_dir, job_id)
-        missing = job.pending_batches()
-        if missing:
+        # in a process of its own (Offloader's doc), waited for here; it reads the job and checks its
+        # batch records itself, so that none of that runs in this (the engine's) process
+        t0, processes = time.perf_counter(), batcher.offloader().chapter_processes()
+        try:
+            summary = finalize_child.run(job_dir, processes=processes, job_id=job_id)
+        except BatchesNotDone as exc:
             # Redis counted batches whose records this node cannot see (or that were deleted):
             # run them again rather than fail.
+            missing = exc.batches
             store.r.srem(store.k(job_id, "done"), *missing)
             store.r.delete(store.k(job_id, FINALIZE))
             store.release(job_id, FINALIZE, holder)
@@ -470,9 +474,6 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
             log.warning("job %s: %d batches counted as done have no record on disk; re-enqueued",
                         job_id, len(missing))
             return
-        # in a process of its own (Offloader's doc), waited for here
-        t0, processes = time.perf_counter(), batcher.offloader().chapter_processes()
-        summary = finalize_child.run(job_dir, processes=processes)
         if not store.finish(job_id, asdict(summary)):  # Redis lost the job meanwhile: its directory says done
             rebuild_job(store, job_dir, job_id, queue)
         runtime.forget_job(job_id)

@@ -466,6 +466,37 @@ def test_lost_finalize_message_is_recovered_by_the_reaper(redis_url, start_worke
     assert_same_output(manifest(out), local_manifest(short_book, tmp_path / "local", voice, max_batch=4))
 
 
+def test_a_batch_counted_in_redis_without_its_record_is_synthesized_again(redis_url, start_worker, short_book,
+                                                                          tmp_path, voice):
+    """Redis counts every batch, but one batch's record is gone from the disk (deleted, or written where
+    this node cannot see it). The finalize process, which checks the records itself (the engine's
+    process no longer does), names that batch; the worker queues it again instead of failing the job,
+    and the job completes with the local runner's output."""
+    from jobs.pipeline import run_batch
+    from workers.state import Holder
+
+    store = JobStore(redis_url)
+    out = tmp_path / "dist"
+    job_id = submit(redis_url, short_book, out, "--max-batch", "4")
+    store.r.delete("tts.normal")  # the queued batch messages: run them here instead
+    job = load_job(out)
+    engine = FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length)
+    for b in job.pending_batches():
+        holder = Holder("test@here", "here", 1, f"t{b}")
+        assert store.begin(job_id, b, holder, 10, 6)[0] == "ok"
+        rec = run_batch(job, b, engine, worker="test", queued_at="2026-01-01T00:00:00+00:00")
+        verdict = store.complete(job_id, b, holder, {}, rec.audio_samples / rec.sample_rate)[0]
+    assert verdict == "finalize"  # every batch counted; the finalize message is never sent
+    lost = job.batches[1].batch_id
+    job.record_path(lost).unlink()
+    w = start_worker(redis_url, "w1", env={"BOOKTTS_FINALIZE_STALE_S": "1"})
+    info = wait_status(store, job_id, timeout=40)
+    assert info.status is JobStatus.DONE and load_job(out).finalized
+    assert "1 batches counted as done have no record on disk; re-enqueued" in w.output()
+    assert f"batch {lost}: done" in w.output()
+    assert_same_output(manifest(out), local_manifest(short_book, tmp_path / "local", voice, max_batch=4))
+
+
 def test_worker_that_cannot_build_its_engine_stops_with_one_line(redis_url, tmp_path):
     import os
     import signal

@@ -10,7 +10,7 @@ import pytest
 
 from engines.fake import FakeEngine
 from jobs.config import JobConfig
-from core.errors import DiskFullError, JobError
+from core.errors import BatchesNotDone, DiskFullError, JobError
 from jobs.pipeline import finalize, prepare_job, run_batch
 from workers import finalize_child
 
@@ -35,8 +35,12 @@ def test_child_finalize_writes_what_finalize_writes(tmp_path, short_book, voice)
 
 def test_child_finalize_errors_keep_their_kind(tmp_path, short_book, voice, monkeypatch):
     job = _job(tmp_path, short_book, voice, "c", run_all=False)
-    with pytest.raises(JobError):  # a batch is missing: refused, not retried
+    with pytest.raises(BatchesNotDone) as missing:  # a batch is missing: refused, not retried, and named
         finalize_child.run(str(job.out_dir))
+    assert isinstance(missing.value, JobError) and missing.value.batches == [job.batches[0].batch_id]
+    assert missing.value.job_id == job.job_id and missing.value.total == len(job.batches)
+    with pytest.raises(JobError, match="now holds job"):  # the directory holds another job than the one meant
+        finalize_child.run(str(job.out_dir), job_id="0123456789abcdef")
     doc = {"error": {"kind": "disk_full", "filename": "/x/001.flac", "message": "no space left on device",
                      "errno": errno.ENOSPC}}
 
