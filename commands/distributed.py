@@ -29,7 +29,8 @@ from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues,
                                 priority_of_queue, queue_name, redact_url, use_redis)
 from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES,
-                             DEFAULT_EARLY_CHAPTERS, DEFAULT_PREPARE_SHAPES_S, EARLY_CHAPTERS_ENV, PREPARE_SHAPES_ENV,
+                             DEFAULT_EARLY_CHAPTERS, DEFAULT_PREPARE_SHAPES_S, DEFAULT_UNIT_WRITERS, EARLY_CHAPTERS_ENV,
+                             PREPARE_SHAPES_ENV, UNIT_WRITERS_ENV,
                              STATE_DIR_ENV,
                              WorkerSettings, real_roots)
 from workers.state import MAX_RECENT_JOBS
@@ -257,11 +258,16 @@ def _report_end(store, info) -> None:
               help="Threads of each worker process's chapter process, which writes every chapter of a job as soon "
                    "as all its batches are done (a user hears chapter 1 while the rest is synthesized, and the "
                    f"job's finalize only writes what is left); 0: finalize writes them all [env {EARLY_CHAPTERS_ENV}].")
+@click.option("--unit-writers", type=click.IntRange(1, 64), default=DEFAULT_UNIT_WRITERS, show_default=True,
+              envvar=UNIT_WRITERS_ENV,
+              help="Threads of each engine process that write an engine call's results (each batch's audio and "
+                   "record, each synced to disk); the next engine call waits while they write, so storage with "
+                   f"slow syncs (a network filesystem) wants more [env {UNIT_WRITERS_ENV}].")
 @redis_option
 @one_line_errors
 def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurrency, pool, lease_seconds,
            max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, allowed_roots,
-           state_dir, prepare_shapes_s, early_chapters, redis_url) -> None:
+           state_dir, prepare_shapes_s, early_chapters, unit_writers, redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
@@ -303,6 +309,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
             os.environ[STATE_DIR_ENV] = state_dir
         os.environ[PREPARE_SHAPES_ENV] = repr(float(prepare_shapes_s))
         os.environ[EARLY_CHAPTERS_ENV] = str(early_chapters)
+        os.environ[UNIT_WRITERS_ENV] = str(unit_writers)
         if max_batch_phonemes:
             os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
         sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
@@ -317,7 +324,8 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
     settings = WorkerSettings(engine=engine_spec, lease_seconds=lease_seconds, voice=preload_voice or None,
                               max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes,
                               allowed_roots=allowed_roots, state_dir=state_dir or "",
-                              prepare_shapes_s=prepare_shapes_s, early_chapters=early_chapters)
+                              prepare_shapes_s=prepare_shapes_s, early_chapters=early_chapters,
+                              unit_writers=unit_writers)
     os.environ.update(settings.to_env())
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "

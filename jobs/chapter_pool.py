@@ -32,7 +32,8 @@ PROCESS_MIN_CHAPTERS = 2
 #: Most processes.
 MAX_PROCESSES = 16
 #: What a forkserver imports before forking chapter writers (when this pool is the first to start it).
-PRELOAD = ["__main__", "jobs.pipeline", "jobs.chapter_pool", "scipy.signal", "scipy.ndimage", "pyloudnorm", "soundfile"]
+PRELOAD = ["__main__", "jobs.pipeline", "jobs.chapter_pool", "scipy.signal", "scipy.ndimage", "pyloudnorm", "soundfile",
+           "mutagen.flac"]
 
 
 def chapter_seconds(job, work) -> float:

@@ -40,9 +40,6 @@ log = logging.getLogger("booktts.batcher")
 SCAN_LIMIT = 256
 #: Engine calls whose results may wait for the writer at once (bounds host memory).
 WRITER_DEPTH = 2
-#: Units of one engine call written at once (their normalisation, WAV encoding and file writes
-#: release the interpreter lock): one thread wrote a 32-unit call in about as long as the GPU took.
-UNIT_WRITERS = 4
 
 
 @dataclass
@@ -194,13 +191,13 @@ class Offloader:
     in the bulk benchmark grew by more than half while finalizes ran beside it: docs/PERFORMANCE.md).
     A finalize thread waits for the child while the job's finalize lease is renewed."""
 
-    def __init__(self, finalize_threads: int | None = None) -> None:
+    def __init__(self, finalize_threads: int | None = None, unit_writers: int = 4) -> None:
         self._q: queue.Queue = queue.Queue(maxsize=WRITER_DEPTH)
         self._writer = threading.Thread(target=self._run, name="booktts-writer", daemon=True)
         self._writer.start()
         # jobs that finish close together finalize at once (CPU work in child processes)
         n = finalize_threads or max(1, min(8, (os.cpu_count() or 2) // 2))
-        self._units = ThreadPoolExecutor(UNIT_WRITERS, thread_name_prefix="booktts-unit")
+        self._units = ThreadPoolExecutor(max(1, unit_writers), thread_name_prefix="booktts-unit")
         self._finalize = ThreadPoolExecutor(n, thread_name_prefix="booktts-finalize")
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
@@ -219,7 +216,7 @@ class Offloader:
         self._q.put(fn)
 
     def each(self, fn, items) -> None:
-        """``fn(item)`` for every item, :data:`UNIT_WRITERS` at a time (from the writer thread: an engine
+        """``fn(item)`` for every item, ``unit_writers`` at a time (from the writer thread: an engine
         call's units); returns when all are done."""
         items = list(items)
         if len(items) == 1:
@@ -316,7 +313,9 @@ def offloader() -> Offloader:
     global _offloader
     with _off_lock:
         if _offloader is None or _offloader[0] != os.getpid():
-            _offloader = (os.getpid(), Offloader())
+            from workers.runtime import settings
+
+            _offloader = (os.getpid(), Offloader(unit_writers=settings().unit_writers))
         return _offloader[1]
 
 

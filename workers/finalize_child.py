@@ -100,10 +100,12 @@ def main(argv: list[str]) -> int:
 
 
 def _preload() -> None:
-    """What a finalize imports (the job, Parquet, audio encoding, loudness), done before the job comes."""
+    """What a finalize imports (the job, Parquet, audio encoding, loudness, FLAC tags), done before the job
+    comes: its chapter processes, forked from it, then import none of them."""
     import importlib
 
-    for name in ("jobs.chapter_pool", "pyarrow.parquet", "soundfile", "scipy.signal", "scipy.ndimage", "pyloudnorm"):
+    for name in ("jobs.chapter_pool", "pyarrow.parquet", "soundfile", "scipy.signal", "scipy.ndimage", "pyloudnorm",
+                 "mutagen.flac"):
         try:
             importlib.import_module(name)
         except ImportError:  # a package the job may not need: its finalize says so if it does

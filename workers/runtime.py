@@ -22,6 +22,7 @@ environment (so ``celery -A workers.celery_app worker`` can be used directly):
 ``BOOKTTS_EARLY_CHAPTERS``     threads of each worker process's chapter process, which writes a job's chapters
                                as soon as their batches are done (default 2; 0: finalize writes them all):
                                :mod:`workers.chapter_writer`
+``BOOKTTS_UNIT_WRITERS``       threads of each engine process that write an engine call's units (audio, record)
 ``BOOKTTS_STATE_DIR``          this node's directory of the jobs its workers have seen (default
                                ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`
 ``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
@@ -58,6 +59,9 @@ PREPARE_SHAPES_ENV = "BOOKTTS_PREPARE_SHAPES_S"
 DEFAULT_PREPARE_SHAPES_S = 60.0
 #: Environment variable of ``worker --early-chapters``.
 EARLY_CHAPTERS_ENV = "BOOKTTS_EARLY_CHAPTERS"
+UNIT_WRITERS_ENV = "BOOKTTS_UNIT_WRITERS"
+#: Default threads of an engine process that write an engine call's units (:class:`workers.batcher.Offloader`).
+DEFAULT_UNIT_WRITERS = 4
 #: Default threads of a worker process's chapter process (:mod:`workers.chapter_writer`).
 DEFAULT_EARLY_CHAPTERS = 2
 #: The node's shape profile is rewritten at most this often (seconds) while a worker runs.
@@ -95,6 +99,11 @@ class WorkerSettings:
     early_chapters: int = DEFAULT_EARLY_CHAPTERS
     """Threads of this worker process's chapter process, which writes each chapter of a job as soon
     as all its batches are done (:mod:`workers.chapter_writer`); 0: the job's finalize writes them all."""
+    unit_writers: int = DEFAULT_UNIT_WRITERS
+    """Threads of each engine process that write an engine call's units (peak normalisation, the WAV
+    file and its fsync, the record and its fsync: mostly time outside the interpreter lock, waiting on
+    the disk). The engine's next call waits while a call's units are being written, so storage with
+    slow fsyncs (a network filesystem) wants more."""
 
     def __post_init__(self) -> None:
         from jobs.config import batch_defaults, runs_on_gpu
@@ -124,6 +133,7 @@ class WorkerSettings:
         env[STATE_DIR_ENV] = self.state_dir
         env[PREPARE_SHAPES_ENV] = repr(float(self.prepare_shapes_s))
         env[EARLY_CHAPTERS_ENV] = str(int(self.early_chapters))
+        env[UNIT_WRITERS_ENV] = str(int(self.unit_writers))
         return env
 
     @classmethod
@@ -143,6 +153,7 @@ class WorkerSettings:
             state_dir=env.get(STATE_DIR_ENV) or "",
             prepare_shapes_s=float(env.get(PREPARE_SHAPES_ENV) or DEFAULT_PREPARE_SHAPES_S),
             early_chapters=int(env.get(EARLY_CHAPTERS_ENV) or DEFAULT_EARLY_CHAPTERS),
+            unit_writers=int(env.get(UNIT_WRITERS_ENV) or DEFAULT_UNIT_WRITERS),
         )
 
 

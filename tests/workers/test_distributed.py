@@ -439,15 +439,14 @@ def test_submit_twice_does_not_duplicate_and_status_of_finished_job(redis_url, s
     assert 0 < store.r.ttl(store.k_job(job_id)) <= 30 * 24 * 3600, "a done job expires from Redis"
 
 
-def test_lost_finalize_message_is_recovered_by_the_reaper(redis_url, start_worker, short_book, tmp_path, voice):
-    """Every batch counted (finalize guard set) but the finalize message lost: a worker's reaper
-    enqueues finalize again once the job has been finalizing with nobody running it for too long."""
+def _every_batch_counted_here(store: JobStore, redis_url: str, book: Path, out: Path, voice) -> tuple[str, object]:
+    """Submit ``book`` with batches of 4, then run and count every batch in this process instead of a
+    worker (their messages deleted): Redis ends with the finalize guard set and no finalize message
+    sent. Returns (job id, job)."""
     from jobs.pipeline import run_batch
     from workers.state import Holder
 
-    store = JobStore(redis_url)
-    out = tmp_path / "dist"
-    job_id = submit(redis_url, short_book, out, "--max-batch", "4")
+    job_id = submit(redis_url, book, out, "--max-batch", "4")
     store.r.delete("tts.normal")  # the queued batch messages: run them here instead
     job = load_job(out)
     engine = FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length)
@@ -458,6 +457,15 @@ def test_lost_finalize_message_is_recovered_by_the_reaper(redis_url, start_worke
         rec = run_batch(job, b, engine, worker="test", queued_at="2026-01-01T00:00:00+00:00")
         verdicts.append(store.complete(job_id, b, holder, {}, rec.audio_samples / rec.sample_rate)[0])
     assert verdicts[-1] == "finalize"  # ... and its message is never sent
+    return job_id, job
+
+
+def test_lost_finalize_message_is_recovered_by_the_reaper(redis_url, start_worker, short_book, tmp_path, voice):
+    """Every batch counted (finalize guard set) but the finalize message lost: a worker's reaper
+    enqueues finalize again once the job has been finalizing with nobody running it for too long."""
+    store = JobStore(redis_url)
+    out = tmp_path / "dist"
+    job_id, _ = _every_batch_counted_here(store, redis_url, short_book, out, voice)
     assert store.get_job(job_id).status is JobStatus.FINALIZING
     w = start_worker(redis_url, "w1", env={"BOOKTTS_FINALIZE_STALE_S": "1"})
     info = wait_status(store, job_id, timeout=30)
@@ -472,21 +480,9 @@ def test_a_batch_counted_in_redis_without_its_record_is_synthesized_again(redis_
     this node cannot see it). The finalize process, which checks the records itself (the engine's
     process no longer does), names that batch; the worker queues it again instead of failing the job,
     and the job completes with the local runner's output."""
-    from jobs.pipeline import run_batch
-    from workers.state import Holder
-
     store = JobStore(redis_url)
     out = tmp_path / "dist"
-    job_id = submit(redis_url, short_book, out, "--max-batch", "4")
-    store.r.delete("tts.normal")  # the queued batch messages: run them here instead
-    job = load_job(out)
-    engine = FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length)
-    for b in job.pending_batches():
-        holder = Holder("test@here", "here", 1, f"t{b}")
-        assert store.begin(job_id, b, holder, 10, 6)[0] == "ok"
-        rec = run_batch(job, b, engine, worker="test", queued_at="2026-01-01T00:00:00+00:00")
-        verdict = store.complete(job_id, b, holder, {}, rec.audio_samples / rec.sample_rate)[0]
-    assert verdict == "finalize"  # every batch counted; the finalize message is never sent
+    job_id, job = _every_batch_counted_here(store, redis_url, short_book, out, voice)
     lost = job.batches[1].batch_id
     job.record_path(lost).unlink()
     w = start_worker(redis_url, "w1", env={"BOOKTTS_FINALIZE_STALE_S": "1"})

@@ -140,3 +140,33 @@ def test_chapter_processes_stay_within_the_limit(tmp_path, short_book, monkeypat
     assert chapter_pool.processes_for(job, works, cores=16) == 2
     assert chapter_pool.processes_for(job, works, cores=16, limit=chapter_pool.PROCESS_MIN_CORES - 1) == 0
     assert chapter_pool.processes_for(job, works, cores=16, limit=0) == 0
+
+
+def test_an_engine_calls_units_are_written_unit_writers_at_a_time(monkeypatch):
+    """``worker --unit-writers N`` (env BOOKTTS_UNIT_WRITERS) reaches the engine process's Offloader:
+    an engine call's units are written N at a time, never more."""
+    import threading
+    import time
+
+    from workers import batcher, runtime
+
+    env = runtime.WorkerSettings(engine=runtime.EngineSpec(), unit_writers=3).to_env()
+    assert env[runtime.UNIT_WRITERS_ENV] == "3"
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    runtime.reset_for_tests()
+    monkeypatch.setattr(batcher, "_offloader", None)
+    off = batcher.offloader()
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def write(_):
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.05)
+        with lock:
+            now[0] -= 1
+
+    off.each(write, range(12))
+    assert most[0] == 3
+    runtime.reset_for_tests()
