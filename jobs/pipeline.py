@@ -470,6 +470,14 @@ def load_job(out_dir: Path) -> Job:
     return _JOB_CACHE[key]
 
 
+def load_checked(out_dir, job_id: str) -> Job:
+    """The job in ``out_dir``, if it still is job ``job_id`` (:class:`JobError` if another job replaced it)."""
+    job = load_job(Path(out_dir))
+    if job.job_id != job_id:
+        raise JobError(f"{out_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
+    return job
+
+
 def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
     """A job planned earlier in ``out_dir``, optionally with another copy of its voice.
 
@@ -950,9 +958,7 @@ def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: i
 
 def write_chapter_of(job_dir: str, job_id: str, key: tuple[int, int]) -> ChapterPart:
     """In a chapter process: open job ``job_id`` from ``job_dir`` and write its chapter ``key``."""
-    job = load_job(Path(job_dir))
-    if job.job_id != job_id:
-        raise JobError(f"{job_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
+    job = load_checked(job_dir, job_id)
     for work in selected_chapters(job):
         if chapter_key(work) == key:
             return write_chapter(job, work)

@@ -19,9 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from pathlib import Path
 
-from core.errors import JobError
 from workers.backlog import EST_HEADER, priority_lists
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app
 from workers.state import JobStore
@@ -138,10 +136,7 @@ def enqueue_finalize(job_dir: str, job_id: str, queue: str, countdown: float | N
 
 
 def load_checked(job_dir: str, job_id: str):
-    """The job in ``job_dir``, if it still is job ``job_id`` (:class:`JobError` if another job replaced it)."""
-    from jobs.pipeline import load_job
+    """The job in ``job_dir``, if it still is job ``job_id`` (:func:`jobs.pipeline.load_checked`)."""
+    from jobs.pipeline import load_checked as load
 
-    job = load_job(Path(job_dir))
-    if job.job_id != job_id:
-        raise JobError(f"{job_dir} now holds job {job.job_id}, not {job_id}; the job was replaced")
-    return job
+    return load(job_dir, job_id)

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     import logging
 
     from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError, TTSError
-    from jobs.pipeline import finalize, load_job
+    from jobs.pipeline import finalize, load_checked, load_job
 
     # its log lines go to the worker's log (stderr is inherited), marked as this process's
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -76,9 +76,7 @@ def main(argv: list[str]) -> int:
         processes = int(opts["--processes"]) if "--processes" in opts else None
         job_id = opts.get("--job-id")
     try:
-        job = load_job(Path(argv[0]))
-        if job_id is not None and job.job_id != job_id:
-            raise JobError(f"{argv[0]} now holds job {job.job_id}, not {job_id}; the job was replaced")
+        job = load_job(Path(argv[0])) if job_id is None else load_checked(argv[0], job_id)
         summary = finalize(job, processes=processes)
     except BatchesNotDone as exc:
         out = {"kind": "missing", "job_id": exc.job_id, "batches": exc.batches, "total": exc.total,
@@ -104,8 +102,9 @@ def _preload() -> None:
     comes: its chapter processes, forked from it, then import none of them."""
     import importlib
 
-    for name in ("jobs.chapter_pool", "pyarrow.parquet", "soundfile", "scipy.signal", "scipy.ndimage", "pyloudnorm",
-                 "mutagen.flac"):
+    from jobs.chapter_pool import PRELOAD
+
+    for name in ["pyarrow.parquet"] + [m for m in PRELOAD if m != "__main__"]:
         try:
             importlib.import_module(name)
         except ImportError:  # a package the job may not need: its finalize says so if it does
