@@ -33,6 +33,8 @@ What it does, all in one process tree that it cleans up:
 6. Timed from here: submits every book to its own output directory (``cli.py submit``,
    ``--submit-parallel`` at a time), then polls the job store in Redis until every job is done, failed or
    past ``--deadline-s``.
+   With ``--backlog``, every book is submitted before the workers start, and the clock runs from the
+   first batch's start instead (the drain of a full queue).
 7. Reads the manifests, batch records, ``.work/finalized.json`` and the job store; runs
    ``bench/check_job.py`` on every job; prints a summary and writes ``--json``.
 
@@ -43,7 +45,11 @@ per-phase times (submit, first batch started / done, synthesis span against the 
 = the unique batches' ``infer_ms`` summed / (wall x GPUs), and ``nvidia-smi`` utilization sampled every
 ``--sample-s``; batches and mean batch size; bulk x / engine x; from the workers' logs, each engine
 call's timing line summed (``engine_call_timing``) and each finalize process's time and chapter
-processes (``finalize_timing``, the last one being the run's tail).
+processes (``finalize_timing``, the last one being the run's tail); the CPU time of the script's
+process tree in the timed window by group (``cpu``: submit, worker, finalize, early chapters, redis,
+this script; from ``/proc`` every ``--sample-s``) against the host's busy CPU; and ``limited_by``, one
+line naming what held the run back (the engine, the host's CPU and its biggest users, or the largest
+serial step).
 Exit code 0 when every job is done and every check passed, 1 otherwise, 2 for bad arguments or setup.
 """
 
@@ -355,6 +361,158 @@ class Sampler(threading.Thread):
             out["gpu_util_mean_pct"] = {i: round(statistics.fmean(v[i] for v in g if i in v), 1) for i in ids}
             out["gpu_util_nonzero_share"] = {i: round(sum(1 for v in g if v.get(i, 0) > 0) / len(g), 3) for i in ids}
         return out
+
+
+#: Process groups of the CPU accounting, by what a process's command line names (first match); a
+#: process that names none of them (a multiprocessing child, nvidia-smi) belongs to its parent's group.
+CPU_GROUPS = (("redis-server", "redis"), ("workers.finalize_child", "finalize"),
+              ("workers.chapter_writer", "early chapters"), ("check_job.py", "checks"),
+              ("gpu_throughput.py", "engine baseline"), ("cli.py submit", "submit"), ("cli.py plan", "plan"),
+              ("cli.py worker", "worker"))
+
+
+def cpu_group(cmdline: str) -> str | None:
+    """The accounting group a command line names, or None (then its parent's group counts)."""
+    for needle, group in CPU_GROUPS:
+        if needle in cmdline:
+            return group
+    return None
+
+
+class ProcessCPU(threading.Thread):
+    """CPU time of this script's process tree by group (:data:`CPU_GROUPS`), from ``/proc/PID/stat``
+    every ``every_s`` seconds: each process is put in a group when first seen (its own command line,
+    else its parent's group), and its user + system time is kept as a series, so that any window of
+    the run can be accounted. A process that lives less than one interval is missed."""
+
+    def __init__(self, every_s: float, root_pid: int | None = None) -> None:
+        super().__init__(daemon=True)
+        self.every_s = every_s
+        self.root = root_pid or os.getpid()
+        self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.stop_ev = threading.Event()
+        self.group: dict[int, str] = {self.root: "bench (this script)"}
+        self.foreign: set[int] = set()
+        self.series: dict[int, list[tuple[float, float]]] = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _stat(pid: int) -> tuple[int, float] | None:
+        """(parent pid, user + system ticks) of ``pid``, or None if it is gone."""
+        try:
+            raw = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = raw[raw.rfind(")") + 2:].split()  # after "pid (comm) "; comm may hold spaces
+        try:
+            return int(fields[1]), float(fields[11]) + float(fields[12])
+        except (IndexError, ValueError):
+            return None
+
+    @staticmethod
+    def _cmdline(pid: int) -> str:
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return ""
+
+    def sample(self) -> None:
+        t = time.time()
+        try:
+            pids = sorted(int(d) for d in os.listdir("/proc") if d.isdigit())
+        except OSError:
+            return
+        stats = {}
+        for pid in pids:
+            if pid in self.foreign:
+                continue
+            st = self._stat(pid)
+            if st is not None:
+                stats[pid] = st
+        with self.lock:
+            for pid in pids:  # parents before children: lower pids first, then repeat for the rest
+                self._place(pid, stats)
+            for pid, (_, ticks) in stats.items():
+                if pid in self.group:
+                    self.series.setdefault(pid, []).append((t, ticks / self.tick))
+
+    def _place(self, pid: int, stats: dict) -> str | None:
+        if pid in self.group or pid in self.foreign or pid not in stats:
+            return self.group.get(pid)
+        chain, p = [], pid
+        while p not in self.group and p in stats and p not in self.foreign and p > 1 and len(chain) < 64:
+            chain.append(p)
+            p = stats[p][0]
+        parent = self.group.get(p)
+        if parent is None:  # not under this script
+            self.foreign.update(chain)
+            return None
+        for q in reversed(chain):
+            parent = cpu_group(self._cmdline(q)) or parent
+            self.group[q] = parent
+        return self.group[pid]
+
+    def run(self) -> None:
+        while True:
+            self.sample()
+            if self.stop_ev.wait(self.every_s):
+                self.sample()
+                return
+
+    def window(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU seconds per group between ``t0`` and ``t1``: each process's time at its last sample up
+        to ``t1`` less its time at its last sample up to ``t0`` (0 for a process first seen after)."""
+        out: dict[str, float] = {}
+        with self.lock:
+            for pid, ser in self.series.items():
+                before = [v for t, v in ser if t <= t0]
+                upto = [v for t, v in ser if t <= t1]
+                if not upto:
+                    continue
+                used = upto[-1] - (before[-1] if before else 0.0)
+                if used > 0:
+                    g = self.group[pid]
+                    out[g] = out.get(g, 0.0) + used
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def cpu_accounting(pcpu: ProcessCPU, t0: float, t1: float, audio_s: float, cores: int,
+                   busy_mean: float | None) -> dict:
+    """The window's CPU by group: seconds, cores busy on average, seconds per hour of speech; and the
+    host's busy CPU (from /proc/stat) that no group explains (the kernel, other processes)."""
+    wall = max(t1 - t0, 1e-9)
+    groups = pcpu.window(t0, t1)
+    total = sum(groups.values())
+    out = {"wall_s": round(wall, 3), "cores": cores, "total_cpu_s": round(total, 2),
+           "groups": {g: {"cpu_s": round(s, 2), "cores": round(s / wall, 2),
+                          "per_speech_hour_s": round(s / (audio_s / 3600), 2) if audio_s else None}
+                      for g, s in groups.items()}}
+    if busy_mean is not None:
+        host = busy_mean * cores * wall
+        out["host_busy_cpu_s"] = round(host, 2)
+        out["unattributed_cpu_s"] = round(host - total, 2)
+    return out
+
+
+def limited_by(summary: dict, sampled: dict, cpu: dict | None) -> str:
+    """One line: what holds the run back, from the GPU's busy share, the host's CPU and the phases."""
+    gpu = summary.get("gpu_busy_share") or 0.0
+    busy = sampled.get("cpu_busy_mean")
+    ph = summary.get("phases") or {}
+    wall = summary.get("wall_s") or 0.0
+    if gpu >= 0.85:
+        return f"the engine: the GPU computed {gpu:.0%} of the wall time"
+    if busy is not None and busy >= 0.85:
+        top = ", ".join(f"{g} {v['cores']:.1f}" for g, v in list(((cpu or {}).get("groups") or {}).items())[:4])
+        return (f"the host's CPU: {busy:.0%} of {(cpu or {}).get('cores', '?')} cores busy while the GPU computed "
+                f"{gpu:.0%} of the wall time" + (f"; cores busy on average by {top}" if top else ""))
+    parts = {"before the first batch": ph.get("first_batch_started_s") or 0.0,
+             "after the last batch": ph.get("after_last_batch_s") or 0.0,
+             "between engine calls": max(0.0, (ph.get("synthesis_span_s") or 0.0)
+                                         - (ph.get("infer_sum_s") or 0.0) / max(1, summary.get("devices") or 1))}
+    name, secs = max(parts.items(), key=lambda kv: kv[1])
+    return (f"serial steps around the engine (GPU computed {gpu:.0%}, CPU {busy or 0:.0%} busy): the largest is "
+            f"{name}, {secs:.1f} s of {wall:.1f} s")
 
 
 # --------------------------------------------------------------------------- steps
@@ -775,8 +933,12 @@ def print_report(res: dict) -> None:
     print(f"jobs: {len(res.get('jobs', []))}, all done: {s.get('all_done')}; {s.get('hours_speech')} h of speech "
           f"({s.get('audio_s_with_pauses', 0) / 3600:.2f} h with pauses); {s.get('batches')} batches, mean size "
           f"{s.get('mean_batch_size')}")
-    print(f"wall (first submit -> last job done): {s.get('wall_s')} s  =>  {s.get('x_real_time')} x real-time "
+    clock = "first batch -> last job done; submitted before" if res.get("backlog_submit_s") is not None \
+        else "first submit -> last job done"
+    print(f"wall ({clock}): {s.get('wall_s')} s  =>  {s.get('x_real_time')} x real-time "
           f"({s.get('x_real_time_with_pauses')} x with pauses)")
+    if res.get("backlog_submit_s") is not None:
+        print(f"  {'backlog submitted in (untimed)':30s} {res['backlog_submit_s']}")
     for k in ("submit_phase_s", "submit_max_s", "first_batch_started_s", "first_batch_done_s", "synthesis_span_s",
               "infer_sum_s", "batch_wall_sum_s", "last_batch_done_s", "after_last_batch_s", "total_s"):
         print(f"  {k:30s} {ph.get(k)}")
@@ -793,6 +955,15 @@ def print_report(res: dict) -> None:
         print(f"finalize processes (workers' logs): {ft['runs']}, mean {ft['mean_s']} s, max {ft['max_s']} s; "
               f"the last {ft['last']['s']} s with up to {ft['last']['processes']} chapter processes")
     print(f"GPU busy share (infer / wall / devices): {s.get('gpu_busy_share')}; sampled: {res.get('sampled')}")
+    cpu = res.get("cpu") or {}
+    if cpu.get("groups"):
+        print(f"CPU in the timed window ({cpu['cores']} cores; busy {cpu.get('host_busy_cpu_s')} core-s, "
+              f"{cpu.get('unattributed_cpu_s')} of them outside these processes):")
+        for g, v in cpu["groups"].items():
+            print(f"  {g:30s} {v['cpu_s']:8.2f} core-s  {v['cores']:5.2f} cores  {v['per_speech_hour_s']} s per "
+                  f"hour of speech")
+    if res.get("limited_by"):
+        print(f"limited by: {res['limited_by']}")
     base = res.get("engine_baseline") or {}
     if base.get("engine_x"):
         print(f"engine alone: {base['engine_x']:,} x ({base.get('engine_config')}); "
@@ -848,6 +1019,10 @@ def parse_args(argv=None):
     g.add_argument("--submit-arg", action="append", default=[], metavar="ARG",
                    help="extra job option for plan and submit (repeat; e.g. --submit-arg=--chapters=1-3)")
     g.add_argument("--submit-parallel", type=int, default=4, help="submits (and plans) running at once")
+    g.add_argument("--backlog", action="store_true",
+                   help="submit every book before the workers start, and time the drain: from the first batch's "
+                        "start to the last job done (a queue filled by submitters on other machines, or a "
+                        "scheduled bulk job); the default times live submits from the first one")
     g.add_argument("--priority", default="normal", choices=["high", "normal", "low"])
     g.add_argument("--queue-prefix", default="tts")
     g = ap.add_argument_group("run")
@@ -904,6 +1079,8 @@ def main(argv=None) -> int:
     procs: list[Proc] = []
     redis_proc: Proc | None = None
     sampler: Sampler | None = None
+    pcpu = ProcessCPU(a.sample_s)
+    pcpu.start()
     res: dict = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
                  "commit": git_commit(a.commit), "machine": machine(), "argv": sys.argv[1:] if argv is None else argv,
                  "work_dir": str(workdir)}
@@ -942,8 +1119,6 @@ def main(argv=None) -> int:
         res["config"]["state_dir"] = str(state_dir)
         res["config"]["node_profile_before"] = sorted(p.name for p in (state_dir / "shapes").glob("*.json")) \
             if (state_dir / "shapes").is_dir() else []
-        procs = start_workers(a, {**env, **overrides, "BOOKTTS_STATE_DIR": str(state_dir)}, workdir, queues, host)
-        t_workers = time.time()
         job_args = ["--voice", a.voice, *a.submit_arg]
         # Jobs are planned as any submitter plans them (submit's defaults: small batches); the GPU
         # worker fills its engine from them (worker-side batching). --max-batch plans larger ones.
@@ -951,31 +1126,53 @@ def main(argv=None) -> int:
             job_args += ["--max-batch", str(a.max_batch)]
         if a.max_batch_phonemes:
             job_args += ["--max-batch-phonemes", str(a.max_batch_phonemes)]
-        # planning on the CPU overlaps the workers' engine builds on the GPU (both untimed)
-        with ThreadPoolExecutor(1) as pool:
-            fut = pool.submit(plan_estimates, a, env, job_args)
-            wait_ready(procs, a, t_workers + a.worker_timeout_s)
-            est = fut.result()
-        res["workers"] = [{"name": p.name, "cmd": p.cmd[2:], "ready_s": round(p.t_ready - p.t_start, 1),
-                           "engine_ready": [ln.split("engine ready: ", 1)[1] for ln in p.output().splitlines()
-                                            if "engine ready: " in ln]}
-                          for p in procs]
-        res["plan_estimates"] = est
-        chosen = choose_books(a, est)
-        log(f"{len(chosen)} books, {sum(c['est_audio_s'] for c in chosen) / 3600:.1f} h estimated: "
-            + ", ".join(f"{Path(c['book']).stem} x{c['length_scale']:g}" for c in chosen))
         from workers.state import JobStore
 
         store = JobStore(url)
         outroot = workdir / "out"
         outroot.mkdir()
-        sampler = Sampler(a.sample_s, a.device.startswith("cuda"))
-        sampler.start()
-        t0 = time.time()
-        submit_all(a, env, chosen, job_args, outroot)
+        worker_env = {**env, **overrides, "BOOKTTS_STATE_DIR": str(state_dir)}
+        if a.backlog:  # every job queued before any worker exists; the clock starts at the first batch
+            est = plan_estimates(a, env, job_args)
+            chosen = choose_books(a, est)
+            log(f"backlog: submitting {len(chosen)} books before the workers start")
+            t_sub = time.time()
+            submit_all(a, env, chosen, job_args, outroot)
+            res["backlog_submit_s"] = round(time.time() - t_sub, 2)
+            procs = start_workers(a, worker_env, workdir, queues, host)
+            t_workers = time.time()
+            sampler = Sampler(a.sample_s, a.device.startswith("cuda"))
+            sampler.start()
+            wait_ready(procs, a, t_workers + a.worker_timeout_s)
+        else:
+            procs = start_workers(a, worker_env, workdir, queues, host)
+            t_workers = time.time()
+            # planning on the CPU overlaps the workers' engine builds on the GPU (both untimed)
+            with ThreadPoolExecutor(1) as pool:
+                fut = pool.submit(plan_estimates, a, env, job_args)
+                wait_ready(procs, a, t_workers + a.worker_timeout_s)
+                est = fut.result()
+            chosen = choose_books(a, est)
+        res["workers"] = [{"name": p.name, "cmd": p.cmd[2:], "ready_s": round(p.t_ready - p.t_start, 1),
+                           "engine_ready": [ln.split("engine ready: ", 1)[1] for ln in p.output().splitlines()
+                                            if "engine ready: " in ln]}
+                          for p in procs]
+        res["plan_estimates"] = est
+        log(f"{len(chosen)} books, {sum(c['est_audio_s'] for c in chosen) / 3600:.1f} h estimated: "
+            + ", ".join(f"{Path(c['book']).stem} x{c['length_scale']:g}" for c in chosen))
+        if not a.backlog:
+            sampler = Sampler(a.sample_s, a.device.startswith("cuda"))
+            sampler.start()
+            t0 = time.time()
+            submit_all(a, env, chosen, job_args, outroot)
         wait_jobs(store, chosen, t_script + a.deadline_s, procs, a.poll_s)
         t_end = time.time()
         sampler.stop_ev.set()
+        if a.backlog:  # the drain's clock: from the first batch's start (Redis's job records say when)
+            first = [b["start"] for b in analyse(store, chosen, 0.0, n_devices)["batches"] if b["start"]]
+            t0 = min(first) if first else t_workers
+        res["clock"] = ("backlog: from the first batch's start to the last job done (every job was queued "
+                        "before the workers started)" if a.backlog else "from the first submit to the last job done")
         res["sampled"] = sampler.summary(t0, t_end)
         an = analyse(store, chosen, t0, n_devices)
         res["jobs"] = an["jobs"]
@@ -985,6 +1182,10 @@ def main(argv=None) -> int:
         base = res.get("engine_baseline") or {}
         if base.get("engine_x") and res["summary"].get("x_real_time"):
             res["bulk_over_engine"] = round(res["summary"]["x_real_time"] / base["engine_x"], 4)
+        pcpu.sample()
+        res["cpu"] = cpu_accounting(pcpu, t0, t_end, res["summary"].get("speech_s") or 0.0,
+                                    res["machine"].get("cpus") or 1, res["sampled"].get("cpu_busy_mean"))
+        res["limited_by"] = limited_by(res["summary"], res["sampled"], res["cpu"])
         res["engine_call_timing"] = engine_call_timing(procs)
         res["finalize_timing"] = finalize_timing(procs)
         res["checks"] = run_checks(a, env, an["jobs"])
@@ -1009,6 +1210,7 @@ def main(argv=None) -> int:
     finally:
         if sampler is not None:
             sampler.stop_ev.set()
+        pcpu.stop_ev.set()
         for p in procs:
             p.stop()
         if redis_proc is not None:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,43 @@ def test_the_sources_are_byte_compiled_in_place_before_the_run(tmp_path):
     assert [p.name.split(".")[0] for p in (tmp_path / "__pycache__").glob("*.pyc")] == ["top"]
 
 
+def test_cpu_time_is_counted_by_the_group_a_process_or_its_parent_names():
+    """A child that names ``cli.py submit`` burns CPU, and so does its own child, which names nothing:
+    both count as submit; the script's own process counts as the bench; other processes not at all."""
+    burn = ("import subprocess, sys, time\n"
+            "def spin(s):\n    t = time.time()\n    while time.time() - t < s: pass\n"
+            "if len(sys.argv) > 2:\n"
+            "    c = subprocess.Popen([sys.executable, '-c', 'import time\\nt = time.time()\\n"
+            "while time.time() - t < 0.8: pass'])\n"
+            "    spin(0.8)\n    c.wait()\n")
+    pcpu = bulk.ProcessCPU(0.05)
+    pcpu.start()
+    t0 = time.time()
+    subprocess.run([sys.executable, "-c", burn, "cli.py submit", "child"], timeout=60, check=True)
+    time.sleep(0.2)
+    t1 = time.time()
+    pcpu.stop_ev.set()
+    pcpu.join(10)
+    got = pcpu.window(t0, t1)
+    assert set(got) <= {"submit", "bench (this script)"}, got
+    assert 1.0 <= got["submit"] <= 2.5, got  # two processes spinning 0.8 s each, on two cores or one
+    assert pcpu.window(t1 + 5, t1 + 6) == {}, "nothing after the window"
+    assert [bulk.cpu_group(c) for c in ("python3 cli.py worker --device cuda:0", "python -m workers.finalize_child",
+                                        "/x/redis-server *:0", "python -c from multiprocessing")] == \
+        ["worker", "finalize", "redis", None]
+
+
+def test_limited_by_names_the_engine_the_cpu_or_the_largest_serial_step():
+    phases = {"first_batch_started_s": 3.0, "after_last_batch_s": 5.0, "synthesis_span_s": 10.0, "infer_sum_s": 8.0}
+    s = {"gpu_busy_share": 0.9, "phases": phases, "wall_s": 18.0, "devices": 1}
+    assert bulk.limited_by(s, {"cpu_busy_mean": 0.95}, None).startswith("the engine")
+    cpu = {"cores": 16, "groups": {"finalize": {"cores": 6.2}, "submit": {"cores": 3.1}}}
+    line = bulk.limited_by({**s, "gpu_busy_share": 0.4}, {"cpu_busy_mean": 0.93}, cpu)
+    assert line.startswith("the host's CPU: 93% of 16 cores busy") and "finalize 6.2, submit 3.1" in line
+    line = bulk.limited_by({**s, "gpu_busy_share": 0.4}, {"cpu_busy_mean": 0.5}, cpu)
+    assert line.startswith("serial steps") and "after the last batch, 5.0 s of 18.0 s" in line
+
+
 def test_bad_arguments_are_one_error_line():
     r = subprocess.run([sys.executable, str(SCRIPT), "--device", "gpu"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == ["error: --device 'gpu': give cuda, cuda:N or cpu"]
@@ -162,6 +200,30 @@ def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
     assert not [p for p in pids if _alive(p)]
     assert not Path(res["work_dir"]).exists()
     assert out.with_name("bulk-logs.txt").read_text().count("=====") == 2
+    groups = res["cpu"]["groups"]  # the worker synthesized, the submits planned, some process wrote chapters
+    assert groups["worker"]["cpu_s"] > 0 and groups["submit"]["cpu_s"] > 0, groups
+    assert groups.get("finalize", {}).get("cpu_s", 0) + groups.get("early chapters", {}).get("cpu_s", 0) > 0
+    assert res["limited_by"] and "limited by: " in r.stdout
+
+
+@pytest.mark.redis
+def test_backlog_queues_every_book_before_the_workers_and_times_the_drain(tmp_path):
+    try:
+        bulk.find_redis_server(None)
+    except bulk.SetupError as exc:
+        pytest.skip(str(exc))
+    out = tmp_path / "bulk.json"
+    cmd = [sys.executable, str(SCRIPT), "--engine", "fake", "--device", "cpu", "--books", "2", "--hours", "0",
+           "--submit-arg=--chapters=1", "--no-engine-baseline", "--work-dir", str(tmp_path), "--json", str(out),
+           "--deadline-s", "240", "--backlog"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["ok"] is True and res["clock"].startswith("backlog") and res["backlog_submit_s"] > 0
+    ph = res["summary"]["phases"]
+    assert ph["first_batch_started_s"] == 0.0, "the clock starts at the first batch"
+    assert all(j["submit_start_s"] < 0 for j in res["jobs"]), "every submit was before the clock"
+    assert all(c["ok"] for c in res["checks"]) and "submitted before" in r.stdout
 
 
 def test_engine_baseline_runs_gpu_throughput_on_the_first_gpu_with_the_voice_weights(tmp_path, monkeypatch):
