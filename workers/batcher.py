@@ -202,14 +202,17 @@ class Offloader:
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
 
-    def chapter_processes(self) -> int:
-        """Processes one finalize may write its chapters with: the host's cores, whatever else runs.
-        Its processes run at a lower priority (:data:`workers.finalize_child.CHILD_NICE`), so the
-        engine's process keeps its core, the finalizes running at once share the rest, and the last
-        one running gets them all."""
+    def chapter_processes(self, running: int) -> int:
+        """Processes one finalize may write its chapters with when ``running`` finalizes (it included)
+        run on this node (:mod:`workers.finalize_slots`): its share of the host's cores, or 0 (threads
+        of its finalize process) when several share them and a process per chapter would cost more
+        CPU than it saves wall time. Its processes run at a lower priority
+        (:data:`workers.finalize_child.CHILD_NICE`), so the engine's process keeps its core."""
+        from jobs.chapter_pool import PROCESS_MIN_CORES
         from jobs.segment_pool import host_cores
+        from workers.finalize_slots import chapter_processes
 
-        return host_cores()
+        return chapter_processes(host_cores(), running, PROCESS_MIN_CORES)
 
     def write(self, fn) -> None:
         """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""

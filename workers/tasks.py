@@ -52,7 +52,7 @@ from workers.runtime import OutsideAllowedRoots
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
 from workers.recovery import Heartbeat, ReaperThread, rebuild_job
 from workers import metrics
-from workers import batcher, chapter_writer, finalize_child
+from workers import batcher, chapter_writer, finalize_child, finalize_slots
 from workers.batcher import Claimed
 from workers.enqueue import enqueue_batches, enqueue_finalize, get_store, load_checked, withdraw
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
@@ -457,9 +457,12 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
     try:
         # in a process of its own (Offloader's doc), waited for here; it reads the job and checks its
         # batch records itself, so that none of that runs in this (the engine's) process
-        t0, processes = time.perf_counter(), batcher.offloader().chapter_processes()
+        t0 = time.perf_counter()
         try:
-            summary = finalize_child.run(job_dir, processes=processes, job_id=job_id)
+            # the finalizes running on this node now share its cores (workers.finalize_slots)
+            with finalize_slots.hold(runtime.settings().state_dir) as running:
+                processes = batcher.offloader().chapter_processes(running)
+                summary = finalize_child.run(job_dir, processes=processes, job_id=job_id)
         except BatchesNotDone as exc:
             # Redis counted batches whose records this node cannot see (or that were deleted):
             # run them again rather than fail.
@@ -477,8 +480,9 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
         if not store.finish(job_id, asdict(summary)):  # Redis lost the job meanwhile: its directory says done
             rebuild_job(store, job_dir, job_id, queue)
         runtime.forget_job(job_id)
-        log.info("job %s: finalized, %d chapter files, %.1f s audio, in %.2f s (up to %d chapter processes)",
-                 job_id, len(summary.chapter_files), summary.audio_s, time.perf_counter() - t0, processes)
+        log.info("job %s: finalized, %d chapter files, %.1f s audio, in %.2f s (up to %d chapter processes), "
+                 "%d finalizes running on this node at its start", job_id, len(summary.chapter_files),
+                 summary.audio_s, time.perf_counter() - t0, processes, running)
     except RETRYABLE as exc:  # (ChildProcessError, an OSError: the finalize process died without a result)
         log.warning("job %s finalize: %s: %s; queued again", job_id, type(exc).__name__, exc)
         try:

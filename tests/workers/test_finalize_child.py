@@ -4,6 +4,8 @@ summary as finalize in-process, and its errors come back as the same kinds of ex
 from __future__ import annotations
 
 import errno
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ from jobs.config import JobConfig
 from core.errors import BatchesNotDone, DiskFullError, JobError
 from jobs.pipeline import finalize, prepare_job, run_batch
 from workers import finalize_child
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _job(tmp_path, short_book, voice, name, run_all=True):
@@ -78,28 +82,44 @@ def test_the_process_started_ahead_runs_the_next_finalize_and_exits_when_closed(
     assert nxt.wait(timeout=30) == 0 and finalize_child._ready is None
 
 
-def test_every_finalize_may_use_every_core_while_others_run(monkeypatch):
-    import threading
-
-    from workers import batcher
+def test_finalizes_running_on_the_node_share_its_cores(monkeypatch, tmp_path):
+    """Alone, a finalize gets every core for its chapter processes; with others it gets its share,
+    and threads once the share is under PROCESS_MIN_CORES (a process per chapter costs CPU)."""
+    from jobs.chapter_pool import PROCESS_MIN_CORES
+    from workers import batcher, finalize_slots
 
     monkeypatch.setattr("jobs.segment_pool.host_cores", lambda: 16)
     off = batcher.Offloader(finalize_threads=4)
-    assert off.chapter_processes() == 16
-    gate, started = threading.Event(), threading.Semaphore(0)
+    assert [off.chapter_processes(n) for n in (1, 2, 4, 5, 16)] == [16, 8, 4, 0, 0]
+    assert PROCESS_MIN_CORES == 4
+    assert finalize_slots.chapter_processes(2, 1, PROCESS_MIN_CORES) == 0, "a small host: threads"
 
-    def hold():
-        started.release()
-        gate.wait(10)
 
-    for _ in range(4):
-        off.finalize(hold)
-    for _ in range(4):
-        assert started.acquire(timeout=10)
-    assert off.chapter_processes() == 16  # the processes run niced: no fixed share of the cores
-    gate.set()
-    off.drain(10)
+def test_a_finalize_slot_counts_across_processes_until_its_holder_dies(tmp_path):
+    """Slots are counted over every process of the node (another worker's finalize counts); one whose
+    process was killed stops counting at once and its file is removed."""
+    import signal
+    import subprocess
 
+    from workers import finalize_slots
+
+    state = tmp_path / "state"
+    code = ("import sys, time\nfrom workers import finalize_slots\n"
+            "with finalize_slots.hold(sys.argv[1]) as n:\n    print(n, flush=True)\n    time.sleep(60)\n")
+    other = subprocess.Popen([sys.executable, "-c", code, str(state)], stdout=subprocess.PIPE, text=True,
+                             cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert other.stdout.readline().strip() == "1"
+        with finalize_slots.hold(state) as n:
+            assert n == 2 and finalize_slots.count(state) == 2
+            other.send_signal(signal.SIGKILL)
+            other.wait(30)
+            assert finalize_slots.count(state) == 1, "the killed holder no longer counts"
+            assert len(list((state / finalize_slots.SLOTS_DIR).iterdir())) == 1, "and its file is gone"
+        assert finalize_slots.count(state) == 0 and not list((state / finalize_slots.SLOTS_DIR).iterdir())
+    finally:
+        other.kill()
+        other.wait(30)
 
 def _nice(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
