@@ -494,26 +494,40 @@ def cpu_accounting(pcpu: ProcessCPU, t0: float, t1: float, audio_s: float, cores
     return out
 
 
-def limited_by(summary: dict, sampled: dict, cpu: dict | None) -> str:
-    """One line: what holds the run back, from the GPU's busy share, the host's CPU and the phases."""
-    gpu = summary.get("gpu_busy_share") or 0.0
+def gpu_share(summary: dict, sampled: dict, engine_x: float | None, per_device: int) -> tuple[float, str]:
+    """How much of the wall time the GPUs' work needed, and from what: the engine-alone figure of the
+    same call when there is one (seconds of speech / its x-real-time), else ``nvidia-smi``'s sampled
+    utilization, else the batches' summed ``infer_ms`` per engine process (which counts a process's
+    wait for the GPU while another process's kernels run, and its own host work inside the call)."""
+    wall, devices = summary.get("wall_s") or 0.0, max(1, summary.get("devices") or 1)
+    if engine_x and wall:
+        return (summary.get("speech_s") or 0.0) / engine_x / (wall * devices), "at the engine-alone speed"
+    util = sampled.get("gpu_util_mean_pct") or {}
+    if util:
+        return statistics.fmean(util.values()) / 100.0, "nvidia-smi utilization"
+    return (summary.get("gpu_busy_share") or 0.0) / max(1, per_device), "engine calls' time"
+
+
+def limited_by(summary: dict, sampled: dict, cpu: dict | None, gpu: tuple[float, str]) -> str:
+    """One line: what holds the run back, from the GPUs' share of the wall time (:func:`gpu_share`),
+    the host's CPU and the phases."""
+    share, source = gpu
     busy = sampled.get("cpu_busy_mean")
     ph = summary.get("phases") or {}
     wall = summary.get("wall_s") or 0.0
-    if gpu >= 0.85:
-        return f"the engine: the GPU computed {gpu:.0%} of the wall time"
+    if share >= 0.85:
+        return f"the engine: the GPU's work filled {share:.0%} of the wall time ({source})"
     if busy is not None and busy >= 0.85:
         top = ", ".join(f"{g} {v['cores']:.1f}" for g, v in list(((cpu or {}).get("groups") or {}).items())[:4])
-        return (f"the host's CPU: {busy:.0%} of {(cpu or {}).get('cores', '?')} cores busy while the GPU computed "
-                f"{gpu:.0%} of the wall time" + (f"; cores busy on average by {top}" if top else ""))
+        return (f"the host's CPU: {busy:.0%} of {(cpu or {}).get('cores', '?')} cores busy while the GPU's work "
+                f"filled {share:.0%} of the wall time ({source})" + (f"; cores busy on average by {top}" if top else ""))
     parts = {"before the first batch": ph.get("first_batch_started_s") or 0.0,
              "after the last batch": ph.get("after_last_batch_s") or 0.0,
              "between engine calls": max(0.0, (ph.get("synthesis_span_s") or 0.0)
                                          - (ph.get("infer_sum_s") or 0.0) / max(1, summary.get("devices") or 1))}
     name, secs = max(parts.items(), key=lambda kv: kv[1])
-    return (f"serial steps around the engine (GPU computed {gpu:.0%}, CPU {busy or 0:.0%} busy): the largest is "
-            f"{name}, {secs:.1f} s of {wall:.1f} s")
-
+    return (f"serial steps around the engine (the GPU's work filled {share:.0%} of the wall time, {source}; CPU "
+            f"{busy or 0:.0%} busy): the largest is {name}, {secs:.1f} s of {wall:.1f} s")
 
 # --------------------------------------------------------------------------- steps
 
@@ -1185,7 +1199,9 @@ def main(argv=None) -> int:
         pcpu.sample()
         res["cpu"] = cpu_accounting(pcpu, t0, t_end, res["summary"].get("speech_s") or 0.0,
                                     res["machine"].get("cpus") or 1, res["sampled"].get("cpu_busy_mean"))
-        res["limited_by"] = limited_by(res["summary"], res["sampled"], res["cpu"])
+        res["gpu_share"] = gpu_share(res["summary"], res["sampled"], (res.get("engine_baseline") or {}).get("engine_x"),
+                                     a.per_gpu if a.device.startswith("cuda") else 1)
+        res["limited_by"] = limited_by(res["summary"], res["sampled"], res["cpu"], res["gpu_share"])
         res["engine_call_timing"] = engine_call_timing(procs)
         res["finalize_timing"] = finalize_timing(procs)
         res["checks"] = run_checks(a, env, an["jobs"])

@@ -470,6 +470,12 @@ def load_job(out_dir: Path) -> Job:
     return _JOB_CACHE[key]
 
 
+def forget_jobs() -> None:
+    """Empty this process's cache of opened jobs (:func:`load_job`): a long-lived process that has
+    finished with them (a worker's finalize process between jobs)."""
+    _JOB_CACHE.clear()
+
+
 def load_checked(out_dir, job_id: str) -> Job:
     """The job in ``out_dir``, if it still is job ``job_id`` (:class:`JobError` if another job replaced it)."""
     job = load_job(Path(out_dir))

@@ -1,4 +1,4 @@
-"""``python -m workers.finalize_child JOB_DIR [--job-id ID] [--processes N] | --stdin``: one job's ``finalize`` in a process of its own.
+"""``python -m workers.finalize_child JOB_DIR [--job-id ID] [--processes N] | --stdin [--jobs N]``: finalizes in a process of their own.
 
 A GPU worker assembles a finished job's chapters (batch audio, loudness, encoding, the manifest)
 here rather than in a thread of its engine's process, where that work's Python would hold the
@@ -8,8 +8,11 @@ exception's kind, message and, for I/O errors, errno and file, for batches witho
 ids (exit status 3). :func:`run` is the caller's side: it starts the process and gives back the summary, or
 raises the error again as the same kind of exception (a full disk stays a retryable
 :class:`~core.errors.DiskFullError`). With ``--stdin`` the process does its imports first and then
-waits for its job on standard input (one JSON line: ``job_dir``, ``job_id``, ``processes``): :func:`run` keeps one
-started ahead, so that a finalize does not wait for an interpreter to start and import.
+waits for its jobs on standard input (one JSON line each: ``job_dir``, ``job_id``, ``processes``) and answers
+each with its JSON line, up to ``--jobs`` (:data:`JOBS_PER_PROCESS`) jobs: :func:`run` keeps one started ahead and
+gives each process back after its job, so that a finalize neither waits for an interpreter to start
+nor pays for its imports again (on the GPU host a fresh process's imports were a large part of a
+finalize's CPU time in the bulk benchmark). A process whose finalize failed is not reused.
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: idle, and leave it its core however many of them run (a nice-19 process weighs about 1/70 of a
 #: nice-0 one in Linux's scheduler).
 CHILD_NICE = 19
+#: Jobs one finalize process serves before it exits (a new one is started): bounds what a
+#: long-lived process may keep of its memory.
+JOBS_PER_PROCESS = 32
+#: Idle finalize processes a worker process keeps (more are closed when they come back).
+MAX_IDLE = 8
 
 
 def lower_priority() -> None:
@@ -43,40 +51,49 @@ def lower_priority() -> None:
 def main(argv: list[str]) -> int:
     import logging
 
-    from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError, TTSError
-    from jobs.pipeline import finalize, load_checked, load_job
-
     # its log lines go to the worker's log (stderr is inherited), marked as this process's
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"[%(asctime)s: %(levelname)s/finalize-{os.getpid()}] %(message)s")
 
     lower_priority()
-    processes = job_id = None
-    if argv == ["--stdin"]:  # started ahead, its imports done: the job comes on standard input
+    if argv[:1] == ["--stdin"]:  # started ahead, its imports done: the jobs come on standard input
+        jobs = int(argv[2]) if argv[1:2] == ["--jobs"] and argv[2:3] and argv[2].isdigit() else JOBS_PER_PROCESS
         _preload()
-        line = sys.stdin.readline()
-        if not line.strip():  # the worker closed it unused (shutdown, or it died)
-            return 0
-        try:
-            req = json.loads(line)
-            argv = [str(req["job_dir"])]
-            processes, job_id = req.get("processes"), req.get("job_id")
-            processes = None if processes is None else int(processes)
-        except (ValueError, KeyError, TypeError):
-            print(json.dumps({"error": {"kind": "usage", "message": f"unreadable request {line.strip()[:200]!r}"}}))
-            return 2
-    else:
-        opts = dict(zip(argv[1::2], argv[2::2]))
-        if len(argv) % 2 == 0 or not set(opts) <= {"--processes", "--job-id"} \
-                or not opts.get("--processes", "0").isdigit():
-            print(json.dumps({"error": {"kind": "usage",
-                                        "message": "usage: python -m workers.finalize_child JOB_DIR [--job-id ID] "
-                                                   "[--processes N] | --stdin"}}))
-            return 2
-        processes = int(opts["--processes"]) if "--processes" in opts else None
-        job_id = opts.get("--job-id")
+        for served in range(1, jobs + 1):
+            line = sys.stdin.readline()
+            if not line.strip():  # the worker closed it (shutdown, or it died)
+                return 0
+            try:
+                req = json.loads(line)
+                job_dir, job_id = str(req["job_dir"]), req.get("job_id")
+                processes = None if req.get("processes") is None else int(req["processes"])
+            except (ValueError, KeyError, TypeError):
+                print(json.dumps({"error": {"kind": "usage", "message": f"unreadable request {line.strip()[:200]!r}"}}),
+                      flush=True)
+                return 2
+            rc = _finalize_one(job_dir, job_id, processes, more=served < jobs)
+            if rc:
+                return rc
+            _forget_jobs()
+        return 0
+    opts = dict(zip(argv[1::2], argv[2::2]))
+    if len(argv) % 2 == 0 or not set(opts) <= {"--processes", "--job-id"} \
+            or not opts.get("--processes", "0").isdigit():
+        print(json.dumps({"error": {"kind": "usage",
+                                    "message": "usage: python -m workers.finalize_child JOB_DIR [--job-id ID] "
+                                               "[--processes N] | --stdin [--jobs N]"}}))
+        return 2
+    return _finalize_one(argv[0], opts.get("--job-id"),
+                         int(opts["--processes"]) if "--processes" in opts else None, more=False)
+
+
+def _finalize_one(job_dir: str, job_id: str | None, processes: int | None, more: bool) -> int:
+    """Finalize one job; print its JSON line (``more``: this process takes another job). 0, or 3 on an error."""
+    from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError, TTSError
+    from jobs.pipeline import finalize, load_checked, load_job
+
     try:
-        job = load_job(Path(argv[0])) if job_id is None else load_checked(argv[0], job_id)
+        job = load_job(Path(job_dir)) if job_id is None else load_checked(job_dir, job_id)
         summary = finalize(job, processes=processes)
     except BatchesNotDone as exc:
         out = {"kind": "missing", "job_id": exc.job_id, "batches": exc.batches, "total": exc.total,
@@ -91,10 +108,20 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - reported to the worker, which records it
         out = {"kind": "other", "type": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else ""}
     else:
-        print(json.dumps({"summary": asdict(summary)}))
+        print(json.dumps({"summary": asdict(summary), "more": more}), flush=True)
         return 0
-    print(json.dumps({"error": out}))
+    print(json.dumps({"error": out}), flush=True)
     return 3
+
+
+def _forget_jobs() -> None:
+    """Drop what the last job left cached in this process (its job, read again by the next finalize)."""
+    import gc
+
+    from jobs import pipeline
+
+    pipeline.forget_jobs()
+    gc.collect()
 
 
 def _preload() -> None:
@@ -124,49 +151,87 @@ def _start(args: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=None, text=True, env=child_env(), cwd=str(ROOT))
 
 
-_ready: tuple[int, subprocess.Popen] | None = None
-_ready_lock = threading.Lock()
+_idle: list[tuple[int, subprocess.Popen]] = []  # (the pid that started it, the process), oldest first
+_idle_lock = threading.Lock()
 
 
-def _waiting(ready: tuple[int, subprocess.Popen] | None) -> bool:
-    """``ready`` was started by this process (not a copy inherited through a fork) and still waits."""
-    return ready is not None and ready[0] == os.getpid() and ready[1].poll() is None
+def _waiting(entry: tuple[int, subprocess.Popen]) -> bool:
+    """``entry`` was started by this process (not a copy inherited through a fork) and still waits."""
+    return entry[0] == os.getpid() and entry[1].poll() is None
 
 
 def _spare() -> tuple[int, subprocess.Popen] | None:
     try:
-        return os.getpid(), _start(["--stdin"])
+        return os.getpid(), _start(["--stdin", "--jobs", str(JOBS_PER_PROCESS)])
     except OSError:  # no process to spare now: the next finalize starts its own
         return None
 
 
 def _take_ready() -> subprocess.Popen | None:
-    """The process started ahead for the next finalize, if it is still waiting; another is started
-    for the one after."""
-    global _ready
-    with _ready_lock:
-        ready, _ready = _ready, _spare()
-    return ready[1] if _waiting(ready) else None
+    """A waiting finalize process (the most recently used: its memory is warm), else a new one; when
+    none is left waiting, another is started for the next finalize. None if no process can start."""
+    with _idle_lock:
+        while _idle:
+            entry = _idle.pop()
+            if _waiting(entry):
+                if not _idle:
+                    spare = _spare()
+                    if spare is not None:
+                        _idle.insert(0, spare)
+                return entry[1]
+    new = _spare()
+    return new[1] if new is not None else None
+
+
+def _give_back(proc: subprocess.Popen) -> None:
+    """A process that finished its job and takes another waits for the next finalize (or is closed
+    when :data:`MAX_IDLE` already wait)."""
+    with _idle_lock:
+        if len(_idle) < MAX_IDLE:
+            _idle.append((os.getpid(), proc))
+            return
+    _close(proc)
+
+
+def _close(proc: subprocess.Popen) -> None:
+    try:
+        proc.communicate(input="", timeout=10)  # the end of its input: it exits
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.wait()
 
 
 def start_ready() -> None:
     """Start the process for the next finalize now, if none is waiting (a worker's start)."""
-    global _ready
-    with _ready_lock:
-        if not _waiting(_ready):
-            _ready = _spare()
+    with _idle_lock:
+        if not any(_waiting(e) for e in _idle):
+            spare = _spare()
+            if spare is not None:
+                _idle.append(spare)
 
 
 def close_ready() -> None:
-    """Let the process started ahead exit (end of its standard input); a worker's shutdown."""
-    global _ready
-    with _ready_lock:
-        ready, _ready = _ready, None
-    if ready is not None and ready[0] == os.getpid():
-        try:
-            ready[1].communicate(input="", timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            ready[1].kill()
+    """Let every waiting finalize process exit (the end of its standard input); a worker's shutdown."""
+    with _idle_lock:
+        entries, _idle[:] = list(_idle), []
+    for pid, proc in entries:
+        if pid == os.getpid():
+            _close(proc)
+
+
+def _ask(proc: subprocess.Popen, request: str) -> dict | None:
+    """Send a waiting process its job; its JSON answer, or None if it died first."""
+    try:
+        proc.stdin.write(request)
+        proc.stdin.flush()
+        while True:
+            line = proc.stdout.readline()
+            if not line:
+                return None
+            if line.startswith("{"):
+                return json.loads(line)
+    except (OSError, ValueError):
+        return None
 
 
 def run(job_dir: str, processes: int | None = None, ahead: bool = True, job_id: str | None = None):
@@ -174,29 +239,34 @@ def run(job_dir: str, processes: int | None = None, ahead: bool = True, job_id: 
     ``job_id``: refuse (:class:`JobError`) if the directory now holds another job.
     :class:`~core.errors.BatchesNotDone` names the batches without a record.
     ``processes``: at most this many processes of its own write the chapters (0: threads).
-    ``ahead``: use the process started ahead for it, whose imports are done (a second or more of a
-    finalize's time on a busy host), and start one for the next finalize."""
+    ``ahead``: use a process started ahead (or kept from an earlier finalize), whose imports are done,
+    and keep one waiting for the next finalize."""
     from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError
     from jobs.pipeline import FinalizeSummary
 
     proc = _take_ready() if ahead else None
     if proc is not None:
-        request = json.dumps({"job_dir": str(job_dir), "job_id": job_id, "processes": processes}) + "\n"
+        doc = _ask(proc, json.dumps({"job_dir": str(job_dir), "job_id": job_id, "processes": processes}) + "\n")
+        if doc is not None and doc.get("more") and proc.poll() is None:
+            _give_back(proc)
+        else:
+            _close(proc)
     else:
         proc = _start([str(job_dir)] + ([] if job_id is None else ["--job-id", str(job_id)])
                       + ([] if processes is None else ["--processes", str(int(processes))]))
-        request = ""
-    try:
-        out, _ = proc.communicate(input=request)
-    except OSError:  # it died before reading its job (a broken pipe): its result is missing below
-        out = ""
-        proc.wait()
-    lines = [line for line in (out or "").splitlines() if line.startswith("{")]
-    try:
-        doc = json.loads(lines[-1])
-    except (IndexError, ValueError):
+        try:
+            out, _ = proc.communicate(input="")
+        except OSError:  # it died before reading its input: its result is missing below
+            out = ""
+            proc.wait()
+        lines = [line for line in (out or "").splitlines() if line.startswith("{")]
+        try:
+            doc = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            doc = None
+    if doc is None:
         raise ChildProcessError(_errno.ECHILD, f"the finalize process of {job_dir} ended without a result "
-                                               f"(exit status {proc.returncode}; its log is the worker's)") from None
+                                               f"(exit status {proc.returncode}; its log is the worker's)")
     if "summary" in doc:
         return FinalizeSummary(**doc["summary"])
     err = doc["error"]

@@ -140,13 +140,18 @@ def test_cpu_time_is_counted_by_the_group_a_process_or_its_parent_names():
 
 def test_limited_by_names_the_engine_the_cpu_or_the_largest_serial_step():
     phases = {"first_batch_started_s": 3.0, "after_last_batch_s": 5.0, "synthesis_span_s": 10.0, "infer_sum_s": 8.0}
-    s = {"gpu_busy_share": 0.9, "phases": phases, "wall_s": 18.0, "devices": 1}
-    assert bulk.limited_by(s, {"cpu_busy_mean": 0.95}, None).startswith("the engine")
+    s = {"gpu_busy_share": 0.9, "phases": phases, "wall_s": 18.0, "devices": 1, "speech_s": 36000.0}
+    assert bulk.limited_by(s, {"cpu_busy_mean": 0.95}, None, (0.9, "x")).startswith("the engine")
     cpu = {"cores": 16, "groups": {"finalize": {"cores": 6.2}, "submit": {"cores": 3.1}}}
-    line = bulk.limited_by({**s, "gpu_busy_share": 0.4}, {"cpu_busy_mean": 0.93}, cpu)
+    line = bulk.limited_by(s, {"cpu_busy_mean": 0.93}, cpu, (0.4, "x"))
     assert line.startswith("the host's CPU: 93% of 16 cores busy") and "finalize 6.2, submit 3.1" in line
-    line = bulk.limited_by({**s, "gpu_busy_share": 0.4}, {"cpu_busy_mean": 0.5}, cpu)
+    line = bulk.limited_by(s, {"cpu_busy_mean": 0.5}, cpu, (0.4, "x"))
     assert line.startswith("serial steps") and "after the last batch, 5.0 s of 18.0 s" in line
+    # the GPU's share: the engine-alone figure first (10 h at 20,000x = 1.8 s of 18 s), then nvidia-smi,
+    # then the engine calls' time per process (two processes per GPU overlap)
+    assert bulk.gpu_share(s, {"gpu_util_mean_pct": {"0": 30.0}}, 20000.0, 2)[0] == pytest.approx(0.1)
+    assert bulk.gpu_share(s, {"gpu_util_mean_pct": {"0": 30.0}}, None, 2) == (0.3, "nvidia-smi utilization")
+    assert bulk.gpu_share(s, {}, None, 2)[0] == pytest.approx(0.45)
 
 
 def test_bad_arguments_are_one_error_line():
@@ -194,7 +199,7 @@ def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
     assert "== bulk distributed benchmark ==" in r.stdout and "x real-time" in r.stdout
     ft = res["finalize_timing"]  # from the worker's "finalized, ... in T s (up to P chapter processes)" lines
     assert ft["runs"] == 2 and sorted(f["job"] for f in ft["each"]) == sorted(j["job_id"] for j in jobs)
-    assert all(f["s"] > 0 and f["processes"] >= 1 for f in ft["each"]) and "finalize processes" in r.stdout
+    assert all(f["s"] > 0 and f["processes"] >= 0 for f in ft["each"]) and "finalize processes" in r.stdout  # 0: threads
     # everything it started is gone, and so is its work directory
     pids = [p["pid"] for p in res["processes"]] + [res["redis_server"]["pid"]]
     assert not [p for p in pids if _alive(p)]

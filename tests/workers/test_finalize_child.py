@@ -64,23 +64,35 @@ def test_child_finalize_errors_keep_their_kind(tmp_path, short_book, voice, monk
         finalize_child.run("/x")
 
 
-def test_the_process_started_ahead_runs_the_next_finalize_and_exits_when_closed(tmp_path, short_book, voice):
-    a, b, c = (_job(tmp_path, short_book, voice, n) for n in "abc")
+def test_a_finalize_process_serves_the_next_finalizes_and_exits_when_closed(tmp_path, short_book, voice,
+                                                                            monkeypatch):
+    """The process started ahead takes a finalize, goes back to wait, and takes the next (its imports
+    paid once), with the same output as a finalize in this process; a failed finalize's process is
+    not reused; one that served JOBS_PER_PROCESS jobs exits; closing the waiting ones ends them."""
+    a, b, c, d, e = (_job(tmp_path, short_book, voice, n) for n in "abcde")
     here = finalize(a)
     finalize_child.close_ready()
-    finalize_child.run(str(b.out_dir))  # none waiting yet: a process of its own, and one started ahead
-    ready = finalize_child._ready[1]
-    assert ready.poll() is None
-    there = finalize_child.run(str(c.out_dir), processes=0)  # the one started ahead takes it
-    assert ready.wait(timeout=30) == 0
+    finalize_child.start_ready()
+    first = finalize_child._idle[-1][1]
+    finalize_child.run(str(b.out_dir))
+    assert first.poll() is None and finalize_child._idle[-1][1] is first, "back, waiting"
+    there = finalize_child.run(str(c.out_dir), processes=0)  # the same process again
+    assert finalize_child._idle[-1][1] is first and first.poll() is None
     assert there.chapter_files == here.chapter_files
     for rel in here.chapter_files:
         assert (c.out_dir / rel).read_bytes() == (a.out_dir / rel).read_bytes()
-    nxt = finalize_child._ready[1]
-    assert nxt is not ready and nxt.poll() is None
+    with pytest.raises(JobError, match="now holds job"):  # an error: that process ends, none reuses it
+        finalize_child.run(str(d.out_dir), job_id="0123456789abcdef")
+    assert first.wait(timeout=30) == 3 and all(p is not first for _, p in finalize_child._idle)
     finalize_child.close_ready()
-    assert nxt.wait(timeout=30) == 0 and finalize_child._ready is None
-
+    monkeypatch.setattr(finalize_child, "JOBS_PER_PROCESS", 1)  # given to the processes started from here on
+    finalize_child.start_ready()
+    one = finalize_child._idle[-1][1]
+    finalize_child.run(str(e.out_dir))
+    assert one.wait(timeout=30) == 0 and all(p is not one for _, p in finalize_child._idle), "served its one job"
+    rest = [p for _, p in finalize_child._idle]
+    finalize_child.close_ready()
+    assert all(p.wait(timeout=30) == 0 for p in rest) and not finalize_child._idle
 
 def test_finalizes_running_on_the_node_share_its_cores(monkeypatch, tmp_path):
     """Alone, a finalize gets every core for its chapter processes; with others it gets its share,
