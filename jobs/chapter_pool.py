@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 
 from jobs.plan import estimate_seconds
-from jobs.segment_pool import host_cores, pool_context
+from jobs.segment_pool import FORKSERVER_PRELOAD, host_cores, pool_context
 
 #: Below this much estimated audio (seconds) in the chapters to write, threads write them.
 PROCESS_MIN_AUDIO_S = 1800.0
@@ -31,9 +31,9 @@ PROCESS_MIN_CORES = 4
 PROCESS_MIN_CHAPTERS = 2
 #: Most processes.
 MAX_PROCESSES = 16
-#: What a forkserver imports before forking chapter writers (when this pool is the first to start it).
-PRELOAD = ["__main__", "jobs.pipeline", "jobs.chapter_pool", "scipy.signal", "scipy.ndimage", "pyloudnorm", "soundfile",
-           "mutagen.flac"]
+#: What a forkserver imports before forking chapter writers (when this pool is the first to start it;
+#: the same list as the segmenting pool's, which shares the server).
+PRELOAD = FORKSERVER_PRELOAD
 
 
 def chapter_seconds(job, work) -> float:

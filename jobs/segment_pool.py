@@ -30,6 +30,14 @@ PIECE_CHARS = 20_000
 #: Most worker processes.
 MAX_WORKERS = 32
 
+#: What this process's forkserver imports before it forks any child (the first pool to start the
+#: server sets it, once): the modules of this pool's children and of :mod:`jobs.chapter_pool`'s, which
+#: fork from the same server. ``cli.py run`` plans with this pool while its engine starts on a thread,
+#: then writes the chapters of its tail with that one; with this module's list alone every chapter
+#: process imported the pipeline, NumPy's audio stack and Parquet again at the tail.
+FORKSERVER_PRELOAD = ["__main__", "jobs.segment_pool", "jobs.pipeline", "jobs.chapter_pool", "pyarrow.parquet",
+                      "scipy.signal", "scipy.ndimage", "pyloudnorm", "soundfile", "mutagen.flac"]
+
 _worker_segmenter: Segmenter | None = None
 
 
@@ -99,7 +107,7 @@ def pool_context(preload: list[str]):
 
 
 def _context():
-    return pool_context(["__main__", __name__])
+    return pool_context(FORKSERVER_PRELOAD)
 
 
 def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple[int, Chapter, str | None]],

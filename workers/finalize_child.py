@@ -131,7 +131,7 @@ def _preload() -> None:
 
     from jobs.chapter_pool import PRELOAD
 
-    for name in ["pyarrow.parquet"] + [m for m in PRELOAD if m != "__main__"]:
+    for name in [m for m in PRELOAD if m != "__main__"]:
         try:
             importlib.import_module(name)
         except ImportError:  # a package the job may not need: its finalize says so if it does
