@@ -168,8 +168,8 @@ def _alive(pid: int) -> bool:
     return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
 
 
-@pytest.mark.redis
-def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
+def _run_two_books(tmp_path, *extra):
+    """The script on the fake engine with two one-chapter books; (its results, its run) after exit 0."""
     try:
         bulk.find_redis_server(None)
     except bulk.SetupError as exc:
@@ -177,10 +177,16 @@ def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
     out = tmp_path / "bulk.json"
     cmd = [sys.executable, str(SCRIPT), "--engine", "fake", "--device", "cpu", "--books", "2", "--hours", "0",
            "--submit-arg=--chapters=1", "--no-engine-baseline", "--work-dir", str(tmp_path), "--json", str(out),
-           "--deadline-s", "240"]
+           "--deadline-s", "240", *extra]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text()), r
+
+
+@pytest.mark.redis
+def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
+    res, r = _run_two_books(tmp_path)
+    out = tmp_path / "bulk.json"
     assert res["ok"] is True and res["summary"]["all_done"] is True
     jobs = res["jobs"]
     assert [j["length_scale"] for j in jobs] == [1.0, 1.1] and len({j["job_id"] for j in jobs}) == 2
@@ -213,17 +219,7 @@ def test_two_books_end_to_end_on_the_fake_engine(tmp_path):
 
 @pytest.mark.redis
 def test_backlog_queues_every_book_before_the_workers_and_times_the_drain(tmp_path):
-    try:
-        bulk.find_redis_server(None)
-    except bulk.SetupError as exc:
-        pytest.skip(str(exc))
-    out = tmp_path / "bulk.json"
-    cmd = [sys.executable, str(SCRIPT), "--engine", "fake", "--device", "cpu", "--books", "2", "--hours", "0",
-           "--submit-arg=--chapters=1", "--no-engine-baseline", "--work-dir", str(tmp_path), "--json", str(out),
-           "--deadline-s", "240", "--backlog"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    res = json.loads(out.read_text())
+    res, r = _run_two_books(tmp_path, "--backlog")
     assert res["ok"] is True and res["clock"].startswith("backlog") and res["backlog_submit_s"] > 0
     ph = res["summary"]["phases"]
     assert ph["first_batch_started_s"] == 0.0, "the clock starts at the first batch"
