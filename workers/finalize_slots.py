@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import uuid
 from pathlib import Path
 from typing import Iterator
+
+log = logging.getLogger("booktts.finalize_slots")
 
 #: Directory of the slot files under the node's state directory.
 SLOTS_DIR = "finalizing"
@@ -35,15 +38,22 @@ def hold(state_dir: str | Path) -> Iterator[int]:
 
     The file is locked under a hidden name and then renamed into view, so a count never sees it
     unlocked (and takes it for a dead finalize's)."""
-    d = _dir(state_dir)
-    name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    hidden, path = d / f".{name}", d / name
-    fd = os.open(hidden, os.O_CREAT | os.O_RDWR, 0o644)
+    fd = None
+    try:
+        d = _dir(state_dir)
+        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        hidden, path = d / f".{name}", d / name
+        fd = os.open(hidden, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError as exc:  # no writable state directory: the finalize runs as if alone, as before slots
+        log.warning("finalize slots: cannot write under %s (%s); this finalize is not counted", state_dir, exc)
+    if fd is None:
+        yield 1
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.rename(hidden, path)
         try:
-            yield count(state_dir)
+            yield max(1, count(state_dir))
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -54,10 +64,15 @@ def hold(state_dir: str | Path) -> Iterator[int]:
 
 
 def count(state_dir: str | Path) -> int:
-    """Finalizes running on the node: slot files whose lock is held. Removes the files of dead ones."""
-    d = _dir(state_dir)
+    """Finalizes running on the node: slot files whose lock is held (0 where the directory cannot be
+    read). Removes the files of dead ones."""
+    try:
+        d = _dir(state_dir)
+        entries = list(d.iterdir())
+    except OSError:
+        return 0
     n = 0
-    for p in d.iterdir():
+    for p in entries:
         if p.name.startswith("."):
             continue
         try:

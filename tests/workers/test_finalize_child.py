@@ -129,6 +129,10 @@ def test_a_finalize_slot_counts_across_processes_until_its_holder_dies(tmp_path)
             assert finalize_slots.count(state) == 1, "the killed holder no longer counts"
             assert len(list((state / finalize_slots.SLOTS_DIR).iterdir())) == 1, "and its file is gone"
         assert finalize_slots.count(state) == 0 and not list((state / finalize_slots.SLOTS_DIR).iterdir())
+        blocked = tmp_path / "file"
+        blocked.write_text("")  # a state "directory" that cannot be one: the finalize runs, counted as alone
+        with finalize_slots.hold(blocked) as n:
+            assert n == 1
     finally:
         other.kill()
         other.wait(30)
