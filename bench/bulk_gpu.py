@@ -430,7 +430,7 @@ class ProcessCPU(threading.Thread):
             if st is not None:
                 stats[pid] = st
         with self.lock:
-            for pid in pids:  # parents before children: lower pids first, then repeat for the rest
+            for pid in pids:  # each new process placed by its own command line or its parent chain's
                 self._place(pid, stats)
             for pid, (_, ticks) in stats.items():
                 if pid in self.group:

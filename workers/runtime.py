@@ -59,6 +59,7 @@ PREPARE_SHAPES_ENV = "BOOKTTS_PREPARE_SHAPES_S"
 DEFAULT_PREPARE_SHAPES_S = 60.0
 #: Environment variable of ``worker --early-chapters``.
 EARLY_CHAPTERS_ENV = "BOOKTTS_EARLY_CHAPTERS"
+#: Environment variable of ``worker --unit-writers``.
 UNIT_WRITERS_ENV = "BOOKTTS_UNIT_WRITERS"
 #: Default threads of an engine process that write an engine call's units (:class:`workers.batcher.Offloader`).
 DEFAULT_UNIT_WRITERS = 4
