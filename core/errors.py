@@ -13,6 +13,7 @@ these.
     ├── JobError              job state: a different job in the output dir, unknown job id
     │   └── BatchesNotDone    a finalize asked for before every batch has its record
     ├── BrokerError           Redis / Celery cannot be reached or misbehaves
+    ├── ServerError           a `cli.py serve` engine server cannot be reached or cannot run this job
     ├── StorageError          writing into the output directory failed (also an OSError: retried by workers)
     │   └── DiskFullError     no space left on device (ENOSPC, or a quota: EDQUOT)
     └── EngineError           a backend failed (mapped at the engines/ boundary)
@@ -77,6 +78,13 @@ class BrokerError(TTSError):
     """The broker (Redis) cannot be reached or answered unexpectedly."""
 
     exit_code = 5
+
+
+class ServerError(TTSError):
+    """``cli.py run --server``: no engine server answers on the socket, or it runs another engine or
+    voice than the run asks for, or it stopped during the run."""
+
+    exit_code = 8
 
 
 class StorageError(TTSError, OSError):

@@ -1,0 +1,386 @@
+"""A resident engine for local runs: ``cli.py serve`` loads one engine and keeps it; ``cli.py run
+--server`` hands its books to it instead of starting an engine of its own.
+
+A fresh ``cli.py run`` on a GPU spends seconds before its first batch that have nothing to do with
+the book: importing PyTorch, loading the weights and the fused kernels, capturing CUDA graphs. A
+server pays them once. The run itself is the embedded runner's, unchanged: the server plans the
+books (:func:`jobs.pipeline.prepare_job`) and runs them (:func:`jobs.runner.run_local`) in its own
+process, into the output directory the client names, so the files are those the same ``cli.py run``
+without ``--server`` writes, and a run interrupted either way resumes either way.
+
+Protocol: a Unix socket (a local, single-user service: the socket is made ``0600`` in a ``0700``
+directory), one JSON object per line each way, never pickle. The client sends one request:
+
+- ``{"op": "hello"}``: the server answers ``{"event": "hello", "engine": ..., "voice": ..., "pid": ...}``;
+- ``{"op": "run", "books": [...], "out_dir": ..., "cwd": ..., "config": {...}}``: the server answers
+  with events as the run goes (``queued`` when another run holds the engine, ``planned``, ``batch``
+  per batch written, ``chapter`` per chapter written early), then one ``done`` with the run's figures,
+  or one ``error`` naming the :mod:`core.errors` class and its one-line message.
+
+Runs take the engine one at a time, in the order they arrive. A client that goes away stops its run
+after the batch being written (the job is resumable, as after Ctrl-C). What this module does not know:
+how the engine synthesizes (it holds whatever :func:`engines.load_engine` returned) or what the books
+are (the pipeline's functions decide that, as in the client's own process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import core.errors as errors
+from core.errors import InputError, ServerError, TTSError
+from engines import EngineSpec
+
+log = logging.getLogger("booktts.server")
+
+#: The engine server's socket, for ``cli.py serve --socket`` and ``cli.py run --server``.
+SERVER_ENV = "BOOKTTS_SERVER"
+#: Longest request line the server reads (a run's books and settings are a few kB).
+MAX_REQUEST_BYTES = 1 << 20
+#: Seconds a client waits to connect and for the answer to ``hello``.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def default_socket() -> Path:
+    """``$XDG_RUNTIME_DIR/booktts/server.sock``, else ``<tmp>/booktts-<uid>/server.sock``."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) / "booktts" if runtime else Path(tempfile.gettempdir()) / f"booktts-{os.getuid()}"
+    return base / "server.sock"
+
+
+def engine_matches(have: EngineSpec, want: EngineSpec) -> str | None:
+    """None if a server running ``have`` may run a job asked for with ``want``; else what differs."""
+    diffs = [f"{name} {getattr(have, name)} (asked: {getattr(want, name)})"
+             for name in ("name", "precision", "device") if getattr(have, name) != getattr(want, name)]
+    return ", ".join(diffs) or None
+
+
+# ---------------------------------------------------------------------------------------- server
+
+
+@dataclass
+class ServedEngine:
+    """What a server holds: the engine, the spec it was built from, and its voice."""
+
+    engine: object
+    """An engine of :mod:`engines` (the protocol of :mod:`engines.base`)."""
+    spec: EngineSpec
+    """The spec it was loaded with (the runs' ``config.engine`` becomes this)."""
+    voice: object
+    """Its :class:`core.voice.VoiceConfig`."""
+    voice_name: str
+    """The ``--voice`` it was started with, as given."""
+
+
+class _ClientGone(Exception):
+    """The client closed its connection: its run stops after the batch being written."""
+
+
+def _send(conn: socket.socket, msg: dict) -> None:
+    try:
+        conn.sendall(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
+    except OSError as exc:
+        raise _ClientGone(str(exc)) from exc
+
+
+def _read_line(conn: socket.socket, limit: int = MAX_REQUEST_BYTES) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+        if len(buf) > limit:
+            raise InputError(f"request longer than {limit} bytes")
+    return bytes(buf)
+
+
+class RunServer:
+    """Serves runs of one resident engine on a Unix socket (see the module's docstring)."""
+
+    def __init__(self, served: ServedEngine, path: Path) -> None:
+        self.served = served
+        self.path = Path(path)
+        self.engine_lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.runs = 0
+        self._sock: socket.socket | None = None
+
+    # ------------------------------------------------------------------ life cycle
+
+    def bind(self) -> None:
+        """Create the socket (its directory ``0700``, the socket ``0600``). A socket file whose server
+        is gone is replaced; one whose server answers is an :class:`InputError`."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.path.exists() or self.path.is_symlink():
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.settimeout(2.0)
+                    probe.connect(str(self.path))
+            except OSError:
+                self.path.unlink()  # a server that is gone left it
+            else:
+                raise InputError(f"a server already listens on {self.path}; stop it or pass another --socket")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        sock.listen(16)
+        self._sock = sock
+
+    def serve_forever(self, max_runs: int | None = None) -> None:
+        """Accept connections until :meth:`stop` (or ``max_runs`` runs have ended); each on a thread."""
+        assert self._sock is not None, "bind() first"
+        self._sock.settimeout(0.2)
+        threads: list[threading.Thread] = []
+        try:
+            while not self.stopping.is_set():
+                try:
+                    conn, _ = self._sock.accept()
+                except socket.timeout:
+                    continue
+                except OSError:
+                    if self.stopping.is_set():
+                        break
+                    raise
+                t = threading.Thread(target=self._handle, args=(conn, max_runs), name="booktts-server-client",
+                                     daemon=True)
+                t.start()
+                threads = [x for x in threads if x.is_alive()] + [t]
+        finally:
+            for t in threads:
+                t.join()
+            self.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+    # ------------------------------------------------------------------ requests
+
+    def _handle(self, conn: socket.socket, max_runs: int | None) -> None:
+        with conn:
+            try:
+                line = _read_line(conn)
+                try:
+                    req = json.loads(line)
+                    op = req["op"]
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise InputError(f"not a request of this server ({type(exc).__name__})") from None
+                if op == "hello":
+                    _send(conn, self.hello())
+                elif op == "run":
+                    self._run(conn, req)
+                    if max_runs is not None and self.runs >= max_runs:
+                        self.stop()
+                else:
+                    raise InputError(f"unknown request {op!r}")
+            except _ClientGone as exc:
+                log.info("client went away (%s)", exc)
+            except TTSError as exc:
+                with contextlib.suppress(_ClientGone):
+                    _send(conn, {"event": "error", "class": type(exc).__name__, "message": str(exc)})
+            except Exception as exc:  # noqa: BLE001 - the server outlives a failed run
+                log.exception("run failed")
+                with contextlib.suppress(_ClientGone):
+                    _send(conn, {"event": "error", "class": "EngineError" if "engine" in type(exc).__module__
+                                 else "TTSError", "message": f"the server's run failed: {type(exc).__name__}: {exc}"})
+
+    def hello(self) -> dict:
+        s = self.served
+        return {"event": "hello", "engine": s.spec.to_dict(), "voice": s.voice_name, "pid": os.getpid(),
+                "runs": self.runs, "busy": self.engine_lock.locked()}
+
+    def _run(self, conn: socket.socket, req: dict) -> None:
+        from jobs.config import JobConfig
+
+        config = JobConfig.from_dict(req["config"])
+        differs = engine_matches(self.served.spec, config.engine)
+        if differs:
+            raise ServerError(f"the server at {self.path} runs another engine: {differs}; start a server "
+                              f"with this run's engine options, or run without --server")
+        if not self.engine_lock.acquire(blocking=False):
+            _send(conn, {"event": "queued"})
+            self.engine_lock.acquire()
+        try:
+            with _working_dir(req.get("cwd")):
+                self._run_locked(conn, req, config)
+        finally:
+            self.runs += 1
+            self.engine_lock.release()
+
+    def _run_locked(self, conn: socket.socket, req: dict, config) -> None:
+        from jobs.pipeline import forget_jobs, open_planned_job, prepare_job
+        from jobs.runner import run_local
+
+        s = self.served
+        config.engine = replace(s.spec, max_batch=config.max_batch)
+        books = [Path(b) for b in req.get("books") or []]
+        out_dir = Path(req["out_dir"])
+        t0 = time.perf_counter()
+        try:
+            if books:
+                job = prepare_job(books, out_dir, config, voice=self._voice_for(config.voice))
+            else:
+                job = open_planned_job(out_dir, config.voice)
+            if job.meta["voice"]["sample_rate"] != s.voice.sample_rate:
+                raise ServerError(f"the server at {self.path} runs a voice of {s.voice.sample_rate} Hz; this job's is "
+                                  f"{job.meta['voice']['sample_rate']} Hz: start a server with its voice")
+            summ = job.meta["summary"]
+            pending = job.pending_batches()
+            _send(conn, {"event": "planned", "job_id": job.job_id, "utterances": summ["utterances"],
+                         "batches": summ["batches"], "padding_efficiency": summ["padding_efficiency"],
+                         "done": len(job.batches) - len(pending),
+                         "pending_s": sum(job.batch_estimated_seconds(b) for b in pending),
+                         "planning_s": time.perf_counter() - t0})
+
+            def on_batch(batch_id: int, secs: float) -> None:
+                _send(conn, {"event": "batch", "batch": int(batch_id), "s": float(secs)})
+
+            def on_chapter(rel: str) -> None:
+                with contextlib.suppress(_ClientGone):  # a chapter thread: the loop's send notices
+                    _send(conn, {"event": "chapter", "file": rel})
+
+            stats = run_local(job, s.engine, on_batch=on_batch, on_chapter=on_chapter)
+            summary = stats.summary
+            _send(conn, {"event": "done", "batches_run": stats.batches_run, "batches_skipped": stats.batches_skipped,
+                         "audio_s": stats.audio_s, "wall_s": stats.wall_s, "audio_format": job.config.audio_format,
+                         "summary": {"chapter_files": list(summary.chapter_files), "utterances": summary.utterances,
+                                     "skipped": summary.skipped, "audio_s": summary.audio_s,
+                                     "manifest": summary.manifest}})
+        except _ClientGone:
+            log.info("client went away: the run into %s stopped; the same command resumes it", out_dir)
+            raise
+        finally:
+            forget_jobs()
+
+
+    def _voice_for(self, name: str):
+        """The server's voice, if ``name`` (as the client gave it) is that voice; else :class:`ServerError`."""
+        from core.voice import resolve_voice
+
+        s = self.served
+        if name == s.voice_name:
+            return s.voice
+        asked = resolve_voice(name)
+        if _source(asked) != _source(s.voice) or asked.sample_rate != s.voice.sample_rate:
+            raise ServerError(f"the server at {self.path} runs voice {s.voice_name}, not {name}; start a server "
+                              f"with --voice {name}, or run without --server")
+        return asked
+
+
+def _source(voice) -> str:
+    """The hash that names a voice's model, also through its exported weights."""
+    return voice.source_sha256 or voice.model_sha256()
+
+
+@contextlib.contextmanager
+def _working_dir(cwd: str | None):
+    """Relative paths of a request (its voice, lexicon) resolve in the client's directory; only the
+    thread that holds the engine changes it, and puts it back."""
+    if not cwd:
+        yield
+        return
+    old = os.getcwd()
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        raise InputError(f"the client's working directory {cwd} is not reachable from the server: {exc.strerror}")
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+# ---------------------------------------------------------------------------------------- client
+
+
+class RunClient:
+    """Talks to a :class:`RunServer` on ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(CONNECT_TIMEOUT_S)
+        try:
+            sock.connect(str(self.path))
+        except OSError as exc:
+            sock.close()
+            raise ServerError(f"no server answers on {self.path} ({exc.strerror or exc}); start one with "
+                              f"`cli.py serve --socket {self.path}` and its engine options, or run without --server") from None
+        return sock
+
+    def _events(self, sock: socket.socket):
+        f = sock.makefile("rb")
+        for line in f:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                raise ServerError(f"the server on {self.path} sent something that is not JSON") from None
+            if msg.get("event") == "error":
+                cls = getattr(errors, str(msg.get("class")), None)
+                if not (isinstance(cls, type) and issubclass(cls, TTSError)):
+                    cls = ServerError
+                elif cls.__init__ is not TTSError.__init__:
+                    cls = _plain(cls)  # its own constructor's arguments did not travel: the message did
+                raise cls(msg.get("message", "the server's run failed"))
+            yield msg
+        raise ServerError(f"the server on {self.path} closed the connection before the run ended (did it stop?); "
+                          "run the same command again to resume")
+
+    def hello(self) -> dict:
+        with self._connect() as sock:
+            sock.sendall(b'{"op":"hello"}\n')
+            for msg in self._events(sock):
+                return msg
+        raise AssertionError("unreachable")
+
+    def run(self, books: list[Path], out_dir: Path, config, on_event: Callable[[dict], None]) -> dict:
+        """Run ``books`` (none: the job planned in ``out_dir``) on the server; ``on_event`` gets each
+        event before ``done``, which is returned. The server's errors are raised as their class."""
+        req = {"op": "run", "books": [str(Path(b).absolute()) for b in books], "out_dir": str(Path(out_dir).absolute()),
+               "cwd": os.getcwd(), "config": config.to_dict()}
+        with self._connect() as sock:
+            sock.sendall(json.dumps(req).encode() + b"\n")
+            sock.settimeout(None)  # a run takes as long as it takes; events arrive as it goes
+            for msg in self._events(sock):
+                if msg.get("event") == "done":
+                    return msg
+                on_event(msg)
+        raise AssertionError("unreachable")
+
+
+def _plain(cls: type) -> type:
+    """An error class whose constructor takes other arguments than a message (``StorageError``):
+    a subclass of it that takes the message the server sent."""
+
+    class Relayed(cls):  # type: ignore[misc, valid-type]
+        def __init__(self, message: str) -> None:
+            Exception.__init__(self, message)
+            self._message = message
+
+        def __str__(self) -> str:
+            return self._message
+
+    Relayed.__name__ = cls.__name__
+    return Relayed

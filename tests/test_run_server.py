@@ -1,0 +1,180 @@
+"""`cli.py serve` and `cli.py run --server`: a resident engine runs local jobs, with the same files as a
+run in the client's own process; bad requests get one line; the server outlives a failed or abandoned
+run, and that run resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.test_cli import ALICE, assert_one_line_error, cli, cli_proc, finish
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Manifest columns that say when and how fast, not what: they differ between any two runs.
+TIMING = {"infer_ms", "started_at", "finished_at", "queued_at"}
+CHAPTERS = ["--chapters", "1-3", "--loudness", "none"]
+
+
+def _wait_for_socket(proc, path: Path, timeout: float = 60.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read()}")
+        if path.exists():
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(str(path))
+                    return
+                except OSError:
+                    pass
+        time.sleep(0.05)
+    raise AssertionError("server did not start")
+
+
+def _start(tmp_path, env=None):
+    path = tmp_path / "sock" / "server.sock"
+    proc = cli_proc("serve", "--engine", "fake", "--socket", path, env=env)
+    _wait_for_socket(proc, path)
+    return path, proc
+
+
+def _stop(path, proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        res = finish(proc, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "server stopped" in res.stderr
+    assert not path.exists()  # removed on the way out
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A `cli.py serve --engine fake` on a socket of its own; stopped (SIGTERM) after the test."""
+    path, proc = _start(tmp_path)
+    yield path, proc
+    _stop(path, proc)
+
+
+def _files(out: Path) -> dict[str, str]:
+    return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*.flac"))}
+
+
+def _manifest(out: Path) -> dict:
+    table = pq.read_table(out / "manifest.parquet").to_pydict()
+    return {k: v for k, v in table.items() if k not in TIMING}
+
+
+def test_a_run_on_the_server_writes_what_a_run_in_process_writes(server, tmp_path):
+    path, proc = server
+    mode = path.stat().st_mode & 0o777
+    assert mode == 0o600, oct(mode)
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    here, there = tmp_path / "here", tmp_path / "there"
+    local = cli("run", ALICE, "-o", here, "--engine", "fake", *CHAPTERS)
+    assert local.returncode == 0, local.stderr
+    remote = cli("run", ALICE, "-o", there, "--engine", "fake", *CHAPTERS, "--server", path)
+    assert remote.returncode == 0, remote.stderr
+    assert f"server {path}" in remote.stderr and "engine resident in the server" in remote.stderr
+    assert "done: 3 chapter files" in remote.stdout
+    assert _files(there) and _files(there) == _files(here)
+    assert _manifest(there) == _manifest(here)
+    # the same command again resumes: every batch done, nothing synthesized again, same files
+    again = cli("run", ALICE, "-o", there, "--engine", "fake", *CHAPTERS, "--server", path)
+    assert again.returncode == 0, again.stderr
+    assert "synthesized" not in again.stdout
+    assert _files(there) == _files(here)
+    # and a job planned elsewhere (`plan -o`) runs on it with no books given
+    planned = tmp_path / "planned"
+    assert cli("plan", ALICE, "-o", planned, *CHAPTERS).returncode == 0
+    res = cli("run", "-o", planned, "--engine", "fake", "--server", path)
+    assert res.returncode == 0, res.stderr
+    assert _files(planned) == _files(here)
+
+
+def test_bad_requests_get_one_line_and_the_server_goes_on(server, tmp_path):
+    path, proc = server
+    out = tmp_path / "o"
+    # another engine than the server's
+    assert_one_line_error(cli("run", ALICE, "-o", out, "--server", path, *CHAPTERS), "runs another engine",
+                          "name fake (asked: onnx)")
+    # a book that does not exist: the pipeline's own error, its class and exit code kept
+    res = cli("run", tmp_path / "missing.txt", "-o", out, "--engine", "fake", "--server", path)
+    assert_one_line_error(res, "missing.txt")
+    assert res.returncode == 2
+    # another voice than the server's
+    other = tmp_path / "other.onnx"
+    res = cli("run", ALICE, "-o", out, "--engine", "fake", "--server", path, "--voice", other)
+    assert_one_line_error(res, str(other))
+    # not a request of this protocol
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.connect(str(path))
+        s.sendall(b"GET / HTTP/1.0\n")
+        assert b'"event":"error"' in s.makefile("rb").readline()
+    # no server on a socket
+    res = cli("run", ALICE, "-o", out, "--engine", "fake", "--server", tmp_path / "nobody.sock")
+    assert_one_line_error(res, "no server answers", "cli.py serve")
+    assert res.returncode == 8
+    # a second server on the same socket is refused at once
+    res = cli("serve", "--engine", "fake", "--socket", path)
+    assert_one_line_error(res, "already listens", str(path))
+    # after all that the server still runs jobs
+    res = cli("run", ALICE, "-o", out, "--engine", "fake", "--server", path, *CHAPTERS)
+    assert res.returncode == 0, res.stderr
+    assert proc.poll() is None
+
+
+def test_a_client_that_goes_away_stops_its_run_and_the_same_command_resumes(tmp_path):
+    path, proc = _start(tmp_path, env={"BOOKTTS_FAKE_DELAY_S": "0.05"})  # each batch 50 ms
+    try:
+        _abandon_and_resume(tmp_path, path, proc)
+    finally:
+        _stop(path, proc)
+
+
+def _abandon_and_resume(tmp_path, path, proc):
+    out = tmp_path / "o"
+    args = ["run", ALICE, "-o", out, "--engine", "fake", "--max-batch", "8", "--loudness", "none", "--server", path]
+    client = cli_proc(*args)
+    batches = out / ".work" / "batches"
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not (batches.is_dir() and len(list(batches.iterdir())) >= 3):
+        time.sleep(0.02)
+    client.kill()
+    client.wait()
+    time.sleep(1.0)
+    n = len(list(batches.iterdir()))
+    assert not (out / "manifest.parquet").exists()
+    time.sleep(1.0)
+    assert len(list(batches.iterdir())) == n  # the server stopped that run
+    res = cli("run", *args[1:])
+    assert res.returncode == 0, res.stderr
+    assert "resuming" in res.stderr
+    assert "already done" in res.stdout
+    check = subprocess.run([sys.executable, str(ROOT / "bench" / "check_job.py"), str(out)], capture_output=True,
+                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert proc.poll() is None
+
+
+def test_a_stale_socket_file_is_replaced(tmp_path):
+    path = tmp_path / "s.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens
+    proc = cli_proc("serve", "--engine", "fake", "--socket", path, "--max-runs", "1")
+    _wait_for_socket(proc, path)
+    res = cli("run", ALICE, "-o", tmp_path / "o", "--engine", "fake", "--server", path, *CHAPTERS)
+    assert res.returncode == 0, res.stderr
+    done = finish(proc, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not path.exists()
