@@ -224,17 +224,22 @@ def _run_on_server(books, out_dir, config, server: str) -> None:
               help="Voice: installed package, .onnx file, or exported .safetensors weights (torch engine).")
 @click.option("--max-batch", type=click.IntRange(1, 4096), default=None,
               help="Largest batch the engine is prepared for [default: the engine's batch default].")
+@click.option("--prepare-shapes-s", type=click.FloatRange(0, 3600), default=60.0, show_default=True,
+              help="Seconds the engine may spend at start preparing the shapes earlier servers of its settings "
+                   "met (CUDA graphs of the torch engine: otherwise a server's first runs of a book are slower); "
+                   "0: off. The profile is kept under $BOOKTTS_CACHE/shapes (default ~/.cache/booktts).")
 @click.option("--max-runs", type=click.IntRange(1), default=None, hidden=True,
               help="Exit after this many runs (tests).")
 @engine_options
 @friendly_errors
-def serve(socket_path, voice, max_batch, max_runs, engine_spec) -> None:
+def serve(socket_path, voice, max_batch, prepare_shapes_s, max_runs, engine_spec) -> None:
     """Load an engine once and run `cli.py run --server` jobs on it, one at a time, until stopped
     (Ctrl-C or SIGTERM). A run that comes while another holds the engine waits for it."""
     import signal
 
     from core.voice import resolve_voice
-    from engines import load_engine
+    from engines import load_engine, shape_profile
+    from engines.export import cache_root
     from jobs.config import batch_defaults
     from jobs.run_server import RunServer, ServedEngine, default_socket
 
@@ -246,10 +251,14 @@ def serve(socket_path, voice, max_batch, max_runs, engine_spec) -> None:
     try:
         v = resolve_voice(voice)
         engine = load_engine(spec, v)
-        server.served = ServedEngine(engine, spec, v, voice)
+        shapes = cache_root() / "shapes" / shape_profile.file_name(spec, v)
+        server.served = ServedEngine(engine, spec, v, voice, shapes)
+        prepared = server.prepare_shapes(prepare_shapes_s)
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         click.echo(f"serving {engine.info.name} {engine.info.precision} on {engine.info.device} (voice {voice}, "
-                   f"batches up to {spec.max_batch}) on {path}; ready in {time.perf_counter() - t0:.1f} s", err=True)
+                   f"batches up to {spec.max_batch}) on {path}; ready in {time.perf_counter() - t0:.1f} s"
+                   + (f" ({prepared['captured']} recorded shapes prepared in {prepared['seconds']:.1f} s)"
+                      if prepared else ""), err=True)
         server.serve_forever(max_runs=max_runs)
     except KeyboardInterrupt:
         server.stop()

@@ -80,6 +80,9 @@ class ServedEngine:
     """Its :class:`core.voice.VoiceConfig`."""
     voice_name: str
     """The ``--voice`` it was started with, as given."""
+    shapes: Path | None = None
+    """The shape profile (:mod:`engines.shape_profile`) this server's engine prepares at start and
+    merges its shapes into after each run; None: none kept."""
 
 
 class _ClientGone(Exception):
@@ -174,6 +177,34 @@ class RunServer:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
 
+    # ------------------------------------------------------------------ shapes
+
+    def prepare_shapes(self, budget_s: float) -> dict | None:
+        """Have the engine prepare the shapes of the profile an earlier server (or this one) kept, so
+        that the first runs replay them as later ones do; what the engine reported, or None."""
+        from engines import shape_profile
+        from engines.base import PreparesShapes
+
+        s = self.served
+        if budget_s <= 0 or s.shapes is None or not isinstance(s.engine, PreparesShapes):
+            return None
+        profile = shape_profile.read(s.shapes)
+        if not profile:
+            return None
+        try:
+            return s.engine.prepare_shapes(profile, budget_s)
+        except Exception as exc:  # noqa: BLE001 - a speed-up only
+            log.warning("preparing the recorded shapes failed, serving without them: %s: %s", type(exc).__name__, exc)
+            return None
+
+    def _save_shapes(self) -> None:
+        from engines import shape_profile
+        from engines.base import PreparesShapes
+
+        s = self.served
+        if s.shapes is not None and isinstance(s.engine, PreparesShapes):
+            shape_profile.merge(s.shapes, s.engine.shape_profile())
+
     # ------------------------------------------------------------------ requests
 
     def _handle(self, conn: socket.socket, max_runs: int | None) -> None:
@@ -259,7 +290,10 @@ class RunServer:
                 with contextlib.suppress(_ClientGone):  # a chapter thread: the loop's send notices
                     _send(conn, {"event": "chapter", "file": rel})
 
-            stats = run_local(job, s.engine, on_batch=on_batch, on_chapter=on_chapter)
+            try:
+                stats = run_local(job, s.engine, on_batch=on_batch, on_chapter=on_chapter)
+            finally:
+                self._save_shapes()
             summary = stats.summary
             _send(conn, {"event": "done", "batches_run": stats.batches_run, "batches_skipped": stats.batches_skipped,
                          "audio_s": stats.audio_s, "wall_s": stats.wall_s, "audio_format": job.config.audio_format,

@@ -11,11 +11,16 @@ with one core, stay in this process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import tempfile
 import threading
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
+
+from core import slots
 
 from jobs.ingest import Chapter
 from jobs.lexicon import Lexicon, make_speak
@@ -29,6 +34,9 @@ PARALLEL_MIN_CHARS = 60_000
 PIECE_CHARS = 20_000
 #: Most worker processes.
 MAX_WORKERS = 32
+#: Below this share of the cores (the host's cores over the plannings running on it), a planning
+#: that shares the host with others segments in its own process: no pool, no forkserver.
+SHARED_MIN_CORES = 4
 
 #: What this process's forkserver imports before it forks any child (the first pool to start the
 #: server sets it, once): the modules of this pool's children and of :mod:`jobs.chapter_pool`'s, which
@@ -47,6 +55,12 @@ def host_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def planning_slots_dir() -> Path:
+    """Where the plannings running on this host hold their slots (:mod:`core.slots`): per user, in the
+    temporary directory."""
+    return Path(tempfile.gettempdir()) / f"booktts-{os.getuid()}" / "planning"
 
 
 def _chars(ch: Chapter) -> int:
@@ -117,9 +131,30 @@ def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple
     """Utterances of each (book index, chapter, announcement or None) of ``chapters``, in order; the
     same as segmenting them one after the other in this process with the job's spoken-text function
     (``lexicon``, ``normalize_text``: :func:`jobs.lexicon.make_speak`). ``workers``: processes (default:
-    the host's cores); ``progress(book_index, chapter)`` after each chapter, in order."""
+    the host's cores, shared with the other plannings running on the host: see :func:`_share`);
+    ``progress(book_index, chapter)`` after each chapter, in order."""
     total = sum(_chars(ch) for _, ch, _ in chapters)
-    workers = min(MAX_WORKERS, host_cores() if workers is None else workers)
+    with contextlib.ExitStack() as stack:
+        if workers is None and total >= min_chars:
+            workers = _share(stack)
+        return _segment(voice, max_phonemes, chapters, min(MAX_WORKERS, workers or 1), progress, total, min_chars,
+                        piece_chars, lexicon, normalize_text)
+
+
+def _share(stack: contextlib.ExitStack) -> int:
+    """Processes for a planning of its own choosing: every core of the host when it is the only one
+    running, else its share (:data:`SHARED_MIN_CORES`; 1: in this process). The slot it counts with
+    is held until ``stack`` closes. Many ``submit`` at once on one node (a bulk upload to a GPU node)
+    each forking a process per core only cost CPU time: forks, forkservers and espeak-ng starts."""
+    cores = host_cores()
+    if cores <= 1:
+        return 1
+    running = stack.enter_context(slots.hold(planning_slots_dir(), "planning"))
+    return cores if running <= 1 else max(1, slots.share(cores, running, SHARED_MIN_CORES))
+
+
+def _segment(voice, max_phonemes, chapters, workers, progress, total, min_chars, piece_chars, lexicon,
+             normalize_text) -> list[list[Utterance]]:
     tasks: list[tuple[int, Chapter, str | None]] = []
     owners: list[tuple[int, int]] = []  # per task: (chapter position, first paragraph)
     if workers > 1 and total >= min_chars:

