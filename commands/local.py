@@ -242,6 +242,7 @@ def serve(socket_path, voice, max_batch, prepare_shapes_s, max_runs, engine_spec
     from engines.export import cache_root
     from jobs.config import batch_defaults
     from jobs.run_server import RunServer, ServedEngine, default_socket
+    from jobs.segment_pool import start_forkserver
 
     spec = dataclasses.replace(engine_spec, max_batch=max_batch or batch_defaults(engine_spec)[0])
     path = socket_path or default_socket()
@@ -254,6 +255,7 @@ def serve(socket_path, voice, max_batch, prepare_shapes_s, max_runs, engine_spec
         shapes = cache_root() / "shapes" / shape_profile.file_name(spec, v)
         server.served = ServedEngine(engine, spec, v, voice, shapes)
         prepared = server.prepare_shapes(prepare_shapes_s)
+        start_forkserver()  # the planning and chapter pools' server, its imports done before the first run
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         click.echo(f"serving {engine.info.name} {engine.info.precision} on {engine.info.device} (voice {voice}, "
                    f"batches up to {spec.max_batch}) on {path}; ready in {time.perf_counter() - t0:.1f} s"

@@ -124,6 +124,19 @@ def _context():
     return pool_context(FORKSERVER_PRELOAD)
 
 
+def start_forkserver() -> bool:
+    """Start this process's forkserver now, with :data:`FORKSERVER_PRELOAD` imported, rather than when
+    its first pool needs it: a long-lived process (``cli.py serve``) pays for that start before its
+    first planning instead of during it. False where the platform has no forkserver."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return False
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORKSERVER_PRELOAD)
+    forkserver.ensure_running()
+    return True
+
+
 def segment_chapters(voice: VoiceConfig, max_phonemes: int, chapters: list[tuple[int, Chapter, str | None]],
                      workers: int | None = None, progress: Callable[[int, Chapter], None] | None = None,
                      min_chars: int = PARALLEL_MIN_CHARS, piece_chars: int = PIECE_CHARS,

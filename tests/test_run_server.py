@@ -167,6 +167,25 @@ def _abandon_and_resume(tmp_path, path, proc):
     assert proc.poll() is None
 
 
+def test_a_server_that_dies_during_a_run_gets_one_line_and_the_run_resumes_without_it(tmp_path):
+    path, proc = _start(tmp_path, env={"BOOKTTS_FAKE_DELAY_S": "0.05"})
+    out = tmp_path / "o"
+    common = ["-o", out, "--engine", "fake", "--max-batch", "8", "--loudness", "none"]
+    client = cli_proc("run", ALICE, *common, "--server", path)
+    batches = out / ".work" / "batches"
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not (batches.is_dir() and len(list(batches.iterdir())) >= 3):
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    res = finish(client, timeout=60)
+    assert_one_line_error(res, "closed the connection", "run the same command again to resume")
+    assert res.returncode == 8
+    res = cli("run", ALICE, *common)  # in this process now: the batches the server wrote are kept
+    assert res.returncode == 0, res.stderr
+    assert "resuming" in res.stderr
+
+
 def test_a_stale_socket_file_is_replaced(tmp_path):
     path = tmp_path / "s.sock"
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
