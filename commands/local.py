@@ -208,8 +208,13 @@ def _run_on_server(books, out_dir, config, server: str) -> None:
         if state["bar"] is not None:
             state["bar"].close()
     after = time.perf_counter() - (state["planned_at"] or t0)
+    ph = done.get("phases") or {}
+    parts = ", ".join(f"{label} {ph[key]:.1f} s" for key, label in
+                      (("synth_loop", "synthesis loop"), ("chapters_tail", "chapters after it"), ("finalize", "finalize"))
+                      if isinstance(ph.get(key), (int, float)))
     click.echo(f"time: {time.perf_counter() - t0:.1f} s = planning {state['planning_s']:.1f} s (on the server) + "
-               f"synthesis and chapters {after:.1f} s (engine resident in the server)", err=True)
+               f"synthesis and chapters {after:.1f} s (engine resident in the server"
+               + (f"; {parts}" if parts else "") + ")", err=True)
     summ = done["summary"]
     _echo_done(done["audio_format"], out_dir, len(summ["chapter_files"]), summ["utterances"], summ["skipped"],
                summ["audio_s"], summ["manifest"], done["batches_run"], done["batches_skipped"], done["audio_s"],

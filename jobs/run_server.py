@@ -297,6 +297,7 @@ class RunServer:
             summary = stats.summary
             _send(conn, {"event": "done", "batches_run": stats.batches_run, "batches_skipped": stats.batches_skipped,
                          "audio_s": stats.audio_s, "wall_s": stats.wall_s, "audio_format": job.config.audio_format,
+                         "phases": {k: v for k, v in stats.phases.items() if isinstance(v, (int, float))},
                          "summary": {"chapter_files": list(summary.chapter_files), "utterances": summary.utterances,
                                      "skipped": summary.skipped, "audio_s": summary.audio_s,
                                      "manifest": summary.manifest}})
