@@ -233,11 +233,14 @@ def _run_on_server(books, out_dir, config, server: str) -> None:
               help="Seconds the engine may spend at start preparing the shapes earlier servers of its settings "
                    "met (CUDA graphs of the torch engine: otherwise a server's first runs of a book are slower); "
                    "0: off. The profile is kept under $BOOKTTS_CACHE/shapes (default ~/.cache/booktts).")
+@click.option("--keep-processes/--no-keep-processes", default=True, show_default=True,
+              help="Start the processes that write each run's last chapters once, with the server, instead of "
+                   "forking them at each run's end (hosts of 4 cores or more).")
 @click.option("--max-runs", type=click.IntRange(1), default=None, hidden=True,
               help="Exit after this many runs (tests).")
 @engine_options
 @friendly_errors
-def serve(socket_path, voice, max_batch, prepare_shapes_s, max_runs, engine_spec) -> None:
+def serve(socket_path, voice, max_batch, prepare_shapes_s, keep_processes, max_runs, engine_spec) -> None:
     """Load an engine once and run `cli.py run --server` jobs on it, one at a time, until stopped
     (Ctrl-C or SIGTERM). A run that comes while another holds the engine waits for it."""
     import signal
@@ -247,7 +250,8 @@ def serve(socket_path, voice, max_batch, prepare_shapes_s, max_runs, engine_spec
     from engines.export import cache_root
     from jobs.config import batch_defaults
     from jobs.run_server import RunServer, ServedEngine, default_socket
-    from jobs.segment_pool import start_forkserver
+    from jobs.chapter_pool import PROCESS_MIN_CORES, KeptPool
+    from jobs.segment_pool import host_cores, start_forkserver
 
     spec = dataclasses.replace(engine_spec, max_batch=max_batch or batch_defaults(engine_spec)[0])
     path = socket_path or default_socket()
@@ -261,6 +265,9 @@ def serve(socket_path, voice, max_batch, prepare_shapes_s, max_runs, engine_spec
         server.served = ServedEngine(engine, spec, v, voice, shapes)
         prepared = server.prepare_shapes(prepare_shapes_s)
         start_forkserver()  # the planning and chapter pools' server, its imports done before the first run
+        if keep_processes and host_cores() >= PROCESS_MIN_CORES:
+            server.chapter_processes = KeptPool()
+            server.chapter_processes.get()
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         click.echo(f"serving {engine.info.name} {engine.info.precision} on {engine.info.device} (voice {voice}, "
                    f"batches up to {spec.max_batch}) on {path}; ready in {time.perf_counter() - t0:.1f} s"

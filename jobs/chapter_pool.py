@@ -55,17 +55,58 @@ def processes_for(job, works: list, cores: int | None = None, limit: int | None 
     return min(MAX_PROCESSES, cores, len(works))
 
 
-def write_chapters(job, works: list, processes: int, write_one, key) -> dict:
-    """Write the chapters ``works`` of ``job`` in ``processes`` processes (longest first); what
-    ``write_one(job_dir, job_id, key(work))`` returns for each, by ``key(work)``. ``write_one`` runs in
-    the processes: a module-level function (:func:`jobs.pipeline.write_chapter_of`). The first chapter's
-    error is raised, as a thread's would be; a process that dies is a :class:`ChildProcessError`."""
+class KeptPool:
+    """Chapter processes that a long-lived process (``cli.py serve``) starts once and keeps for every
+    run, instead of forking a pool at each run's end. A pool broken by a process that died is replaced
+    at the next :meth:`get`."""
+
+    def __init__(self, processes: int | None = None) -> None:
+        self.processes = max(1, min(MAX_PROCESSES, processes or host_cores()))
+        self._pool = None
+
+    def get(self):
+        """The pool (started, every process forked, at the first call or after a break)."""
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self._pool is not None and getattr(self._pool, "_broken", False):
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.processes, mp_context=pool_context(PRELOAD))
+            # each task holds its process a moment, so that every process is forked now, not at a run's end
+            for f in [self._pool.submit(_hold, 0.2) for _ in range(self.processes)]:
+                f.result()
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _hold(seconds: float) -> int:
+    import os
+    import time
+
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def write_chapters(job, works: list, processes: int, write_one, key, kept: KeptPool | None = None) -> dict:
+    """Write the chapters ``works`` of ``job`` in ``processes`` processes (longest first; ``kept``: in
+    those processes instead, whatever their number); what ``write_one(job_dir, job_id, key(work))``
+    returns for each, by ``key(work)``. ``write_one`` runs in the processes: a module-level function
+    (:func:`jobs.pipeline.write_chapter_of`). The first chapter's error is raised, as a thread's would
+    be; a process that dies is a :class:`ChildProcessError`."""
+    import contextlib
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
     order = sorted(works, key=lambda w: -chapter_seconds(job, w))
     try:
-        with ProcessPoolExecutor(max(1, min(processes, len(works))), mp_context=pool_context(PRELOAD)) as pool:
+        with contextlib.ExitStack() as stack:
+            pool = kept.get() if kept is not None else stack.enter_context(
+                ProcessPoolExecutor(max(1, min(processes, len(works))), mp_context=pool_context(PRELOAD)))
             futures = {key(w): pool.submit(write_one, str(job.out_dir), job.job_id, key(w)) for w in order}
             return {key(w): futures[key(w)].result() for w in works}
     except BrokenProcessPool:

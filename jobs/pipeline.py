@@ -452,6 +452,9 @@ def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) 
 
 
 _JOB_CACHE: dict[tuple[str, float], Job] = {}
+#: Jobs a process keeps opened (the oldest is dropped): long-lived processes (a server's kept chapter
+#: processes, a worker's) meet a new job with every run.
+MAX_CACHED_JOBS = 8
 
 
 def load_job(out_dir: Path) -> Job:
@@ -466,6 +469,8 @@ def load_job(out_dir: Path) -> Job:
         if meta.get("format_version") != JOB_FORMAT_VERSION:
             raise JobError(f"{jf} was written by another version of this tool; use a new output directory")
         rows = from_table(pq.read_table(out_dir / PLAN_FILE))
+        while len(_JOB_CACHE) >= MAX_CACHED_JOBS:
+            _JOB_CACHE.pop(next(iter(_JOB_CACHE)))
         _JOB_CACHE[key] = Job(meta["job_id"], out_dir, JobConfig.from_dict(meta["config"]), meta, rows)
     return _JOB_CACHE[key]
 
@@ -956,10 +961,11 @@ def _assemble(job: Job, written, memory, records, processes) -> tuple[list[str],
     return files, sum(n for _, n, _ in parts), sum(k for _, _, k in parts)
 
 
-def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: int) -> dict[tuple[int, int], ChapterPart]:
-    """:func:`write_chapter` of each of ``works`` in up to ``processes`` processes (:mod:`jobs.chapter_pool`),
-    by :func:`chapter_key`."""
-    return chapter_pool.write_chapters(job, works, processes, write_chapter_of, chapter_key)
+def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: int,
+                                kept: "chapter_pool.KeptPool | None" = None) -> dict[tuple[int, int], ChapterPart]:
+    """:func:`write_chapter` of each of ``works`` in up to ``processes`` processes (:mod:`jobs.chapter_pool`;
+    ``kept``: those of a long-lived caller, started once), by :func:`chapter_key`."""
+    return chapter_pool.write_chapters(job, works, processes, write_chapter_of, chapter_key, kept=kept)
 
 
 def write_chapter_of(job_dir: str, job_id: str, key: tuple[int, int]) -> ChapterPart:

@@ -111,9 +111,11 @@ def _read_line(conn: socket.socket, limit: int = MAX_REQUEST_BYTES) -> bytes:
 class RunServer:
     """Serves runs of one resident engine on a Unix socket (see the module's docstring)."""
 
-    def __init__(self, served: ServedEngine, path: Path) -> None:
+    def __init__(self, served: ServedEngine, path: Path, chapter_processes=None) -> None:
         self.served = served
         self.path = Path(path)
+        self.chapter_processes = chapter_processes
+        """A :class:`jobs.chapter_pool.KeptPool` that writes every run's last chapters; None: each run forks its own."""
         self.engine_lock = threading.Lock()
         self.stopping = threading.Event()
         self.runs = 0
@@ -171,6 +173,8 @@ class RunServer:
         self.stopping.set()
 
     def close(self) -> None:
+        if self.chapter_processes is not None:
+            self.chapter_processes.close()
         if self._sock is not None:
             self._sock.close()
             self._sock = None
@@ -291,7 +295,8 @@ class RunServer:
                     _send(conn, {"event": "chapter", "file": rel})
 
             try:
-                stats = run_local(job, s.engine, on_batch=on_batch, on_chapter=on_chapter)
+                stats = run_local(job, s.engine, on_batch=on_batch, on_chapter=on_chapter,
+                                  chapter_processes=self.chapter_processes)
             finally:
                 self._save_shapes()
             summary = stats.summary

@@ -93,8 +93,10 @@ class _Overlap:
     """The writer thread and the early chapter writes of one local run."""
 
     def __init__(self, job: Job, pending: list[int], writer_depth: int, chapter_threads: int,
-                 early_chapters: bool, on_chapter: Callable[[str], None] | None) -> None:
+                 early_chapters: bool, on_chapter: Callable[[str], None] | None,
+                 kept: chapter_pool.KeptPool | None = None) -> None:
         self.job = job
+        self.kept = kept
         self.on_chapter = on_chapter
         self.early = early_chapters
         self.q: queue.Queue = queue.Queue(maxsize=max(1, writer_depth))
@@ -169,7 +171,7 @@ class _Overlap:
         threads = max(1, min(len(left), os.cpu_count() or 1, TAIL_THREADS))
         processes = chapter_pool.processes_for(self.job, left)
         if processes:  # hours of audio: processes, not threads that share one interpreter lock
-            self.written.update(write_chapters_in_processes(self.job, left, processes))
+            self.written.update(write_chapters_in_processes(self.job, left, processes, self.kept))
         elif left:
             with ThreadPoolExecutor(threads, thread_name_prefix="chapters-tail") as pool:
                 for work, part in zip(left, pool.map(lambda w: write_chapter(self.job, w, self.records, self.memory),
@@ -276,13 +278,15 @@ class _Overlap:
 def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = None, *,
               on_chapter: Callable[[str], None] | None = None, order: str = "plan",
               writer_depth: int = WRITER_DEPTH, chapter_threads: int = CHAPTER_THREADS,
-              early_chapters: bool = True) -> RunStats:
+              early_chapters: bool = True, chapter_processes: chapter_pool.KeptPool | None = None) -> RunStats:
     """Run every pending batch of ``job`` through ``engine``, then finalize.
 
     ``on_batch(batch_id, audio_seconds)`` is called, on the calling thread, after each batch is
     written (for progress bars); ``on_chapter(relative_path)`` on a chapter thread after a chapter
     file was written early (not for those the final finalize writes). ``order``: see
-    :data:`ORDERS`. Batches already done (a previous, interrupted run) are not synthesized again,
+    :data:`ORDERS`. ``chapter_processes``: the processes that write the chapters left after the
+    last batch, where processes write them (a long-lived caller's, started once; default: a pool
+    forked for this run). Batches already done (a previous, interrupted run) are not synthesized again,
     and the temporary files such a run left behind are removed.
     The directory's run lock is held throughout: another local run into the same directory
     (even of the same job) is refused while this one runs (:func:`jobs.claim.run_lock`).
@@ -309,7 +313,7 @@ def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = 
                 if on_batch:
                     on_batch(batch_id, secs)
 
-        ov = _Overlap(job, pending, writer_depth, chapter_threads, early_chapters, on_chapter)
+        ov = _Overlap(job, pending, writer_depth, chapter_threads, early_chapters, on_chapter, chapter_processes)
         engine_s = wait_s = 0.0
         try:
             for batch_id in batch_order(job, pending, order):

@@ -31,9 +31,9 @@ def force_processes(monkeypatch, used: list):
     monkeypatch.setattr(chapter_pool, "PROCESS_MIN_CHAPTERS", 1)
     real = chapter_pool.write_chapters
 
-    def spy(job, works, processes, *rest):
+    def spy(job, works, processes, *rest, **kw):
         used.append((len(works), processes))
-        return real(job, works, processes, *rest)
+        return real(job, works, processes, *rest, **kw)
 
     monkeypatch.setattr(chapter_pool, "write_chapters", spy)
     monkeypatch.setattr(chapter_pool, "host_cores", lambda: 2)
@@ -115,3 +115,44 @@ def test_a_chapter_process_that_dies_fails_the_finalize_as_a_retryable_error(sho
     monkeypatch.undo()
     finalize(load_job(out))  # the same command again
     assert outputs(out) == ref
+
+
+def test_kept_chapter_processes_serve_run_after_run_and_a_broken_pool_is_replaced(short_book, tmp_path, fake_engine,
+                                                                                  monkeypatch):
+    """A server's chapter processes (chapter_pool.KeptPool): forked once, they write the last chapters of
+    one run after another (the same files as threads); a pool whose process died is replaced."""
+    import os
+    import signal
+    import time
+
+    refs = []
+    for k in range(2):
+        ref = tmp_path / f"threads{k}"
+        run_local(prepare_job([short_book], ref, JobConfig(length_scale=1.0 + k / 10, **DET)), fake_engine)
+        refs.append(outputs(ref))
+    used: list = []
+    force_processes(monkeypatch, used)
+    monkeypatch.setenv(FINALIZE_DELAY_ENV, "0.5")
+    kept = chapter_pool.KeptPool(2)
+    try:
+        pool = kept.get()
+        pids = set(pool._processes)
+        assert len(pids) == 2  # forked up front, not at a run's end
+        for k in range(2):
+            out = tmp_path / f"kept{k}"
+            run_local(prepare_job([short_book], out, JobConfig(length_scale=1.0 + k / 10, **DET)), fake_engine,
+                      chapter_threads=1, chapter_processes=kept)
+            assert outputs(out) == refs[k]
+            assert kept.get() is pool and set(pool._processes) == pids
+        assert len(used) == 2
+        os.kill(next(iter(pids)), signal.SIGKILL)
+        end = time.monotonic() + 10
+        while not getattr(pool, "_broken", False) and time.monotonic() < end:
+            time.sleep(0.05)
+        out = tmp_path / "after"
+        run_local(prepare_job([short_book], out, JobConfig(**DET)), fake_engine, chapter_threads=1,
+                  chapter_processes=kept)
+        assert kept.get() is not pool
+        assert outputs(out) == refs[0]
+    finally:
+        kept.close()
