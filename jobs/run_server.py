@@ -236,8 +236,8 @@ class RunServer:
             except Exception as exc:  # noqa: BLE001 - the server outlives a failed run
                 log.exception("run failed")
                 with contextlib.suppress(_ClientGone):
-                    _send(conn, {"event": "error", "class": "EngineError" if "engine" in type(exc).__module__
-                                 else "TTSError", "message": f"the server's run failed: {type(exc).__name__}: {exc}"})
+                    _send(conn, {"event": "error", "class": "TTSError",
+                                 "message": f"the server's run failed: {type(exc).__name__}: {exc}; see the server's log"})
 
     def hello(self) -> dict:
         s = self.served
@@ -300,6 +300,8 @@ class RunServer:
             finally:
                 self._save_shapes()
             summary = stats.summary
+            log.info("job %s into %s: %d batches run (%d done before), %.0f s of speech in %.1f s",
+                     job.job_id, out_dir, stats.batches_run, stats.batches_skipped, stats.audio_s, stats.wall_s)
             _send(conn, {"event": "done", "batches_run": stats.batches_run, "batches_skipped": stats.batches_skipped,
                          "audio_s": stats.audio_s, "wall_s": stats.wall_s, "audio_format": job.config.audio_format,
                          "phases": {k: v for k, v in stats.phases.items() if isinstance(v, (int, float))},

@@ -142,14 +142,20 @@ def test_a_client_that_goes_away_stops_its_run_and_the_same_command_resumes(tmp_
         _stop(path, proc)
 
 
+def _wait_for_batch_files(out: Path, n: int, timeout: float = 60.0) -> Path:
+    """The job's batch directory, once it holds ``n`` files (a run under way)."""
+    batches = out / ".work" / "batches"
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and not (batches.is_dir() and len(list(batches.iterdir())) >= n):
+        time.sleep(0.02)
+    return batches
+
+
 def _abandon_and_resume(tmp_path, path, proc):
     out = tmp_path / "o"
     args = ["run", ALICE, "-o", out, "--engine", "fake", "--max-batch", "8", "--loudness", "none", "--server", path]
     client = cli_proc(*args)
-    batches = out / ".work" / "batches"
-    end = time.monotonic() + 60
-    while time.monotonic() < end and not (batches.is_dir() and len(list(batches.iterdir())) >= 3):
-        time.sleep(0.02)
+    batches = _wait_for_batch_files(out, 3)
     client.kill()
     client.wait()
     time.sleep(1.0)
@@ -172,10 +178,7 @@ def test_a_server_that_dies_during_a_run_gets_one_line_and_the_run_resumes_witho
     out = tmp_path / "o"
     common = ["-o", out, "--engine", "fake", "--max-batch", "8", "--loudness", "none"]
     client = cli_proc("run", ALICE, *common, "--server", path)
-    batches = out / ".work" / "batches"
-    end = time.monotonic() + 60
-    while time.monotonic() < end and not (batches.is_dir() and len(list(batches.iterdir())) >= 3):
-        time.sleep(0.02)
+    batches = _wait_for_batch_files(out, 3)
     proc.kill()
     proc.wait()
     res = finish(client, timeout=60)
