@@ -189,17 +189,21 @@ def _run_on_server(books, out_dir, config, server: str) -> None:
                + (", busy: this run waits for the one before it" if hello.get("busy") else ""), err=True)
     if books:
         click.echo("planning (on the server)...", err=True)
-    state: dict = {"bar": None, "on_batch": None, "planned_at": None, "planning_s": 0.0}
+    state: dict = {"bar": None, "on_batch": None, "planned_at": None, "planning_s": 0.0, "queued_at": None,
+                   "waited_s": 0.0}
 
     def on_event(msg: dict) -> None:
         ev = msg.get("event")
         if ev == "planned":
             state["planned_at"], state["planning_s"] = time.perf_counter(), msg["planning_s"]
+            if state["queued_at"] is not None:  # the time behind the run before this one
+                state["waited_s"] = max(0.0, state["planned_at"] - state["queued_at"] - msg["planning_s"])
             _echo_planned(msg["job_id"], msg, msg["done"])
             state["bar"], state["on_batch"] = _progress(msg["pending_s"])
         elif ev == "batch" and state["on_batch"] is not None:
             state["on_batch"](msg["batch"], msg["s"])
         elif ev == "queued":
+            state["queued_at"] = time.perf_counter()
             click.echo("waiting for the server's run before this one...", err=True)
 
     try:
@@ -212,7 +216,8 @@ def _run_on_server(books, out_dir, config, server: str) -> None:
     parts = ", ".join(f"{label} {ph[key]:.1f} s" for key, label in
                       (("synth_loop", "synthesis loop"), ("chapters_tail", "chapters after it"), ("finalize", "finalize"))
                       if isinstance(ph.get(key), (int, float)))
-    click.echo(f"time: {time.perf_counter() - t0:.1f} s = planning {state['planning_s']:.1f} s (on the server) + "
+    waited = f"waiting for the server {state['waited_s']:.1f} s + " if state["queued_at"] is not None else ""
+    click.echo(f"time: {time.perf_counter() - t0:.1f} s = {waited}planning {state['planning_s']:.1f} s (on the server) + "
                f"synthesis and chapters {after:.1f} s (engine resident in the server"
                + (f"; {parts}" if parts else "") + ")", err=True)
     summ = done["summary"]

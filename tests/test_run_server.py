@@ -142,6 +142,13 @@ def test_a_client_that_goes_away_stops_its_run_and_the_same_command_resumes(tmp_
         _stop(path, proc)
 
 
+def _check(out: Path) -> None:
+    """bench/check_job.py finds every planned utterance once, in order, in the files."""
+    check = subprocess.run([sys.executable, str(ROOT / "bench" / "check_job.py"), str(out)], capture_output=True,
+                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
 def _wait_for_batch_files(out: Path, n: int, timeout: float = 60.0) -> Path:
     """The job's batch directory, once it holds ``n`` files (a run under way)."""
     batches = out / ".work" / "batches"
@@ -167,9 +174,7 @@ def _abandon_and_resume(tmp_path, path, proc):
     assert res.returncode == 0, res.stderr
     assert "resuming" in res.stderr
     assert "already done" in res.stdout
-    check = subprocess.run([sys.executable, str(ROOT / "bench" / "check_job.py"), str(out)], capture_output=True,
-                           text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert check.returncode == 0, check.stdout + check.stderr
+    _check(out)
     assert proc.poll() is None
 
 
@@ -252,3 +257,21 @@ def test_the_server_keeps_the_shapes_its_engine_met_and_the_next_one_prepares_th
     assert second.prepared == [({"stage_a": [[8, 64, 3]], "stage_b": [[4, 512, 2]]}, 30.0)]
     server.stop()
     t.join(30)
+
+
+def test_runs_that_come_together_take_the_engine_one_after_the_other(tmp_path):
+    path, proc = _start(tmp_path, env={"BOOKTTS_FAKE_DELAY_S": "0.05"})
+    try:
+        first = cli_proc("run", ALICE, "-o", tmp_path / "a", "--engine", "fake", "--server", path, "--chapters", "1-3",
+                         "--loudness", "none")
+        _wait_for_batch_files(tmp_path / "a", 1)
+        second = cli("run", ALICE, "-o", tmp_path / "b", "--engine", "fake", "--server", path, "--chapters", "4-6",
+                     "--loudness", "none")
+        first = finish(first, timeout=120)
+        assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+        assert "waiting for the server's run before this one" in second.stderr
+        assert "waiting for the server " in second.stderr.split("time:")[1]
+        for out in (tmp_path / "a", tmp_path / "b"):
+            _check(out)
+    finally:
+        _stop(path, proc)
