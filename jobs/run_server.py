@@ -47,8 +47,11 @@ log = logging.getLogger("booktts.server")
 SERVER_ENV = "BOOKTTS_SERVER"
 #: Longest request line the server reads (a run's books and settings are a few kB).
 MAX_REQUEST_BYTES = 1 << 20
-#: Seconds a client waits to connect and for the answer to ``hello``.
+#: Seconds a client waits to connect.
 CONNECT_TIMEOUT_S = 10.0
+#: Seconds a client waits for the answer to ``hello``: a server answers once its engine has started
+#: (with an empty Triton cache that is tens of seconds on a GPU).
+HELLO_TIMEOUT_S = 300.0
 
 
 def default_socket() -> Path:
@@ -390,11 +393,16 @@ class RunClient:
         raise ServerError(f"the server on {self.path} closed the connection before the run ended (did it stop?); "
                           "run the same command again to resume")
 
-    def hello(self) -> dict:
+    def hello(self, timeout_s: float = HELLO_TIMEOUT_S) -> dict:
         with self._connect() as sock:
             sock.sendall(b'{"op":"hello"}\n')
-            for msg in self._events(sock):
-                return msg
+            sock.settimeout(timeout_s)
+            try:
+                for msg in self._events(sock):
+                    return msg
+            except socket.timeout:
+                raise ServerError(f"the server on {self.path} did not answer in {timeout_s:.0f} s (is its engine "
+                                  "still starting? see its output); try again") from None
         raise AssertionError("unreachable")
 
     def run(self, books: list[Path], out_dir: Path, config, on_event: Callable[[dict], None]) -> dict:

@@ -290,3 +290,16 @@ def test_the_server_benchmark_runs_end_to_end_on_the_fake_engine(tmp_path):
     assert all(r["rc"] == 0 and r["check_ok"] for r in doc["runs"])
     assert "planning" in doc["runs"][0]["phases"] and "synthesis_loop" in doc["runs"][0]["phases"]
     assert [s["server"] for s in doc["servers"]] == ["new server", "restarted"]
+
+
+def test_a_server_that_does_not_answer_gets_one_line(tmp_path):
+    """A socket that accepts but never answers (a server still starting its engine, say)."""
+    from core.errors import ServerError
+    from jobs.run_server import RunClient
+
+    path = tmp_path / "mute.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.bind(str(path))
+        mute.listen(1)
+        with pytest.raises(ServerError, match="did not answer in 1 s"):
+            RunClient(path).hello(timeout_s=1.0)
