@@ -61,3 +61,22 @@ def merge(path: Path, mine: dict, kept: int = SHAPES_KEPT) -> None:
         write_json(path, merged)
     except OSError as exc:
         log.warning("the shape profile %s was not written (%s: %s)", path, type(exc).__name__, exc)
+
+
+def prepare(engine, path: Path, budget_s: float) -> dict | None:
+    """Have ``engine`` prepare the shapes of the profile at ``path`` within ``budget_s``; what it
+    reported, or None (not an engine that prepares shapes, no profile, a budget of 0, or a failure,
+    which is a warning: preparing is a speed-up only)."""
+    from engines.base import PreparesShapes
+
+    if budget_s <= 0 or not isinstance(engine, PreparesShapes):
+        return None
+    profile = read(path)
+    if not profile:
+        return None
+    try:
+        return engine.prepare_shapes(profile, budget_s)
+    except Exception as exc:  # noqa: BLE001 - a speed-up only: the engine runs without it
+        log.warning("preparing the recorded shapes of %s failed, running without them: %s: %s", path,
+                    type(exc).__name__, exc)
+        return None

@@ -190,19 +190,9 @@ class RunServer:
         """Have the engine prepare the shapes of the profile an earlier server (or this one) kept, so
         that the first runs replay them as later ones do; what the engine reported, or None."""
         from engines import shape_profile
-        from engines.base import PreparesShapes
 
         s = self.served
-        if budget_s <= 0 or s.shapes is None or not isinstance(s.engine, PreparesShapes):
-            return None
-        profile = shape_profile.read(s.shapes)
-        if not profile:
-            return None
-        try:
-            return s.engine.prepare_shapes(profile, budget_s)
-        except Exception as exc:  # noqa: BLE001 - a speed-up only
-            log.warning("preparing the recorded shapes failed, serving without them: %s: %s", type(exc).__name__, exc)
-            return None
+        return None if s.shapes is None else shape_profile.prepare(s.engine, s.shapes, budget_s)
 
     def _save_shapes(self) -> None:
         from engines import shape_profile

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engines import EngineSpec, load_engine
+from engines.shape_profile import SHAPES_KEPT  # shapes kept per stage in the node's profiles
 from core.errors import JobError
 
 log = logging.getLogger("booktts.worker")
@@ -67,8 +68,6 @@ DEFAULT_UNIT_WRITERS = 4
 DEFAULT_EARLY_CHAPTERS = 2
 #: The node's shape profile is rewritten at most this often (seconds) while a worker runs.
 SHAPES_SAVE_EVERY_S = 2.0
-#: Shapes kept per stage in a profile (the most frequent).
-SHAPES_KEPT = 256  # (engines.shape_profile.SHAPES_KEPT: the same default)
 
 
 def default_state_dir() -> str:
@@ -281,29 +280,12 @@ def shapes_path(spec: EngineSpec, voice) -> Path:
     return Path(settings().state_dir) / "shapes" / shape_profile.file_name(spec, voice)
 
 
-def _read_profile(path: Path) -> dict:
-    from engines import shape_profile
-
-    return shape_profile.read(path)
-
-
 def prepare_shapes(engine, spec: EngineSpec, voice) -> dict | None:
     """Have a new ``engine`` prepare the shapes the node's earlier engines of its settings met (see
     above); what it reported, or None (no such engine, no profile, or switched off)."""
-    from engines.base import PreparesShapes
+    from engines import shape_profile
 
-    budget = settings().prepare_shapes_s
-    if budget <= 0 or not isinstance(engine, PreparesShapes):
-        return None
-    profile = _read_profile(shapes_path(spec, voice))
-    if not profile:
-        return None
-    try:
-        return engine.prepare_shapes(profile, budget)
-    except Exception as exc:  # noqa: BLE001 - a speed-up only: the worker runs without it
-        log.warning("preparing the node's recorded shapes failed, running without them: %s: %s",
-                    type(exc).__name__, exc)
-        return None
+    return shape_profile.prepare(engine, shapes_path(spec, voice), settings().prepare_shapes_s)
 
 
 def shapes_to_record(engine, spec: EngineSpec, voice, force: bool = False):
@@ -318,14 +300,10 @@ def shapes_to_record(engine, spec: EngineSpec, voice, force: bool = False):
     if not force and now - _SHAPES_SAVED.get(id(engine), 0.0) < SHAPES_SAVE_EVERY_S:
         return None
     _SHAPES_SAVED[id(engine)] = now
-    path, mine = shapes_path(spec, voice), engine.shape_profile()
-    return lambda: _merge_profile(path, mine)
-
-
-def _merge_profile(path: Path, mine: dict) -> None:
     from engines import shape_profile
 
-    shape_profile.merge(path, mine, SHAPES_KEPT)
+    path, mine = shapes_path(spec, voice), engine.shape_profile()
+    return lambda: shape_profile.merge(path, mine, SHAPES_KEPT)
 
 
 _PROCESS_T0 = time.monotonic()
