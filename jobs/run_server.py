@@ -265,13 +265,10 @@ class RunServer:
         out_dir = Path(req["out_dir"])
         t0 = time.perf_counter()
         try:
-            if books:
-                job = prepare_job(books, out_dir, config, voice=self._voice_for(config.voice))
-            else:
-                job = open_planned_job(out_dir, config.voice)
-            if job.meta["voice"]["sample_rate"] != s.voice.sample_rate:
-                raise ServerError(f"the server at {self.path} runs a voice of {s.voice.sample_rate} Hz; this job's is "
-                                  f"{job.meta['voice']['sample_rate']} Hz: start a server with its voice")
+            # the run's voice is the server's (or a refusal), and a planned job's is the run's
+            # (open_planned_job): the engine never synthesizes another voice's job
+            voice = self._voice_for(config.voice)
+            job = prepare_job(books, out_dir, config, voice=voice) if books else open_planned_job(out_dir, config.voice)
             summ = job.meta["summary"]
             pending = job.pending_batches()
             _send(conn, {"event": "planned", "job_id": job.job_id, "utterances": summ["utterances"],
@@ -306,7 +303,6 @@ class RunServer:
             raise
         finally:
             forget_jobs()
-
 
     def _voice_for(self, name: str):
         """The server's voice, if ``name`` (as the client gave it) is that voice; else :class:`ServerError`."""

