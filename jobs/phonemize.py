@@ -20,6 +20,32 @@ from core.voice import VoiceConfig
 
 BOS, EOS, PAD = "^", "$", "_"
 _LOCK = threading.Lock()
+#: The espeak-ng voice this process last set (guarded by ``_LOCK``).
+_voice_set: list[str | None] = [None]
+
+
+def _set_voice_once(espeakbridge) -> None:
+    """Make ``espeakbridge.set_voice`` skip a call that sets the voice already set in this process.
+
+    Piper's phonemizer sets the voice before every piece of text; espeak-ng then reloads the voice
+    and its language's rules each time, about a third of the phonemizer's CPU time on a book (the
+    submits' CPU on a GPU node). Its output does not depend on it: the phonemes are the same with
+    one call per process, whole books and mixed scripts included
+    (tests/jobs/test_phonemize_voice_once.py). Installed once, under ``_LOCK``, which every call
+    into espeak-ng here holds."""
+    if getattr(espeakbridge.set_voice, "_booktts_once", False):
+        return
+    original = espeakbridge.set_voice
+
+    def set_voice(voice: str) -> None:
+        if _voice_set[0] != voice:
+            _voice_set[0] = None  # unknown until the call returns
+            set_voice._booktts_original(voice)
+            _voice_set[0] = voice
+
+    set_voice._booktts_once = True
+    set_voice._booktts_original = original
+    espeakbridge.set_voice = set_voice
 
 
 @dataclass
@@ -55,10 +81,14 @@ class Phonemizer:
     def _espeak_phonemizer(self):
         if self._espeak is None:
             try:
+                from piper import espeakbridge
                 from piper.phonemize_espeak import EspeakPhonemizer
             except ImportError as exc:  # pragma: no cover - dependency of the project
                 raise VoiceError("piper-tts is not installed; pip install piper-tts") from exc
+            # (called under _LOCK)
+            _set_voice_once(espeakbridge)
             self._espeak = EspeakPhonemizer()
+            _voice_set[0] = None  # its initialize() resets espeak-ng
         return self._espeak
 
     def symbols(self, text: str) -> list[str]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import redis
 
+from core.host_load import HostLoad
 from workers.state import READY_RANK_SCALE, Holder, JobStore
 
 log = logging.getLogger("booktts.batcher")
@@ -191,7 +192,7 @@ class Offloader:
     in the bulk benchmark grew by more than half while finalizes ran beside it: docs/PERFORMANCE.md).
     A finalize thread waits for the child while the job's finalize lease is renewed."""
 
-    def __init__(self, finalize_threads: int | None = None, unit_writers: int = 4) -> None:
+    def __init__(self, finalize_threads: int | None = None, unit_writers: int = 4, load: HostLoad | None = None) -> None:
         self._q: queue.Queue = queue.Queue(maxsize=WRITER_DEPTH)
         self._writer = threading.Thread(target=self._run, name="booktts-writer", daemon=True)
         self._writer.start()
@@ -201,18 +202,28 @@ class Offloader:
         self._finalize = ThreadPoolExecutor(n, thread_name_prefix="booktts-finalize")
         self._pending: set[Future] = set()
         self._lock = threading.Lock()
+        if load is None:
+            from jobs.segment_pool import host_cores
 
-    def chapter_processes(self, running: int) -> int:
+            load = HostLoad(host_cores())
+        #: the host's busy CPUs, sampled from now on (how many chapter processes a finalize may start)
+        self.load = load
+        self.load.busy()
+
+    def chapter_processes(self, running: int, synthesis_waiting: bool = False) -> int:
         """Processes one finalize may write its chapters with when ``running`` finalizes (it included)
-        run on this node (:mod:`workers.finalize_slots`): its share of the host's cores, or 0 (threads
-        of its finalize process) when several share them and a process per chapter would cost more
-        CPU than it saves wall time. Its processes run at a lower priority
-        (:data:`workers.finalize_child.CHILD_NICE`), so the engine's process keeps its core."""
+        run on this node (:mod:`workers.finalize_slots`): its share of the host's cores or 0 (threads
+        of its finalize process) when that is under :data:`jobs.chapter_pool.PROCESS_MIN_CORES`.
+        With ``synthesis_waiting`` (queued batches of the job's synthesis class: the engines have
+        work ahead) no more than the cores idle now (:attr:`load`): the processes would otherwise take
+        CPU time from the engines and the other finalizes for the wall time of one finalize. The last
+        finalizes, with nothing left to synthesize, take their share. The processes run at a lower
+        priority (:data:`workers.finalize_child.CHILD_NICE`), so the engine's process keeps its core."""
         from jobs.chapter_pool import PROCESS_MIN_CORES
-        from jobs.segment_pool import host_cores
         from workers.finalize_slots import chapter_processes
 
-        return chapter_processes(host_cores(), running, PROCESS_MIN_CORES)
+        idle = self.load.idle_cores() if synthesis_waiting else None
+        return chapter_processes(self.load.cores, running, PROCESS_MIN_CORES, idle)
 
     def write(self, fn) -> None:
         """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""

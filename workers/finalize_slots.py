@@ -34,7 +34,15 @@ def count(state_dir: str | Path) -> int:
     return slots.count(Path(state_dir) / SLOTS_DIR)
 
 
-def chapter_processes(cores: int, running: int, min_cores: int) -> int:
+def chapter_processes(cores: int, running: int, min_cores: int, idle_cores: float | None = None) -> int:
     """Chapter processes for one finalize when ``running`` finalizes (it included) share ``cores``:
-    its share of the cores, or 0 (threads) when the share is under ``min_cores``."""
-    return slots.share(cores, running, min_cores)
+    its share of the cores, no more than the cores idle now (``idle_cores``, :mod:`core.host_load`;
+    None: unknown, counted as all), or 0 (threads) when that is under ``min_cores``.
+
+    On a node whose engines keep its CPUs busy, the finalizes so write on threads (they finish as
+    fast in all, and leave the engines the CPU time that processes would spend); the last ones, with
+    the engines idle, take the idle cores."""
+    n = slots.share(cores, running, min_cores)
+    if idle_cores is not None:
+        n = min(n, int(idle_cores + 0.5))
+    return n if n >= min_cores else 0

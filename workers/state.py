@@ -870,6 +870,12 @@ class JobStore:
     def sclass(self, job_id: str) -> str:
         return _dec(self.r.hget(self.k_job(job_id), "sclass")) or ""
 
+    def ready_count_of(self, job_id: str) -> int:
+        """Queued batches not yet taken by a worker, of every job in ``job_id``'s synthesis class
+        (the work its engines still have ahead); 0 when the job has no class recorded."""
+        sclass = self.sclass(job_id)
+        return int(self.r.zcard(self.k_ready(sclass))) if sclass else 0
+
     def forget(self, job_id: str) -> None:
         """Delete everything Redis holds about a job (tests, housekeeping)."""
         out_dir = _dec(self.r.hget(self.k_job(job_id), "out_dir"))

@@ -452,6 +452,14 @@ def finalize_job(self, job_dir: str, job_id: str) -> dict:
     return {"job": job_id, "finalize": "started"}
 
 
+def _synthesis_waiting(store: JobStore, job_id: str) -> bool:
+    """Whether batches of ``job_id``'s synthesis class wait for an engine (False if Redis cannot say)."""
+    try:
+        return store.ready_count_of(job_id) > 0
+    except redis.exceptions.RedisError:
+        return False
+
+
 def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: str, holder: Holder,
                             hb: Heartbeat) -> None:
     try:
@@ -461,7 +469,7 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
         try:
             # the finalizes running on this node now share its cores (workers.finalize_slots)
             with finalize_slots.hold(runtime.settings().state_dir) as running:
-                processes = batcher.offloader().chapter_processes(running)
+                processes = batcher.offloader().chapter_processes(running, _synthesis_waiting(store, job_id))
                 summary = finalize_child.run(job_dir, processes=processes, job_id=job_id)
         except BatchesNotDone as exc:
             # Redis counted batches whose records this node cannot see (or that were deleted):

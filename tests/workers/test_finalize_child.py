@@ -100,11 +100,27 @@ def test_finalizes_running_on_the_node_share_its_cores(monkeypatch, tmp_path):
     from jobs.chapter_pool import PROCESS_MIN_CORES
     from workers import batcher, finalize_slots
 
-    monkeypatch.setattr("jobs.segment_pool.host_cores", lambda: 16)
-    off = batcher.Offloader(finalize_threads=4)
+    from core.host_load import HostLoad
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  0 0 0 0 0 0 0 0 0 0\n")
+    load = HostLoad(16, path=stat, sample_s=3600)
+    off = batcher.Offloader(finalize_threads=4, load=load)
+    assert off.load.idle_cores() is None, "no second sample yet: the load is unknown"
     assert [off.chapter_processes(n) for n in (1, 2, 4, 5, 16)] == [16, 8, 4, 0, 0]
     assert PROCESS_MIN_CORES == 4
     assert finalize_slots.chapter_processes(2, 1, PROCESS_MIN_CORES) == 0, "a small host: threads"
+    # the host 85 % busy (its engines and other finalizes) while batches wait for the engines: threads,
+    # whatever the share
+    stat.write_text("cpu  850 0 0 150 0 0 0 0 0 0\n")
+    assert load.sample() == pytest.approx(0.85)
+    assert [off.chapter_processes(n, synthesis_waiting=True) for n in (1, 2, 4)] == [0, 0, 0]
+    # nothing left to synthesize (the run's last finalizes): the share, however busy the host was
+    assert [off.chapter_processes(n) for n in (1, 2, 4, 5)] == [16, 8, 4, 0]
+    # half idle: at most the idle cores (8 of 16)
+    stat.write_text("cpu  1350 0 0 650 0 0 0 0 0 0\n")
+    assert load.sample() == pytest.approx(0.5)
+    assert [off.chapter_processes(n, synthesis_waiting=True) for n in (1, 2, 3, 4, 5)] == [8, 8, 5, 4, 0]
 
 
 def test_a_finalize_slot_counts_across_processes_until_its_holder_dies(tmp_path):

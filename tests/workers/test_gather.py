@@ -245,3 +245,17 @@ def test_gather_leases_in_one_round_and_offers_room_left_by_held_units_to_the_re
     ready = {(j, b) for j, b, _ in store.ready_candidates(synthesis_class(job), 0, 10**12, 10**6)}
     assert not ready & {(job_id, b) for b in ids}
     assert (job_id, 1) in ready or store.begin(job_id, 1, me, 60, 5)[0] == "leased"
+
+
+def test_ready_count_is_the_classs_queued_batches_not_yet_taken(redis_url, short_book, tmp_path):
+    """What a finalize asks to choose threads or processes (workers.tasks): the batches of its job's
+    synthesis class still waiting for an engine, other jobs of the class included."""
+    store = JobStore(redis_url)
+    a = submit(redis_url, short_book, tmp_path / "a", "--max-batch", "2")
+    b = submit(redis_url, short_book, tmp_path / "b", "--max-batch", "2", "--length-scale", "1.2")
+    n = store.get_job(a).batches
+    assert store.sclass(a) == store.sclass(b) != ""
+    assert store.ready_count_of(a) == store.ready_count_of(b) == 2 * n
+    store.drop_ready(store.sclass(a), [(a, i) for i in range(n)])  # a's units taken by an engine
+    assert store.ready_count_of(a) == n, "b's batches still wait"
+    assert store.ready_count_of("no-such-job") == 0
