@@ -452,9 +452,13 @@ def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) 
 
 
 _JOB_CACHE: dict[tuple[str, float], Job] = {}
-#: Jobs a process keeps opened (the oldest is dropped): long-lived processes (a server's kept chapter
-#: processes, a worker's) meet a new job with every run.
-MAX_CACHED_JOBS = 8
+_JOB_CACHE_LOCK = threading.Lock()
+#: Jobs a process keeps opened (the least recently used is dropped): long-lived processes (a server's
+#: kept chapter processes, a worker's) meet a new job with every run, and a worker's engine process
+#: opens every job whose batches it gathers (workers.batcher), all of them on a busy node: with fewer
+#: than the node's active jobs, every engine call read their plans again (a job of 1,700 utterances
+#: holds about 7 MB opened).
+MAX_CACHED_JOBS = 32
 
 
 def load_job(out_dir: Path) -> Job:
@@ -464,21 +468,28 @@ def load_job(out_dir: Path) -> Job:
     if not jf.exists():
         raise JobError(f"{out_dir} holds no job (no {JOB_FILE}); run `cli.py run` or `cli.py submit` first")
     key = (str(out_dir.resolve()), jf.stat().st_mtime)
-    if key not in _JOB_CACHE:
-        meta = read_json(jf)
-        if meta.get("format_version") != JOB_FORMAT_VERSION:
-            raise JobError(f"{jf} was written by another version of this tool; use a new output directory")
-        rows = from_table(pq.read_table(out_dir / PLAN_FILE))
-        while len(_JOB_CACHE) >= MAX_CACHED_JOBS:
+    with _JOB_CACHE_LOCK:
+        job = _JOB_CACHE.pop(key, None)
+        if job is not None:
+            _JOB_CACHE[key] = job  # now the most recently used: last
+            return job
+    meta = read_json(jf)
+    if meta.get("format_version") != JOB_FORMAT_VERSION:
+        raise JobError(f"{jf} was written by another version of this tool; use a new output directory")
+    rows = from_table(pq.read_table(out_dir / PLAN_FILE))
+    job = Job(meta["job_id"], out_dir, JobConfig.from_dict(meta["config"]), meta, rows)
+    with _JOB_CACHE_LOCK:
+        job = _JOB_CACHE.setdefault(key, job)  # another thread's, if it opened the job meanwhile
+        while len(_JOB_CACHE) > MAX_CACHED_JOBS:
             _JOB_CACHE.pop(next(iter(_JOB_CACHE)))
-        _JOB_CACHE[key] = Job(meta["job_id"], out_dir, JobConfig.from_dict(meta["config"]), meta, rows)
-    return _JOB_CACHE[key]
+    return job
 
 
 def forget_jobs() -> None:
     """Empty this process's cache of opened jobs (:func:`load_job`): a long-lived process that has
     finished with them (a worker's finalize process between jobs)."""
-    _JOB_CACHE.clear()
+    with _JOB_CACHE_LOCK:
+        _JOB_CACHE.clear()
 
 
 def load_checked(out_dir, job_id: str) -> Job:

@@ -133,6 +133,28 @@ def test_load_job_reopens_the_plan(short_book, tmp_path):
     assert again.job_id == job.job_id and [r.key for r in again.rows] == [r.key for r in job.rows]
 
 
+def test_opened_jobs_are_kept_least_recently_used_first_out(short_book, tmp_path, monkeypatch):
+    """A worker's engine process opens every job it gathers batches from, in turn, call after call:
+    the job it keeps using stays opened while others come and go (it was first in, first out)."""
+    from jobs import pipeline
+
+    monkeypatch.setattr(pipeline, "MAX_CACHED_JOBS", 2)
+    pipeline.forget_jobs()
+    dirs = [tmp_path / n for n in "abc"]
+    for i, d in enumerate(dirs):
+        prepare_job([short_book], d, JobConfig(length_scale=1.0 + i / 10, **SMALL))
+    pipeline.forget_jobs()
+    a = load_job(dirs[0])
+    b = load_job(dirs[1])
+    assert load_job(dirs[0]) is a, "kept"
+    load_job(dirs[2])  # a third: the least recently used (b) goes
+    assert load_job(dirs[0]) is a, "a was used since b: kept"
+    assert load_job(dirs[1]) is not b, "b was dropped and opened again"
+    assert len(pipeline._JOB_CACHE) == 2
+    pipeline.forget_jobs()
+    assert not pipeline._JOB_CACHE
+
+
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "x.flac"
     with pytest.raises(RuntimeError):
