@@ -8,11 +8,15 @@ Redis is told about it here, and only the batches without a record are enqueued.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from pathlib import Path
+
+import redis
 
 from core.errors import JobError
 from workers.celery_app import PRIORITIES, queue_name
-from workers.state import JobInfo, JobStatus, JobStore, now
+from workers.state import Holder, JobInfo, JobStatus, JobStore, now
 from workers.enqueue import enqueue_batches, enqueue_finalize
 
 log = logging.getLogger("booktts.control")
@@ -104,7 +108,14 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     done = [b for b in all_ids if b not in pend]
     status = JobStatus.RUNNING if done else JobStatus.QUEUED
     new = job_info(job, priority, queue, done, status)
-    created = store.create_job(new, done, reset=(mode != "rebuild"))
+    leased = store.leased(job.job_id, pending)
+    todo = [b for b in pending if str(b) not in leased]
+    # A job Redis lost is re-created with the batches it is about to queue entered in `running`, held by
+    # nobody (no lease), in the same step: if queueing them fails (Redis went away again, or restarted
+    # keeping the re-created job), the reaper queues them; nothing else would (the job exists again, so it
+    # is not rebuilt, and they have no lease). The entries are dropped once the batches are queued.
+    holder = _rebuilder() if mode == "rebuild" else ""
+    created = store.create_job(new, done, reset=(mode != "rebuild"), running=todo, holder=holder)
     if mode != "rebuild" or created:
         record_queue(job, queue, priority)
     store.persist(job.job_id)
@@ -120,10 +131,19 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
         elif store.finalize_guard(job.job_id):
             enqueue_finalize(out_dir, job.job_id, queue)
         return store.require_job(job.job_id), 0
-    leased = store.leased(job.job_id, pending)
-    todo = [b for b in pending if str(b) not in leased]
     n = enqueue_batches(out_dir, job.job_id, todo, queue)
+    if holder:
+        try:
+            store.drop_running(job.job_id, todo, holder)
+        except redis.exceptions.RedisError as exc:  # the reaper queues them once more; a worker skips the copy
+            log.info("job %s: batches queued, their rebuild entries left to the reaper (%s)", job.job_id, exc)
     return store.require_job(job.job_id), n
+
+
+def _rebuilder() -> str:
+    """The JSON holder of the ``running`` entries a rebuild makes (see :func:`start_job`)."""
+    return Holder(worker="rebuild of a lost job", host=socket.gethostname(), pid=os.getpid(),
+                  task_id=f"rebuild-{os.urandom(6).hex()}").to_json()
 
 
 #: A submit's claim of its directory in Redis before the job is registered lapses after this long.

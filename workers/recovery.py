@@ -195,14 +195,20 @@ def reap(store: JobStore, job_ids=None) -> int:
                         job_id, finalize_stale_s())
             n += 1
         for batch, raw in store.running_raw(job_id).items():
-            if not store.claim_orphan(job_id, batch, raw):
+            state = store.orphan_state(job_id, batch, raw)
+            if state == "held":
+                continue
+            if state == "orphan":
+                # queued before its entry is dropped: if queueing fails (Redis went away again), the entry
+                # stays and a later sweep queues it (a copy sent twice is skipped by the second worker)
+                if batch == FINALIZE:
+                    enqueue_finalize(info.out_dir, job_id, info.queue)
+                else:
+                    enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
+            if not store.claim_orphan(job_id, batch, raw):  # (a done batch's entry is only dropped)
                 continue
             holder = Holder.from_json(raw)
             who = f"{holder.worker} (pid {holder.pid})" if holder else "an unknown worker"
-            if batch == FINALIZE:
-                enqueue_finalize(info.out_dir, job_id, info.queue)
-            else:
-                enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
             store.note_requeue(job_id, batch, raw)
             log.warning("job %s: batch %s held by %s lost its lease; re-enqueued", job_id, batch, who)
             n += 1

@@ -365,7 +365,8 @@ return 1
 
 _LUA_CREATE = """
 -- KEYS: job, done, jobs, active, failed, deliveries, guard, running, records
--- ARGV: job_id, created, reset, nfields, f1, v1, ..., then done ids
+-- ARGV: job_id, created, reset, nfields, f1, v1, ..., ndone, done ids, then (optional) a holder and the
+-- ids of batches to enter in `running` as held by it, with no lease (unless they have an entry already)
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if exists and ARGV[3] ~= '1' then return 0 end
 local n = tonumber(ARGV[4])
@@ -379,7 +380,10 @@ for i = 0, n - 1 do
     redis.call('HSET', KEYS[1], f, ARGV[6 + 2 * i])
   end
 end
-for i = 5 + 2 * n, #ARGV do redis.call('SADD', KEYS[2], ARGV[i]) end
+local d = 5 + 2 * n
+local nd = tonumber(ARGV[d])
+for i = d + 1, d + nd do redis.call('SADD', KEYS[2], ARGV[i]) end
+for i = d + nd + 2, #ARGV do redis.call('HSETNX', KEYS[8], ARGV[i], ARGV[d + nd + 1]) end
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 return exists and 2 or 1
@@ -400,6 +404,23 @@ if ARGV[2] == '1' then
 else
   redis.call('SREM', KEYS[2], ARGV[1])
 end
+return 1
+"""
+
+_LUA_DROP_RUNNING = """
+-- KEYS: running ; ARGV: holder, batch ids.  Drop the entries of these batches that holder still has.
+local n = 0
+for i = 2, #ARGV do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[1] then n = n + redis.call('HDEL', KEYS[1], ARGV[i]) end
+end
+return n
+"""
+
+#: Set a field of a job's hash only if the job exists (a job Redis lost is not re-created as a stub of one
+#: field, which would keep the reapers from rebuilding it). KEYS: job hash; ARGV: field, value.
+_LUA_SET_IF_JOB = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """
 
@@ -431,6 +452,8 @@ class JobStore:
         self._create = self.r.register_script(_LUA_CREATE)
         self._stale = self.r.register_script(_LUA_STALE_FINALIZE)
         self._set_status = self.r.register_script(_LUA_SET_STATUS)
+        self._drop_running = self.r.register_script(_LUA_DROP_RUNNING)
+        self._set_if_job = self.r.register_script(_LUA_SET_IF_JOB)
 
     # ------------------------------------------------------------ keys
     @staticmethod
@@ -486,11 +509,15 @@ class JobStore:
                 raise
 
     # ------------------------------------------------------------ jobs
-    def create_job(self, info: JobInfo, done_ids: Iterable[int] = (), reset: bool = False) -> int:
+    def create_job(self, info: JobInfo, done_ids: Iterable[int] = (), reset: bool = False,
+                   running: Iterable[int] = (), holder: str = "") -> int:
         """Store a job. 0: it existed (untouched); 1: created; 2: existed and was reset (``reset``).
 
         A reset keeps ``created``/``started``/``audio_s_done``, clears failures, delivery
         counts, the finalize guard and the cancelled flag, and adds ``done_ids`` to the done set.
+        ``running`` (with ``holder``, a holder's JSON): batches entered in the ``running`` hash as held by
+        ``holder``, without a lease, in the same step (those with an entry keep it), so that the reaper
+        queues them unless the caller queues them and drops the entries (:meth:`drop_running`).
         """
         check_job_id(info.id)
         d = {f: getattr(info, f) for f in _JOB_FIELDS}
@@ -502,8 +529,10 @@ class JobStore:
         j = info.id
         keys = [self.k_job(j), self.k(j, "done"), self.K_JOBS, self.K_ACTIVE, self.k(j, "failed"),
                 self.k(j, "deliveries"), self.k(j, FINALIZE), self.k(j, "running"), self.k(j, "records")]
+        done_ids = [int(b) for b in done_ids]
+        running = [int(b) for b in running] if holder else []
         args = [j, info.created or now(), "1" if reset else "0", len(fields) // 2, *fields,
-                *[int(b) for b in done_ids]]
+                len(done_ids), *done_ids, *([holder, *running] if running else [])]
         res = int(self._create(keys=keys, args=args))
         if res == 1:
             self.r.zremrangebyrank(self.K_JOBS, 0, -MAX_RECENT_JOBS - 1)
@@ -747,8 +776,9 @@ class JobStore:
         """Extend our own lease to ``ttl_s`` (a retry of the same task will take it over)."""
         return bool(self._hold(keys=[self.k_lease(job_id, batch)], args=[holder.to_json(), int(ttl_s * 1000)]))
 
-    def release(self, job_id: str, batch: int | str, holder: Holder) -> None:
-        """Give up our lease and running entry (nothing else)."""
+    def release(self, job_id: str, batch: int | str, holder: Holder, keep_running: bool = False) -> None:
+        """Give up our lease and running entry (nothing else). ``keep_running``: the lease only; the entry
+        then shows the reaper a batch nobody holds (it queues it) until a second call drops it."""
         h = holder.to_json()
         lease, running = self.k_lease(job_id, batch), self.k(job_id, "running")
         with self.r.pipeline() as p:
@@ -757,8 +787,27 @@ class JobStore:
             cur, run = p.execute()
         if cur is not None and cur.decode() == h:
             self.r.delete(lease)
-        if run is not None and run.decode() == h:
+        if run is not None and run.decode() == h and not keep_running:
             self.r.hdel(running, str(batch))
+
+    def drop_running(self, job_id: str, batches: Iterable[int | str], holder: str) -> int:
+        """Drop the ``running`` entries of ``batches`` that ``holder`` (JSON) still has."""
+        batches = [str(b) for b in batches]
+        if not batches:
+            return 0
+        return int(self._drop_running(keys=[self.k(job_id, "running")], args=[holder, *batches]))
+
+    def orphan_state(self, job_id: str, batch: str, holder_seen: str) -> str:
+        """Reaper, read only: ``orphan`` if ``batch``'s running entry is still ``holder_seen``, its lease is
+        gone and it is not done (it must be queued again); ``done`` if it is done; else ``held``."""
+        with self.r.pipeline(transaction=False) as p:
+            p.hget(self.k(job_id, "running"), batch)
+            p.exists(self.k_lease(job_id, batch))
+            p.sismember(self.k(job_id, "done"), batch)
+            cur, leased, done = p.execute()
+        if done:
+            return "done"
+        return "orphan" if cur is not None and cur.decode() == holder_seen and not leased else "held"
 
     def claim_orphan(self, job_id: str, batch: str, holder_seen: str) -> bool:
         """Reaper: drop the running entry of a batch whose lease expired. True: re-enqueue it."""
@@ -810,7 +859,7 @@ class JobStore:
             p.zadd(self.k_ready(sclass), {f"{job_id}:{b}": rank * READY_RANK_SCALE + int(n)
                                           for b, n in batches.items()})
             p.hset(self.k(job_id, "queued"), mapping={str(b): _enc(queued_at) for b in batches})
-            p.hset(self.k_job(job_id), "sclass", _enc(sclass))
+            self._set_if_job(keys=[self.k_job(job_id)], args=["sclass", _enc(sclass)], client=p)
             p.execute()
 
     def drop_ready(self, sclass: str, members: Iterable[tuple[str, int]]) -> None:

@@ -71,9 +71,12 @@ def _give_back(store: JobStore, claimed, holder: Holder) -> None:
     (their own messages may already have been skipped). Their delivery count bounds any loop."""
     for c in claimed:
         try:
-            store.release(c.job_id, c.batch_id, holder)
+            # the lease first, the running entry once the unit is queued: if queueing fails, that entry
+            # (with no lease) is what the reaper finds and queues
+            store.release(c.job_id, c.batch_id, holder, keep_running=True)
             enqueue_batches(c.job_dir, c.job_id, [c.batch_id], c.queue)
-        except Exception as exc:  # the lease expires and the reaper re-enqueues it
+            store.release(c.job_id, c.batch_id, holder)
+        except Exception as exc:  # the reaper queues it (or, if Redis lost it, the job's rebuild)
             log.warning("job %s batch %d: could not re-queue it (%s); the reaper will", c.job_id, c.batch_id, exc)
 
 
