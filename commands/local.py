@@ -48,7 +48,8 @@ def _print_plan(job) -> None:
     click.echo(f"estimated audio: {est / 3600:.0f}h{est % 3600 / 60:02.0f}m ({est:.0f} s)")
     from jobs import formats, loudness
 
-    click.echo(f"output: {formats.describe(cfg.audio_format)}")
+    click.echo(f"output: {formats.describe(cfg.audio_format)}"
+               + (f", compression level {cfg.flac_level}" if cfg.audio_format == "flac" else ""))
     click.echo(f"loudness: {loudness.describe(cfg.loudness, job.sample_rate)}")
     click.echo(f"captions: {cfg.captions or 'none'}"
                + (" (one cue per utterance, beside each audio file)" if cfg.captions else ""))

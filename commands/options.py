@@ -17,6 +17,7 @@ from engines import EngineSpec
 from engines.torch_options import SWITCH, WARMUP, TorchOptions
 from jobs.config import (
     AUDIO_FORMATS,
+    DEFAULT_FLAC_LEVEL,
     FOOTNOTE_MODES,
     CPU_MAX_BATCH,
     DEFAULT_MAX_BATCH_PHONEMES,
@@ -139,6 +140,9 @@ def job_options(f):
         click.option("--captions", default="none", show_default=True, metavar="LIST",
                      help="Caption files beside each chapter (and each M4B), from the utterance timings: srt, vtt, "
                           "srt,vtt or none."),
+        click.option("--flac-level", type=limit_type("flac_level"), default=DEFAULT_FLAC_LEVEL, show_default=True,
+                     help="FLAC compression level, 0-8: the same audio at every level; 0 encodes with less CPU "
+                          "time (busy GPU nodes) into files a few percent larger."),
         click.option("--chapters", default=None, metavar="LIST",
                      help="Chapters to synthesize, 1-based, like 1,3-5 (default: all)."),
         click.option("--encoding", default=None, help="Encoding of TXT/Markdown input (default: UTF-8, BOM allowed)."),
@@ -176,7 +180,7 @@ def job_options(f):
     ]
 
     @functools.wraps(f)
-    def wrapper(*args, voice, audio_format, loudness, captions, chapters, encoding, max_batch, max_batch_phonemes, batch_order, max_phonemes,
+    def wrapper(*args, voice, audio_format, loudness, captions, flac_level, chapters, encoding, max_batch, max_batch_phonemes, batch_order, max_phonemes,
                 length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize,
                 normalize_text, footnotes, lexicon, include_front_matter, announce, speaker, **kw):
         cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
@@ -185,7 +189,7 @@ def job_options(f):
         batch_order = batch_order or batch_order_default(None)
         try:  # the settings' consistency (a batch budget too small for the longest utterance, say)
             config = JobConfig(voice=voice, audio_format=audio_format, loudness=loudness, captions=captions,
-                               chapters=chapters, encoding=encoding,
+                               flac_level=flac_level, chapters=chapters, encoding=encoding,
                                max_phonemes=max_phonemes, max_batch=max_batch, max_batch_phonemes=max_batch_phonemes,
                                batch_order=batch_order, noise_scale=noise_scale, length_scale=length_scale, noise_w=noise_w,
                                sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,

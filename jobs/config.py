@@ -21,7 +21,9 @@ LOUDNESS_MODES = ("ebu", "acx", "none")
 #: ``--captions`` formats (jobs/captions.py).
 CAPTION_FORMATS = ("srt", "vtt")
 #: Settings that change only what ``finalize`` delivers, not the synthesized batches.
-OUTPUT_FIELDS = ("audio_format", "loudness", "captions")
+OUTPUT_FIELDS = ("audio_format", "loudness", "captions", "flac_level")
+#: libFLAC's compression level of FLAC chapter files when a job does not set one (the ``flac`` tool's too).
+DEFAULT_FLAC_LEVEL = 5
 FOOTNOTE_MODES = ("skip", "inline", "end")
 #: Default batch limits on CPU engines: batching buys little there (docs/PERFORMANCE.md).
 CPU_MAX_BATCH = 32
@@ -69,6 +71,7 @@ LIMITS: dict[str, Limit] = {
     "paragraph_pause_s": Limit("--paragraph-pause", 0.0, 60.0),
     "clause_pause_s": Limit("clause_pause_s", 0.0, 60.0),
     "title_pause_s": Limit("--title-pause", 0.0, 60.0),
+    "flac_level": Limit("--flac-level", 0, 8, integer=True),
 }
 
 
@@ -137,6 +140,9 @@ class JobConfig:
     """Per-chapter loudness: ``ebu`` (R128, -23 LUFS), ``acx`` (RMS -20 dB, peaks -3 dBFS, 44.1 kHz), ``none``."""
     captions: str | None = None
     """Caption files beside each chapter (and each M4B): ``srt``, ``vtt`` or ``srt,vtt``; None: none."""
+    flac_level: int = DEFAULT_FLAC_LEVEL
+    """libFLAC's compression level (0-8) of FLAC chapter files: the same samples at every level; a lower
+    one takes less CPU time to encode and makes larger files (docs/PERFORMANCE.md). Other formats ignore it."""
     normalize_text: bool = True
     """Rewrite numbers, dates, abbreviations, URLs... into words before phonemization (:mod:`jobs.normalize`)."""
     footnotes: str = "skip"
@@ -210,7 +216,7 @@ class JobConfig:
     def identity(self) -> dict:
         """The settings that decide the output; a different identity means a different job.
 
-        ``loudness`` and ``captions`` change only what ``finalize`` delivers, not the batches, and
+        ``loudness``, ``captions`` and ``flac_level`` change only what ``finalize`` delivers, not the batches, and
         are left out (job ids of earlier versions stay valid); ``audio_format`` stays in (it names
         the chapter files in job.json). A resume that changes any of :data:`OUTPUT_FIELDS` is refused
         with a line naming them (:func:`jobs.pipeline.prepare_job`)."""
@@ -218,6 +224,7 @@ class JobConfig:
         d.pop("engine")
         d.pop("loudness")
         d.pop("captions")
+        d.pop("flac_level")
         if d.get("batch_order") == "length":  # the order of jobs made before the setting existed
             d.pop("batch_order")
         return d
@@ -228,7 +235,7 @@ class JobConfig:
     def output_flags(self) -> str:
         """The output settings as command-line options."""
         return (f"--format {self.audio_format} --loudness {self.loudness} "
-                f"--captions {self.captions or 'none'}")
+                f"--captions {self.captions or 'none'} --flac-level {self.flac_level}")
 
 
 def parse_captions(spec) -> str | None:

@@ -63,7 +63,7 @@ def write_chapter(job, book_index: int, book: dict, ch: dict, pcm: np.ndarray, t
     cfg = job.config
     audio, rate, report = loudness.process(pcm, job.sample_rate, cfg.loudness)
     tags = None if cfg.audio_format == "m4b" else tags_for(job, book, ch)
-    formats.write_chapter_audio(tmp, final, cfg.audio_format, audio, rate, tags, writer_errors)
+    formats.write_chapter_audio(tmp, final, cfg.audio_format, audio, rate, tags, writer_errors, cfg.flac_level)
     files.write_json(_stats_path(job, book_index, ch["index"]),
                      {"book_index": book_index, "chapter_index": ch["index"], "title": ch["title"],
                       "file": ch["file"], "samples_out": int(len(audio)), **report.to_dict()})

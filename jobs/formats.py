@@ -346,19 +346,22 @@ def _tag_mp4(tmp: Path, tags: Tags) -> None:
 
 
 def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm: np.ndarray, sample_rate: int, tags: Tags | None,
-                        writer_errors=contextlib.nullcontext) -> None:
+                        writer_errors=contextlib.nullcontext, flac_level: int | None = None) -> None:
     """Write float32 mono ``pcm`` as ``fmt`` into ``tmp`` (renamed to ``final`` by the caller) and tag it.
 
-    ``writer_errors(final)``: a context that maps the sound library's write errors (libsndfile's)."""
+    ``writer_errors(final)``: a context that maps the sound library's write errors (libsndfile's).
+    ``flac_level``: libFLAC's compression level 0-8 for FLAC (None: libsndfile's default, level 5)."""
     from jobs.loudness import to_int16
 
     check_available(fmt)
     if fmt in ("flac", "wav", "m4b"):  # m4b: the intermediate chapter WAV, assembled by write_m4b
         import soundfile as sf
 
+        # libsndfile takes the level as a fraction of 8 (lrint(x * 8)); its own default is 5
+        level = {"compression_level": flac_level / 8} if fmt == "flac" and flac_level not in (None, 5) else {}
         with writer_errors(final):
             f = sf.SoundFile(str(tmp), "w", samplerate=sample_rate, channels=1, subtype="PCM_16",
-                             format="WAV" if fmt == "m4b" else fmt.upper())
+                             format="WAV" if fmt == "m4b" else fmt.upper(), **level)
         try:
             if fmt == "wav" and tags:
                 f.title, f.album, f.comment, f.genre = tags.title, tags.album, tags.comment, tags.genre

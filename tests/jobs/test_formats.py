@@ -345,11 +345,38 @@ def test_cli_resume_with_other_output_settings_is_one_line(short_book, tmp_path)
     out = tmp_path / "o"
     base = ["run", str(short_book), "-o", str(out), "--engine", "fake"]
     assert CliRunner().invoke(main, base).exit_code == 0
-    for extra in (["--format", "m4b"], ["--loudness", "none"], ["--captions", "srt"]):
+    for extra in (["--format", "m4b"], ["--loudness", "none"], ["--captions", "srt"], ["--flac-level", "0"]):
         res = CliRunner().invoke(main, base + extra)
         assert res.exit_code == 4, res.output
         lines = [l for l in res.stderr.splitlines() if l.startswith("error:")]
-        assert len(lines) == 1 and "--format flac --loudness ebu --captions none" in lines[0], res.stderr
+        assert len(lines) == 1 and "--format flac --loudness ebu --captions none --flac-level 5" in lines[0], res.stderr
+
+
+def test_flac_level_changes_the_files_size_not_their_audio(short_book, tmp_path):
+    """``--flac-level 0`` (less CPU to encode) and 8 give the same samples as the default (5), in files of
+    other sizes; the job is the same job (its id: the batches do not depend on it)."""
+    runs = {}
+    for level in (None, 0, 8):
+        out = tmp_path / f"l{level}"
+        args = ["run", str(short_book), "-o", str(out), "--engine", "fake", "--loudness", "none"]
+        res = CliRunner().invoke(main, args + ([] if level is None else ["--flac-level", str(level)]))
+        assert res.exit_code == 0, res.output
+        job = load_job(out)
+        assert job.config.flac_level == (5 if level is None else level)
+        files = sorted(out.rglob("*.flac"))
+        assert files
+        runs[level] = (job.job_id, [sf.read(f, dtype="int16")[0] for f in files], sum(f.stat().st_size for f in files))
+    ids = {r[0] for r in runs.values()}
+    assert len(ids) == 1, "the level is not part of the job's identity"
+    for level in (0, 8):
+        assert all(np.array_equal(a, b) for a, b in zip(runs[None][1], runs[level][1])), f"level {level}: other audio"
+    assert runs[0][2] > runs[None][2] > runs[8][2], {k: v[2] for k, v in runs.items()}
+    res = CliRunner().invoke(main, ["plan", str(short_book), "-o", str(tmp_path / "p"), "--flac-level", "0"])
+    assert res.exit_code == 0 and "FLAC per chapter" in res.output and "compression level 0" in res.output, res.output
+    res = CliRunner().invoke(main, ["plan", str(short_book), "--flac-level", "9"])
+    assert res.exit_code == 2 and res.stderr.count("error:") == 1 and "--flac-level" in res.stderr, res.stderr
+    with pytest.raises(Exception, match="--flac-level 9 is out of range"):
+        JobConfig(flac_level=9)
 
 
 @pytest.mark.parametrize("module,args,package", [
