@@ -110,11 +110,13 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     new = job_info(job, priority, queue, done, status)
     leased = store.leased(job.job_id, pending)
     todo = [b for b in pending if str(b) not in leased]
-    # A job Redis lost is re-created with the batches it is about to queue entered in `running`, held by
-    # nobody (no lease), in the same step: if queueing them fails (Redis went away again, or restarted
-    # keeping the re-created job), the reaper queues them; nothing else would (the job exists again, so it
-    # is not rebuilt, and they have no lease). The entries are dropped once the batches are queued.
-    holder = _rebuilder() if mode == "rebuild" else ""
+    # The job is (re-)created with the batches it is about to queue entered in `running`, held by nobody
+    # (no lease), in the same step: if queueing them fails (Redis went away, or restarted keeping the
+    # job) or this process dies first (a killed submit), the reaper queues them; nothing else would
+    # (the job exists, so it is neither rebuilt nor submitted again, and they have no lease). The
+    # entries are dropped once the batches are queued. A submit's or resume's entries wait
+    # SENDING_GRACE_S for it to finish (recovery.reap); a rebuild's, made by a reaper, do not.
+    holder = _sender(mode) if todo else ""
     created = store.create_job(new, done, reset=(mode != "rebuild"), running=todo, holder=holder)
     if mode != "rebuild" or created:
         record_queue(job, queue, priority)
@@ -140,10 +142,25 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     return store.require_job(job.job_id), n
 
 
-def _rebuilder() -> str:
-    """The JSON holder of the ``running`` entries a rebuild makes (see :func:`start_job`)."""
-    return Holder(worker="rebuild of a lost job", host=socket.gethostname(), pid=os.getpid(),
-                  task_id=f"rebuild-{os.urandom(6).hex()}").to_json()
+#: Task id prefix of the ``running`` entries a submit or resume makes for the batches it is queueing.
+SENDING_PREFIX = "sending-"
+#: Seconds the reaper leaves such an entry alone (its submit is still queueing: queueing it too would
+#: send a second message of every batch); past it, the submit died or failed, and the reaper queues it.
+SENDING_GRACE_S = 120.0
+
+
+def _sender(mode: str) -> str:
+    """The JSON holder of the ``running`` entries that :func:`start_job` makes for the batches it queues."""
+    if mode == "rebuild":
+        worker, task = "rebuild of a lost job", f"rebuild-{os.urandom(6).hex()}"
+    else:
+        worker, task = f"{mode} (queueing the batches)", f"{SENDING_PREFIX}{os.urandom(6).hex()}"
+    return Holder(worker=worker, host=socket.gethostname(), pid=os.getpid(), task_id=task).to_json()
+
+
+def still_sending(holder: Holder | None, at: float) -> bool:
+    """Whether ``holder`` is a submit's or resume's entry for a batch it may still be queueing at time ``at``."""
+    return holder is not None and holder.task_id.startswith(SENDING_PREFIX) and at - holder.since < SENDING_GRACE_S
 
 
 #: A submit's claim of its directory in Redis before the job is registered lapses after this long.

@@ -31,7 +31,7 @@ import redis
 from core.errors import JobError
 from workers import runtime
 from workers.celery_app import priority_of_queue
-from workers.control import start_job
+from workers.control import start_job, still_sending
 from workers.enqueue import enqueue_batches, enqueue_finalize
 from workers.state import FINALIZE, Holder, JobStatus, JobStore
 
@@ -196,7 +196,7 @@ def reap(store: JobStore, job_ids=None) -> int:
             n += 1
         for batch, raw in store.running_raw(job_id).items():
             state = store.orphan_state(job_id, batch, raw)
-            if state == "held":
+            if state == "held" or (state == "orphan" and still_sending(Holder.from_json(raw), time.time())):
                 continue
             if state == "orphan":
                 # queued before its entry is dropped: if queueing fails (Redis went away again), the entry

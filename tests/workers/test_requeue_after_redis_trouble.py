@@ -175,3 +175,49 @@ def test_queueing_units_of_a_job_redis_lost_does_not_hide_it_from_the_rebuild(re
     finally:
         runtime.forget_job(job.job_id)
         runtime.reset_for_tests()
+
+
+def test_a_submit_that_dies_before_queueing_its_batches_leaves_them_to_the_reaper(redis_url, broker, short_book,
+                                                                                 tmp_path, monkeypatch):
+    """`submit` registers the job, then queues its batches: a submit killed (or failing) in between left a
+    job queued in Redis with no message, no lease and no entry, which nothing would ever run (the job
+    exists, so a second submit leaves it alone). Its batches are entered in `running` with the job; the
+    reaper leaves them to the submit for SENDING_GRACE_S, then queues them, once."""
+    job = prepare_job([short_book], tmp_path / "out", JobConfig(max_batch=1))
+    pending = job.pending_batches()
+    assert len(pending) >= 3
+    broker(redis_url)
+    s = JobStore(redis_url)
+
+    class Killed(BaseException):
+        """The submit's process ends here (SIGKILL, or an error before any message went out)."""
+
+    def killed(*_a, **_k):
+        raise Killed
+
+    monkeypatch.setattr(control, "enqueue_batches", killed)
+    with pytest.raises(Killed):
+        control.start_job(s, job, mode="submit")
+    monkeypatch.undo()
+    info = s.get_job(job.job_id)
+    assert info is not None and info.status.active and queued_units(s, job.job_id) == []
+    # a second submit of the same books finds the job active and leaves it alone
+    assert control.start_job(s, job, mode="submit")[1] == 0 and queued_units(s, job.job_id) == []
+    # within the grace: the submit may still be queueing; the reaper leaves them
+    assert recovery.reap(s) == 0 and queued_units(s, job.job_id) == []
+    monkeypatch.setattr(control, "SENDING_GRACE_S", 0.0)
+    assert recovery.reap(s) == len(pending)
+    assert queued_units(s, job.job_id) == pending, "every unfinished batch queued, once"
+    assert s.running(job.job_id) == {} and recovery.reap(s) == 0 and queued_units(s, job.job_id) == pending
+
+
+def test_a_submit_that_queues_its_batches_leaves_nothing_for_the_reaper(redis_url, broker, short_book, tmp_path,
+                                                                       monkeypatch):
+    job = prepare_job([short_book], tmp_path / "out", JobConfig(max_batch=1))
+    broker(redis_url)
+    s = JobStore(redis_url)
+    info, n = control.start_job(s, job, mode="submit")
+    assert n == len(job.pending_batches()) and queued_units(s, job.job_id) == job.pending_batches()
+    assert s.running(job.job_id) == {}, "the submit's entries are dropped once its batches are queued"
+    monkeypatch.setattr(control, "SENDING_GRACE_S", 0.0)
+    assert recovery.reap(s) == 0 and queued_units(s, job.job_id) == job.pending_batches()
