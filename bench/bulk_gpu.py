@@ -49,7 +49,8 @@ processes (``finalize_timing``, the last one being the run's tail); the CPU time
 process tree in the timed window by group (``cpu``: submit, worker, finalize, early chapters, redis,
 this script; from ``/proc`` every ``--sample-s``) against the host's busy CPU; and ``limited_by``, one
 line naming what held the run back (the engine, the host's CPU and its biggest users, or the largest
-serial step).
+serial step; for time between engine calls, the engine processes' three largest parts of it: gathering,
+claiming, waiting for messages, handing results to the writers, around the call).
 Exit code 0 when every job is done and every check passed, 1 otherwise, 2 for bad arguments or setup.
 """
 
@@ -508,9 +509,17 @@ def gpu_share(summary: dict, sampled: dict, engine_x: float | None, per_device: 
     return (summary.get("gpu_busy_share") or 0.0) / max(1, per_device), "engine calls' time"
 
 
-def limited_by(summary: dict, sampled: dict, cpu: dict | None, gpu: tuple[float, str]) -> str:
+#: The parts of an engine process's time outside its engine calls (``engine_call_timing``), as named in
+#: "limited by".
+CALL_PARTS = {"gather_s": "gathering", "claim_s": "claiming", "wait_s": "waiting for messages",
+              "handoff_s": "handing results to the writers", "around_s": "around the call"}
+
+
+def limited_by(summary: dict, sampled: dict, cpu: dict | None, gpu: tuple[float, str],
+               calls: dict | None = None) -> str:
     """One line: what holds the run back, from the GPUs' share of the wall time (:func:`gpu_share`),
-    the host's CPU and the phases."""
+    the host's CPU and the phases; for time between engine calls, where the engine processes spent it
+    (``calls``: the summed ``engine_call_timing``)."""
     share, source = gpu
     busy = sampled.get("cpu_busy_mean")
     ph = summary.get("phases") or {}
@@ -526,8 +535,13 @@ def limited_by(summary: dict, sampled: dict, cpu: dict | None, gpu: tuple[float,
              "between engine calls": max(0.0, (ph.get("synthesis_span_s") or 0.0)
                                          - (ph.get("infer_sum_s") or 0.0) / max(1, summary.get("devices") or 1))}
     name, secs = max(parts.items(), key=lambda kv: kv[1])
-    return (f"serial steps around the engine (the GPU's work filled {share:.0%} of the wall time, {source}; CPU "
+    line = (f"serial steps around the engine (the GPU's work filled {share:.0%} of the wall time, {source}; CPU "
             f"{busy or 0:.0%} busy): the largest is {name}, {secs:.1f} s of {wall:.1f} s")
+    if name == "between engine calls" and calls and calls.get("calls"):
+        spent = sorted(((calls.get(k) or 0.0, v) for k, v in CALL_PARTS.items()), reverse=True)
+        line += (f" (the engine processes, summed over {calls['calls']} calls: "
+                 + ", ".join(f"{label} {t:.1f} s" for t, label in spent[:3]) + ")")
+    return line
 
 # --------------------------------------------------------------------------- steps
 
@@ -1201,8 +1215,9 @@ def main(argv=None) -> int:
                                     res["machine"].get("cpus") or 1, res["sampled"].get("cpu_busy_mean"))
         res["gpu_share"] = gpu_share(res["summary"], res["sampled"], (res.get("engine_baseline") or {}).get("engine_x"),
                                      a.per_gpu if a.device.startswith("cuda") else 1)
-        res["limited_by"] = limited_by(res["summary"], res["sampled"], res["cpu"], res["gpu_share"])
         res["engine_call_timing"] = engine_call_timing(procs)
+        res["limited_by"] = limited_by(res["summary"], res["sampled"], res["cpu"], res["gpu_share"],
+                                       res["engine_call_timing"])
         res["finalize_timing"] = finalize_timing(procs)
         res["checks"] = run_checks(a, env, an["jobs"])
         ok = res["summary"]["all_done"] and all(c["ok"] for c in res["checks"])

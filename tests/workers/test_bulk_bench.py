@@ -147,6 +147,14 @@ def test_limited_by_names_the_engine_the_cpu_or_the_largest_serial_step():
     assert line.startswith("the host's CPU: 93% of 16 cores busy") and "finalize 6.2, submit 3.1" in line
     line = bulk.limited_by(s, {"cpu_busy_mean": 0.5}, cpu, (0.4, "x"))
     assert line.startswith("serial steps") and "after the last batch, 5.0 s of 18.0 s" in line
+    # between engine calls: where the engine processes spent that time (a gather that reads every job
+    # again at every call, say)
+    calls = {"calls": 59, "gather_s": 26.2, "claim_s": 2.5, "wait_s": 0.5, "handoff_s": 0.4, "around_s": 2.3}
+    slow = {**s, "phases": {**phases, "synthesis_span_s": 24.0, "infer_sum_s": 17.5}}
+    line = bulk.limited_by(slow, {"cpu_busy_mean": 0.65}, cpu, (0.3, "x"), calls)
+    assert "the largest is between engine calls, 6.5 s" in line, line
+    assert line.endswith("(the engine processes, summed over 59 calls: gathering 26.2 s, claiming 2.5 s, "
+                         "around the call 2.3 s)"), line
     # the GPU's share: the engine-alone figure first (10 h at 20,000x = 1.8 s of 18 s), then nvidia-smi,
     # then the engine calls' time per process (two processes per GPU overlap)
     assert bulk.gpu_share(s, {"gpu_util_mean_pct": {"0": 30.0}}, 20000.0, 2)[0] == pytest.approx(0.1)
