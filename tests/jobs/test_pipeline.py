@@ -155,6 +155,25 @@ def test_opened_jobs_are_kept_least_recently_used_first_out(short_book, tmp_path
     assert not pipeline._JOB_CACHE
 
 
+def test_a_worker_gathering_from_24_jobs_reads_each_plan_once(short_book, tmp_path, monkeypatch):
+    """The bulk benchmark's 24 books, opened in turn at every engine call by a gathering worker: each
+    job's plan is read from disk once (with 8 kept, every call read them again: 21-26 s per run)."""
+    from jobs import pipeline
+
+    dirs = [tmp_path / f"j{i:02d}" for i in range(24)]
+    for i, d in enumerate(dirs):
+        prepare_job([short_book], d, JobConfig(length_scale=1.0 + i / 100, **SMALL))
+    pipeline.forget_jobs()
+    reads = []
+    real = pipeline.pq.read_table
+    monkeypatch.setattr(pipeline.pq, "read_table", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    for _ in range(3):  # three engine calls, each opening every job
+        for d in dirs:
+            load_job(d)
+    assert len(reads) == 24, f"{len(reads)} plan reads for 24 jobs"
+    pipeline.forget_jobs()
+
+
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "x.flac"
     with pytest.raises(RuntimeError):
