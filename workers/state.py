@@ -366,7 +366,8 @@ return 1
 _LUA_CREATE = """
 -- KEYS: job, done, jobs, active, failed, deliveries, guard, running, records
 -- ARGV: job_id, created, reset, nfields, f1, v1, ..., ndone, done ids, then (optional) a holder and the
--- ids of batches to enter in `running` as held by it, with no lease (unless they have an entry already)
+-- ids of batches to enter in `running` as held by it, with no lease (unless a worker's entry is there:
+-- an earlier sender's, left by a submit that died or failed, is replaced: this one queues the batch now)
 local exists = redis.call('EXISTS', KEYS[1]) == 1
 if exists and ARGV[3] ~= '1' then return 0 end
 local n = tonumber(ARGV[4])
@@ -383,7 +384,16 @@ end
 local d = 5 + 2 * n
 local nd = tonumber(ARGV[d])
 for i = d + 1, d + nd do redis.call('SADD', KEYS[2], ARGV[i]) end
-for i = d + nd + 2, #ARGV do redis.call('HSETNX', KEYS[8], ARGV[i], ARGV[d + nd + 1]) end
+for i = d + nd + 2, #ARGV do
+  local cur = redis.call('HGET', KEYS[8], ARGV[i])
+  local replace = not cur
+  if cur then
+    local ok, h = pcall(cjson.decode, cur)
+    local task = ok and type(h) == 'table' and h['task_id'] or ''
+    replace = type(task) == 'string' and (task:sub(1, 8) == 'sending-' or task:sub(1, 8) == 'rebuild-')
+  end
+  if replace then redis.call('HSET', KEYS[8], ARGV[i], ARGV[d + nd + 1]) end
+end
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 return exists and 2 or 1
@@ -516,8 +526,10 @@ class JobStore:
         A reset keeps ``created``/``started``/``audio_s_done``, clears failures, delivery
         counts, the finalize guard and the cancelled flag, and adds ``done_ids`` to the done set.
         ``running`` (with ``holder``, a holder's JSON): batches entered in the ``running`` hash as held by
-        ``holder``, without a lease, in the same step (those with an entry keep it), so that the reaper
-        queues them unless the caller queues them and drops the entries (:meth:`drop_running`).
+        ``holder``, without a lease, in the same step (those with a worker's entry keep it; an earlier
+        sender's is replaced), so that the reaper queues them unless the caller queues them and drops
+        the entries (:meth:`drop_running`). A sender's task id starts with ``sending-`` or ``rebuild-``
+        (:func:`workers.control.start_job`).
         """
         check_job_id(info.id)
         d = {f: getattr(info, f) for f in _JOB_FIELDS}

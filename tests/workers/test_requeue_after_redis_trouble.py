@@ -211,6 +211,29 @@ def test_a_submit_that_dies_before_queueing_its_batches_leaves_them_to_the_reape
     assert s.running(job.job_id) == {} and recovery.reap(s) == 0 and queued_units(s, job.job_id) == pending
 
 
+def test_a_resume_after_a_submit_that_died_takes_over_its_entries(redis_url, broker, short_book, tmp_path,
+                                                                  monkeypatch):
+    """The user runs `resume` after the failed submit: it queues the batches itself and leaves no entry of
+    the dead submit behind, so the reaper sends nothing twice; a worker's entry is left alone."""
+    job = prepare_job([short_book], tmp_path / "out", JobConfig(max_batch=1))
+    pending = job.pending_batches()
+    broker(redis_url)
+    s = JobStore(redis_url)
+    monkeypatch.setattr(control, "enqueue_batches", failing)
+    with pytest.raises(OperationalError):
+        control.start_job(s, job, mode="submit")
+    monkeypatch.undo()
+    assert sorted(int(b) for b in s.running(job.job_id)) == pending
+    # a worker took batch 0 (its lease, its entry) before the resume
+    w = holder("w-task")
+    assert s.begin(job.job_id, pending[0], w, 30, 6)[0] == "ok"
+    info, n = control.start_job(s, job, mode="resume")
+    assert n == len(pending) - 1 and queued_units(s, job.job_id) == pending[1:]
+    assert list(s.running(job.job_id)) == [str(pending[0])], "only the worker's entry is left"
+    monkeypatch.setattr(control, "SENDING_GRACE_S", 0.0)
+    assert recovery.reap(s) == 0 and queued_units(s, job.job_id) == pending[1:], "nothing sent twice"
+
+
 def test_a_submit_that_queues_its_batches_leaves_nothing_for_the_reaper(redis_url, broker, short_book, tmp_path,
                                                                        monkeypatch):
     job = prepare_job([short_book], tmp_path / "out", JobConfig(max_batch=1))
