@@ -322,22 +322,15 @@ class Sampler(threading.Thread):
         self.gpu: list[tuple[float, dict[str, float]]] = []
         self.cpu: list[tuple[float, float]] = []
 
-    @staticmethod
-    def _cpu_times() -> tuple[int, int] | None:
-        try:
-            f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-        except (OSError, ValueError, IndexError):
-            return None
-        idle = f[3] + (f[4] if len(f) > 4 else 0)
-        return sum(f), idle
-
     def run(self) -> None:
-        last = self._cpu_times()
+        from core.host_load import read_cpu_times  # (busy, total) ticks
+
+        last = read_cpu_times()
         while not self.stop_ev.wait(self.every_s):
             t = time.time()
-            now = self._cpu_times()
-            if last and now and now[0] > last[0]:
-                self.cpu.append((t, 1.0 - (now[1] - last[1]) / (now[0] - last[0])))
+            now = read_cpu_times()
+            if last and now and now[1] > last[1]:
+                self.cpu.append((t, (now[0] - last[0]) / (now[1] - last[1])))
             last = now
             if self.gpus:
                 try:

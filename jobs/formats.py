@@ -357,8 +357,8 @@ def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm: np.ndarray, sampl
     if fmt in ("flac", "wav", "m4b"):  # m4b: the intermediate chapter WAV, assembled by write_m4b
         import soundfile as sf
 
-        # libsndfile takes the level as a fraction of 8 (lrint(x * 8)); its own default is 5
-        level = {"compression_level": flac_level / 8} if fmt == "flac" and flac_level not in (None, 5) else {}
+        # libsndfile takes the level as a fraction of 8 (lrint(x * 8)); 5/8 is its own default
+        level = {"compression_level": flac_level / 8} if fmt == "flac" and flac_level is not None else {}
         with writer_errors(final):
             f = sf.SoundFile(str(tmp), "w", samplerate=sample_rate, channels=1, subtype="PCM_16",
                              format="WAV" if fmt == "m4b" else fmt.upper(), **level)

@@ -16,7 +16,7 @@ import redis
 
 from core.errors import JobError
 from workers.celery_app import PRIORITIES, queue_name
-from workers.state import Holder, JobInfo, JobStatus, JobStore, now
+from workers.state import REBUILD_PREFIX, SENDING_PREFIX, Holder, JobInfo, JobStatus, JobStore, now
 from workers.enqueue import enqueue_batches, enqueue_finalize
 
 log = logging.getLogger("booktts.control")
@@ -138,12 +138,10 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
         try:
             store.drop_running(job.job_id, todo, holder)
         except redis.exceptions.RedisError as exc:  # the reaper queues them once more; a worker skips the copy
-            log.info("job %s: batches queued, their rebuild entries left to the reaper (%s)", job.job_id, exc)
+            log.info("job %s: batches queued, their running entries left to the reaper (%s)", job.job_id, exc)
     return store.require_job(job.job_id), n
 
 
-#: Task id prefix of the ``running`` entries a submit or resume makes for the batches it is queueing.
-SENDING_PREFIX = "sending-"
 #: Seconds the reaper leaves such an entry alone (its submit is still queueing: queueing it too would
 #: send a second message of every batch); past it, the submit died or failed, and the reaper queues it.
 SENDING_GRACE_S = 120.0
@@ -152,7 +150,7 @@ SENDING_GRACE_S = 120.0
 def _sender(mode: str) -> str:
     """The JSON holder of the ``running`` entries that :func:`start_job` makes for the batches it queues."""
     if mode == "rebuild":
-        worker, task = "rebuild of a lost job", f"rebuild-{os.urandom(6).hex()}"
+        worker, task = "rebuild of a lost job", f"{REBUILD_PREFIX}{os.urandom(6).hex()}"
     else:
         worker, task = f"{mode} (queueing the batches)", f"{SENDING_PREFIX}{os.urandom(6).hex()}"
     return Holder(worker=worker, host=socket.gethostname(), pid=os.getpid(), task_id=task).to_json()

@@ -196,7 +196,8 @@ def reap(store: JobStore, job_ids=None) -> int:
             n += 1
         for batch, raw in store.running_raw(job_id).items():
             state = store.orphan_state(job_id, batch, raw)
-            if state == "held" or (state == "orphan" and still_sending(Holder.from_json(raw), time.time())):
+            holder = Holder.from_json(raw)
+            if state == "held" or (state == "orphan" and still_sending(holder, time.time())):
                 continue
             if state == "orphan":
                 # queued before its entry is dropped: if queueing fails (Redis went away again), the entry
@@ -207,7 +208,6 @@ def reap(store: JobStore, job_ids=None) -> int:
                     enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
             if not store.claim_orphan(job_id, batch, raw):  # (a done batch's entry is only dropped)
                 continue
-            holder = Holder.from_json(raw)
             who = f"{holder.worker} (pid {holder.pid})" if holder else "an unknown worker"
             store.note_requeue(job_id, batch, raw)
             log.warning("job %s: batch %s held by %s lost its lease; re-enqueued", job_id, batch, who)

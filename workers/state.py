@@ -363,6 +363,11 @@ if redis.call('SISMEMBER', KEYS[3], ARGV[1]) == 1 then return 0 end
 return 1
 """
 
+#: Task id prefixes of the ``running`` entries that :func:`workers.control.start_job` makes for the batches
+#: it is queueing (a submit's or resume's, a rebuild's); the create script below replaces such an entry
+#: (an earlier sender's), not a worker's. Both 8 characters, as the script compares them.
+SENDING_PREFIX, REBUILD_PREFIX = "sending-", "rebuild-"
+
 _LUA_CREATE = """
 -- KEYS: job, done, jobs, active, failed, deliveries, guard, running, records
 -- ARGV: job_id, created, reset, nfields, f1, v1, ..., ndone, done ids, then (optional) a holder and the
