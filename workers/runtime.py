@@ -39,6 +39,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,6 +212,7 @@ def reset_for_tests() -> None:
     global _settings
     _settings = None
     _ENGINES.clear()
+    _SHAPES_SAVED.clear()
 
 
 # ------------------------------------------------------------------ engines
@@ -270,7 +272,9 @@ def get_engine(voice, spec: EngineSpec | None = None, on_built=None):
 # ``<state_dir>/shapes/<settings>.json``, and the next engine of the same settings on the node
 # prepares the most frequent ones before its first batch, within ``--prepare-shapes-s``.
 
-_SHAPES_SAVED: dict[int, float] = {}
+# When each engine's shapes were last handed out for saving. Keyed by the engine object itself (weakly),
+# not by id(): an id is reused once an engine is freed, and a new engine must not inherit a freed one's time.
+_SHAPES_SAVED: "weakref.WeakKeyDictionary[object, float]" = weakref.WeakKeyDictionary()
 
 
 def shapes_path(spec: EngineSpec, voice) -> Path:
@@ -297,9 +301,10 @@ def shapes_to_record(engine, spec: EngineSpec, voice, force: bool = False):
     if settings().prepare_shapes_s <= 0 or not isinstance(engine, PreparesShapes):
         return None
     now = time.monotonic()
-    if not force and now - _SHAPES_SAVED.get(id(engine), 0.0) < SHAPES_SAVE_EVERY_S:
+    last = _SHAPES_SAVED.get(engine)
+    if not force and last is not None and now - last < SHAPES_SAVE_EVERY_S:
         return None
-    _SHAPES_SAVED[id(engine)] = now
+    _SHAPES_SAVED[engine] = now
     from engines import shape_profile
 
     path, mine = shapes_path(spec, voice), engine.shape_profile()
