@@ -388,20 +388,39 @@ def status(job_id, limit, redis_url) -> None:
     store.require_job(job_id)
     reap(store, [job_id])
     j = store.require_job(job_id)
+    holders = store.running(j.id)
+    senders = _senders(holders)
+    sending = sum(n for _, n in senders)
+    queueing = f"{sending} being queued, " if senders else ""
     click.echo(f"job {j.id}: {j.status.value}  (priority {j.priority}, queue {j.queue})")
     click.echo(f"  output:      {j.out_dir}")
-    click.echo(f"  batches:     {j.done}/{j.batches} done, {j.running} running, {j.failed} failed")
+    click.echo(f"  batches:     {j.done}/{j.batches} done, {len(holders) - sending} running, "
+               f"{queueing}{j.failed} failed")
     click.echo(f"  audio:       {j.audio_s_done:.1f} s of ~{j.audio_s_est:.1f} s estimated "
                f"({j.utterances} utterances)")
     if j.x_real_time:
         click.echo(f"  speed:       {j.x_real_time:.1f}x real-time over {_fmt_s(j.elapsed)}")
     if j.eta_s is not None:
         click.echo(f"  ETA:         {_fmt_s(j.eta_s)}")
-    for h in store.running(j.id).values():
-        if h is not None:
+    for h in holders.values():
+        if h is not None and not h.is_sender:
             click.echo(f"  running on:  {h.worker} (pid {h.pid}) for {_fmt_s(time.time() - h.since)}")
+    for h, n in senders:
+        click.echo(f"  queueing:    {n} batches, by {h.worker} on {h.host} (pid {h.pid}) for "
+                   f"{_fmt_s(time.time() - h.since)}; the reaper queues them if it stops")
     for line in failure_report(store, j):
         click.echo(f"  failure:     {line}")
+
+
+def _senders(holders: dict) -> list:
+    """Of a job's ``running`` entries, those of a submit, resume or rebuild still queueing the batches
+    (they are not running anywhere): (a sender's holder, its number of batches) per sender."""
+    by_task: dict = {}
+    for h in holders.values():
+        if h is not None and h.is_sender:
+            held, n = by_task.get(h.task_id, (h, 0))
+            by_task[h.task_id] = (held, n + 1)
+    return list(by_task.values())
 
 
 @click.command("resume")
@@ -459,7 +478,9 @@ def cancel(job_id, redis_url) -> None:
     if info.status.value == "done":
         click.echo(f"job {job_id} is already done; nothing to cancel")
         return
-    click.echo(f"job {job_id}: cancelled ({info.done}/{info.batches} batches done, {info.running} finishing); "
+    holders = store.running(job_id)
+    finishing = len(holders) - sum(n for _, n in _senders(holders))
+    click.echo(f"job {job_id}: cancelled ({info.done}/{info.batches} batches done, {finishing} finishing); "
                f"`resume {job_id}` continues it")
 
 

@@ -156,6 +156,12 @@ class Holder:
         except (ValueError, KeyError, TypeError):
             return None
 
+    @property
+    def is_sender(self) -> bool:
+        """An entry of a submit, resume or rebuild for a batch it is queueing (see :data:`SENDING_PREFIX`),
+        not a worker running the batch."""
+        return self.task_id.startswith((SENDING_PREFIX, REBUILD_PREFIX))
+
     def process_is_dead(self) -> bool:
         """True only when the holder ran on this host and its process is gone."""
         return process_gone(self.host, self.pid)

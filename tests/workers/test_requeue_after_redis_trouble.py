@@ -14,8 +14,10 @@ import time
 
 import pytest
 import redis
+from click.testing import CliRunner
 from kombu.exceptions import OperationalError
 
+from cli import main
 from jobs.config import JobConfig
 from jobs.pipeline import prepare_job
 from workers import control, recovery, runtime
@@ -201,6 +203,12 @@ def test_a_submit_that_dies_before_queueing_its_batches_leaves_them_to_the_reape
     monkeypatch.undo()
     info = s.get_job(job.job_id)
     assert info is not None and info.status.active and queued_units(s, job.job_id) == []
+    # `status` says the batches wait to be queued, not that they run (one line for the submit, not one a batch)
+    shown = CliRunner().invoke(main, ["status", job.job_id, "--redis-url", redis_url])
+    assert shown.exit_code == 0, shown.output
+    assert f"0/{len(job.batches)} done, 0 running, {len(pending)} being queued, 0 failed" in shown.output, shown.output
+    assert "running on:" not in shown.output and shown.output.count("queueing:") == 1, shown.output
+    assert f"queueing:    {len(pending)} batches, by submit (queueing the batches)" in shown.output
     # a second submit of the same books finds the job active and leaves it alone
     assert control.start_job(s, job, mode="submit")[1] == 0 and queued_units(s, job.job_id) == []
     # within the grace: the submit may still be queueing; the reaper leaves them
