@@ -371,8 +371,10 @@ return 1
 
 #: Task id prefixes of the ``running`` entries that :func:`workers.control.start_job` makes for the batches
 #: it is queueing (a submit's or resume's, a rebuild's); the create script below replaces such an entry
-#: (an earlier sender's), not a worker's. Both 8 characters, as the script compares them.
+#: (an earlier sender's), not a worker's (:attr:`Holder.is_sender` is the same test in Python).
 SENDING_PREFIX, REBUILD_PREFIX = "sending-", "rebuild-"
+#: That test in Lua, on a holder's ``task`` (a string), put into the create script below.
+_LUA_IS_SENDER = " or ".join(f"task:sub(1, {len(p)}) == '{p}'" for p in (SENDING_PREFIX, REBUILD_PREFIX))
 
 _LUA_CREATE = """
 -- KEYS: job, done, jobs, active, failed, deliveries, guard, running, records
@@ -401,14 +403,14 @@ for i = d + nd + 2, #ARGV do
   if cur then
     local ok, h = pcall(cjson.decode, cur)
     local task = ok and type(h) == 'table' and h['task_id'] or ''
-    replace = type(task) == 'string' and (task:sub(1, 8) == 'sending-' or task:sub(1, 8) == 'rebuild-')
+    replace = type(task) == 'string' and (IS_SENDER)
   end
   if replace then redis.call('HSET', KEYS[8], ARGV[i], ARGV[d + nd + 1]) end
 end
 redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
 redis.call('SADD', KEYS[4], ARGV[1])
 return exists and 2 or 1
-"""
+""".replace("IS_SENDER", _LUA_IS_SENDER)
 
 
 #: Update the status (and fields) of a job that exists; a job Redis lost is not re-created as a hash of
