@@ -61,6 +61,8 @@ try:  # pragma: no cover - the import only fails with a very different kombu
 except ImportError:  # pragma: no cover
     PRIORITY_SEP, PRIORITY_STEPS = "\x06\x16", (0, 3, 6, 9)
 UNACKED_KEY = "unacked"
+#: kombu's sorted set of the same messages by the time each was delivered.
+UNACKED_INDEX_KEY = "unacked_index"
 LEASE_PATTERN = f"{PREFIX}lease:*"
 _CHUNK = 500
 

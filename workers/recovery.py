@@ -20,6 +20,7 @@ that Redis no longer knows (Redis restarted without persistence): :func:`rebuild
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -30,10 +31,11 @@ import redis
 
 from core.errors import JobError
 from workers import runtime
+from workers.backlog import UNACKED_INDEX_KEY, UNACKED_KEY
 from workers.celery_app import priority_of_queue
 from workers.control import start_job, still_sending
-from workers.enqueue import enqueue_batches, enqueue_finalize
-from workers.state import FINALIZE, Holder, JobStatus, JobStore
+from workers.enqueue import UNIT_HEADER, enqueue_batches, enqueue_finalize
+from workers.state import FINALIZE, Holder, JobStatus, JobStore, check_job_id
 
 log = logging.getLogger("booktts.recovery")
 
@@ -121,6 +123,7 @@ class ReaperThread(threading.Thread):
                 rebuild_lost_jobs(store)
                 if store.try_lock(JobStore.K_REAPER, self.interval_s * 0.9):
                     reap(store)
+                    requeue_stranded(store, 2 * runtime.settings().lease_seconds)
             except Exception as exc:  # keep the thread alive through Redis restarts and the like
                 if time.monotonic() - self._last_error > 30:
                     self._last_error = time.monotonic()
@@ -212,4 +215,47 @@ def reap(store: JobStore, job_ids=None) -> int:
             store.note_requeue(job_id, batch, raw)
             log.warning("job %s: batch %s held by %s lost its lease; re-enqueued", job_id, batch, who)
             n += 1
+    return n
+
+
+def requeue_stranded(store: JobStore, grace_s: float) -> int:
+    """Queue again the batches whose message a worker received and lost before starting it; returns how many.
+
+    kombu keeps a delivered message in its ``unacked`` hash until the worker acknowledges it (see
+    :mod:`workers.backlog`). A worker whose connection dropped while Redis was down could not put it
+    back, and a node killed between receiving a message and starting it never will: the message stays
+    there until the visibility timeout (hours), and the batch has no lease and no ``running`` entry for
+    :func:`reap` to find. Such a message, delivered over ``grace_s`` ago, of an active job whose batch is
+    not done and was never started, is queued again and dropped from ``unacked`` (a worker that still
+    runs it after all meets a leased or done batch, and skips it). Messages without a unit header
+    (finalize) are left alone: a lost finalize is found by its guard (:func:`reap`)."""
+    r = store.r
+    tags = r.zrangebyscore(UNACKED_INDEX_KEY, "-inf", time.time() - grace_s)
+    if not tags:
+        return 0
+    n = 0
+    for tag, raw in zip(tags, r.hmget(UNACKED_KEY, tags)):
+        try:
+            job_id, _, batch = json.loads(raw)[0]["headers"][UNIT_HEADER].rpartition(":")
+            check_job_id(job_id)
+            int(batch)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, JobError):
+            continue
+        info = store.get_job(job_id)
+        if info is None or not info.status.active:
+            continue
+        with r.pipeline(transaction=False) as p:
+            p.sismember(store.k(job_id, "done"), batch)
+            p.hexists(store.k(job_id, "running"), batch)
+            p.exists(store.k_lease(job_id, batch))
+            if any(p.execute()):
+                continue
+        enqueue_batches(info.out_dir, job_id, [int(batch)], info.queue)
+        with r.pipeline() as p:
+            p.zrem(UNACKED_INDEX_KEY, tag)
+            p.hdel(UNACKED_KEY, tag)
+            p.execute()
+        log.warning("job %s: batch %s was delivered over %.0f s ago and never started (its worker lost the "
+                    "message); re-enqueued", job_id, batch, grace_s)
+        n += 1
     return n

@@ -252,3 +252,34 @@ def test_a_submit_that_queues_its_batches_leaves_nothing_for_the_reaper(redis_ur
     assert s.running(job.job_id) == {}, "the submit's entries are dropped once its batches are queued"
     monkeypatch.setattr(control, "SENDING_GRACE_S", 0.0)
     assert recovery.reap(s) == 0 and queued_units(s, job.job_id) == job.pending_batches()
+
+
+def test_a_message_a_worker_received_and_lost_before_starting_it_is_requeued(redis_url, monkeypatch):
+    """The fault schedule's seed 2513361243: a new worker received a batch's message as Redis shut down;
+    kombu could not put it back, the task never started (no lease, no `running` entry), and the message
+    sat in kombu's `unacked` hash until the visibility timeout: the job stayed at 7 of 8 batches."""
+    s = JobStore(redis_url)
+    job_id = a_job(s, batches=6)
+    s.r.sadd(s.k(job_id, "done"), "1")
+    s.r.hset(s.k(job_id, "running"), "2", holder().to_json())
+    s.r.set(s.k_lease(job_id, 3), holder().to_json())
+    old, new = time.time() - 60, time.time()
+
+    def delivered(tag: str, unit: str | None, at: float) -> None:
+        headers = {"task": "booktts.synthesize_batch", **({"booktts_unit": unit} if unit else {})}
+        s.r.hset("unacked", tag, json.dumps([{"body": "", "headers": headers, "properties": {}}, "", QUEUE]))
+        s.r.zadd("unacked_index", {tag: at})
+
+    delivered("t0", f"{job_id}:0", old)  # never started: queued again
+    delivered("t1", f"{job_id}:1", old)  # done
+    delivered("t2", f"{job_id}:2", old)  # running elsewhere
+    delivered("t3", f"{job_id}:3", old)  # leased
+    delivered("t4", f"{job_id}:4", new)  # just delivered: its worker is starting it
+    delivered("t5", None, old)  # a finalize (no unit header)
+    delivered("t6", "nojob:5", old)  # a job Redis does not know
+    sent: list[int] = []
+    monkeypatch.setattr(recovery, "enqueue_batches", recording(sent))
+    assert recovery.requeue_stranded(s, 30.0) == 1 and sent == [0]
+    assert sorted(t.decode() for t in s.r.hkeys("unacked")) == ["t1", "t2", "t3", "t4", "t5", "t6"]
+    assert s.r.zscore("unacked_index", "t0") is None
+    assert recovery.requeue_stranded(s, 30.0) == 0 and sent == [0], "queued once"
