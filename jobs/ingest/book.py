@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+KINDS = ("text", "heading", "break")
+"""What a paragraph of a chapter can be (see :attr:`Chapter.kinds`)."""
+
 
 @dataclass
 class Chapter:
@@ -21,13 +24,30 @@ class Chapter:
     """Title as it should be spoken ("CHAPTER I. Down the Rabbit-Hole"); may be ""."""
     paragraphs: list[str] = field(default_factory=list)
     """Paragraph texts, whitespace-normalised."""
+    kinds: list[str] | None = None
+    """One entry per paragraph: "text", "heading" (a section heading inside the chapter, spoken and
+    followed by the section pause) or "break" (a scene break: nothing is spoken, it becomes the
+    pause). None means every paragraph is "text"."""
+
+    def kind(self, i: int) -> str:
+        """The kind of paragraph ``i`` ("text" when ``kinds`` is None)."""
+        return "text" if self.kinds is None else self.kinds[i]
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "title": self.title, "paragraphs": list(self.paragraphs)}
+        d = {"index": self.index, "title": self.title, "paragraphs": list(self.paragraphs)}
+        if self.kinds is not None:
+            d["kinds"] = list(self.kinds)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Chapter:
-        return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=[str(p) for p in d["paragraphs"]])
+        kinds = d.get("kinds")
+        paragraphs = [str(p) for p in d["paragraphs"]]
+        if kinds is not None:
+            kinds = [str(k) for k in kinds]
+            if len(kinds) != len(paragraphs) or any(k not in KINDS for k in kinds):
+                raise ValueError(f"chapter {d.get('index')}: 'kinds' must hold one of {KINDS} per paragraph")
+        return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=paragraphs, kinds=kinds)
 
 
 @dataclass
