@@ -159,17 +159,39 @@ def release_claim(out_dir: Path, job_id: str) -> None:
 # ------------------------------------------------------------------ the run lock
 
 
+def process_gone(pid: int) -> bool:
+    """True when process ``pid`` of this host has ended: no such process, or a zombie (it exited and
+    its parent has not reaped it yet; ``/proc/PID/stat`` state ``Z``), which runs nothing."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # another user's process: it exists; /proc still says whether it is a zombie
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return Path("/proc/self").exists()  # reaped since kill(); without /proc, kill() said it exists
+    except OSError:
+        return False
+    fields = stat.rpartition(")")[2].split()  # the name (in parentheses) may hold spaces and ')'
+    return bool(fields) and fields[0] in ("Z", "X")
+
+
 def _holder_is_dead(d: dict) -> bool:
-    """True only for a holder on this host whose process is gone."""
+    """True only for a holder on this host whose process is gone (a zombie is gone)."""
     if d.get("host") != socket.gethostname():
         return False
     try:
-        os.kill(int(d.get("pid", 0)), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, ValueError, TypeError, OverflowError):
+        pid = int(d.get("pid", 0))
+    except (ValueError, TypeError, OverflowError):
         return False
-    return False
+    if pid <= 0:
+        return False
+    try:
+        return process_gone(pid)
+    except OverflowError:
+        return False
 
 
 def busy_refusal(out_dir: Path, holder: dict) -> JobError:
