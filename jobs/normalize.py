@@ -13,11 +13,26 @@ forms espeak-ng reads badly:
 * roman numerals after chapter/book/part/... keywords, alone in a heading, and after a regnal
   name ("Louis XIV" "Louis the fourteenth");
 * abbreviations by context: "St." (Saint before a name, Street after one), "Dr." (Doctor /
-  Drive), "Mt.", "Mr.", "e.g.", "i.e.", "etc.", "a.m."/"p.m.", dotted initialisms ("U.N.");
+  Drive), "Mt.", "Mr.", "e.g.", "i.e.", "etc.", "No. 5" ("number five");
+* letters said by their names: "a.m."/"p.m.", dotted initialisms ("U.S.A.", "M.A."), degrees
+  ("Ph.D.", "B.Sc."), a capital "A" that is a letter ("Plan A", "A-B", "grade A."; the article
+  "A cat" and the pronoun "I" stay words); espeak-ng reads a lone capital A as the article, so the
+  letter is written "Eigh";
+* units after a number ("5 km" "five kilometers", "1 lb" "one pound", "10 mph"; "in" only where
+  it is a length: "5 in." or "5 in long", not "5 in the morning");
+* unicode fractions ("2½" "two and a half", "½" "one half", spaced from the word before);
+* ranges: a dash between numbers, a hyphen between years or after "pages", "pp.", "chapters"...
+  ("pages 5-10" "pages five to ten"), an en dash between two capitals ("A–B" "Eigh to B");
+* markup: asterisks are not read ("*" is never "asterisk"); :func:`is_scene_break` tells a
+  paragraph that is only a scene-break marker ("* * *", "***", "⁂"), which the segmenter turns into
+  a pause;
 * URLs and e-mail addresses ("example dot com slash books");
 * footnote markers (``[1]`` after a word, superscript digits) are dropped;
 * dashes (``—``, ``--``, spaced ``–``) and mid-sentence ellipses become a comma (a short pause);
   a dash between numbers reads "to".
+
+It does NOT decide pauses (jobs/segment.py does), pronounce words (the lexicon and espeak-ng do),
+or read other languages' numbers and abbreviations.
 
 Text inside Piper's ``[[ phonemes ]]`` blocks is passed through untouched.
 """
@@ -28,7 +43,7 @@ import re
 
 from num2words import num2words
 
-__all__ = ["normalize", "split_phoneme_blocks", "roman_to_int"]
+__all__ = ["normalize", "split_phoneme_blocks", "roman_to_int", "is_scene_break"]
 
 PHONEME_BLOCK = re.compile(r"(\[\[.*?\]\])", re.S)
 
@@ -60,7 +75,54 @@ _ABBREVIATIONS = {  # written (lower case, without the final full stop) -> spoke
 _STOP_ABBR_RE = re.compile(r"\b(?P<w>Mr|Mrs|Messrs|Prof|Mt|Jr|Sr|Capt|Col|Gen|Lt|Sgt|Rev|Hon|Gov|Sen|Rep|vs|etc|approx"
                            r"|Dept|Ft)\.(?P<after>[\"'”’»)\]]*)(?=\s|$)", re.I)
 _LATIN_RE = re.compile(r"\b(?P<w>e\.\s?g|i\.\s?e|a\.\s?m|p\.\s?m|viz|cf)\.(?P<after>[\"'”’»)\]]*)(?=[\s,;:]|$)", re.I)
-_LATIN = {"eg": "for example", "ie": "that is", "am": "A M", "pm": "P M", "viz": "namely", "cf": "compare"}
+#: How a letter is written so that espeak-ng says its name: a lone capital A is read as the article
+#: ("uh") in running text; "Eigh" is read as the letter's name. Every other capital is read as its name.
+_LETTER_SAY = {"A": "Eigh"}
+_LATIN = {"eg": "for example", "ie": "that is", "am": "Eigh M", "pm": "P M", "viz": "namely", "cf": "compare"}
+#: Academic degrees written with dots or as one word: said letter by letter (except "Phil").
+_DEGREE_TITLE_RE = re.compile(r"(?<![\w.])(?P<w>Ph\.\s?D|PhD|D\.\s?Phil|M\.\s?Phil|B\.\s?Sc|M\.\s?Sc|LL\.\s?[BM])"
+                              r"(?P<dot>\.?)(?P<after>[\"'”’»)\]]*)(?=[\s,;:!?]|$)")
+_DEGREE_TITLES = {"phd": "P H D", "dphil": "D Phil", "mphil": "M Phil", "bsc": "B S C", "msc": "M S C",
+                  "llb": "L L B", "llm": "L L M"}
+_NUMBER_ABBR_RE = re.compile(r"(?<![\w.])(?:(?P<w>No|Nos|NO|no|nos)\.|#)\s?(?=\d)")
+#: Words after which a lone capital A names a letter ("Plan A", "vitamin A", "Exhibit A").
+_LETTER_KEYWORDS = {"plan", "vitamin", "type", "grade", "class", "group", "section", "row", "exhibit", "appendix",
+                    "platform", "gate", "block", "wing", "letter", "option", "category", "level", "part", "figure",
+                    "fig", "table", "team", "side", "track", "list", "building", "annex", "schedule", "form",
+                    "model", "series", "size", "division", "league", "hepatitis", "point", "box", "pier", "ward",
+                    "floor", "unit", "zone", "sheet", "variant", "case", "route", "step", "stage", "phase"}
+_LONE_A_RE = re.compile(r"(?<![\w'’.\-–—/])A(?![\w'’\-–—/])")
+_LETTER_PAIR_RE = re.compile(r"(?<![\w'’.\-–—/])(?P<a>[A-Z])(?P<sep>\s?[-–—/]\s?)(?P<b>[A-Z])(?![\w'’\-–—/])")
+#: Units after a number: written -> (singular, plural). Case matters ("5 m" meters, "5 M" is not a unit).
+_UNITS = {
+    "km/h": ("kilometer per hour", "kilometers per hour"), "kph": ("kilometer per hour", "kilometers per hour"),
+    "m/s": ("meter per second", "meters per second"), "mph": ("mile per hour", "miles per hour"),
+    "km": ("kilometer", "kilometers"), "m": ("meter", "meters"), "cm": ("centimeter", "centimeters"),
+    "mm": ("millimeter", "millimeters"), "mi": ("mile", "miles"), "yd": ("yard", "yards"), "yds": ("yard", "yards"),
+    "ft": ("foot", "feet"), "in": ("inch", "inches"), "kg": ("kilogram", "kilograms"), "g": ("gram", "grams"),
+    "mg": ("milligram", "milligrams"), "lb": ("pound", "pounds"), "lbs": ("pound", "pounds"),
+    "oz": ("ounce", "ounces"), "ml": ("milliliter", "milliliters"), "mL": ("milliliter", "milliliters"),
+    "kW": ("kilowatt", "kilowatts"), "kWh": ("kilowatt hour", "kilowatt hours"), "Hz": ("hertz", "hertz"),
+    "kHz": ("kilohertz", "kilohertz"), "MHz": ("megahertz", "megahertz"), "GHz": ("gigahertz", "gigahertz"),
+    "KB": ("kilobyte", "kilobytes"), "kB": ("kilobyte", "kilobytes"), "MB": ("megabyte", "megabytes"),
+    "GB": ("gigabyte", "gigabytes"), "TB": ("terabyte", "terabytes"), "ms": ("millisecond", "milliseconds"),
+    "sec": ("second", "seconds"), "secs": ("second", "seconds"), "min": ("minute", "minutes"),
+    "mins": ("minute", "minutes"), "hr": ("hour", "hours"), "hrs": ("hour", "hours"),
+}
+_UNIT_RE = re.compile(r"(?<![\w.,])(?P<int>\d{1,3}(?:,\d{3})+|\d+)(?:\.(?P<frac>\d+))?\s?(?P<u>"
+                      + "|".join(sorted(map(re.escape, _UNITS), key=len, reverse=True))
+                      + r")(?P<dot>\.?)(?![\w/]|\.\w)")
+#: Words after "5 in" that make it a length ("5 in long"); anything else keeps "in" a preposition.
+_INCH_CONTEXT = {"long", "of", "wide", "high", "tall", "deep", "thick", "across", "square", "by", "x", "×", "diameter",
+                 "screen", "display", "length", "width", "height", "depth"}
+_HYPHEN_RANGE_RE = re.compile(r"(?<![\w.,\-])(?P<a>\d{1,4})-(?P<b>\d{1,4})(?![\w\-]|[.,]\d)")
+#: Words before "5-10" that make the hyphen a range ("pages 5-10" "pages five to ten").
+_RANGE_KEYWORDS = {"pages", "page", "pp", "p", "chapters", "ch", "chs", "verses", "vv", "lines", "ll", "nos",
+                   "numbers", "years", "ages", "aged", "sections", "items", "steps", "rooms", "from", "between",
+                   "sizes", "figures", "figs", "plates", "tables", "psalms", "articles"}
+_ASTERISKS_RE = re.compile(r"\s*\*+\s*")
+#: Characters a scene-break line is made of ("* * *", "***", "⁂", "~ ~ ~", "#", "— — —").
+_BREAK_CHARS = set("*⁂✻✱✳❧☙◆◇•·#~=-–—_")
 _SAINT_RE = re.compile(r"\b(?P<w>St|Dr|Ste)\.(?=\s|$)")
 _INITIALISM_RE = re.compile(r"(?<![\w.])(?P<w>(?:[A-Za-z]\.){2,})(?P<after>[\"'”’»)\]]*)(?=\s|$|[,;:])")
 _URL_RE = re.compile(r"(?:(?:https?|ftp)://|www\.)[^\s<>\"]+", re.I)
@@ -87,8 +149,10 @@ _DASH_RE = re.compile(r"\s*(?:—|―|--+|\s–\s)\s*")
 _ELLIPSIS_RE = re.compile(r"\s*(?:…|\.\s?\.\s?\.)(?P<rest>\s*)")
 _SPACES_RE = re.compile(r"[ \t]{2,}")
 _FRACTION_RE = re.compile(r"(?<![\w/.,])(?P<a>\d{1,2})/(?P<b>[2-9]|10)(?![\w/]|[.,]\d)")
-_VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅛": (1, 8)}
-_VULGAR_RE = re.compile(r"(?P<whole>\d+)?\s?(?P<f>[½⅓⅔¼¾⅕⅛])")
+_VULGAR = {"½": (1, 2), "⅓": (1, 3), "⅔": (2, 3), "¼": (1, 4), "¾": (3, 4), "⅕": (1, 5), "⅖": (2, 5), "⅗": (3, 5),
+           "⅘": (4, 5), "⅙": (1, 6), "⅚": (5, 6), "⅐": (1, 7), "⅛": (1, 8), "⅜": (3, 8), "⅝": (5, 8), "⅞": (7, 8),
+           "⅑": (1, 9), "⅒": (1, 10)}
+_VULGAR_RE = re.compile(r"(?:(?<![\w.,])(?P<whole>\d+)\s?)?(?P<f>[" + "".join(_VULGAR) + "])")
 _DEGREE_RE = re.compile(r"(?<=\d)\s?°\s?(?P<u>[CF](?![a-z]))?")
 
 
@@ -143,14 +207,17 @@ def _keep_stop(m: re.Match, text: str) -> str:
 
 def _currency(m: re.Match) -> str:
     one, many, sub_one, sub_many = _CURRENCY[m.group("sym")]
-    whole = _int(m.group("int"))
     frac = m.group("frac")
     scale = (m.group("scale") or "").lower()
     scale = {"k": "thousand", "m": "million", "mn": "million", "b": "billion", "bn": "billion"}.get(scale, scale)
     if scale:
         amount = _cardinal_text(m.group("int"), frac)
         return f"{amount} {scale} {many}"
-    out = f"{_words(whole)} {one if whole == 1 else many}"
+    if len(m.group("int").replace(",", "")) > 15:  # too long to say as a number (num2words overflows): digits
+        out = f"{_cardinal_text(m.group('int'))} {many}"
+    else:
+        whole = _int(m.group("int"))
+        out = f"{_words(whole)} {one if whole == 1 else many}"
     if frac:
         cents = int(frac.ljust(2, "0"))
         if cents:
@@ -209,7 +276,7 @@ def _clock(h: int, mi: int, ampm: str | None) -> str:
     else:
         out = f"{_words(h)} {_words(mi)}"
     if ampm:
-        out += f" {ampm.upper()} M"
+        out += " " + _letters(ampm + "m")
     return out
 
 
@@ -229,7 +296,7 @@ def _hour_ampm(m: re.Match, text: str) -> str:
     h = int(m.group("h"))
     if not 1 <= h <= 12:
         return m.group(0)
-    out = f"{_words(h)} {m.group('ampm').upper()} M"
+    out = f"{_words(h)} {_letters(m.group('ampm') + 'm')}"
     if m.group(0).endswith(".") and not text[m.end():].strip():
         out += "."
     return out
@@ -259,11 +326,17 @@ def _fraction(m: re.Match) -> str:
     return _fraction_words(a, b) if 0 < a < b else m.group(0)
 
 
-def _vulgar(m: re.Match) -> str:
+def _vulgar(m: re.Match, text: str) -> str:
     a, b = _VULGAR[m.group("f")]
     frac = _fraction_words(a, b)
-    return f"{_cardinal_text(m.group('whole'))} and {'a' if a == 1 else ''} {frac.removeprefix('one ') if a == 1 else frac}".replace("  ", " ") \
-        if m.group("whole") else frac
+    if m.group("whole"):
+        out = f"{_cardinal_text(m.group('whole'))} and {'a ' + frac.removeprefix('one ') if a == 1 else frac}"
+    else:
+        out = frac
+    # "Add½ cup", "½cup": the words stand apart from the words around them
+    before = text[m.start() - 1] if m.start() else " "
+    after = text[m.end()] if m.end() < len(text) else " "
+    return (" " if before.isalnum() else "") + out + (" " if after.isalnum() else "")
 
 
 def _degrees(m: re.Match) -> str:
@@ -385,7 +458,78 @@ def _abbr(m: re.Match, text: str) -> str:
 
 def _initialism(m: re.Match, text: str) -> str:
     letters = m.group("w").replace(".", "")
-    return " ".join(letters.upper()) + _keep_stop(m, text)
+    return _letters(letters) + _keep_stop(m, text)
+
+
+def _letters(s: str) -> str:
+    """Letters said one by one, by their names ("usa" "U S Eigh")."""
+    return " ".join(_LETTER_SAY.get(c, c) for c in s.upper())
+
+
+def _stop_if_last(m: re.Match, text: str) -> str:
+    """A full stop the match ended with is kept when nothing follows (it also ends the sentence)."""
+    return "." if m.group("dot") and not text[m.end():].strip() else ""
+
+
+def _degree_title(m: re.Match, text: str) -> str:
+    key = re.sub(r"[.\s]", "", m.group("w")).lower()
+    return _DEGREE_TITLES[key] + _stop_if_last(m, text) + m.group("after")
+
+
+def _number_abbr(m: re.Match) -> str:
+    w = m.group("w") or ""
+    said = "numbers " if w.lower() == "nos" else "number "
+    return said.capitalize() if w[:1].isupper() else said
+
+
+def _lone_a(m: re.Match, text: str) -> str:
+    """A capital A alone: the letter after a word like "Plan", or with no word after it ("got an A.");
+    else the article ("A cat")."""
+    prev = _prev_word(text, m.start()).lower().strip("\"'“‘(.,:;")
+    rest = text[m.end():]
+    if prev in _LETTER_KEYWORDS or not re.match(r"\s*[\"'“‘(]*\w", rest):
+        return _LETTER_SAY["A"]
+    return m.group(0)
+
+
+def _letter_pair(m: re.Match) -> str:
+    """"A-B", "A/B": two letters; "A–Z" (an en or em dash): a range, "Eigh to Z"."""
+    joiner = " to " if m.group("sep").strip() in ("–", "—") else " "
+    return _letters(m.group("a")) + joiner + _letters(m.group("b"))
+
+
+def _unit(m: re.Match, text: str) -> str:
+    unit, dot = m.group("u"), m.group("dot")
+    rest = text[m.end():]
+    nxt = _next_word(text, m.end()).lower().strip(".,;:!?\"'”’)")
+    if unit == "in" and not (dot or not rest.strip() or rest.lstrip()[:1] in ",;:!?)]" or nxt in _INCH_CONTEXT):
+        return m.group(0)  # "5 in the morning": a preposition
+    one, many = _UNITS[unit]
+    number = _cardinal_text(m.group("int"), m.group("frac"))
+    said = one if m.group("int") == "1" and not m.group("frac") else many
+    # the unit's full stop stays where it also ends the sentence
+    keep = dot and (not rest.strip() or _capitalised(rest.lstrip()))
+    return f"{number} {said}" + ("." if keep else "")
+
+
+def _hyphen_range(m: re.Match, text: str) -> str:
+    """"pages 5-10", "1914-1918", "1914-18": the hyphen reads "to"; else ("555-1234", a score "3-2") kept."""
+    a, b = m.group("a"), m.group("b")
+    prev = _prev_word(text, m.start()).lower().rstrip(".,:")
+    years = len(a) == 4 and 1100 <= int(a) <= 2099 and (
+        (len(b) == 4 and int(b) > int(a)) or (len(b) == 2 and int(b) > int(a[2:])))
+    if prev in _RANGE_KEYWORDS or years:
+        return f"{a} to {b}"
+    return m.group(0)
+
+
+def is_scene_break(text: str) -> bool:
+    """A paragraph that is only a scene-break marker ("* * *", "***", "⁂", "~~~", "#"): it is a pause,
+    nothing in it is said."""
+    marks = "".join(text.split())
+    if not marks or any(c not in _BREAK_CHARS for c in marks):
+        return False
+    return len(marks) >= 2 or marks in "*⁂✻✱✳❧☙#"
 
 
 def _sub(rx: re.Pattern, fn, text: str) -> str:
@@ -397,6 +541,8 @@ def _normalize_plain(text: str, heading: bool) -> str:
     t = _FOOTREF_RE.sub("", text)
     t = _URL_RE.sub(lambda m: _spell_url(m.group(0)), t)
     t = _EMAIL_RE.sub(lambda m: _spell_url(m.group(0)), t)
+    t = _ASTERISKS_RE.sub(lambda m: " " if 0 < m.start() and m.end() < len(t) else "", t)
+    t = _sub(_DEGREE_TITLE_RE, _degree_title, t)
     t = _sub(_LATIN_RE, _latin, t)
     t = _sub(_TIME_RE, _time, t)
     t = _sub(_HOUR_AMPM_RE, _hour_ampm, t)
@@ -406,17 +552,22 @@ def _normalize_plain(text: str, heading: bool) -> str:
     t = _PERCENT_RE.sub(lambda m: _cardinal_text(*(m.group("num").split(".") + [None])[:2]) + " percent", t)
     t = _DATE_NUM_RE.sub(_numeric_date, t)
     t = _FRACTION_RE.sub(_fraction, t)
-    t = _VULGAR_RE.sub(_vulgar, t)
+    t = _sub(_VULGAR_RE, _vulgar, t)
     t = _DEGREE_RE.sub(_degrees, t)
+    t = _NUMBER_ABBR_RE.sub(_number_abbr, t)
+    t = _sub(_UNIT_RE, _unit, t)
     t = _DATE_ISO_RE.sub(_iso_date, t)
     t = _DATE_MDY_RE.sub(_mdy, t)
     t = _DATE_DMY_RE.sub(_dmy, t)
     t = _DECADE_RE.sub(_decade, t)
     t = _ORDINAL_RE.sub(_ordinal, t)
     t = _RANGE_RE.sub(" to ", t)
+    t = _sub(_HYPHEN_RANGE_RE, _hyphen_range, t)
     t = _sub(_NUMBER_RE, _number, t)
     t = _ROMAN_TOKEN_RE.sub(lambda m: _roman(m, t, heading), t)
     t = _sub(_INITIALISM_RE, _initialism, t)
+    t = _LETTER_PAIR_RE.sub(_letter_pair, t)
+    t = _sub(_LONE_A_RE, _lone_a, t)
     t = t.replace("&", " and ")
     t = _DASH_RE.sub(", ", t)
     t = _ELLIPSIS_RE.sub(lambda m: (", " if m.end() < len(t) and t[m.end():].strip() else "."), t)

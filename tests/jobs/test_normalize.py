@@ -28,7 +28,7 @@ from jobs.segment import split_sentences
     ("at 3:30 p.m. sharp", "at three thirty P M sharp"),
     ("at 10:05", "at ten oh five"),
     ("at 6:00", "at six o'clock"),
-    ("Wake at 7 a.m.", "Wake at seven A M."),
+    ("Wake at 7 a.m.", "Wake at seven Eigh M."),  # "Eigh": the letter, not the article
     # years, in one style whatever the century
     ("In 1999 and 1887.", "In nineteen ninety-nine and eighteen eighty-seven."),
     ("in 1905", "in nineteen oh-five"),
@@ -125,7 +125,7 @@ def test_no_word_of_the_source_is_dropped(text):
     """Every alphabetic word of the source is still there (or expanded from its abbreviation)."""
     out = normalize(text).lower()
     expansions = {"st": ("saint", "street"), "dr": ("doctor", "drive"), "mt": ("mount",), "e": ("for",),
-                  "g": ("example",), "a": ("a",), "m": ("m",), "u": ("u",), "n": ("n",), "www": ("w",)}
+                  "g": ("example",), "a": ("a", "eigh"), "m": ("m",), "u": ("u",), "n": ("n",), "www": ("w",)}
     for w in re.findall(r"[A-Za-z]+", text):
         if re.fullmatch(r"[IVXLCDM]+", w):
             continue  # numerals become number words
@@ -142,3 +142,120 @@ def test_no_word_of_the_source_is_dropped(text):
 ])
 def test_sentences_do_not_break_after_abbreviations(text, n):
     assert len(split_sentences(text)) == n
+
+
+# --- Issue 28: reading by class (letters, units, "No.", degrees, fractions, ranges, markup) ---------
+
+@pytest.mark.parametrize("text, want", [
+    # letters and initialisms by their names; "Eigh" is the letter A (a lone capital A is the article)
+    ("Meet at 10:30 a.m. today.", "Meet at ten thirty Eigh M today."),
+    ("at 9 A.M. sharp", "at nine Eigh M sharp"),
+    ("The U.S.A. is big.", "The U S Eigh is big."),
+    ("Route A–B was shut.", "Route Eigh to B was shut."),
+    ("an A-B test", "an Eigh B test"),
+    ("from A–Z", "from Eigh to Z"),
+    ("Plan A failed.", "Plan Eigh failed."),
+    ("Take vitamin A daily.", "Take vitamin Eigh daily."),
+    ("She got an A.", "She got an Eigh."),
+    ("Plan B failed.", "Plan B failed."),
+    ("Take vitamin C daily.", "Take vitamin C daily."),
+    # the article and the pronoun stay words
+    ("A cat sat. I saw a dog.", "A cat sat. I saw a dog."),
+    ("A SCANDAL IN BOHEMIA", "A SCANDAL IN BOHEMIA"),
+    # units after a number
+    ("It is 5 km away.", "It is five kilometers away."),
+    ("He weighs 80 kg.", "He weighs eighty kilograms."),
+    ("1 lb of flour and 3 lbs of sugar", "one pound of flour and three pounds of sugar"),
+    ("add 250 g and 10 mg", "add two hundred and fifty grams and ten milligrams"),
+    ("a 100 m sprint at 30 mph, 120 km/h", "a one hundred meters sprint at thirty miles per hour, one hundred and twenty kilometers per hour"),
+    ("6 ft 2 in tall", "six feet two inches tall"),
+    ("a board 12 in long", "a board twelve inches long"),
+    ("3 in. of rain fell", "three inches of rain fell"),
+    ("It fell 3 in.", "It fell three inches."),
+    ("1500 m", "one thousand five hundred meters"),
+    ("it was 30 °C and 86 °F", "it was thirty degrees Celsius and eighty-six degrees Fahrenheit"),
+    ("prices rose 10%", "prices rose ten percent"),
+    # "in" stays a preposition where it is one
+    ("He came at 5 in the morning.", "He came at five in the morning."),
+    ("born in 1990 in Paris", "born in nineteen ninety in Paris"),
+    ("5 in 10 people", "five in ten people"),
+    # "No." before a number
+    ("No. 5 is here.", "Number five is here."),
+    ("the house at no. 221 was", "the house at number two hundred and twenty-one was"),
+    ("Nos. 3 and 4", "Numbers three and four"),
+    ("room #12", "room number twelve"),
+    ("Say no. It is", "Say no. It is"),
+    # degrees and titles
+    ("She has a Ph.D. in math.", "She has a P H D in math."),
+    ("He got his PhD.", "He got his P H D."),
+    ("an M.A. and a B.A.", "an M Eigh and a B Eigh."),
+    ("John Watson, M.D.", "John Watson, M D."),
+    ("a B.Sc. in physics", "a B S C in physics"),
+    # unicode fractions, spaced from the words around them
+    ("Add½ cup.", "Add one half cup."),
+    ("½", "one half"),
+    ("2½ cups", "two and a half cups"),
+    ("3¾ miles", "three and three quarters miles"),
+    ("⅓ of it", "one third of it"),
+    ("½cup", "one half cup"),
+    # ranges
+    ("1914–1918", "nineteen fourteen to nineteen eighteen"),
+    ("the war of 1914-1918", "the war of nineteen fourteen to nineteen eighteen"),
+    ("in 1914-18", "in nineteen fourteen to eighteen"),
+    ("pages 5-10", "pages five to ten"),
+    ("see pp. 12-14.", "see pp. twelve to fourteen."),
+    # markup: asterisks are not read
+    ("a stray * star", "a stray star"),
+    ("*emphasis* here", "emphasis here"),
+    ("footnote*", "footnote"),
+])
+def test_reading_classes(text, want):
+    assert normalize(text) == want
+
+
+@pytest.mark.parametrize("text", ["call 555-1234", "they won 3-2", "in 1918-1914"])
+def test_a_hyphen_that_is_no_range_is_not_read_to(text):
+    assert " to " not in normalize(text)
+
+
+@pytest.mark.parametrize("text, brk", [
+    ("* * *", True), ("***", True), ("*", True), ("⁂", True), ("~ ~ ~", True), ("— — —", True), ("#", True),
+    ("* * * * *", True), ("-", False), ("", False), ("A * B", False), ("...", False), ("Hello.", False),
+])
+def test_scene_break_lines(text, brk):
+    from jobs.normalize import is_scene_break
+
+    assert is_scene_break(text) is brk
+
+
+@pytest.fixture(scope="module")
+def phonemes():
+    from core.voice import resolve_voice
+    from jobs.phonemize import Phonemizer
+
+    ph = Phonemizer(resolve_voice(None))
+    return lambda text: "".join(ph.symbols(normalize(text))).replace("ˈ", "").replace("ˌ", "")
+
+
+@pytest.mark.parametrize("text, letters", [
+    ("Meet at 10:30 a.m. today.", "eɪ ɛm"),
+    ("at 7 a.m.", "eɪ ɛm"),
+    ("The U.S.A. is big.", "juː ɛs eɪ"),
+    ("Route A–B was shut.", "eɪ tə biː"),
+    ("Plan A failed.", "plæn eɪ"),
+    ("an M.A. in Latin", "ɛm eɪ"),
+    ("She has a Ph.D. in math.", "piːʲ eɪtʃ diː"),
+])
+def test_letters_are_said_by_their_names_by_the_voice(phonemes, text, letters):
+    """Through the voice's espeak-ng: the letter A is "ay" (eɪ), never the article's "uh" (ɐ)."""
+    assert letters in phonemes(text)
+
+
+@pytest.mark.parametrize("text", ["A cat sat on the mat.", "I said a word."])
+def test_the_article_stays_the_article_by_the_voice(phonemes, text):
+    assert "ɐ" in phonemes(text) and "eɪ" not in phonemes(text)
+
+
+def test_nothing_is_said_for_a_stray_asterisk_by_the_voice(phonemes):
+    assert "æstɚ" not in phonemes("He paused * then went on.")
+    assert phonemes("* * *") == ""
