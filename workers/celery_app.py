@@ -240,9 +240,28 @@ def use_redis(url: str | None = None, target: Celery | None = None) -> str:
     return url
 
 
+#: Task names of this project start so; a worker accepts no other (:func:`own_tasks_only`).
+TASK_PREFIX = "booktts."
+
+
+def own_tasks_only(sender: Celery, **_kw) -> None:
+    """Drop every task of the app ``sender``'s registry that is not the project's own (``booktts.*``).
+
+    Celery registers its built-in tasks (``celery.chord_unlock``, ``celery.map``, ``celery.starmap``,
+    ``celery.accumulate``, ``celery.backend_cleanup``, ``celery.chain``, ...) on every app when it is
+    finalized. The runner uses none of them, and anyone who can write to the broker could start them
+    by name: a forged ``chord_unlock`` retried itself forever. A worker treats a name that is not
+    registered as Celery does any unknown task: one ``unregistered task`` error line, and the message
+    is dropped, not retried. Connected to ``on_after_finalize``, which runs after the built-ins are
+    added."""
+    for name in [n for n in list(sender.tasks) if not n.startswith(TASK_PREFIX)]:
+        sender.tasks.unregister(name)
+
+
 def make_app(url: str | None = None) -> Celery:
-    """A configured Celery app with the runner's tasks registered."""
+    """A configured Celery app with the runner's tasks registered (and no other, :func:`own_tasks_only`)."""
     app = Celery("booktts", include=["workers.tasks"])
+    app.on_after_finalize.connect(own_tasks_only, sender=app, weak=False)
     return configure(app, url)
 
 

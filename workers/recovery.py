@@ -35,7 +35,7 @@ from workers.backlog import UNACKED_INDEX_KEY, UNACKED_KEY
 from workers.celery_app import priority_of_queue
 from workers.control import start_job, still_sending
 from workers.enqueue import UNIT_HEADER, enqueue_batches, enqueue_finalize
-from workers.state import FINALIZE, Holder, JobStatus, JobStore, check_job_id
+from workers.state import FINALIZE, Holder, JobStatus, JobStore, check_job_id, planned_batch
 
 log = logging.getLogger("booktts.recovery")
 
@@ -198,6 +198,12 @@ def reap(store: JobStore, job_ids=None) -> int:
                         job_id, finalize_stale_s())
             n += 1
         for batch, raw in store.running_raw(job_id).items():
+            if batch != FINALIZE and not planned_batch(batch, info.batches):
+                # a forged or corrupted entry: queueing it would end the job failed; drop it, queue nothing
+                store.r.hdel(store.k(job_id, "running"), batch)
+                log.warning("job %s: running entry for batch %r ignored and dropped: the job has batches 0 to %d",
+                            job_id, batch, info.batches - 1)
+                continue
             state = store.orphan_state(job_id, batch, raw)
             holder = Holder.from_json(raw)
             if state == "held" or (state == "orphan" and still_sending(holder, time.time())):
@@ -228,7 +234,8 @@ def requeue_stranded(store: JobStore, grace_s: float) -> int:
     :func:`reap` to find. Such a message, delivered over ``grace_s`` ago, of an active job whose batch is
     not done and was never started, is queued again and dropped from ``unacked`` (a worker that still
     runs it after all meets a leased or done batch, and skips it). Messages without a unit header
-    (finalize) are left alone: a lost finalize is found by its guard (:func:`reap`)."""
+    (finalize) are left alone: a lost finalize is found by its guard (:func:`reap`). A message naming a
+    batch the job's plan does not have (forged, or corrupted) is dropped with one warning, never queued."""
     r = store.r
     tags = r.zrangebyscore(UNACKED_INDEX_KEY, "-inf", time.time() - grace_s)
     if not tags:
@@ -238,11 +245,19 @@ def requeue_stranded(store: JobStore, grace_s: float) -> int:
         try:
             job_id, _, batch = json.loads(raw)[0]["headers"][UNIT_HEADER].rpartition(":")
             check_job_id(job_id)
-            int(batch)
         except (TypeError, ValueError, KeyError, IndexError, AttributeError, JobError):
             continue
         info = store.get_job(job_id)
         if info is None or not info.status.active:
+            continue
+        if not planned_batch(batch, info.batches):
+            # forged or stale: queueing it would make a worker fail a batch the job does not have
+            with r.pipeline() as p:
+                p.zrem(UNACKED_INDEX_KEY, tag)
+                p.hdel(UNACKED_KEY, tag)
+                p.execute()
+            log.warning("job %s: unacknowledged message for batch %r ignored and dropped: the job has batches "
+                        "0 to %d", job_id, batch, info.batches - 1)
             continue
         with r.pipeline(transaction=False) as p:
             p.sismember(store.k(job_id, "done"), batch)

@@ -257,10 +257,35 @@ def _dec(v: bytes | str | None) -> Any:
 # ---------------------------------------------------------------- Lua scripts
 # Every hash value is JSON, so statuses are compared as '"running"' etc.
 
-_LUA_BEGIN = """
+#: Whether a batch id (a string) names a batch of the job's plan: a decimal number as ``str(int)``
+#: writes it (no sign, no leading zero), below the job's
+#: ``batches``. A message or an ``unacked`` entry naming batch 999 or -1 of a job of 15 batches is
+#: refused by the scripts that use it (begin, complete, fail) instead of becoming a failure of the job.
+_LUA_PLANNED = """local function PLANNED(job, batch)
+  if not (batch == '0' or string.match(batch, '^[1-9]%d*$')) then return false end
+  local total = tonumber(redis.call('HGET', job, 'batches'))
+  return total ~= nil and tonumber(batch) < total
+end
+"""
+
+
+def planned_batch(batch, batches: int) -> bool:
+    """The same test as :data:`_LUA_PLANNED`, in Python: ``batch`` (an int or its decimal string) is
+    one of ``range(batches)``."""
+    if isinstance(batch, bool):
+        return False
+    if isinstance(batch, int):
+        return 0 <= batch < batches
+    text = batch.decode() if isinstance(batch, bytes) else str(batch)
+    canonical = text == "0" or (text[:1] in "123456789" and text[:1] != "" and text.isdigit())
+    return text.isascii() and canonical and int(text) < batches
+
+
+_LUA_BEGIN = _LUA_PLANNED + """
 -- KEYS: job, done, failed, running, deliveries, lease
 -- ARGV: batch, holder, lease_ms, task_id, steal, max_deliveries, now
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', 0} end
+if ARGV[1] ~= 'finalize' and not PLANNED(KEYS[1], ARGV[1]) then return {'unplanned', 0} end
 if redis.call('HGET', KEYS[1], 'cancelled') == 'true' then return {'cancelled', 0} end
 local st = redis.call('HGET', KEYS[1], 'status')
 if st == '"cancelled"' then return {'cancelled', 0} end
@@ -309,10 +334,11 @@ local function count_and_close(job, done, failed, active, guard, job_id, now)
 end
 """
 
-_LUA_COMPLETE = _COUNT_AND_CLOSE + """
+_LUA_COMPLETE = _LUA_PLANNED + _COUNT_AND_CLOSE + """
 -- KEYS: job, done, failed, running, records, lease, guard, active
 -- ARGV: batch, record, audio_s, holder, now, job_id
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', 0} end
+if not PLANNED(KEYS[1], ARGV[1]) then return {'unplanned', 0} end
 local added = redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 if added == 1 then
@@ -324,10 +350,11 @@ if redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[4] then redis.call('HDEL', KEYS[
 return {count_and_close(KEYS[1], KEYS[2], KEYS[3], KEYS[8], KEYS[7], ARGV[6], ARGV[5]), added}
 """
 
-_LUA_FAIL = _COUNT_AND_CLOSE + """
+_LUA_FAIL = _LUA_PLANNED + _COUNT_AND_CLOSE + """
 -- KEYS: job, done, failed, running, lease, guard, active
 -- ARGV: batch, failure, holder, now, job_id
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'missing', 0} end
+if ARGV[1] ~= 'finalize' and not PLANNED(KEYS[1], ARGV[1]) then return {'unplanned', 0} end
 if redis.call('SISMEMBER', KEYS[2], ARGV[1]) == 1 then return {'done', 0} end
 local added = redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
 if redis.call('GET', KEYS[5]) == ARGV[3] then redis.call('DEL', KEYS[5]) end
@@ -762,7 +789,8 @@ class JobStore:
         """Start work on a batch: take its lease and count the delivery, atomically.
 
         Returns ``(verdict, value)``: ``ok`` (value: the delivery number, the attempt),
-        ``done``/``failed``/``cancelled``/``missing`` (skip), ``leased`` (value: the other
+        ``done``/``failed``/``cancelled``/``missing``/``unplanned`` (skip; ``unplanned``: the batch id is
+        not one of the job's planned batches, :func:`planned_batch`), ``leased`` (value: the other
         holder's JSON), ``exhausted`` (value: deliveries so far, over ``max_deliveries``).
         ``steal``: take the lease over if its current value is exactly this.
         """
@@ -776,7 +804,7 @@ class JobStore:
 
     def complete(self, job_id: str, batch: int, holder: Holder, record: dict, audio_s: float) -> tuple[str, bool]:
         """Count a finished batch once. Returns (``progress``|``finalize``|``complete``|``failed``|
-        ``cancelled``|``missing``, whether this call added it)."""
+        ``cancelled``|``missing``|``unplanned`` (not counted), whether this call added it)."""
         j = job_id
         keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
                 self.k(j, "records"), self.k_lease(j, batch), self.k(j, FINALIZE), self.K_ACTIVE]
@@ -785,7 +813,8 @@ class JobStore:
         return (verdict.decode() if isinstance(verdict, bytes) else verdict), bool(added)
 
     def fail(self, job_id: str, batch: int | str, holder_json: str, failure: dict) -> str:
-        """Record a batch failure. Returns ``progress``|``failed`` (the job is over)|``done``|``missing``|..."""
+        """Record a batch failure. Returns ``progress``|``failed`` (the job is over)|``done``|``missing``|
+        ``unplanned`` (a batch id the job does not have: nothing recorded, the job goes on)|..."""
         j = job_id
         keys = [self.k_job(j), self.k(j, "done"), self.k(j, "failed"), self.k(j, "running"),
                 self.k_lease(j, batch), self.k(j, FINALIZE), self.K_ACTIVE]
