@@ -5,6 +5,14 @@ sentence. A sentence whose phoneme sequence is longer than ``max_phonemes`` is
 split at clause boundaries (``; : , — –``) and, as a last resort, between
 words. Utterance texts are exact, stripped slices of the paragraph text, in
 order, so joining them gives back every word of the paragraph exactly once.
+
+Each utterance carries the kind of pause that follows it (:class:`PauseKind`); the seconds are the
+job's and are applied when chapters are assembled (``jobs.pipeline``). The chapter's paragraph kinds
+(``Chapter.kinds``, None: all text) decide the section pauses: a "heading" paragraph is spoken as a
+heading and followed by the section pause (the text before it ends with one too); a "break"
+paragraph (a scene break, also any paragraph that is only a marker such as "* * *") is not spoken
+at all and becomes the section pause after the utterance before it. This module does not find
+headings or breaks in the text (``jobs/ingest`` does), nor decide the pause between chapters.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
+from jobs.normalize import is_scene_break
 from jobs.phonemize import Phonemes
 
 # A sentence ends after . ! ? … (plus closing quotes/brackets) followed by whitespace.
@@ -34,6 +43,8 @@ class PauseKind(str, Enum):
     """What follows an utterance in the chapter audio."""
 
     TITLE = "title"
+    SECTION = "section"
+    """After a section heading, before one, and where a scene break stood."""
     PARAGRAPH = "paragraph"
     SENTENCE = "sentence"
     CLAUSE = "clause"
@@ -58,6 +69,23 @@ class Utterance:
     speakable: bool
     spoken_text: str | None = None
     """What was given to the phonemizer (normalised, lexicon applied); None: ``text`` itself."""
+
+
+def paragraph_kind(chapter, i: int) -> str:
+    """"text", "heading" or "break" for paragraph ``i`` of ``chapter`` (``Chapter.kinds``; a chapter
+    without kinds is all text, except paragraphs that are only a scene-break marker)."""
+    kinds = getattr(chapter, "kinds", None)
+    kind = kinds[i] if kinds is not None else "text"
+    if kind == "text" and is_scene_break(chapter.paragraphs[i]):
+        return "break"
+    return kind
+
+
+def _section_pause_before(out: list["Utterance"]) -> None:
+    """The utterance before a section heading or a scene break is followed by the section pause
+    (the chapter title keeps its own pause)."""
+    if out and out[-1].pause != PauseKind.TITLE:
+        out[-1].pause = PauseKind.SECTION
 
 
 def split_sentences(paragraph: str) -> list[str]:
@@ -211,6 +239,23 @@ class Segmenter:
                 self._heading = False
             out[-1].pause = PauseKind.TITLE
         for p_i, paragraph in enumerate(chapter.paragraphs):
+            kind = paragraph_kind(chapter, p_i)
+            if kind == "break":
+                _section_pause_before(out)
+                continue
+            if kind == "heading":
+                text = " ".join(paragraph.split())
+                if not text:
+                    continue
+                _section_pause_before(out)
+                self._heading = True
+                try:
+                    for piece, ph in self.split_long(text):
+                        add(p_i, 0, piece, ph, PauseKind.CLAUSE)
+                finally:
+                    self._heading = False
+                out[-1].pause = PauseKind.SECTION
+                continue
             sentences = split_sentences(paragraph)
             for s_i, sentence in enumerate(sentences):
                 pieces = self.split_long(sentence)

@@ -25,7 +25,7 @@ from core import slots
 from jobs.ingest import Chapter
 from jobs.lexicon import Lexicon, make_speak
 from jobs.phonemize import Phonemizer
-from jobs.segment import Segmenter, Utterance
+from jobs.segment import Segmenter, Utterance, paragraph_kind
 from core.voice import VoiceConfig
 
 #: Below this many characters of text the chapters are segmented in this process.
@@ -69,15 +69,22 @@ def _chars(ch: Chapter) -> int:
 
 def _pieces(ch: Chapter, piece_chars: int) -> list[tuple[Chapter, int]]:
     """``ch`` as chapters of consecutive paragraphs (the title with the first), each with the index
-    of its first paragraph in ``ch``."""
+    of its first paragraph in ``ch`` and its paragraphs' kinds. A piece starts only at a text
+    paragraph: a heading or a scene break sets the pause of the utterance before it, which must be
+    in the same piece."""
     out: list[tuple[Chapter, int]] = []
+
+    def piece(a: int, b: int | None) -> Chapter:
+        kinds = ch.kinds[a:b] if ch.kinds is not None else None
+        return Chapter(ch.index, ch.title if not out else "", ch.paragraphs[a:b], kinds=kinds)
+
     start, size = 0, len(ch.title or "")
     for i, p in enumerate(ch.paragraphs):
-        if i > start and size + len(p) > piece_chars:
-            out.append((Chapter(ch.index, ch.title if not out else "", ch.paragraphs[start:i]), start))
+        if i > start and size + len(p) > piece_chars and paragraph_kind(ch, i) == "text":
+            out.append((piece(start, i), start))
             start, size = i, 0
         size += len(p)
-    out.append((Chapter(ch.index, ch.title if not out else "", ch.paragraphs[start:]), start))
+    out.append((piece(start, None), start))
     return out
 
 

@@ -89,3 +89,77 @@ def test_clause_split_never_cuts_inside_a_token(phonemizer):
     pieces = Segmenter(phonemizer, 150).split_long(text)
     assert len(pieces) > 1
     assert words(t for t, _ in pieces) == text.split()
+
+
+# --- Issue 28: section headings and scene breaks (Chapter.kinds) ----------------------------------
+
+def _chapter(paragraphs, kinds=None, title="III. The Red-Headed League"):
+    from jobs.ingest.book import Chapter
+
+    return Chapter(3, title, paragraphs, kinds=kinds)
+
+
+def test_a_scene_break_is_not_spoken_and_becomes_the_section_pause(phonemizer):
+    ch = _chapter(["He left. The door shut.", "* * *", "Morning came."], kinds=["text", "break", "text"])
+    utts = Segmenter(phonemizer, 150).chapter_utterances(0, ch)
+    assert [u.text for u in utts] == ["III. The Red-Headed League", "He left.", "The door shut.", "Morning came."]
+    assert [u.pause for u in utts] == [PauseKind.TITLE, PauseKind.SENTENCE, PauseKind.SECTION, PauseKind.PARAGRAPH]
+    assert [u.paragraph_index for u in utts] == [-1, 0, 0, 2]
+
+
+@pytest.mark.parametrize("marker", ["* * *", "***", "*", "⁂", "~ ~ ~"])
+def test_a_marker_paragraph_is_a_break_without_kinds(phonemizer, marker):
+    """A chapter whose kinds are None (older job.json files, loaders that set none) is all text,
+    except a paragraph that is only a scene-break marker."""
+    ch = _chapter(["It rained.", marker, "It stopped."])
+    utts = Segmenter(phonemizer, 150).chapter_utterances(0, ch)
+    assert [u.text for u in utts] == [ch.title, "It rained.", "It stopped."]
+    assert utts[1].pause is PauseKind.SECTION and utts[2].pause is PauseKind.PARAGRAPH
+
+
+def test_a_section_heading_is_spoken_as_a_heading_between_section_pauses(phonemizer):
+    spoken = []
+
+    def speak(text, heading):
+        spoken.append((text, heading))
+        from jobs.normalize import normalize
+        return normalize(text, heading)
+
+    ch = _chapter(["I.", "To Sherlock Holmes she is always the woman.", "II.", "At three o'clock I was there."],
+                  kinds=["heading", "text", "heading", "text"], title="A Scandal in Bohemia")
+    utts = Segmenter(phonemizer, 150, speak=speak).chapter_utterances(0, ch)
+    assert [u.text for u in utts] == [ch.title] + ch.paragraphs
+    assert [u.pause for u in utts] == [PauseKind.TITLE, PauseKind.SECTION, PauseKind.SECTION,
+                                       PauseKind.SECTION, PauseKind.PARAGRAPH]
+    assert ("I.", True) in spoken and ("II.", True) in spoken  # read as headings ("one.", "two.")
+    assert utts[1].spoken_text == "one." and utts[3].spoken_text == "two."
+
+
+def test_a_break_first_in_a_chapter_keeps_the_title_pause_and_none_is_lost(phonemizer):
+    ch = _chapter(["", "* * *", "Text."], kinds=["break", "break", "text"])
+    utts = Segmenter(phonemizer, 150).chapter_utterances(0, ch)
+    assert [(u.text, u.pause) for u in utts] == [(ch.title, PauseKind.TITLE), ("Text.", PauseKind.PARAGRAPH)]
+    untitled = _chapter(["* * *", "Text."], kinds=["break", "text"], title="")
+    assert [u.text for u in Segmenter(phonemizer, 150).chapter_utterances(0, untitled)] == ["Text."]
+
+
+def test_planning_pieces_carry_kinds_and_never_start_at_a_break_or_heading(phonemizer):
+    """The planning pool cuts big chapters into pieces: a break or heading stays with the utterance
+    before it, so the parallel plan has the serial plan's pauses."""
+    from dataclasses import replace
+
+    from jobs.segment_pool import _join, _pieces
+
+    paragraphs, kinds = [], []
+    for i in range(12):
+        paragraphs += [f"Paragraph {i} has some words in it.", "* * *", f"Part {i}."]
+        kinds += ["text", "break", "heading"]
+    ch = _chapter(paragraphs, kinds=kinds)
+    pieces = _pieces(ch, 60)
+    assert len(pieces) > 3
+    assert all(piece.kinds == kinds[start:start + len(piece.paragraphs)] for piece, start in pieces)
+    assert all(piece.kinds[0] == "text" for piece, start in pieces if start > 0)
+    seg = Segmenter(phonemizer, 150)
+    serial = seg.chapter_utterances(0, ch)
+    joined = _join([(seg.chapter_utterances(0, piece), start) for piece, start in pieces])
+    assert [replace(u) for u in joined] == serial
