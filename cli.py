@@ -15,12 +15,12 @@ import sys
 
 import click
 
-from commands.options import exit_broken_pipe
+from commands.options import clip_values, exit_broken_pipe
 
 
 def usage_error_line(exc: click.ClickException) -> str:
     """click's own error (unknown option, missing argument, bad choice or range) as one line."""
-    msg = " ".join(exc.format_message().split())
+    msg = clip_values(" ".join(exc.format_message().split()))  # a 100 kB value: its first characters
     ctx = getattr(exc, "ctx", None)
     if isinstance(exc, click.UsageError) and ctx is not None:
         msg += f" (see `{ctx.command_path} --help`)"

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import sys
 
 import click
@@ -73,8 +74,35 @@ def exit_broken_pipe() -> None:
     sys.exit(141)
 
 
+#: An error line keeps a quoted value or an unbroken run of characters of at most this many
+#: characters whole; a longer one is cut to its first :data:`ECHO_KEEP` characters and "...".
+ECHO_LIMIT = 120
+ECHO_KEEP = 60
+#: Longest error line printed (its middle is cut), for long values with spaces that are not quoted.
+ECHO_LINE_LIMIT = 1000
+_LONG_VALUE_RE = re.compile(r"'[^'\n]{%d,}'|\"[^\"\n]{%d,}\"|\S{%d,}" % ((ECHO_LIMIT - 1,) * 2 + (ECHO_LIMIT + 1,)))
+
+
+def clip_values(line: str) -> str:
+    """``line`` as an error line may echo it: long values cut (an option value of 100 kB is shown by
+    its first :data:`ECHO_KEEP` characters and "..."), and characters that are not printable (line
+    breaks, escapes, bidi overrides) written as escapes, so that it stays one readable line."""
+    def cut(m: re.Match) -> str:
+        s = m.group(0)
+        if s[0] in "'\"" and s[-1] == s[0]:
+            return s[:ECHO_KEEP + 1] + "..." + s[0]
+        start, end = len(s) - len(s.lstrip("([{<")), len(s.rstrip(")]}>:;,."))  # "(path):" keeps "(", "):"
+        return s[:start + ECHO_KEEP] + "..." + s[end:]
+
+    line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    line = _LONG_VALUE_RE.sub(cut, line)
+    if len(line) > ECHO_LINE_LIMIT:
+        line = line[:ECHO_LINE_LIMIT * 2 // 3] + " ... " + line[-(ECHO_LINE_LIMIT // 3):]
+    return line
+
+
 def _fail(exc: TTSError):
-    click.echo(f"error: {exc}", err=True)
+    click.echo(f"error: {clip_values(str(exc))}", err=True)
     sys.exit(exc.exit_code)
 
 
@@ -111,7 +139,8 @@ def friendly_errors(f=None, *, translate=None):
             if mapped is not None:
                 _fail(mapped)
             where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-            click.echo(f"error: {exc.strerror or exc}{where}; check the path, permissions and free disk space", err=True)
+            click.echo(f"error: {clip_values(f'{exc.strerror or exc}{where}')}; check the path, permissions and "
+                       f"free disk space", err=True)
             sys.exit(1)
         except Exception as exc:
             mapped = translate(exc, kwargs) if translate else None

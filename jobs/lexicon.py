@@ -168,6 +168,9 @@ def _parse_json(where: str, text: str) -> list[Entry]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where}, line {exc.lineno}: not valid JSON ({exc.msg})") from None
+    except RecursionError:  # the decoder recurses per nesting level: "[[[[..." 100,000 deep
+        raise InputError(f"{where}: its JSON is nested too deeply to be a lexicon; write an object "
+                         f"{{word: replacement}} or a list of {{\"word\": ..., \"say\": ...}} entries") from None
     out = []
     if isinstance(data, dict):
         for word, repl in data.items():
