@@ -18,7 +18,9 @@ from engines import EngineSpec
 from engines.torch_options import SWITCH, WARMUP, TorchOptions
 from jobs.config import (
     AUDIO_FORMATS,
+    DEFAULT_CHAPTER_PAUSE_S,
     DEFAULT_FLAC_LEVEL,
+    DEFAULT_SECTION_PAUSE_S,
     FOOTNOTE_MODES,
     CPU_MAX_BATCH,
     DEFAULT_MAX_BATCH_PHONEMES,
@@ -192,6 +194,10 @@ def job_options(f):
         click.option("--sentence-pause", type=limit_type("sentence_pause_s"), default=0.25, show_default=True, help="Seconds of silence after a sentence."),
         click.option("--paragraph-pause", type=limit_type("paragraph_pause_s"), default=0.6, show_default=True, help="Seconds of silence after a paragraph."),
         click.option("--title-pause", type=limit_type("title_pause_s"), default=1.0, show_default=True, help="Seconds of silence after a chapter title."),
+        click.option("--section-pause", type=limit_type("section_pause_s"), default=DEFAULT_SECTION_PAUSE_S, show_default=True,
+                     help="Seconds of silence around a section heading and at a scene break ('* * *')."),
+        click.option("--chapter-pause", type=limit_type("chapter_pause_s"), default=DEFAULT_CHAPTER_PAUSE_S, show_default=True,
+                     help="Seconds of silence at the end of each chapter file but the book's last (between an M4B's chapters)."),
         click.option("--normalize/--no-normalize", default=True, show_default=True,
                      help="Scale each utterance to full range, as Piper does."),
         click.option("--normalize-text/--no-normalize-text", default=True, show_default=True,
@@ -216,6 +222,7 @@ def job_options(f):
         max_batch = cpu_batch if max_batch is None else max_batch
         max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
         batch_order = batch_order or batch_order_default(None)
+        pauses = {"section_pause_s": kw.pop("section_pause"), "chapter_pause_s": kw.pop("chapter_pause")}
         try:  # the settings' consistency (a batch budget too small for the longest utterance, say)
             config = JobConfig(voice=voice, audio_format=audio_format, loudness=loudness, captions=captions,
                                flac_level=flac_level, chapters=chapters, encoding=encoding,
@@ -224,7 +231,7 @@ def job_options(f):
                                sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,
                                title_pause_s=title_pause, normalize=normalize, normalize_text=normalize_text,
                                footnotes=footnotes, lexicon=lexicon, include_front_matter=include_front_matter,
-                               announce=announce, speaker=speaker)
+                               announce=announce, speaker=speaker, **pauses)
         except TTSError as exc:
             if os.environ.get("BOOKTTS_DEBUG"):
                 raise

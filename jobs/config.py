@@ -23,6 +23,9 @@ LOUDNESS_MODES = ("ebu", "acx", "none")
 CAPTION_FORMATS = ("srt", "vtt")
 #: Settings that change only what ``finalize`` delivers, not the synthesized batches.
 OUTPUT_FIELDS = ("audio_format", "loudness", "captions", "flac_level")
+#: Pauses between sections and between chapters (``--section-pause``, ``--chapter-pause``), seconds.
+DEFAULT_SECTION_PAUSE_S = 1.2
+DEFAULT_CHAPTER_PAUSE_S = 2.0
 #: libFLAC's compression level of FLAC chapter files when a job does not set one (the ``flac`` tool's too).
 DEFAULT_FLAC_LEVEL = 5
 FOOTNOTE_MODES = ("skip", "inline", "end")
@@ -45,6 +48,8 @@ LIMITS: dict[str, Limit] = {
     "paragraph_pause_s": Limit("--paragraph-pause", 0.0, 60.0),
     "clause_pause_s": Limit("clause_pause_s", 0.0, 60.0),
     "title_pause_s": Limit("--title-pause", 0.0, 60.0),
+    "section_pause_s": Limit("--section-pause", 0.0, 60.0),
+    "chapter_pause_s": Limit("--chapter-pause", 0.0, 60.0),
     "flac_level": Limit("--flac-level", 0, 8, integer=True),
 }
 
@@ -108,6 +113,11 @@ class JobConfig:
     """Silence between the pieces of a sentence that was split because it was too long."""
     title_pause_s: float = 1.0
     """Silence after a chapter title."""
+    section_pause_s: float = DEFAULT_SECTION_PAUSE_S
+    """Silence after a section heading inside a chapter, before one, and where a scene break ("* * *") stands."""
+    chapter_pause_s: float = DEFAULT_CHAPTER_PAUSE_S
+    """Silence at the end of each chapter file but a book's last (instead of its last paragraph pause):
+    chapter files played in a row, and an M4B's chapters, then have it between them."""
     normalize: bool = True
     """Scale each utterance to full range, as Piper does by default."""
     loudness: str = "ebu"
@@ -199,6 +209,9 @@ class JobConfig:
         d.pop("loudness")
         d.pop("captions")
         d.pop("flac_level")
+        for name, default in (("section_pause_s", DEFAULT_SECTION_PAUSE_S), ("chapter_pause_s", DEFAULT_CHAPTER_PAUSE_S)):
+            if d.get(name) == default:  # in the id like the other pauses; the ids of jobs before them stay valid
+                d.pop(name)
         if d.get("batch_order") == "length":  # the order of jobs made before the setting existed
             d.pop("batch_order")
         return d

@@ -900,6 +900,7 @@ class _BatchAudio:
 def _pause_seconds(config: JobConfig, pause: PauseKind) -> float:
     return {
         PauseKind.TITLE: config.title_pause_s,
+        PauseKind.SECTION: config.section_pause_s,
         PauseKind.PARAGRAPH: config.paragraph_pause_s,
         PauseKind.SENTENCE: config.sentence_pause_s,
         PauseKind.CLAUSE: config.clause_pause_s,
@@ -1027,11 +1028,14 @@ def _chapter_columns(job: Job, b_i: int, book: dict, ch: dict, rows: list, audio
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     plan: list[tuple[int, int, int]] = []
     pos = skipped = 0
-    for r in rows:
+    recs = [audio.record(r.batch_id) if r.batch_id >= 0 else None for r in rows]
+    sizes = [rec.items[r.batch_pos]["samples"] if rec else 0 for r, rec in zip(rows, recs)]
+    # the chapter pause ends every chapter file but the book's last, after its last spoken utterance
+    last_spoken = max((i for i, n in enumerate(sizes) if n), default=-1) if not _last_of_book(book, ch) else -1
+    for i, (r, rec, n) in enumerate(zip(rows, recs, sizes)):
         u = r.utt
-        rec = audio.record(r.batch_id) if r.batch_id >= 0 else None
-        n = rec.items[r.batch_pos]["samples"] if rec else 0
-        pause = int(round(_pause_seconds(cfg, u.pause) * sr)) if n else 0
+        seconds = cfg.chapter_pause_s if i == last_spoken else _pause_seconds(cfg, u.pause)
+        pause = int(round(seconds * sr)) if n else 0
         plan.append((r.batch_id if rec else -1, r.batch_pos, pause))
         skipped += rec is None
         row = {
@@ -1058,6 +1062,12 @@ def _chapter_columns(job: Job, b_i: int, book: dict, ch: dict, rows: list, audio
             cols[k].append(v)
         pos += n + pause
     return cols, pos, skipped, plan
+
+
+def _last_of_book(book: dict, ch: dict) -> bool:
+    """``ch`` is the last chapter of ``book`` that the job delivers."""
+    selected = [c["index"] for c in book["chapters"] if c["selected"]]
+    return bool(selected) and selected[-1] == ch["index"]
 
 
 def chapter_part(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | None = None) -> ChapterPart:
