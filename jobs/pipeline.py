@@ -296,6 +296,8 @@ def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig, lexi
 
 
 def _check_inputs(books: list[Path]) -> list[dict]:
+    from jobs.ingest import check_input_size
+
     if not books:
         raise InputError("no input files given; pass one or more TXT, Markdown or EPUB files")
     out = []
@@ -307,6 +309,7 @@ def _check_inputs(books: list[Path]) -> list[dict]:
             raise InputError(f"{p}: is a directory; pass the book files inside it")
         if not p.is_file():  # a device (/dev/zero), FIFO or socket: reading it could block or never end
             raise InputError(f"{p}: not a regular file (a device, FIFO or socket); pass a .txt, .md or .epub file")
+        check_input_size(p)  # before hashing: a sparse 2 GB file is refused at once, not after reading it all
         out.append({"path": str(p), "sha256": file_sha256(p)})
     return out
 

