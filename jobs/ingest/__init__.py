@@ -147,6 +147,7 @@ from jobs.ingest.common import _norm, _show  # noqa: F401  (_norm: used by jobs.
 from jobs.ingest.epub import MAX_UNCOMPRESSED_BYTES, MAX_ZIP_MEMBERS, _Epub, _load_epub  # noqa: F401  (_Epub: used by jobs.formats)
 from jobs.ingest.html import _local  # noqa: F401  (used by jobs.formats)
 from jobs.ingest.matter import _drop_matter
+from jobs.ingest.outline import Structure
 from jobs.ingest.text import _decode_text
 
 __all__ = ["Book", "Chapter", "load_book", "check_input_size", "MAX_UNCOMPRESSED_BYTES", "MAX_TEXT_BYTES",
@@ -165,18 +166,19 @@ FOOTNOTE_MODES = ("skip", "inline", "end")
 
 
 def load_book(path: str | Path, encoding: str | None = None, front_matter: bool = False,
-              footnotes: str = "skip") -> Book:
+              footnotes: str = "skip", structure: Structure | None = None) -> Book:
     """Read ``path`` (TXT, Markdown or EPUB) into a :class:`Book`.
 
     ``encoding`` applies to TXT and Markdown (default UTF-8, BOM allowed); EPUB documents
     declare their own. ``front_matter`` keeps copyright pages, contents, indexes, "About the
     Author" and ISBN lines (see "Front and back matter"); ``footnotes`` is what happens to EPUB
     footnote/endnote bodies: ``skip``, ``inline`` (read where they are) or ``end`` (read at the
-    end of their document). Raises :class:`InputError` (one line) for anything unusable.
+    end of their document). ``structure``: the outline overrides of TXT/Markdown books
+    (:class:`jobs.ingest.outline.Structure`). Raises :class:`InputError` (one line) for anything unusable.
     """
     if footnotes not in FOOTNOTE_MODES:
         raise InputError(f"--footnotes {footnotes!r}: choose one of {', '.join(FOOTNOTE_MODES)}")
-    book = _load_book(path, encoding, footnotes, front_matter)
+    book = _load_book(path, encoding, footnotes, front_matter, structure)
     if not front_matter:
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):
@@ -212,7 +214,8 @@ def check_input_size(path: str | Path) -> int:
     return st.st_size
 
 
-def _load_book(path: str | Path, encoding: str | None, footnotes: str, front_matter: bool) -> Book:
+def _load_book(path: str | Path, encoding: str | None, footnotes: str, front_matter: bool,
+               structure: Structure | None = None) -> Book:
     p = Path(path)
     where = _show(p)
     try:
@@ -240,4 +243,4 @@ def _load_book(path: str | Path, encoding: str | None, footnotes: str, front_mat
         raise InputError(f"{where}: cannot read it ({e.strerror or e}); check its permissions") from None
     text = _decode_text(where, data, encoding)
     fmt = "md" if suffix in MARKDOWN_SUFFIXES else "txt"
-    return _load_text(p, where, text, fmt)
+    return _load_text(p, where, text, fmt, structure)

@@ -19,64 +19,21 @@ from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _norm, _tokens
 from jobs.ingest.markdown import _md_items
+from jobs.ingest.outline import Structure, build_outline, to_chapters
 from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items
 
 
-def _build_chapters(items: list[_Item], book_title: str) -> list[Chapter]:
-    """Items -> chapters: drop contents lists, merge heading pairs, keep front matter only if prose."""
+def _build_chapters(items: list[_Item], book_title: str, author: str | None = None,
+                    split_level: str = "chapter") -> list[Chapter]:
+    """Items -> chapters through the document outline (``jobs.ingest.outline``)."""
     items = _drop_toc_para_runs(items)
-    last_seen: dict[tuple[str, ...], int] = {}
-    for n, it in enumerate(items):
-        if it.kind == "heading":
-            last_seen[tuple(_tokens(it.text))] = n
-    # runs of headings with no paragraph between them
-    out: list[_Item] = []
-    k = 0
-    while k < len(items):
-        if items[k].kind != "heading":
-            out.append(items[k])
-            k += 1
-            continue
-        e = k
-        while e < len(items) and items[e].kind == "heading":
-            e += 1
-        followed = e < len(items)
-        labels = [h for h in items[k:e] if _CONTENTS_LABEL_RE.match(h.text)]
-        run = [h for h in items[k:e] if not _CONTENTS_LABEL_RE.match(h.text)]
-        if not run or not followed:
-            pass  # a contents list (or a lone label) with no text after it
-        elif len(run) >= 3 or labels:
-            # a contents list: its entries are not chapters, nor is the "Contents" label before it.
-            # Its last line is the real chapter start when body text follows and it is not
-            # itself a contents entry (one whose heading comes again later).
-            if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
-                out.pop()
-            if last_seen[tuple(_tokens(run[-1].text))] < e:
-                out.append(run[-1])
-        elif len(run) == 2:
-            out.append(_Item("heading", _join_title(run[0].text, run[1].text)))
-        else:
-            out.append(run[0])
-        k = e
-    items = out
-
-    chapters: list[tuple[str, list[str]]] = []
-    front: list[str] = []
-    cur: list[str] | None = None
-    for it in items:
-        if it.kind == "heading":
-            cur = []
-            chapters.append((it.text, cur))
-        elif cur is None:
-            front.append(it.text)
-        else:
-            cur.append(it.text)
-    if not chapters:
-        chapters = [(book_title, front)] if front else []
-    elif front and _has_prose(front):
-        chapters.insert(0, (book_title, front))
-    chapters = [(t, ps) for t, ps in chapters if ps]
-    return [Chapter(i + 1, t, ps) for i, (t, ps) in enumerate(chapters)]
+    outline = build_outline(items, book_title, author)
+    if not outline.nodes:  # no headings at all: one chapter with everything (title page left out)
+        paras = [it.text for it in items if it.kind == "para"]
+        kept = outline.front or [it for it in items if it.kind == "para"]
+        texts = [it.text for it in kept] or paras
+        return [Chapter(1, "", texts)] if texts else []
+    return to_chapters(outline, split_level)
 
 
 def _drop_toc_para_runs(items: list[_Item]) -> list[_Item]:
@@ -118,7 +75,7 @@ def _guess_title_author(items: list[_Item]) -> tuple[str, str] | None:
     return None
 
 
-def _load_text(p: Path, where: str, text: str, fmt: str) -> Book:
+def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | None = None) -> Book:
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n")
     text = re.sub(r"[\x00-\x08\x0b\x0e-\x1f\x7f]", "", text)
     if not text.strip():
@@ -128,18 +85,20 @@ def _load_text(p: Path, where: str, text: str, fmt: str) -> Book:
         raise InputError(f"{where} holds only a Project Gutenberg header/licence and no book text; "
                          f"pass the complete book file")
     h1 = None
+    structure = structure or Structure()
     if fmt == "md":
         items, h1 = _md_items(body)
+        items = structure.force_items(where, items)
     else:
-        items = _txt_items(body)
+        first_line = text.count("\n", 0, max(text.find(body), 0)) + 1
+        items = _txt_items(body, structure.line_test(where, first_line, text.count("\n") + 1))
     guessed = _guess_title_author(items)
     known = pg_title or h1 or (guessed[0] if guessed else None)
     title = known or p.stem
     author = _pg_author(text) if pg_title else None
     if author is None and guessed and (not pg_title or guessed[0] == known):
         author = guessed[1] or None
-    # front matter / a heading-less book is titled with the book's own title, never a file name
-    chapters = _build_chapters(items, known or "")
+    chapters = _build_chapters(items, known or "", author, structure.split_level)
     if not chapters:
         raise InputError(f"{where} has no readable text{' after the Project Gutenberg header' if pg else ''}; "
                          f"pass a file with the book's text")

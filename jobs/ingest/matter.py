@@ -19,7 +19,7 @@ from jobs.ingest.common import _is_prose
 
 _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
-    r"|copyright(?:\s+page)?|colophon|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations)"
+    r"|copyright(?:\s+page)?|colophon|transcriber(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations)"
     r"[.:]?$", re.I)
 _ISBN_RE = re.compile(r"^\s*(?:e-?)?ISBN(?:-1[03])?[:\s]*[\dXx][\d\s\-Xx]{8,20}(?:\s*\([^)]{0,40}\))?[.;]?\s*$", re.I)
 _COPYRIGHT_RE = re.compile(r"(?:\bcopyright\b|\u00a9|\(c\)\s*\d{4})", re.I)
@@ -47,13 +47,16 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             continue
         if k < 3 and k < n - 1 and _is_copyright_chapter(ch):
             continue
-        paras = [p for p in ch.paragraphs if not _ISBN_RE.match(p)]
+        kept = [(p, ch.kind(i)) for i, p in enumerate(ch.paragraphs) if not _ISBN_RE.match(p)]
+        paras = [p for p, _k in kept]
         if k == n - 1:
             for j, para in enumerate(paras):
                 if j > 0 and re.match(r"^about\s+the\s+authors?[.:]?$", para, re.I) \
                         and len(" ".join(paras[j + 1:]).split()) <= 400:
-                    paras = paras[:j]
+                    kept = kept[:j]
                     break
-        if paras:
-            out.append(Chapter(ch.index, ch.title, paras))
+        if kept:
+            kinds = [kd for _p, kd in kept]
+            out.append(Chapter(ch.index, ch.title, [p for p, _k in kept],
+                               None if ch.kinds is None else kinds))
     return out

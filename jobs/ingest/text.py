@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from core.errors import EncodingError, InputError
-from jobs.ingest.common import _is_separator, _join_title, _norm
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _is_separator, _join_title, _norm
 
 
 
@@ -154,9 +154,14 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
 
 @dataclass
 class _Item:
-    kind: str  # "heading" | "para"
+    kind: str  # "heading" | "para" | "break" (a scene break: nothing is spoken)
     text: str
     toc: bool = False  # a paragraph that is a contents-list entry (a local link)
+    style: str = ""  # headings: what kind of heading line ("chapter", "part", "roman", "numtitle", ...)
+    num: int | None = None  # headings: the number the heading carries, if any
+    forced: bool = False  # headings: the line was named by --chapter-pattern / --chapters-file
+    entries: list[str] | None = None  # "toc" items: the titles a contents-list block names
+    label: bool = False  # "toc" items: right after a "Contents" label
 
 
 _ROMAN = r"(?=[IVXLCDM])M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})"
@@ -165,10 +170,13 @@ _NUMWORD = (rf"(?:(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[-
             rf"|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|eighteen|nineteen|{_UNITS})")
 _ORDINAL = (r"(?:the\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth"
             r"|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|last)")
-_KEYWORD = r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|CANTO|Canto)"
+_KEYWORD = (r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|CANTO|Canto|ACT|Act|SCENE|Scene"
+            r"|LETTER|Letter|ADVENTURE|Adventure|SECTION|Section)")
 _HEADING_RE = re.compile(
-    rf"^(?P<head>{_KEYWORD}[ \t]+(?:{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
+    rf"^(?P<head>(?P<kw>{_KEYWORD})[ \t]+(?P<num>{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
     rf"(?:[ \t]*[.,:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
+_NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<title>\S.*)$")
+"""A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:PROLOGUE|Prologue|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
@@ -193,21 +201,67 @@ class _Heading:
     head: str
     title: str | None
     roman: bool = False
+    style: str = ""
+    num: int | None = None
+
+
+def _number_value(s: str) -> int | None:
+    """The value of a heading's number: digits, a roman numeral, a number word ("twenty-one") or an
+    ordinal ("the First"); None when it has none."""
+    s = s.strip().rstrip(".")
+    if s.isdigit():
+        return int(s)
+    if s and re.fullmatch(_ROMAN, s):
+        return _roman_value(s)
+    return _word_value(s)
+
+
+_WORD_VALUES = {w: k + 1 for k, w in enumerate(
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_WORD_VALUES.update({w: k + 1 for k, w in enumerate(
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
+    "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split())})
+_TENS = {w: 10 * (k + 2) for k, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
+
+
+def _word_value(s: str) -> int | None:
+    words = re.split(r"[- ]+", s.casefold().removeprefix("the ").strip())
+    if len(words) == 1 and words[0] in _WORD_VALUES:
+        return _WORD_VALUES[words[0]]
+    if words and words[0] in _TENS:
+        rest = _WORD_VALUES.get(words[1], 0) if len(words) == 2 else 0
+        return _TENS[words[0]] + rest if len(words) <= 2 and (len(words) == 1 or rest) else None
+    return None
+
+
+def _shouted(s: str) -> bool:
+    """Written in capitals: every letter upper case (and at least two of them)."""
+    letters = [c for c in s if c.isalpha()]
+    return len(letters) >= 2 and all(c.isupper() for c in letters)
 
 
 def _match_heading(line: str) -> _Heading | None:
     line = line.strip()
     if not line or len(line) > 100:
         return None
-    for rx in (_HEADING_RE, _SECTION_RE):
-        m = rx.match(line)
-        if m:
-            title = m.group("title")
-            if title is not None and not _title_like(title):
-                return None
-            return _Heading(m.group("head"), title)
+    m = _HEADING_RE.match(line)
+    if m:
+        title = m.group("title")
+        if title is not None and not _title_like(title):
+            return None
+        return _Heading(m.group("head"), title, style=m.group("kw").lower(), num=_number_value(m.group("num")))
+    m = _SECTION_RE.match(line)
+    if m:
+        title = m.group("title")
+        if title is not None and not _title_like(title):
+            return None
+        return _Heading(m.group("head"), title, style="named")
     if _ROMAN_ALONE_RE.match(line):
-        return _Heading(line, None, roman=True)
+        return _Heading(line, None, roman=True, style="roman", num=_roman_value(line))
+    m = _NUMTITLE_RE.match(line)
+    if m and _title_like(m.group("title")) and _shouted(m.group("title")):
+        return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
     return None
 
 
@@ -226,27 +280,66 @@ def _strict_title_line(block: list[str]) -> str | None:
     return s
 
 
-def _split_blocks(text: str) -> list[list[str]]:
-    """Blank-line separated blocks of lines. A text written one paragraph per line, with (almost)
-    no blank lines and long unwrapped lines, gets one block per line instead."""
+def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int]]:
+    """Blank-line separated blocks of lines, and the indices of forced heading blocks. A text written
+    one paragraph per line, with (almost) no blank lines and long unwrapped lines, gets one block per
+    line instead. ``force(line_index, line)`` (0-based in ``text``) names lines that start a chapter
+    (the overrides): each becomes a block of its own."""
     lines = text.split("\n")
+    forced: set[int] = set()
+    blocks: list[list[str]] = []
     full = [ln for ln in lines if ln.strip()]
+    per_line = False
     if len(full) >= 8:
         blank_runs = sum(1 for a, b in zip(lines, lines[1:]) if a.strip() and not b.strip())
         lengths = sorted(len(ln.strip()) for ln in full)
-        if blank_runs < 0.1 * len(full) and lengths[len(lengths) // 2] > 150:
-            return [[ln.rstrip()] for ln in full]
-    blocks: list[list[str]] = []
+        per_line = blank_runs < 0.1 * len(full) and lengths[len(lengths) // 2] > 150
     cur: list[str] = []
-    for line in lines:
-        if line.strip():
-            cur.append(line.rstrip())
+    for n, line in enumerate(lines):
+        if force is not None and line.strip() and force(n, line):
+            if cur:
+                blocks.append(cur)
+                cur = []
+            forced.add(len(blocks))
+            blocks.append([line.rstrip()])
+        elif line.strip():
+            if per_line:
+                blocks.append([line.rstrip()])
+            else:
+                cur.append(line.rstrip())
         elif cur:
             blocks.append(cur)
             cur = []
     if cur:
         blocks.append(cur)
-    return blocks
+    return blocks, forced
+
+
+_TOC_ENTRY_RE = re.compile(
+    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))?[.:)]?[ \t]*"
+    r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
+
+
+def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
+    """The entry titles of a contents-list block, or None when the block is not one.
+
+    A contents list is three or more short lines that are all numbered ("I. A Scandal in Bohemia",
+    "CHAPTER I. Down the Rabbit-Hole") or all end with a page number ("The Start .... 7"); right
+    after a "Contents" label, any block of three or more short title lines is one."""
+    if len(block) < 3 or any(len(ln.strip()) > 100 for ln in block):
+        return None
+    titles: list[str] = []
+    numbered = paged = 0
+    for ln in block:
+        m = _TOC_ENTRY_RE.match(ln.strip())
+        if not m or not _title_like(m.group("title")):
+            return None
+        numbered += m.group("num") is not None
+        paged += m.group("page") is not None
+        titles.append(m.group("title").strip())
+    if numbered == len(block) or paged == len(block) or after_label:
+        return titles
+    return None
 
 
 _ILLUSTRATION_RE = re.compile(r"\[\s*Illustration\b[^\]\[]{0,2000}\]", re.I)
@@ -319,13 +412,25 @@ def _roman_headings(blocks: list[list[str]]) -> set[int]:
     return ok
 
 
-def _txt_items(body: str) -> list[_Item]:
-    """Plain text -> heading and paragraph items."""
-    blocks = _split_blocks(body)
+def _txt_items(body: str, force=None) -> list[_Item]:
+    """Plain text -> heading, paragraph, break and contents-entry ("toc") items. ``force``: see
+    :func:`_split_blocks`; a forced line is a heading item with ``forced`` set."""
+    blocks, forced = _split_blocks(body, force)
     roman_ok = _roman_headings(blocks)
     items: list[_Item] = []
     i = 0
     while i < len(blocks):
+        if i in forced:
+            items.append(_Item("heading", _norm(_clean_inline(blocks[i][0])), forced=True, style="forced"))
+            i += 1
+            continue
+        after_label = bool(items) and items[-1].kind == "para" and bool(_CONTENTS_LABEL_RE.match(items[-1].text))
+        entries = _toc_entries(blocks[i], after_label)
+        if entries is not None and not (i in roman_ok):
+            items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
+                               entries=[_norm(_clean_inline(t)) for t in entries], label=after_label))
+            i += 1
+            continue
         lines = [ln.strip() for ln in blocks[i]]
         i += 1
         j = 0
@@ -334,6 +439,8 @@ def _txt_items(body: str) -> list[_Item]:
             h = _match_heading(lines[j])
             if h is None or (h.roman and (j != 0 or i - 1 not in roman_ok)):
                 break
+            if h.style == "numtitle" and (j != 0 or len(lines) > 1):
+                break  # "I. A SCANDAL IN BOHEMIA" is a heading only as a line set apart
             title = h.title
             if title is None and j + 1 < len(lines) and _match_heading(lines[j + 1]) is None \
                     and _title_like(lines[j + 1]) \
@@ -346,7 +453,7 @@ def _txt_items(body: str) -> list[_Item]:
                 text = _norm(lines[j]) if title == h.title else _join_title(h.head, title)
             else:
                 text = _join_title(h.head, title or "")
-            items.append(_Item("heading", _norm(_clean_inline(text))))
+            items.append(_Item("heading", _norm(_clean_inline(text)), style=h.style, num=h.num))
             last_bare = title is None
             j += 1
         if j == 0:
@@ -354,7 +461,7 @@ def _txt_items(body: str) -> list[_Item]:
             continue
         if j < len(lines):
             _add_para(items, lines[j:])
-        elif last_bare and i + 1 < len(blocks):
+        elif last_bare and i + 1 < len(blocks) and i not in forced:
             t = _strict_title_line(blocks[i])
             if t is not None:
                 items[-1].text = _join_title(items[-1].text, _norm(_clean_inline(t)))
@@ -364,7 +471,10 @@ def _txt_items(body: str) -> list[_Item]:
 
 def _add_para(items: list[_Item], lines: list[str], toc: bool = False) -> None:
     if _is_separator(_norm(" ".join(lines))):
+        items.append(_Item("break", ""))
         return
     text = _norm(_clean_inline(" ".join(lines)))
     if text and not _is_separator(text):
         items.append(_Item("para", text, toc))
+    elif text:
+        items.append(_Item("break", ""))

@@ -37,3 +37,94 @@ def test_book_with_kinds_round_trips():
     b = Book(title="T", source=__import__("pathlib").Path("x.txt"), format="txt",
              chapters=[Chapter(1, "One", ["h", "t"], ["heading", "text"])])
     assert Book.from_dict(json.loads(json.dumps(b.to_dict()))) == b
+
+
+# ------------------------------------------------------------------------------------- real layouts
+
+from pathlib import Path  # noqa: E402
+
+from core.errors import InputError  # noqa: E402
+from jobs.ingest import load_book  # noqa: E402
+
+STRUCTURE = Path(__file__).resolve().parents[1] / "data" / "structure"
+SHERLOCK = STRUCTURE / "sherlock-excerpt.txt"  # The Adventures of Sherlock Holmes (PG 1661): title page,
+# contents, story I with its parts I.-III., the openings of stories II and III
+
+
+def test_story_collection_stories_are_chapters_and_their_numbered_parts_are_sections():
+    book = load_book(SHERLOCK)
+    assert book.title == "The Adventures of Sherlock Holmes" and book.author == "Arthur Conan Doyle"
+    assert [c.title for c in book.chapters] == ["A Scandal in Bohemia", "The Red-Headed League", "A Case of Identity"]
+    first = book.chapters[0]
+    heads = [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"]
+    assert heads == ["Part I.", "Part II.", "Part III."]  # not a bare "One." / "Two."
+    assert first.paragraphs[1].startswith("To Sherlock Holmes she is always the woman.")
+    said = " ".join(c.title + " " + " ".join(c.paragraphs) for c in book.chapters)
+    assert "Contents" not in said and "Adventures of Sherlock" not in said and "Conan Doyle" not in said
+    assert "The Five Orange Pips" not in said  # the contents list is not spoken
+
+
+def test_split_level_section_and_part(tmp_path):
+    from jobs.ingest.outline import Structure
+
+    book = load_book(SHERLOCK, structure=Structure(split_level="section"))
+    assert [c.title for c in book.chapters][:4] == [
+        "A Scandal in Bohemia. Part I.", "A Scandal in Bohemia. Part II.", "A Scandal in Bohemia. Part III.",
+        "The Red-Headed League"]
+    p = tmp_path / "parts.txt"
+    p.write_text("PART ONE\n\nCHAPTER I.\n\nThe farm was quiet that year, and nobody went to town.\n\n"
+                 "CHAPTER II.\n\nThe town was loud.\n\nPART TWO\n\nCHAPTER III.\n\nThe sea was grey.\n")
+    by_chapter = load_book(p)
+    assert [c.title for c in by_chapter.chapters] == ["PART ONE. CHAPTER I.", "CHAPTER II.", "PART TWO. CHAPTER III."]
+    by_part = load_book(p, structure=Structure(split_level="part"))
+    assert [c.title for c in by_part.chapters] == ["PART ONE", "PART TWO"]
+    assert by_part.chapters[0].kinds == ["heading", "text", "heading", "text"]
+    assert by_part.chapters[0].paragraphs[2] == "CHAPTER II."
+
+
+def test_scene_breaks_are_break_paragraphs_and_title_case_keeps_the_pronoun(tmp_path):
+    p = tmp_path / "s.txt"
+    p.write_text("CHAPTER I. WHAT I SAW IN THE HOUSE\n\nShe opened the door and looked in.\n\n* * *\n\n"
+                 "Later that night, the house was silent.\n\nCHAPTER II.\n\nMorning came.\n")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["CHAPTER I. What I Saw in the House", "CHAPTER II."]
+    assert book.chapters[0].paragraphs == ["She opened the door and looked in.", "",
+                                           "Later that night, the house was silent."]
+    assert book.chapters[0].kinds == ["text", "break", "text"]
+
+
+# ------------------------------------------------------------------------------------- overrides
+
+
+def test_chapter_pattern_and_chapters_file(tmp_path):
+    from jobs.ingest.outline import Structure, read_chapters_file
+
+    p = tmp_path / "odd.txt"
+    p.write_text("~~ The First Night ~~\n\nThe wind rose over the hill and the lamps went out.\n\n"
+                 "~~ The Second Night ~~\n\nThe wind fell again.\n")
+    assert len(load_book(p).chapters) == 1  # no heading the rules know
+    book = load_book(p, structure=Structure(chapter_pattern=r"^~~ .* ~~$"))
+    assert [c.title for c in book.chapters] == ["~~ The First Night ~~", "~~ The Second Night ~~"]
+    marks = tmp_path / "marks.txt"
+    marks.write_text("# line numbers of the book file\n1\n5\n")
+    book = load_book(p, structure=Structure(chapter_marks=read_chapters_file(str(marks))))
+    assert [c.paragraphs for c in book.chapters] == [
+        ["The wind rose over the hill and the lamps went out."], ["The wind fell again."]]
+    marks.write_text("The Second Night\n")  # heading lines as printed (punctuation and case aside)
+    book = load_book(p, structure=Structure(chapter_marks=read_chapters_file(str(marks))))
+    assert [c.title for c in book.chapters][-1] == "~~ The Second Night ~~"
+
+
+def test_override_mistakes_are_one_line_errors(tmp_path):
+    from jobs.ingest.outline import Structure, compile_pattern, read_chapters_file
+
+    p = tmp_path / "b.txt"
+    p.write_text("One line.\n\nTwo lines.\n")
+    with pytest.raises(InputError, match=r"--chapter-pattern '\(\[' is not a valid regular expression"):
+        compile_pattern("([")
+    with pytest.raises(InputError, match=r"line 99 is past the end of .*b\.txt \(4 lines\)"):
+        load_book(p, structure=Structure(chapter_marks=("99",)))
+    with pytest.raises(InputError, match="cannot read it"):
+        read_chapters_file(str(tmp_path / "missing.txt"))
+    for e in (InputError("x"),):
+        assert "\n" not in str(e)

@@ -1,0 +1,490 @@
+"""The document outline of a plain-text or Markdown book: items -> parts, chapters, sections -> chapters.
+
+:func:`build_outline` takes the heading / paragraph / break / contents-list items that
+``jobs.ingest.text`` and ``jobs.ingest.markdown`` read and infers the book's structure from its own
+signals: which headings are parts (PART, BOOK, VOLUME), chapters (CHAPTER, STAVE, LETTER, ACT,
+"I. A SCANDAL IN BOHEMIA", PROLOGUE...) and sections inside a chapter (a story's bare "II.", SCENE),
+the book's contents list (dropped, and used as evidence for the headings it names), and checks that
+the numbering runs in sequence. :func:`to_chapters` cuts the outline into files at the chosen
+``split_level`` and gives each chapter its spoken title and paragraph kinds (``Chapter.kinds``).
+
+The spoken form of headings is decided here (:func:`spoken_heading`): capitals become title case,
+a bare numeral chapter is "Chapter IV.", a story's numbered part is "Part II." (the numbers are
+read as words by ``jobs.normalize``).
+
+Does not read files, decode, or know TXT/Markdown syntax; does not drop copyright pages or
+"About the Author" (``jobs.ingest.matter``); knows nothing of EPUB.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from core.errors import InputError
+from jobs.ingest.book import Chapter
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _norm, _tokens
+from jobs.ingest.text import _Item
+
+SPLIT_LEVELS = ("part", "chapter", "section")
+
+PART_STYLES = {"part", "book", "volume"}
+SECTION_STYLES = {"scene", "section"}
+NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle"}
+
+
+@dataclass
+class Node:
+    """One heading of the outline with the items under it (up to the next heading)."""
+
+    level: str  # "part" | "chapter" | "section"
+    title: str  # as printed (whitespace-normalised)
+    style: str = ""
+    num: int | None = None
+    items: list[_Item] = field(default_factory=list)
+
+
+@dataclass
+class Outline:
+    """Front matter (items before the first heading, title page removed) and the headings in order."""
+
+    front: list[_Item]
+    nodes: list[Node]
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+@dataclass(frozen=True)
+class Structure:
+    """The user's say over the outline: ``--chapter-pattern``, ``--chapters-file``, ``--split-level``."""
+
+    chapter_pattern: str | None = None
+    """A regular expression; a line it matches (``re.search``) starts a chapter."""
+    chapter_marks: tuple[str, ...] | None = None
+    """The chapters file's lines: heading lines as printed, or 1-based line numbers of the book file."""
+    chapters_file: str = "--chapters-file"
+    """Where the marks come from, for messages."""
+    split_level: str = "chapter"
+    """What becomes a file: ``part``, ``chapter`` or ``section``."""
+
+    def _rx(self) -> re.Pattern | None:
+        return compile_pattern(self.chapter_pattern) if self.chapter_pattern else None
+
+    def _marks(self) -> tuple[set[int], set[tuple[str, ...]]]:
+        numbers, headings = set(), set()
+        for m in self.chapter_marks or ():
+            if m.strip().isdigit():
+                numbers.add(int(m))
+            elif m.strip():
+                headings.add(tuple(_tokens(m)))
+        return numbers, headings
+
+    def line_test(self, where: str, first_line: int, n_lines: int):
+        """The ``force(line_index, line)`` test of ``jobs.ingest.text._split_blocks`` for a body whose
+        first line is line ``first_line`` of the file; None without overrides. A line number past the
+        end of the file is an :class:`InputError`."""
+        rx = self._rx()
+        numbers, headings = self._marks()
+        if rx is None and not numbers and not headings:
+            return None
+        past = [n for n in numbers if n > n_lines or n < 1]
+        if past:
+            raise InputError(f"{self.chapters_file}: line {min(past)} is past the end of {where} "
+                             f"({n_lines} lines); give line numbers of the book file (1-{n_lines})")
+
+        def force(k: int, line: str) -> bool:
+            return (first_line + k in numbers or (rx is not None and rx.search(line) is not None)
+                    or bool(headings) and tuple(_tokens(line)) in headings)
+        return force
+
+    def force_items(self, where: str, items: list[_Item]) -> list[_Item]:
+        """Markdown: items whose text the pattern or a heading line of the chapters file names start
+        chapters (line numbers are for plain text only)."""
+        rx = self._rx()
+        numbers, headings = self._marks()
+        if numbers:
+            raise InputError(f"{self.chapters_file}: line numbers work on plain-text books only; for {where} "
+                             f"give the heading lines as printed")
+        if rx is None and not headings:
+            return items
+        return [_Item("heading", it.text, style="forced", forced=True)
+                if it.kind in ("heading", "para") and ((rx is not None and rx.search(it.text))
+                                                     or tuple(_tokens(it.text)) in headings) else it
+                for it in items]
+
+
+def compile_pattern(pattern: str) -> re.Pattern:
+    """``--chapter-pattern``, compiled; a bad expression is an :class:`InputError`."""
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise InputError(f"--chapter-pattern {pattern!r} is not a valid regular expression ({e}); "
+                         f"fix it, e.g. '^CHAPTER [0-9]+'") from None
+
+
+def read_chapters_file(path: str) -> tuple[str, ...]:
+    """The lines of a ``--chapters-file`` (heading lines or line numbers, one per line; blank lines
+    and lines starting with ``#`` left out); an unreadable file is an :class:`InputError`."""
+    try:
+        data = open(path, "rb").read()
+    except OSError as e:
+        raise InputError(f"--chapters-file {path}: cannot read it ({e.strerror or e}); check the path") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"--chapters-file {path}: not UTF-8 text; save it as UTF-8, one heading line "
+                         f"or line number per line") from None
+    lines = tuple(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+    if not lines:
+        raise InputError(f"--chapters-file {path}: holds no heading lines or line numbers; "
+                         f"write one per line")
+    return lines
+
+
+# --------------------------------------------------------------------------- contents lists
+
+
+def _confirmed_toc(items: list[_Item], k: int) -> bool:
+    """A contents-list block is one when a "Contents" label precedes it or at least half of the
+    titles it names come again later in the book, as headings or short lines."""
+    it = items[k]
+    if it.label:
+        return True
+    later = set()
+    for other in items[k + 1:]:
+        if other.kind in ("heading", "para") and len(other.text) <= 120:
+            later.add(tuple(_tokens(_strip_number(other.text))))
+            later.add(tuple(_tokens(other.text)))
+    hits = sum(1 for e in it.entries or [] if tuple(_tokens(e)) in later)
+    return hits * 2 >= len(it.entries or [])
+
+
+_LEADING_NUMBER_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.\s+")
+
+
+def _strip_number(s: str) -> str:
+    return _LEADING_NUMBER_RE.sub("", s, count=1)
+
+
+def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]]]:
+    """Drop confirmed contents-list blocks (and their "Contents" label); others become paragraphs
+    again. Returns the items and the titles the contents named (evidence for headings)."""
+    out: list[_Item] = []
+    named: set[tuple[str, ...]] = set()
+    for k, it in enumerate(items):
+        if it.kind != "toc":
+            out.append(it)
+            continue
+        if _confirmed_toc(items, k):
+            named.update(tuple(_tokens(e)) for e in it.entries or [])
+            if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
+                out.pop()
+        else:
+            out.append(_Item("para", it.text))
+    return out, named
+
+
+def _promote_named(items: list[_Item], named: set[tuple[str, ...]]) -> list[_Item]:
+    """A short line set apart that the contents list names is a chapter heading."""
+    if not named:
+        return items
+    out = list(items)
+    for k, it in enumerate(out):
+        if it.kind != "para" or len(it.text.split()) > 14 or k + 1 >= len(out) or out[k + 1].kind != "para":
+            continue
+        if _is_prose(it.text) and not it.text.rstrip().endswith("."):
+            continue
+        if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named:
+            out[k] = _Item("heading", it.text, style="contents")
+    return out
+
+
+def _heading_runs(items: list[_Item]) -> list[_Item]:
+    """Runs of headings with no text between them: a contents list written as headings (three or
+    more, or after a "Contents" label) is dropped, its last line kept when it is the real start; two
+    headings in a row stay apart: their levels decide how they are spoken (:func:`to_chapters`)."""
+    last_seen: dict[tuple[str, ...], int] = {}
+    for n, it in enumerate(items):
+        if it.kind == "heading":
+            last_seen[tuple(_tokens(it.text))] = n
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        if items[k].kind != "heading":
+            out.append(items[k])
+            k += 1
+            continue
+        e = k
+        while e < len(items) and items[e].kind == "heading":
+            e += 1
+        followed = e < len(items)
+        labels = [h for h in items[k:e] if _CONTENTS_LABEL_RE.match(h.text)]
+        run = [h for h in items[k:e] if not _CONTENTS_LABEL_RE.match(h.text)]
+        if not run or not followed:
+            pass  # a contents list (or a lone label) with no text after it
+        elif (len(run) >= 3 and not all(h.forced for h in run)) or labels:
+            if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
+                out.pop()
+            if last_seen[tuple(_tokens(run[-1].text))] < e:
+                out.append(run[-1])
+        else:  # two in a row ("BOOK ONE", "CHAPTER I."): the levels decide (see to_chapters)
+            out.extend(run)
+        k = e
+    return out
+
+
+# --------------------------------------------------------------------------- levels
+
+
+def _in_sequence(nums: list[int | None]) -> list[bool]:
+    """For numbered headings of one style in reading order: does each belong to a run (its number
+    follows the one before, or the next one follows it, or it restarts at 1)?"""
+    ok = []
+    for n, v in enumerate(nums):
+        prev = nums[n - 1] if n else None
+        nxt = nums[n + 1] if n + 1 < len(nums) else None
+        ok.append(v is None or (prev is not None and v == prev + 1) or (nxt is not None and nxt == v + 1)
+                  or (v == 1 and nxt in (None, 2)))
+    return ok
+
+
+def _assign_levels(items: list[_Item]) -> dict[int, str]:
+    """The level of each heading item (by position): part, chapter or section; None-level headings
+    (a numbered title out of sequence) are turned back into paragraphs by the caller."""
+    heads = [(k, it) for k, it in enumerate(items) if it.kind == "heading"]
+    levels: dict[int, str] = {}
+    if any(it.forced for _k, it in heads):
+        for k, it in heads:
+            levels[k] = "chapter" if it.forced else ("part" if it.style in PART_STYLES else "section")
+        return levels
+    # numbered story titles ("I. A SCANDAL IN BOHEMIA") only in sequence
+    numtitles = [(k, it) for k, it in heads if it.style == "numtitle"]
+    for (k, _it), good in zip(numtitles, _in_sequence([it.num for _k, it in numtitles])):
+        if not good:
+            levels[k] = "para"
+    heads = [(k, it) for k, it in heads if levels.get(k) != "para"]
+    core = [k for k, it in heads if it.style in NUMBERED_CHAPTER_STYLES or it.style in ("contents", "")]
+    romans_are_sections = False
+    if core:
+        # bare numerals that start again at one after each chapter heading are the chapters' parts
+        restarts = 0
+        seen_core = False
+        for k, it in heads:
+            if k in core:
+                seen_core = True
+                first_after = True
+                continue
+            if it.style == "roman" and seen_core and first_after:
+                restarts += it.num == 1
+                first_after = False
+        romans_are_sections = restarts >= 1
+    has_parts = any(it.style in PART_STYLES for _k, it in heads)
+    has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections for _k, it in heads)
+    for k, it in heads:
+        if it.style in PART_STYLES:
+            levels[k] = "part" if has_chapters else "chapter"
+        elif it.style in SECTION_STYLES:
+            levels[k] = "section" if has_chapters or has_parts and core else "chapter"
+        elif it.style == "roman":
+            levels[k] = "section" if romans_are_sections else "chapter"
+        else:
+            levels[k] = "chapter"
+    return levels
+
+
+# --------------------------------------------------------------------------- spoken headings
+
+
+_SMALL = {"a", "an", "the", "and", "or", "nor", "but", "of", "in", "on", "at", "to", "by", "for", "with",
+          "from", "as", "into", "upon"}
+_ROMAN_TOKEN_RE = re.compile(r"^(?=[IVXLCDM])M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})[.:]?$")
+
+
+def _shouted(s: str) -> bool:
+    letters = [c for c in s if c.isalpha()]
+    return len(letters) >= 2 and all(c.isupper() for c in letters)
+
+
+def title_case(s: str) -> str:
+    """A heading written in capitals, in title case ("THE RED-HEADED LEAGUE" -> "The Red-Headed
+    League"); roman numerals stay as they are, so that ``jobs.normalize`` reads them as numbers.
+    Text not in capitals is returned as it is."""
+    if not _shouted(s):
+        return s
+    words = s.split()
+    out = []
+    for n, w in enumerate(words):
+        if _ROMAN_TOKEN_RE.match(w) and (n == 0 or words[n - 1].rstrip(".").lower() in _KEYWORDS or len(w) > 1):
+            out.append(w)
+            continue
+        low = w.lower()
+        core = low.strip("\"'\u201c\u2018([_*.,:;!?")
+        if n and core in _SMALL and not words[n - 1].endswith((".", ":")):
+            out.append(low)
+        else:
+            out.append("-".join(_cap(p) for p in low.split("-")))
+    return " ".join(out)
+
+
+_KEYWORDS = {"chapter", "book", "part", "volume", "stave", "canto", "act", "scene", "letter", "adventure", "section"}
+
+
+def _cap(w: str) -> str:
+    for i, c in enumerate(w):
+        if c.isalpha():
+            return w[:i] + c.upper() + w[i + 1:]
+    return w
+
+
+def spoken_heading(it: _Item, level: str) -> str:
+    """What a listener hears for a heading: capitals in title case; a story's numbered title without
+    its numeral ("I. A SCANDAL IN BOHEMIA" -> "A Scandal in Bohemia"); a bare numeral chapter as
+    "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later)."""
+    text = it.text
+    if it.style == "numtitle" and level == "chapter":
+        text = _strip_number(text)
+    elif it.style == "roman":
+        numeral, _, rest = text.partition(" ")
+        numeral = numeral if numeral.endswith(".") else numeral + "."
+        text = f"{'Chapter' if level == 'chapter' else 'Part'} {numeral}" + (f" {rest}" if rest else "")
+    if it.style in _KEYWORDS and it.style != "forced":
+        m = re.match(r"^(\S+\s+\S+?[.:]?)(\s+.*)?$", text)  # "CHAPTER XIV." as printed, its title de-shouted
+        if m and m.group(2):
+            return m.group(1) + " " + title_case(m.group(2).strip())
+        return text
+    return title_case(text)
+
+
+# --------------------------------------------------------------------------- front matter
+
+
+_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by)\s+\S", re.I)
+_DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
+_NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by|e-?text\s+prepared\s+by"
+                      r"|this\s+e-?(?:book|text)\s+is\s+for\s+the\s+use\s+of)", re.I)
+
+
+def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
+    """Front matter worth reading: the title page (lines before the first prose, dedication or
+    epigraph: the title, "by ...", edition lines), notes by transcribers and producers, and the
+    contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
+    paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)]
+    start = 0
+    while start < len(paras):
+        t = paras[start].text
+        if _is_prose(t) or _DEDICATION_RE.match(t) and not _BY_RE.match(t) or t.startswith(("\u201c", '"')):
+            break
+        start += 1
+    kept = paras[start:]
+    title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
+    kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t) and not _BY_RE.match(it.text)
+            and not _CONTENTS_LABEL_RE.match(it.text)]
+    texts = [it.text for it in kept]
+    if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
+        return []
+    return kept
+
+
+# --------------------------------------------------------------------------- outline -> chapters
+
+
+def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
+    """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
+    items, named = _resolve_toc(items)
+    items = _promote_named(items, named)
+    items = [it for it in items if not (it.kind == "para" and _NOTE_RE.match(it.text))]
+    items = _heading_runs(items)
+    levels = _assign_levels(items)
+    front: list[_Item] = []
+    nodes: list[Node] = []
+    for k, it in enumerate(items):
+        level = levels.get(k)
+        if it.kind == "heading" and level != "para":
+            nodes.append(Node(level or "chapter", it.text, it.style, it.num))
+            nodes[-1].items.append(it)  # the heading item itself, first
+        elif it.kind == "heading":
+            (nodes[-1].items if nodes else front).append(_Item("para", it.text))
+        elif nodes:
+            nodes[-1].items.append(it)
+        else:
+            front.append(it)
+    return Outline(_front(front, title, author), nodes)
+
+
+def _body(node: Node) -> list[_Item]:
+    return node.items[1:]
+
+
+def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]:
+    """Cut the outline into chapters (one per file) at ``split_level``.
+
+    ``chapter``: parts are announced at their first chapter ("Part One. Chapter I. ..."), a part
+    with text of its own before its first chapter is a chapter of its own; sections are "heading"
+    paragraphs. ``part``: a file per part, its chapters' titles become "heading" paragraphs (a book
+    without parts is cut at chapters). ``section``: a file per section as well, titled "<chapter>.
+    <section>"."""
+    if split_level not in SPLIT_LEVELS:
+        raise ValueError(split_level)
+    levels_present = {n.level for n in outline.nodes}
+    cut = {"part": {"part"} if "part" in levels_present else {"part", "chapter"},
+           "chapter": {"part", "chapter"},
+           "section": {"part", "chapter", "section"}}[split_level]
+    out: list[tuple[str, list[str], list[str]]] = []  # (title, paragraphs, kinds)
+    if outline.front:
+        out.append(("", [], []))  # the title is announced; the front matter is not titled again
+        _add_items(out[-1], outline.front)
+    pending: list[str] = []  # spoken headings waiting for a file to start (a part before its chapter)
+    chapter_title = ""
+    for node in outline.nodes:
+        spoken = spoken_heading(node.items[0], node.level)
+        body = _body(node)
+        has_text = any(it.kind == "para" for it in body)
+        if node.level == "chapter":
+            chapter_title = spoken
+        if node.level in cut:
+            pending.append(spoken if node.level != "section" or not chapter_title or pending
+                           else f"{chapter_title.rstrip('.')}. {spoken}")
+            if has_text or node is outline.nodes[-1]:
+                out.append((_join_all(pending), [], []))
+                pending = []
+        elif pending:
+            out.append((_join_all(pending), [spoken], ["heading"]))
+            pending = []
+        elif out:
+            out[-1][1].append(spoken)
+            out[-1][2].append("heading")
+        else:
+            out.append((spoken, [], []))
+        if body:
+            if pending:
+                out.append((_join_all(pending), [], []))
+                pending = []
+            _add_items(out[-1], body)
+    chapters = []
+    for title, paras, kinds in out:
+        while kinds and kinds[-1] != "text":  # nothing after a last heading or break
+            paras.pop()
+            kinds.pop()
+        if any(k == "text" for k in kinds):
+            chapters.append(Chapter(len(chapters) + 1, title, paras,
+                                    None if all(k == "text" for k in kinds) else kinds))
+    return chapters
+
+
+def _join_all(titles: list[str]) -> str:
+    t = ""
+    for x in titles:
+        t = _join_title(t, x)
+    return t
+
+
+def _add_items(chapter: tuple[str, list[str], list[str]], items: list[_Item]) -> None:
+    _t, paras, kinds = chapter
+    for it in items:
+        if it.kind == "para":
+            paras.append(it.text)
+            kinds.append("text")
+        elif it.kind == "break" and kinds and kinds[-1] == "text":
+            paras.append("")
+            kinds.append("break")
