@@ -231,3 +231,22 @@ def test_a_file_name_title_has_no_bidi_override(tmp_path):
     book.write_text(PROSE + "\n\n" + PROSE + "\n", encoding="utf-8")
     loaded = load_book(book)
     assert not loaded.title_known and loaded.title == "storytxt.exe"
+
+
+# --------------------------------------------------------------------------- Markdown raw HTML
+
+
+def test_markdown_script_and_style_content_is_not_spoken(tmp_path):
+    from jobs.config import JobConfig
+    from jobs.pipeline import prepare_job
+
+    md = tmp_path / "page.md"
+    md.write_text("# A Page\n\n## One\n\n" + PROSE + ' <script>document.write("secret token one")</script> The end.\n\n'
+                  '<style type="text/css">\nbody { color: hotpink }\n\np.secret { display: none }\n</style>\n\n'
+                  "## Two\n\n" + PROSE + "\n\n<SCRIPT>\nalert('secret token two');\n\nvar secret = 3;\n",
+                  encoding="utf-8")
+    job = prepare_job([md], tmp_path / "o", JobConfig())
+    said = " ".join(r.utt.text for r in job.rows)
+    assert "The end." in said and said.count("bright cold day") == 2
+    for leak in ("secret", "hotpink", "document", "alert", "display", "{", "}"):
+        assert leak not in said, (leak, said)
