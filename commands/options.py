@@ -16,6 +16,7 @@ import click
 
 from engines import EngineSpec
 from engines.torch_options import SWITCH, WARMUP, TorchOptions
+from jobs.ingest.outline import SPLIT_LEVELS
 from jobs.config import (
     AUDIO_FORMATS,
     DEFAULT_CHAPTER_PAUSE_S,
@@ -212,6 +213,13 @@ def job_options(f):
                      help="Speak 'Title, by Author.' at the start of each book."),
         click.option("--speaker", default=None, metavar="ID|NAME",
                      help="Speaker of a multi-speaker voice (id or name from the voice config)."),
+        click.option("--chapter-pattern", default=None, metavar="REGEX",
+                     help="TXT/Markdown: a line matching this regular expression starts a chapter (other headings "
+                          "become sections)."),
+        click.option("--chapters-file", type=click.Path(path_type=str), default=None, metavar="FILE",
+                     help="TXT/Markdown: the chapters' heading lines as printed, or their line numbers, one per line."),
+        click.option("--split-level", type=click.Choice(SPLIT_LEVELS), default="chapter", show_default=True,
+                     help="What becomes a file: each part, each chapter, or each section of a chapter."),
     ]
 
     @functools.wraps(f)
@@ -236,6 +244,13 @@ def job_options(f):
             if os.environ.get("BOOKTTS_DEBUG"):
                 raise
             _fail(exc)
+        structure = {"chapter_pattern": kw.pop("chapter_pattern"), "chapters_file": kw.pop("chapters_file"),
+                     "split_level": kw.pop("split_level")}
+        if structure != {"chapter_pattern": None, "chapters_file": None, "split_level": "chapter"}:
+            try:  # the outline overrides (jobs.config.check_structure): a bad regex, an unreadable file
+                config = dataclasses.replace(config, **structure)
+            except TTSError as exc:
+                _fail(exc)
         return f(*args, config=config, **kw)
 
     for opt in reversed(opts):

@@ -139,6 +139,14 @@ class JobConfig:
     """Speak "Title, by Author." at the start of each book (when the book names its title)."""
     speaker: str | None = None
     """Speaker id or name of a multi-speaker voice; None: the voice's default (speaker 0)."""
+    chapter_pattern: str | None = None
+    """``--chapter-pattern``: a line of a TXT/Markdown book matching this regular expression starts a chapter."""
+    chapters_file: str | None = None
+    """``--chapters-file``: heading lines or line numbers, one per line (its lines are kept in ``chapter_marks``)."""
+    chapter_marks: list[str] | None = None
+    """The chapters file's lines, read when the job is made: the job's identity holds them, not the path."""
+    split_level: str = "chapter"
+    """``--split-level``: what becomes a file, ``part``, ``chapter`` or ``section`` (:mod:`jobs.ingest.outline`)."""
     batch_order: str = "length"
     """How utterances are packed into batches: ``length`` (sorted by length, least padding: CPU engines)
     or ``reading`` (consecutive utterances in reading order, the budget counting real ids: for engines
@@ -168,6 +176,7 @@ class JobConfig:
             if not lim.allows(value):
                 kind = "a whole number " if lim.integer else ""
                 raise InputError(f"{lim.option} {value!r} is out of range: allowed {kind}{lim.describe()}")
+        check_structure(self)
         if self.batch_order not in BATCH_ORDERS:
             raise InputError(f"--batch-order {self.batch_order!r} is not one of {', '.join(BATCH_ORDERS)}")
         need = longest_utterance_ids(self.max_phonemes)
@@ -209,6 +218,10 @@ class JobConfig:
         d.pop("loudness")
         d.pop("captions")
         d.pop("flac_level")
+        d.pop("chapters_file")  # the path: its lines (chapter_marks) are what count
+        for name, default in (("chapter_pattern", None), ("chapter_marks", None), ("split_level", "chapter")):
+            if d.get(name) == default:  # the ids of jobs made before these settings stay valid
+                d.pop(name)
         for name, default in (("section_pause_s", DEFAULT_SECTION_PAUSE_S), ("chapter_pause_s", DEFAULT_CHAPTER_PAUSE_S)):
             if d.get(name) == default:  # in the id like the other pauses; the ids of jobs before them stay valid
                 d.pop(name)
@@ -223,6 +236,29 @@ class JobConfig:
         """The output settings as command-line options."""
         return (f"--format {self.audio_format} --loudness {self.loudness} "
                 f"--captions {self.captions or 'none'} --flac-level {self.flac_level}")
+
+
+def check_structure(config: JobConfig) -> None:
+    """The outline overrides: the pattern compiles, the chapters file is read (once), the split level
+    is known; each mistake is one :class:`InputError` line."""
+    from jobs.ingest.outline import SPLIT_LEVELS, compile_pattern, read_chapters_file
+
+    if config.chapter_pattern is not None:
+        compile_pattern(config.chapter_pattern)
+    if config.chapters_file is not None and config.chapter_marks is None:
+        config.chapter_marks = list(read_chapters_file(config.chapters_file))
+    if config.split_level not in SPLIT_LEVELS:
+        raise InputError(f"--split-level {config.split_level!r} is not supported; choose {', '.join(SPLIT_LEVELS)}")
+
+
+def structure_of(config: JobConfig):
+    """The :class:`jobs.ingest.outline.Structure` a job's books are read with."""
+    from jobs.ingest.outline import Structure
+
+    return Structure(chapter_pattern=config.chapter_pattern,
+                     chapter_marks=tuple(config.chapter_marks) if config.chapter_marks else None,
+                     chapters_file=f"--chapters-file {config.chapters_file}" if config.chapters_file else "--chapters-file",
+                     split_level=config.split_level)
 
 
 def parse_captions(spec) -> str | None:

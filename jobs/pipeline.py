@@ -30,10 +30,10 @@ import soundfile as sf
 from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
 from jobs import chapter_pool, chapter_records, deliver
-from jobs.config import AUDIO_FORMATS, JobConfig
+from jobs.config import AUDIO_FORMATS, JobConfig, structure_of
 from core.errors import BatchesNotDone, DeterministicEngineError, EngineOutOfMemory, InputError, JobError
-from core.files import (atomic_path, create_json, inside, read_json, real_directory, slug, storage_error,
-                        sweep_temp_files, write_json)
+from core.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
+                        write_json)
 from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
@@ -55,8 +55,6 @@ WORK_DIR = ".work"
 #: more (a broken or hostile model, or runaway settings) fails the batch with one line: :func:`_check_lengths`.
 MAX_FRAMES_PER_ID = 50
 FINALIZED_FILE = "finalized.json"
-#: Where batch audio and records go, below the job directory.
-BATCHES_DIR = f"{WORK_DIR}/batches"
 JOB_FORMAT_VERSION = 1
 #: Test knob: seconds ``finalize`` waits in each chapter file (its temporary file open), so that
 #: tests can kill a worker in the middle of a finalize.
@@ -240,21 +238,6 @@ def job_directories(job: Job) -> list[Path]:
     return sorted(dirs)
 
 
-def check_write_directories(out_dir: Path, job: Job | None = None) -> None:
-    """Refuse (:class:`~core.errors.UnsafePathError`, one line) to write into ``out_dir`` when a
-    directory that runs and workers write into below it is a symbolic link or resolves outside it
-    (:func:`core.files.real_directory`): ``.work``, ``.work/batches``, ``.work/loudness``,
-    ``.work/chapters`` and, with ``job``, its chapter directories. A link planted there (say
-    ``.work/batches`` -> a directory elsewhere) would otherwise take the job's files, and a worker's
-    allowed roots only check the job directory itself. Checks only: creates nothing."""
-    rels = [WORK_DIR, BATCHES_DIR, deliver.LOUDNESS_DIR, chapter_records.CHAPTERS_DIR]
-    if job is not None:
-        rels += sorted({str(Path(ch["file"]).parent) for book in job.meta["books"] for ch in book["chapters"]}
-                       - {"."})
-    for rel in rels:
-        real_directory(out_dir, rel)
-
-
 def sweep_stale_temp_files(job: Job) -> list[Path]:
     """Remove temporary files that killed writers left in ``job``'s directories (never those of a
     live writer: see :func:`core.files.sweep_temp_files`). Called when a local run starts and when
@@ -359,10 +342,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     speaker_id = resolve_speaker(voice, config.speaker)
     lexicon = load_lexicon(config.lexicon) if config.lexicon else None
     job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
-    check_write_directories(out_dir)  # before the claim file (in .work) is written
     existing = load_job(out_dir) if (out_dir / JOB_FILE).exists() else None
-    if existing is not None:
-        check_write_directories(out_dir, existing)
     if existing is not None:  # this job with other output settings: say which
         _refuse_other_output(out_dir, existing, inputs, config, voice, lexicon.sha256 if lexicon else None)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
@@ -534,7 +514,6 @@ def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
     it must be the same voice: same source model hash where the file records it, same sample rate.
     """
     job = load_job(out_dir)
-    check_write_directories(out_dir, job)
     deliver.check_available(job.config)  # its output needs packages this host may lack: say so before synthesizing
     claims.claim(out_dir, job.job_id)  # refuses another job's claim; claims a directory older than claims
     if voice_name and voice_name != job.config.voice:
@@ -827,7 +806,6 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     existing = job.batch_record(batch_id)
     if existing is not None:
         return existing
-    real_directory(job.out_dir, BATCHES_DIR)  # no link planted since the job was opened
     token = os.urandom(4).hex()
     audio_name = f"b{batch_id:06d}-{job.job_id}-{token}.wav"
     with atomic_path(rec_path.parent / audio_name) as tmp, _audio_write_errors(rec_path.parent / audio_name):
@@ -961,7 +939,6 @@ def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] |
     ``memory``: per batch id, the items' audio as written, read instead of the batch file.
     """
     records = {} if records is None else records
-    check_write_directories(job.out_dir, job)
     part = _write_chapter(job, *work, records, memory)
     chapter_records.save(job, chapter_key(work), work[2]["file"], work[3], part[1], part[2], records)
     return part
@@ -985,7 +962,6 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     as the host's cores allow).
     """
     claims.check_claim(job.out_dir, job.job_id)  # chapter files and manifest have fixed names
-    check_write_directories(job.out_dir, job)
     missing = job.pending_batches()
     if missing:
         raise BatchesNotDone(job.job_id, missing, len(job.batches))

@@ -128,3 +128,43 @@ def test_override_mistakes_are_one_line_errors(tmp_path):
         read_chapters_file(str(tmp_path / "missing.txt"))
     for e in (InputError("x"),):
         assert "\n" not in str(e)
+
+
+# ------------------------------------------------------------------------------------- CLI and job
+
+
+def _cli(*args, cwd=None):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, str(root / "cli.py"), *args], capture_output=True, text=True, cwd=root)
+
+
+def test_overrides_are_recorded_in_job_json_and_the_identity(tmp_path):
+    from jobs.config import JobConfig
+
+    marks = tmp_path / "marks.txt"
+    marks.write_text("A SCANDAL IN BOHEMIA\n")
+    out = tmp_path / "job"
+    r = _cli("plan", str(SHERLOCK), "--split-level", "section", "--chapters-file", str(marks), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((out / "job.json").read_text())["config"]
+    assert cfg["split_level"] == "section" and cfg["chapter_marks"] == ["A SCANDAL IN BOHEMIA"]
+    plain = JobConfig()
+    assert "split_level" not in plain.identity() and "chapter_marks" not in plain.identity()  # old ids stay
+    assert JobConfig(split_level="part").identity() != plain.identity()
+    assert JobConfig(chapter_pattern="^X").identity() != plain.identity()
+    a = JobConfig(chapters_file=str(marks))
+    marks.write_text("THE RED-HEADED LEAGUE\n")
+    assert JobConfig(chapters_file=str(marks)).identity() != a.identity()  # the file's lines count, not its path
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--chapter-pattern", "(["], "error: --chapter-pattern '([' is not a valid regular expression"),
+    (["--chapters-file", "/no/such/file"], "error: --chapters-file /no/such/file: cannot read it"),
+    (["--split-level", "book"], "Invalid value for '--split-level'"),
+])
+def test_override_mistakes_on_the_command_line(args, message):
+    r = _cli("plan", str(SHERLOCK), *args)
+    assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr
