@@ -8,14 +8,20 @@ books (:func:`jobs.pipeline.prepare_job`) and runs them (:func:`jobs.runner.run_
 process, into the output directory the client names, so the files are those the same ``cli.py run``
 without ``--server`` writes, and a run interrupted either way resumes either way.
 
-Protocol: a Unix socket (a local, single-user service: the socket is made ``0600`` in a ``0700``
-directory), one JSON object per line each way, never pickle. The client sends one request:
+Protocol: a Unix socket (a local, single-user service: the socket is made ``0600`` in a directory of
+the user's that nobody else may write, made ``0700`` if absent; see :func:`check_socket_dir`), one
+JSON object per line each way, never pickle. The client sends one request:
 
 - ``{"op": "hello"}``: the server answers ``{"event": "hello", "engine": ..., "voice": ..., "pid": ...}``;
 - ``{"op": "run", "books": [...], "out_dir": ..., "cwd": ..., "config": {...}}``: the server answers
   with events as the run goes (``queued`` when another run holds the engine, ``planned``, ``batch``
   per batch written, ``chapter`` per chapter written early), then one ``done`` with the run's figures,
   or one ``error`` naming the :mod:`core.errors` class and its one-line message.
+
+Trust: ``serve`` replaces only a stale socket at its path (nothing else: a file stays as it is); the
+client sends nothing to a server run by another user than its own (or root), checked with
+``SO_PEERCRED``; every message it gets is checked field by field (:func:`check_message`), and a
+``done`` is reported only once the job's job.json and manifest are found on disk (:func:`check_written`).
 
 Runs take the engine one at a time, in the order they arrive. A client that goes away stops its run
 after the batch being written (the job is resumable, as after Ctrl-C). What this module does not know:
@@ -30,6 +36,8 @@ import json
 import logging
 import os
 import socket
+import stat
+import struct
 import tempfile
 import threading
 import time
@@ -66,6 +74,66 @@ def engine_matches(have: EngineSpec, want: EngineSpec) -> str | None:
     diffs = [f"{name} {getattr(have, name)} (asked: {getattr(want, name)})"
              for name in ("name", "precision", "device") if getattr(have, name) != getattr(want, name)]
     return ", ".join(diffs) or None
+
+
+# ---------------------------------------------------------------------------------------- the socket's place
+
+
+def check_socket_dir(directory: Path, create: bool = False) -> None:
+    """Refuse (:class:`InputError`) a socket directory that another user could use to swap the
+    socket: not a real directory (a symlink counts as not), not owned by this user, or writable by
+    its group or others. ``create``: make it ``0700`` first if it does not exist."""
+    directory = Path(directory)
+    if create:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+    try:
+        st = os.lstat(directory)
+    except OSError as exc:
+        raise InputError(f"socket directory {directory}: {exc.strerror or exc}; pass another --socket") from None
+    fix = "pass a --socket in a directory of your own that only you can write (mode 0700)"
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"socket directory {directory} is not a directory (a symlink?); {fix}")
+    if st.st_uid != os.getuid():
+        raise InputError(f"socket directory {directory} belongs to {_user(st.st_uid)}, not to you "
+                         f"({_user(os.getuid())}): that user could replace the socket; {fix}")
+    if st.st_mode & 0o022:
+        raise InputError(f"socket directory {directory} is writable by other users (mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}): they could replace the socket; {fix}")
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _clear_stale_socket(path: Path) -> None:
+    """Remove ``path`` if it is a socket that no server listens on (connecting is refused); nothing
+    there: nothing to do. Anything else is an :class:`InputError` and stays as it is."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        what = "a symlink" if stat.S_ISLNK(st.st_mode) else "a directory" if stat.S_ISDIR(st.st_mode) else "a file"
+        raise InputError(f"--socket {path} is {what}, not a server's socket; it was left untouched: "
+                         "pass a path that does not exist yet")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            path.unlink()  # a server that is gone left it
+            return
+        except OSError as exc:
+            raise InputError(f"--socket {path}: cannot tell whether a server is still using it "
+                             f"({exc.strerror or exc}); stop that server or pass another --socket") from None
+    raise InputError(f"already serving: a server listens on {path}; stop it or pass another --socket")
 
 
 # ---------------------------------------------------------------------------------------- server
@@ -127,22 +195,23 @@ class RunServer:
     # ------------------------------------------------------------------ life cycle
 
     def bind(self) -> None:
-        """Create the socket (its directory ``0700``, the socket ``0600``). A socket file whose server
-        is gone is replaced; one whose server answers is an :class:`InputError`."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self.path.exists() or self.path.is_symlink():
-            try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-                    probe.settimeout(2.0)
-                    probe.connect(str(self.path))
-            except OSError:
-                self.path.unlink()  # a server that is gone left it
-            else:
-                raise InputError(f"a server already listens on {self.path}; stop it or pass another --socket")
+        """Create the socket, ``0600``, in a directory of this user's that nobody else may write
+        (:func:`check_socket_dir`; made ``0700`` if absent). A socket whose server is gone (connecting
+        is refused) is replaced; anything else already at the path is left alone and refused with one
+        line: a live server's socket, a regular file, a link."""
+        check_socket_dir(self.path.parent, create=True)
+        _clear_stale_socket(self.path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
             sock.bind(str(self.path))
+        except FileExistsError:
+            sock.close()
+            raise InputError(f"{self.path} appeared while this server was starting (another `cli.py serve`?); "
+                             "stop it or pass another --socket") from None
+        except OSError as exc:
+            sock.close()
+            raise InputError(f"cannot listen on {self.path}: {exc.strerror or exc}; pass another --socket") from None
         finally:
             os.umask(old)
         sock.listen(16)
@@ -344,8 +413,112 @@ def _working_dir(cwd: str | None):
 # ---------------------------------------------------------------------------------------- client
 
 
+#: The fields of each message a server sends, by its ``event``, and their types (``_INT``: an int,
+#: not a bool; ``_NUM``: a finite int or float; a dict: a nested object, checked the same way).
+_INT, _NUM, _STR, _BOOL, _STRS, _NUMS = "int", "number", "str", "bool", "list of str", "object of numbers"
+_MESSAGES: dict[str, dict] = {
+    "hello": {"engine": {"name": _STR, "precision": _STR, "device": _STR}, "voice": _STR, "pid": _INT,
+              "runs": _INT, "busy": _BOOL},
+    "queued": {},
+    "planned": {"job_id": _STR, "utterances": _INT, "batches": _INT, "padding_efficiency": _NUM, "done": _INT,
+                "pending_s": _NUM, "planning_s": _NUM},
+    "batch": {"batch": _INT, "s": _NUM},
+    "chapter": {"file": _STR},
+    "done": {"batches_run": _INT, "batches_skipped": _INT, "audio_s": _NUM, "wall_s": _NUM, "audio_format": _STR,
+             "phases": _NUMS, "summary": {"chapter_files": _STRS, "utterances": _INT, "skipped": _INT,
+                                          "audio_s": _NUM, "manifest": _STR}},
+    "error": {"class": _STR, "message": _STR},
+}
+
+
+def _fits(value, kind) -> bool:
+    import math
+
+    if isinstance(kind, dict):
+        return isinstance(value, dict) and all(k in value and _fits(value[k], t) for k, t in kind.items())
+    if kind == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == _NUM:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == _STR:
+        return isinstance(value, str)
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if kind == _STRS:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == _NUMS:
+        return isinstance(value, dict) and all(_fits(v, _NUM) for v in value.values())
+    raise AssertionError(kind)
+
+
+def check_message(msg, path: Path) -> dict:
+    """``msg`` if it is a message of this protocol with every field its ``event`` has, of its type;
+    else a :class:`ServerError` naming the first field that is missing or wrong."""
+    if not isinstance(msg, dict) or msg.get("event") not in _MESSAGES:
+        event = msg.get("event") if isinstance(msg, dict) else None
+        raise ServerError(f"the server on {path} sent a message this client does not know (event {event!r}); "
+                          "is it a `cli.py serve` of this version? restart it, or run without --server")
+    for name, kind in _MESSAGES[msg["event"]].items():
+        if name not in msg or not _fits(msg[name], kind):
+            raise ServerError(f"the server on {path} sent a malformed {msg['event']!r} message (field {name!r} "
+                              f"missing or not {kind if isinstance(kind, str) else 'an object of its fields'}); "
+                              "is it a `cli.py serve` of this version? restart it, or run without --server")
+    return msg
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end of a connected Unix socket (``SO_PEERCRED``)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def check_written(out_dir: Path, job_id: str, done: dict, path: Path) -> None:
+    """A server's ``done`` is believed only for what is on disk: ``out_dir``'s job.json names
+    ``job_id``, and its manifest is a regular file (not a link) whose rows can be read, as many as
+    the job's utterances. Else :class:`ServerError`: nothing is reported as written."""
+    import pyarrow.parquet as pq
+
+    from jobs.pipeline import JOB_FILE
+
+    out_dir = Path(out_dir)
+    summ = done["summary"]
+    advice = ("run the same command without --server (it resumes what is there), and check who runs the "
+              f"server on {path}")
+
+    def regular(p: Path) -> bool:
+        try:
+            return stat.S_ISREG(os.lstat(p).st_mode)
+        except OSError:
+            return False
+
+    name = summ["manifest"]
+    if not name or name != Path(name).name or name in (".", ".."):
+        raise ServerError(f"the server on {path} reported manifest {name!r}, not a file of {out_dir}; {advice}")
+    job_file, manifest = out_dir / JOB_FILE, out_dir / name
+    try:
+        on_disk = json.loads(job_file.read_text(encoding="utf-8")).get("job_id") if regular(job_file) else None
+    except (OSError, ValueError, AttributeError):
+        on_disk = None
+    if on_disk != job_id:
+        raise ServerError(f"the server on {path} reported job {job_id} done, but {job_file} "
+                          + (f"holds job {on_disk}" if on_disk else "is missing or unreadable") + f"; {advice}")
+    if not regular(manifest):
+        raise ServerError(f"the server on {path} reported job {job_id} done, but {manifest} is missing or not a "
+                          f"regular file; {advice}")
+    try:
+        rows = pq.read_table(manifest).num_rows
+    except Exception as exc:  # noqa: BLE001 - any reader error: the file is not a manifest
+        raise ServerError(f"the server on {path} reported job {job_id} done, but {manifest} cannot be read "
+                          f"({type(exc).__name__}); {advice}") from None
+    if rows != summ["utterances"]:
+        raise ServerError(f"the server on {path} reported {summ['utterances']} utterances, but {manifest} holds "
+                          f"{rows} rows; {advice}")
+
+
 class RunClient:
-    """Talks to a :class:`RunServer` on ``path``."""
+    """Talks to a :class:`RunServer` on ``path``. It sends nothing to a server run by another user
+    (root's aside), checks every message it gets, and believes a ``done`` only for the job.json
+    and manifest it finds on disk."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -359,6 +532,17 @@ class RunClient:
             sock.close()
             raise ServerError(f"no server answers on {self.path} ({exc.strerror or exc}); start one with "
                               f"`cli.py serve --socket {self.path}` and its engine options, or run without --server") from None
+        try:
+            uid = peer_uid(sock)
+        except OSError as exc:
+            sock.close()
+            raise ServerError(f"cannot tell who runs the server on {self.path} ({exc.strerror or exc}); nothing "
+                              "was sent to it; run without --server") from None
+        if uid not in (os.getuid(), 0):
+            sock.close()
+            raise ServerError(f"the server on {self.path} runs as {_user(uid)}, not as you ({_user(os.getuid())}) "
+                              "or root: nothing was sent to it; start your own server (`cli.py serve --socket PATH` "
+                              "in a directory only you can write) or run without --server")
         return sock
 
     def _events(self, sock: socket.socket):
@@ -368,13 +552,14 @@ class RunClient:
                 msg = json.loads(line)
             except ValueError:
                 raise ServerError(f"the server on {self.path} sent something that is not JSON") from None
-            if msg.get("event") == "error":
-                cls = getattr(errors, str(msg.get("class")), None)
+            check_message(msg, self.path)
+            if msg["event"] == "error":
+                cls = getattr(errors, msg["class"], None)
                 if not (isinstance(cls, type) and issubclass(cls, TTSError)):
                     cls = ServerError
                 elif cls.__init__ is not TTSError.__init__:
                     cls = _plain(cls)  # its own constructor's arguments did not travel: the message did
-                raise cls(msg.get("message", "the server's run failed"))
+                raise cls(msg["message"] or "the server's run failed")
             yield msg
         raise ServerError(f"the server on {self.path} closed the connection before the run ended (did it stop?); "
                           "run the same command again to resume")
@@ -385,6 +570,9 @@ class RunClient:
             sock.settimeout(timeout_s)
             try:
                 for msg in self._events(sock):
+                    if msg["event"] != "hello":
+                        raise ServerError(f"the server on {self.path} answered hello with {msg['event']!r}; is it "
+                                          "a `cli.py serve` of this version? restart it, or run without --server")
                     return msg
             except socket.timeout:
                 raise ServerError(f"the server on {self.path} did not answer in {timeout_s:.0f} s (is its engine "
@@ -393,15 +581,27 @@ class RunClient:
 
     def run(self, books: list[Path], out_dir: Path, config, on_event: Callable[[dict], None]) -> dict:
         """Run ``books`` (none: the job planned in ``out_dir``) on the server; ``on_event`` gets each
-        event before ``done``, which is returned. The server's errors are raised as their class."""
-        req = {"op": "run", "books": [str(Path(b).absolute()) for b in books], "out_dir": str(Path(out_dir).absolute()),
+        event before ``done``, which is returned once :func:`check_written` finds its files. The
+        server's errors are raised as their class."""
+        out_dir = Path(out_dir).absolute()
+        req = {"op": "run", "books": [str(Path(b).absolute()) for b in books], "out_dir": str(out_dir),
                "cwd": os.getcwd(), "config": config.to_dict()}
+        job_id = None
         with self._connect() as sock:
             sock.sendall(json.dumps(req).encode() + b"\n")
             sock.settimeout(None)  # a run takes as long as it takes; events arrive as it goes
             for msg in self._events(sock):
-                if msg.get("event") == "done":
+                if msg["event"] == "done":
+                    if job_id is None:
+                        raise ServerError(f"the server on {self.path} reported a run done that it never planned; "
+                                          "run without --server")
+                    check_written(out_dir, job_id, msg, self.path)
                     return msg
+                if msg["event"] == "planned":
+                    job_id = msg["job_id"]
+                elif msg["event"] == "hello":
+                    raise ServerError(f"the server on {self.path} answered a run with 'hello'; restart it, or run "
+                                      "without --server")
                 on_event(msg)
         raise AssertionError("unreachable")
 

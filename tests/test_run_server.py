@@ -127,7 +127,7 @@ def test_bad_requests_get_one_line_and_the_server_goes_on(server, tmp_path):
     assert res.returncode == 8
     # a second server on the same socket is refused at once
     res = cli("serve", "--engine", "fake", "--socket", path)
-    assert_one_line_error(res, "already listens", str(path))
+    assert_one_line_error(res, "already serving", str(path))
     # after all that the server still runs jobs
     res = cli("run", ALICE, "-o", out, "--engine", "fake", "--server", path, *CHAPTERS)
     assert res.returncode == 0, res.stderr
