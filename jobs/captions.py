@@ -1,14 +1,21 @@
-"""Caption files (SRT, WebVTT) from the manifest's utterance offsets: one cue per spoken utterance.
+"""Caption files (SRT, WebVTT) from the manifest's utterance offsets: cues a person can read.
 
-A cue starts at the utterance's ``start_s`` and ends after its ``duration_s`` (its pause is not
-part of it); utterances with nothing speakable get no cue. Text is wrapped at
-:data:`LINE_CHARS` characters.
+Each spoken utterance is covered by one or more cues, from its ``start_s`` to the end of its
+``duration_s`` (its pause is not part of them); utterances with nothing speakable get none. A cue
+holds at most :data:`MAX_LINES` lines of :data:`LINE_CHARS` characters and lasts at most
+:data:`MAX_CUE_S` seconds (a single longer word stands alone in its cue): a longer utterance is cut
+between words, at a clause end ("," ";" ":" a dash) where one is near, else at the last word that
+fits. The cut falls at the word's start time: from the engine's per-phoneme durations where the
+manifest has them (``phoneme_durations_s``, see below), else shared out by the words' lengths in
+characters. The cues of an utterance follow each other without gaps or overlap.
 
 Word timings: where the manifest has ``phoneme_durations_s`` (engines that expose the duration
 predictor's output) and the utterance's phoneme ids split into as many words (at the voice's
 space phoneme) as its text has, each WebVTT cue carries a timestamp tag before every word after
 the first (``<00:00:01.250>word``, WebVTT's karaoke-style cue timestamps). SRT has no such tags:
-its cues stay utterance-level.
+its cues carry no word times.
+
+This module does not decide what is said or when (the manifest does), nor read audio.
 """
 
 from __future__ import annotations
@@ -18,6 +25,10 @@ from pathlib import Path
 
 
 LINE_CHARS = 42
+MAX_LINES = 2
+MAX_CUE_S = 7.0
+#: Characters that end a clause: a cue is preferably cut after a word ending with one.
+_CLAUSE_END = tuple(",;:.!?—–)\"”’")
 
 
 def _stamp(seconds: float, sep: str) -> str:
@@ -29,16 +40,60 @@ def _stamp(seconds: float, sep: str) -> str:
 
 
 def cues(rows: list[dict], offset_s: float = 0.0) -> list[tuple]:
-    """(start, end, text[, word starts]) per spoken row, in order; ``offset_s`` is added (a chapter's
-    place in an M4B). A row may carry ``word_starts_s`` (see :func:`word_starts`)."""
+    """(start, end, text[, word starts]) per cue of the spoken rows, in order; ``offset_s`` is added
+    (a chapter's place in an M4B). A row may carry ``word_starts_s`` (see :func:`word_starts`): then
+    its cues carry their words' start times and are cut at them."""
     out = []
     for r in rows:
         if r["duration_s"] <= 0 or not (r["text"] or "").strip():
             continue
         start = offset_s + r["start_s"]
         words = r.get("word_starts_s")
-        cue = (start, start + r["duration_s"], " ".join(r["text"].split()))
-        out.append(cue + ([offset_s + w for w in words],) if words else cue)
+        out.extend(split_utterance(r["text"], start, start + r["duration_s"],
+                                   [offset_s + w for w in words] if words else None))
+    return out
+
+
+def _fits(words: list[str]) -> bool:
+    return len(_wrap(" ".join(words))) <= MAX_LINES
+
+
+def _wrap(text: str) -> list[str]:
+    return textwrap.wrap(text, LINE_CHARS, break_long_words=False, break_on_hyphens=False)
+
+
+def split_utterance(text: str, start: float, end: float, word_starts_s: list[float] | None = None) -> list[tuple]:
+    """The cues of one utterance spoken from ``start`` to ``end``: (start, end, text[, word starts]).
+
+    ``word_starts_s``: each word's start time (from the phoneme durations); without it (or with
+    another number of words) the time is shared out by the words' lengths. Each cue fits
+    :data:`MAX_LINES` x :data:`LINE_CHARS` and :data:`MAX_CUE_S` unless it is one word."""
+    words = text.split()
+    timed = word_starts_s is not None and len(word_starts_s) == len(words)
+    if timed:
+        starts = [min(max(t, start), end) for t in word_starts_s]
+    else:
+        weights = [len(w) + 1 for w in words]
+        total, acc, starts = sum(weights), 0, []
+        for w in weights:
+            starts.append(start + (end - start) * acc / total)
+            acc += w
+    bounds = starts[1:] + [end]  # where each word ends (the next one starts)
+    out, i = [], 0
+    while i < len(words):
+        j = i + 1  # the cue is words[i:j]
+        while j < len(words) and _fits(words[i:j + 1]) and bounds[j] - starts[i] <= MAX_CUE_S:
+            j += 1
+        if j < len(words):  # cut: after the last clause end in the cue's second half, if there is one
+            for k in range(j - 1, i, -1):
+                if words[k - 1].endswith(_CLAUSE_END) and (k - i) * 2 >= j - i:
+                    j = k
+                    break
+        a = start if i == 0 else starts[i]
+        b = end if j == len(words) else starts[j]
+        cue = (a, b, " ".join(words[i:j]))
+        out.append(cue + (starts[i:j],) if timed else cue)
+        i = j
     return out
 
 
@@ -61,7 +116,7 @@ def word_starts(text: str, start_s: float, phoneme_ids: list[int], durations_s: 
 
 def _lines(text: str) -> str:
     # "-->" would end a WebVTT cue's timing line early if a line began with it; blank lines end a cue
-    return "\n".join(textwrap.wrap(text.replace("-->", "->"), LINE_CHARS)) or "..."
+    return "\n".join(_wrap(text.replace("-->", "->"))) or "..."
 
 
 def srt(cue_list: list[tuple]) -> str:

@@ -85,7 +85,7 @@ def finish(job, cols: dict[str, list]) -> list[str]:
     for i in range(n):
         rows_of.setdefault((cols["book_index"][i], cols["chapter_index"][i]), []).append(i)
     report = []
-    words = _word_timer(job, cols) if cfg.captions and "vtt" in cfg.captions else None
+    words = _word_timer(job, cols) if cfg.captions else None  # word times also place the cuts of SRT cues
     for b_i, book, chapters in _selected(job):
         stats = []
         for ch in chapters:
