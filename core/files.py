@@ -241,6 +241,35 @@ def slug(text: str, fallback: str, max_len: int = 60) -> str:
     return s or fallback
 
 
+def real_directory(root: Path, relative: str | Path) -> Path:
+    """``root / relative``, a directory that files may be written into: refuses (one
+    :class:`UnsafePathError`) a symbolic link, or anything but a directory, at any of its components
+    below ``root``, and a path that resolves outside ``root``. Components that do not exist yet pass
+    (their writer makes them, with ``mkdir``, which follows no link). ``root`` itself may be a link
+    (an output directory the user named so); this does not check it."""
+    root = Path(root)
+    rel = Path(relative)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise UnsafePathError(f"directory {str(relative)!r} would leave {root}; refusing to write into it")
+    cur = root
+    for part in rel.parts:
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(st.st_mode):
+            raise UnsafePathError(f"{cur} is a symbolic link (to {os.readlink(cur)}), not a directory of its job; "
+                                  f"remove the link (nothing was written through it), then resume")
+        if not stat.S_ISDIR(st.st_mode):
+            raise UnsafePathError(f"{cur} is not a directory; remove it, then resume")
+    target = root / rel
+    real_root, real = os.path.realpath(root), os.path.realpath(target)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise UnsafePathError(f"{target} resolves to {real}, outside {real_root}; refusing to write into it")
+    return target
+
+
 def inside(root: Path, relative: str) -> Path:
     """``root / relative``, refusing anything that resolves outside ``root``."""
     root = Path(root).resolve()

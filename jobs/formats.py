@@ -173,11 +173,37 @@ def _epub_details(p: Path) -> dict:
             ref = next((e.get("content") for e in opf.iter()
                         if _local(e.tag) == "meta" and (e.get("name") or "").lower() == "cover"), None)
             cover = items.get(ref)
-        if cover is not None and (cover.get("media-type") or "").lower() in ("image/jpeg", "image/png"):
-            member = ep.resolve(base, cover.get("href", ""), "the cover image")
-            if member and ep.member(member):
-                out["cover"] = ep.member(member)
+        if cover is not None:
+            member = _cover_member(ep, p, base, cover)
+            if member:
+                out["cover"] = member
         return out
+
+
+def _cover_member(ep, p: Path, base: str, item) -> str | None:
+    """The member name of the cover ``item`` of the OPF when it is a JPEG or PNG image (by its first
+    bytes, whatever its media-type says) of at most :data:`MAX_COVER_BYTES`; else None, with one
+    warning line naming the EPUB and the member (the files then get no cover art)."""
+    href = item.get("href", "")
+    kind = (item.get("media-type") or "no media-type").lower()
+    member = ep.resolve(base, href, "the cover image")
+    real = ep.member(member) if member else None
+    if real is None:
+        log.warning("%s: its cover %r is not in the EPUB; the files get no cover art", p, member or href)
+        return None
+    size = ep.infos[real].file_size
+    if size > MAX_COVER_BYTES:
+        log.warning("%s: its cover %r is %d bytes, more than the %d taken; the files get no cover art", p, real,
+                    size, MAX_COVER_BYTES)
+        return None
+    if _image_mime(ep.read(real, "cover image")) is None:
+        log.warning("%s: its cover %r (%r) is not a JPEG or PNG image; the files get no cover art", p, real, kind)
+        return None
+    return real
+
+
+def _image_mime(data: bytes) -> str | None:
+    return next((mime for magic, mime in _IMAGE_MAGIC if data.startswith(magic)), None)
 
 
 def read_cover(book: dict) -> tuple[bytes, str] | None:
@@ -200,15 +226,18 @@ def read_cover(book: dict) -> tuple[bytes, str] | None:
             ep = _Epub(p, zf)
             real = ep.member(member)
             if real is None or ep.infos[real].file_size > MAX_COVER_BYTES:
+                log.warning("%s: its cover %r is gone or larger than %d bytes; the files get no cover art", p,
+                            member, MAX_COVER_BYTES)
                 return None
             data = ep.read(real, "cover image")
     except (InputError, OSError, zipfile.BadZipFile) as exc:
         log.warning("%s: cover not read (%s)", p, exc)
         return None
-    for magic, mime in _IMAGE_MAGIC:
-        if data.startswith(magic):
-            return data, mime
-    return None
+    mime = _image_mime(data)
+    if mime is None:
+        log.warning("%s: its cover %r is not a JPEG or PNG image; the files get no cover art", p, member)
+        return None
+    return data, mime
 
 
 # --------------------------------------------------------------------------- encoders

@@ -140,3 +140,146 @@ def test_an_oversized_input_is_one_line_from_the_cli(tmp_path):
         f.truncate(2 << 30)
     line = error_line(cli("plan", book))
     assert "huge.txt" in line and "2048 MB" in line and "200 MB" in line
+
+
+# --------------------------------------------------------------------------- EPUB metadata and cover
+
+CONTAINER = ('<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+             '<rootfiles><rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
+             '</rootfiles></container>')
+PROSE = ("It was a bright cold day in April, and the clocks were striking thirteen as she walked home. "
+         "The wind swept little eddies of dust along the street, and she kept her head down.")
+#: A tiny but real PNG (1x1, from its chunks' bytes).
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+                    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+
+
+def make_epub(path, title="A Plain Title", author="Ann Author", labels=("Chapter One", "Chapter Two"),
+              cover=None, cover_type="image/png", body_extra=""):
+    """A small EPUB 3 with two chapters and, with ``cover`` (bytes), a cover item of ``cover_type``."""
+    items = "".join(f'<item id="c{k}" href="c{k}.xhtml" media-type="application/xhtml+xml"/>' for k in (1, 2))
+    if cover is not None:
+        items += f'<item id="cov" href="images/cover.png" media-type="{cover_type}" properties="cover-image"/>'
+    opf = ('<?xml version="1.0" encoding="utf-8"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0">'
+           '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/">'
+           f'<dc:title>{title}</dc:title><dc:creator>{author}</dc:creator><dc:date>2001</dc:date></metadata>'
+           f'<manifest><item id="nav" href="nav.xhtml" media-type="application/xhtml+xml" properties="nav"/>{items}'
+           '</manifest><spine><itemref idref="c1"/><itemref idref="c2"/></spine></package>')
+    nav = ('<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml" '
+           'xmlns:epub="http://www.idpf.org/2007/ops"><body><nav epub:type="toc"><ol>'
+           + "".join(f'<li><a href="c{k + 1}.xhtml">{label}</a></li>' for k, label in enumerate(labels))
+           + '</ol></nav></body></html>')
+
+    def doc(k, label):
+        return ('<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml"><body>'
+                f'<h1>{label}</h1><p>{PROSE}</p>{body_extra}<p>Part {k} ends here, quietly.</p></body></html>')
+
+    files = {"META-INF/container.xml": CONTAINER, "OEBPS/content.opf": opf, "OEBPS/nav.xhtml": nav,
+             "OEBPS/c1.xhtml": doc(1, labels[0]), "OEBPS/c2.xhtml": doc(2, labels[1])}
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("mimetype", "application/epub+zip")
+        for name, data in files.items():
+            z.writestr(name, data)
+        if cover is not None:
+            z.writestr("OEBPS/images/cover.png", cover)
+    return path
+
+
+#: Bidi controls and C1/C0 controls an EPUB can carry in its metadata and labels.
+HOSTILE = "\u202e\u202d\u202a\u2066\u2067\u2068\u2069\u200f\u061c\u0085\u009b\u0090\x1b\x07"
+
+
+def hostile_chars(s) -> set:
+    return {c for c in str(s) if c in HOSTILE or 0x80 <= ord(c) < 0xA0 or (ord(c) < 32 and c not in "\n\t")}
+
+
+def run_fake(book, out, fake_engine, **cfg):
+    from jobs.config import JobConfig
+    from jobs.pipeline import load_job, prepare_job
+    from jobs.runner import run_local
+
+    job = prepare_job([book], out, JobConfig(noise_scale=0.0, noise_w=0.0, **cfg))
+    run_local(job, fake_engine)
+    return load_job(out)
+
+
+def test_bidi_overrides_and_control_characters_never_reach_tags_names_or_speech(tmp_path, fake_engine):
+    from mutagen.flac import FLAC
+
+    epub = make_epub(tmp_path / "b.epub", title="The \u202egpj.exe\u202c Tale\u0085\u009b", author="Eve\u202e\u2067 Mallory\u0080",
+                     labels=("Chapter \u202eOne\u202c", "Chapter\u0090 Two\u200f"))
+    out = tmp_path / "o"
+    job = run_fake(epub, out, fake_engine)
+    book = job.meta["books"][0]
+    assert book["title"] == "The gpj.exe Tale" and book["author"] == "Eve Mallory"
+    titles = [c["title"] for c in book["chapters"]]
+    assert titles == ["Chapter One", "Chapter Two"]
+    strings = [book["title"], book["author"], book["dir"], *titles, *(c["file"] for c in book["chapters"]),
+               *(r.utt.text for r in job.rows), *(r.utt.spoken_text or "" for r in job.rows)]
+    assert not set().union(*map(hostile_chars, strings)), [s for s in strings if hostile_chars(s)]
+    for ch in book["chapters"]:
+        f = FLAC(str(out / ch["file"]))
+        for key in ("title", "album", "artist"):
+            assert not hostile_chars(f[key][0]), (key, f[key])
+    assert FLAC(str(out / book["chapters"][0]["file"]))["artist"] == ["Eve Mallory"]
+
+
+def test_a_file_name_title_has_no_bidi_override(tmp_path):
+    from jobs.ingest import load_book
+
+    book = tmp_path / "story\u202etxt.exe.txt"
+    book.write_text(PROSE + "\n\n" + PROSE + "\n", encoding="utf-8")
+    loaded = load_book(book)
+    assert not loaded.title_known and loaded.title == "storytxt.exe"
+
+
+# --------------------------------------------------------------------------- Markdown raw HTML
+
+
+def test_markdown_script_and_style_content_is_not_spoken(tmp_path):
+    from jobs.config import JobConfig
+    from jobs.pipeline import prepare_job
+
+    md = tmp_path / "page.md"
+    md.write_text("# A Page\n\n## One\n\n" + PROSE + ' <script>document.write("secret token one")</script> The end.\n\n'
+                  '<style type="text/css">\nbody { color: hotpink }\n\np.secret { display: none }\n</style>\n\n'
+                  "## Two\n\n" + PROSE + "\n\n<SCRIPT>\nalert('secret token two');\n\nvar secret = 3;\n",
+                  encoding="utf-8")
+    job = prepare_job([md], tmp_path / "o", JobConfig())
+    said = " ".join(r.utt.text for r in job.rows)
+    assert "The end." in said and said.count("bright cold day") == 2
+    for leak in ("secret", "hotpink", "document", "alert", "display", "{", "}"):
+        assert leak not in said, (leak, said)
+
+
+# --------------------------------------------------------------------------- a cover that is not an image
+
+
+@pytest.mark.parametrize("data,kind", [(b"<html><body>not an image</body></html>", "image/png"),
+                                       (b"<html><body>not an image</body></html>", "application/xhtml+xml"),
+                                       (b"GIF89a\x01\x00\x01\x00", "image/gif")])
+def test_a_cover_that_is_not_a_jpeg_or_png_is_one_warning_naming_the_member(tmp_path, caplog, data, kind):
+    from jobs import formats
+
+    epub = make_epub(tmp_path / "c.epub", cover=data, cover_type=kind)
+    with caplog.at_level(logging.WARNING, logger="booktts.formats"):
+        details = formats.book_details(epub)
+    assert "cover" not in details and details["author"] == "Ann Author"
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "OEBPS/images/cover.png" in lines[0] and "not a JPEG or PNG" in lines[0], lines
+
+
+def test_a_real_png_cover_is_kept_without_a_warning(tmp_path, caplog):
+    from jobs import formats
+
+    epub = make_epub(tmp_path / "c.epub", cover=PNG, cover_type="image/png")
+    with caplog.at_level(logging.WARNING, logger="booktts.formats"):
+        details = formats.book_details(epub)
+    assert details["cover"] == "OEBPS/images/cover.png" and not caplog.records
+
+
+def test_plan_says_the_cover_is_not_an_image(tmp_path):
+    epub = make_epub(tmp_path / "c.epub", cover=b"#!/bin/sh\necho hi\n", cover_type="image/jpeg")
+    res = ok(cli("plan", epub))
+    said = [l for l in res.stderr.splitlines() if "cover" in l]
+    assert len(said) == 1 and "OEBPS/images/cover.png" in said[0] and "not a JPEG or PNG" in said[0], res.stderr

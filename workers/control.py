@@ -43,12 +43,19 @@ QUEUE_FILE = "queue.json"
 
 
 def record_queue(job, queue: str, priority: str) -> None:
-    """Remember in the job directory which queue the job runs on (written only when it changes)."""
-    from core.files import write_json
+    """Remember in the job directory which queue the job runs on, and the directory's own real path
+    (``dir``: a copy of the directory carries the original's, which is how the reaper tells a copy from
+    the job, :func:`workers.recovery.check_rebuild_dir`). Written only when either changes."""
+    from core.files import read_json, write_json
 
     path = Path(job.out_dir) / _pipeline().WORK_DIR / QUEUE_FILE
-    if recorded_queue(job.out_dir) != queue:
-        write_json(path, {"queue": queue, "priority": priority})
+    real = os.path.realpath(job.out_dir)
+    try:
+        before = read_json(path)
+    except (OSError, ValueError):
+        before = None
+    if not isinstance(before, dict) or before.get("queue") != queue or before.get("dir") != real:
+        write_json(path, {"queue": queue, "priority": priority, "dir": real})
 
 
 def recorded_queue(out_dir) -> str | None:

@@ -139,8 +139,52 @@ def _load_job(job_dir: Path):
     return load_job(job_dir)
 
 
+def check_rebuild_dir(job_dir: str, job_id: str) -> str:
+    """The real path of ``job_dir`` if job ``job_id`` may be rebuilt from it; :class:`JobError` (one line
+    saying why) otherwise. A state-directory record or a message names the directory; the directory
+    itself must agree:
+
+    - it lies inside this worker's allowed roots (:func:`workers.runtime.check_job_dir`) and is named by
+      its real path (no symlink on the way);
+    - its claim (``.work/claim.json``, :mod:`jobs.claim`) names ``job_id``;
+    - it is not a copy: ``.work/queue.json`` (:func:`workers.control.record_queue`), when there, names
+      this very directory. A copy of a running job's directory carries the original's path there; the
+      reaper used to finish the job in the copy and leave the original incomplete.
+
+    Those files are read with :func:`workers.node_state.read_record` (no symlink, no FIFO, small)."""
+    from jobs.claim import WORK_DIR, claim_path
+    from workers.control import QUEUE_FILE
+    from workers.node_state import read_record
+
+    real = runtime.check_job_dir(job_dir)
+    if real != os.path.normpath(job_dir):
+        raise JobError(f"job {job_id}: {job_dir} is not the real path of its directory ({real}); not rebuilt")
+    try:
+        claim = read_record(claim_path(Path(real)), own=False)
+    except FileNotFoundError:
+        raise JobError(f"job {job_id}: {real} has no claim ({claim_path(Path(real))}); not rebuilt; "
+                       f"`resume {real}` if it is the job's directory") from None
+    if claim.get("job_id") != job_id:
+        raise JobError(f"job {job_id}: {real} is claimed by job {claim.get('job_id')!r}; not rebuilt")
+    try:
+        recorded = read_record(Path(real) / WORK_DIR / QUEUE_FILE, own=False).get("dir")
+    except FileNotFoundError:
+        recorded = None
+    if recorded is not None and recorded != real:
+        raise JobError(f"job {job_id}: {real} is a copy of the job's directory {recorded} (its {WORK_DIR}/"
+                       f"{QUEUE_FILE} says so); not rebuilt from the copy; `resume {real}` if the copy is the "
+                       f"one to finish")
+    return real
+
+
 def rebuild_job(store: JobStore, job_dir: str, job_id: str, queue: str) -> bool:
-    """Re-create a job Redis lost, from its directory. True if this call re-created it."""
+    """Re-create a job Redis lost, from its directory (checked first, :func:`check_rebuild_dir`). True
+    if this call re-created it."""
+    try:
+        job_dir = check_rebuild_dir(job_dir, job_id)
+    except JobError as exc:
+        log.warning("job %s was missing from Redis and is not rebuilt: %s", job_id, exc)
+        return False
     job = _load_job(Path(job_dir))
     if job.job_id != job_id:
         return False
@@ -164,8 +208,10 @@ def rebuild_lost_jobs(store: JobStore) -> int:
                 runtime.forget_job(job_id)
             continue
         try:
+            job_dir = check_rebuild_dir(job_dir, job_id)
             job = _load_job(Path(job_dir))
-        except JobError:
+        except JobError as exc:  # a forged or stale record, a copy, a directory gone: never rebuilt from it
+            log.warning("job %s is missing from Redis; the node's record of it is dropped: %s", job_id, exc)
             runtime.forget_job(job_id)
             continue
         if job.job_id != job_id:

@@ -360,6 +360,7 @@ def preload(on_built=None) -> None:
 # directory, its queue and the Redis it belongs to), where a worker started later on the node finds it.
 
 _KNOWN: dict[str, tuple[str, str]] = {}
+_BAD_RECORDS: set[str] = set()
 _KNOWN_LOCK = threading.Lock()
 
 
@@ -410,12 +411,17 @@ def known_jobs(broker: str) -> dict[str, tuple[str, str]]:
         entries = sorted(_jobs_dir().glob("*.json"))
     except OSError:
         entries = []
+    from workers.node_state import read_record
+
     for path in entries:
         try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
+            rec = read_record(path)  # never blocks (a FIFO), never follows a link
             if rec.get("broker") == key and rec.get("job_id") == path.stem:
                 found[path.stem] = (str(rec["job_dir"]), str(rec["queue"]))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, JobError) as exc:
+            if not isinstance(exc, FileNotFoundError) and str(path) not in _BAD_RECORDS:
+                _BAD_RECORDS.add(str(path))  # one line per entry, not one per sweep
+                log.warning("state directory entry ignored: %s", exc)
             continue  # half-gone or foreign: not ours to read
     with _KNOWN_LOCK:
         found.update(_KNOWN)

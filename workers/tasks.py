@@ -26,6 +26,9 @@ Failure handling:
   stops: that is the node's fault, not the batch's;
 - a batch delivered more than ``BOOKTTS_MAX_DELIVERIES`` times (its worker died each time) is
   declared failed instead of looping;
+- a directory the job's files go into that is a symbolic link, or resolves outside the job directory
+  (``.work/batches`` replaced by a link elsewhere, say: :func:`jobs.pipeline.check_write_directories`),
+  fails the batch like bad input, before anything is synthesized or written;
 - a job directory outside the worker's allowed roots (``worker --allowed-root``,
   ``BOOKTTS_ALLOWED_ROOTS``; :func:`workers.runtime.check_job_dir`) is refused before anything is
   read or written: one ``error: refused ...`` log line, a failure recorded in the job (when Redis
@@ -46,7 +49,8 @@ from celery import Task, signals
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
-from core.errors import BatchesNotDone, BrokerError, EngineUnavailable, JobError, TransientEngineError, VoiceError
+from core.errors import (BatchesNotDone, BrokerError, EngineUnavailable, JobError, TransientEngineError, UnsafePathError,
+                         VoiceError)
 from workers import runtime
 from workers.runtime import OutsideAllowedRoots
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
@@ -233,7 +237,7 @@ def _hold_for_retry(store: JobStore, job_id: str, key, holder, lease_seconds: fl
 
 @app.task(bind=True, base=BatchTask, name=TASK_SYNTHESIZE, autoretry_for=RETRYABLE, max_retries=MAX_RETRIES,
           retry_backoff=RETRY_BACKOFF, retry_backoff_max=RETRY_BACKOFF_MAX, retry_jitter=True,
-          acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots,))
+          acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots, UnsafePathError))
 def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: str | None = None) -> dict:
     """Synthesize one batch of a job with this process's engine (see the module doc)."""
     t_in = time.perf_counter()
@@ -255,6 +259,9 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     extra: list = []
     try:
         job = load_checked(job_dir, job_id)
+        from jobs.pipeline import check_write_directories
+
+        check_write_directories(job_dir, job)  # a link planted below the job directory: refused, not retried
         existing = job.batch_record(batch_id)
         if existing is not None:  # written before (Redis lost the count): count it, nothing to run
             hb.stop()
@@ -436,7 +443,7 @@ class _EngineMissing(Exception):
 
 @app.task(bind=True, base=BatchTask, name=TASK_FINALIZE, autoretry_for=RETRYABLE, max_retries=MAX_RETRIES,
           retry_backoff=RETRY_BACKOFF, retry_backoff_max=RETRY_BACKOFF_MAX, retry_jitter=True,
-          acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots,))
+          acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots, UnsafePathError))
 def finalize_job(self, job_dir: str, job_id: str) -> dict:
     """Assemble the chapter files and manifest of a job whose batches are all done."""
     job_dir, job_id, _ = _parse(job_dir, job_id)

@@ -80,7 +80,10 @@ Clean-up for speech
     text, images, HTML comments, link reference definitions and fence lines go (code text stays),
     bullet markers go, numbered list markers stay. ``[Illustration]`` and
     ``[Illustration: caption]`` markers go, as do separator-only paragraphs (``* * *``,
-    ``-----``). Curly quotes and all other punctuation are kept, as is a lone "…".
+    ``-----``). Curly quotes and all other punctuation are kept, as is a lone "…". Bidi controls
+    (embeddings, overrides, isolates, marks) and C0/C1 control characters are dropped from every
+    paragraph, chapter title, book title and author (a title taken from the file name too), so none
+    reaches tags, file names or speech.
 
 EPUB
     ``META-INF/container.xml`` -> OPF -> spine order (``linear="no"`` items only when the TOC
@@ -179,6 +182,11 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
     if footnotes not in FOOTNOTE_MODES:
         raise InputError(f"--footnotes {footnotes!r}: choose one of {', '.join(FOOTNOTE_MODES)}")
     book = _load_book(path, encoding, footnotes, front_matter, structure)
+    # what reaches tags, file names and speech has no bidi overrides or control characters (a
+    # title that is the file name included): _norm drops them
+    book.title, book.author = _norm(book.title), (_norm(book.author) or None) if book.author else None
+    for c in book.chapters:
+        c.title = _norm(c.title)
     if not front_matter:
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):

@@ -19,12 +19,19 @@ def _show(p: Path | str) -> str:
     return s
 
 
-_INVISIBLE = dict.fromkeys(map(ord, "\u00ad\u200b\u2060\ufeff"), None)
+#: Dropped from every paragraph, title and author: invisible marks (soft hyphen, zero-width space,
+#: word joiner, BOM), the bidi controls (U+061C, U+200E/F, embeddings and overrides U+202A-U+202E,
+#: isolates U+2066-U+2069: "\u202egpj.exe" shows reversed in tags and lists), and the C0 and C1
+#: control characters (terminal escapes) that are not whitespace.
+_INVISIBLE = dict.fromkeys(
+    [*map(ord, "\u00ad\u200b\u2060\ufeff\u061c\u200e\u200f"), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
+     *(c for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)] if not chr(c).isspace())], None)
 _WS_RE = re.compile(r"\s+")
 
 
 def _norm(s: str) -> str:
-    """Whitespace-normalise: one space between words, none at the ends; drop invisible marks."""
+    """Whitespace-normalise: one space between words, none at the ends; drop invisible marks, bidi
+    controls and control characters (see ``_INVISIBLE``)."""
     return " ".join(s.translate(_INVISIBLE).split())
 
 

@@ -2,7 +2,8 @@
 
 A line-based block reader for the Markdown books are written in: ATX (``#``) and setext
 headings, fenced code (its text is kept), block quotes, bullet and numbered lists, thematic
-breaks, link reference definitions and HTML comments (dropped); inline clean-up turns links into
+breaks, link reference definitions, HTML comments and raw ``<script>``/``<style>``/``<template>``
+elements with their content (dropped); inline clean-up turns links into
 their text and drops images, tags, footnote references and escapes. :func:`_md_items` picks the
 chapter level ("# Part" / "## Chapter") and the book-title H1; a file without Markdown headings
 falls back to the plain-text heading heuristics of ``jobs.ingest.text``.
@@ -30,6 +31,9 @@ _QUOTE_RE = re.compile(r"^[ \t]*(?:>[ \t]?)+")
 _BULLET_RE = re.compile(r"^[ \t]*[-*+][ \t]+")
 _ORDERED_RE = re.compile(r"^[ \t]*\d{1,4}[.)][ \t]+")
 _COMMENT_RE = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+#: Raw HTML elements whose content a reader never sees (so it is never spoken): from the opening tag
+#: to its closing tag, or to the end of the text when it is not closed (as CommonMark reads it).
+_HIDDEN_HTML_RE = re.compile(r"<(script|style|template)(?=[\s/>])[^>]{0,2000}>.*?(?:</\1\s*>|\Z)", re.S | re.I)
 _MD_IMAGE_RE = re.compile(r"!\[[^\]\[]{0,1000}\](?:\([^()\s]{0,2000}(?:\s+\"[^\"]{0,500}\")?\)|\[[^\]\[]{0,200}\])")
 _MD_LINK_RE = re.compile(r"\[([^\]\[]{0,1000})\]\((?:[^()\s]|\([^)]{0,200}\)){0,2000}(?:\s+\"[^\"]{0,500}\")?\)")
 _MD_REFLINK_RE = re.compile(r"\[([^\]\[]{1,1000})\]\[[^\]\[]{0,200}\]")
@@ -81,7 +85,8 @@ def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
             out.append(("code", 0, "\n".join(code).strip(), False))
             code.clear()
 
-    for line in _COMMENT_RE.sub("", body).split("\n"):
+    body = _HIDDEN_HTML_RE.sub(lambda m: "\n\n" if "\n" in m.group(0) else " ", _COMMENT_RE.sub("", body))
+    for line in body.split("\n"):
         if fence:
             if line.strip().startswith(fence) and set(line.strip()) == {fence[0]}:
                 end_code()
