@@ -138,14 +138,14 @@ def submit(books, out_dir, priority, queue_prefix, wait, redis_url, config) -> N
 def _wait(store, job_id: str, out_dir: Path, priority: str, queue: str, poll_s: float = 0.5) -> None:
     """Progress bar until the job ends; rebuilds the job if Redis loses it; reaps stalled batches."""
     import redis
-    from tqdm import tqdm
 
+    from commands.progress import Progress
     from jobs.pipeline import load_job
     from workers.control import start_job
     from workers.recovery import reap
 
     info = store.require_job(job_id)
-    bar = tqdm(total=info.batches, unit="batch", file=sys.stderr, disable=None, dynamic_ncols=True)
+    bar = Progress(info.batches, "batches")
     last_reap, down_since = time.monotonic(), None
     try:
         while True:
@@ -162,11 +162,8 @@ def _wait(store, job_id: str, out_dir: Path, priority: str, queue: str, poll_s: 
                                       f"keep the finished batches: `resume {job_id}` later") from exc
                 time.sleep(1)
                 continue
-            bar.n = info.done + info.failed
-            post = [f"{info.x_real_time:.1f}x real-time" if info.x_real_time else "", f"{info.failed} failed"
-                    if info.failed else "", f"ETA {_fmt_s(info.eta_s)}" if info.eta_s else ""]
-            bar.set_postfix_str(", ".join(p for p in post if p), refresh=False)
-            bar.refresh()
+            bar.set(info.done + info.failed, audio_s=info.audio_s_done, eta_s=info.eta_s,
+                    note=f"{info.failed} failed" if info.failed else "")
             if info.status.value in TERMINAL_EXIT:
                 break
             if time.monotonic() - last_reap > 5:
@@ -178,14 +175,28 @@ def _wait(store, job_id: str, out_dir: Path, priority: str, queue: str, poll_s: 
     _report_end(store, info)
 
 
+def _format_of(info) -> str:
+    """The job's audio format, from its job.json ("audio" where it cannot be read)."""
+    from jobs.pipeline import load_job
+
+    try:
+        return load_job(Path(info.out_dir)).config.audio_format
+    except Exception:  # noqa: BLE001 - only names the files' kind in a closing line
+        return "audio"
+
+
 def _report_end(store, info) -> None:
     from workers.control import failure_report
+
+    from commands.progress import audio_lines, fmt_duration
 
     if info.status.value == "done":
         s = info.summary or {}
         click.echo(f"done: {len(s.get('chapter_files', []))} chapter files, {s.get('utterances', '?')} utterances, "
-                   f"{s.get('audio_s', info.audio_s_done) / 60:.1f} min of audio; "
+                   f"{fmt_duration(s.get('audio_s', info.audio_s_done))} of audio; "
                    f"manifest: {Path(info.out_dir) / s.get('manifest', 'manifest.parquet')}")
+        for line in audio_lines(info.out_dir, s.get("chapter_files", []), s.get("audio_format") or _format_of(info)):
+            click.echo(line)
         if info.x_real_time:
             click.echo(f"synthesized in {_fmt_s(info.elapsed)} ({info.x_real_time:.1f}x real-time)")
         return
@@ -473,8 +484,11 @@ def resume(target, priority, queue_prefix, wait, redis_url) -> None:
 @one_line_errors
 def cancel(job_id, redis_url) -> None:
     """Stop JOB: queued batches are dropped when workers reach them; running ones finish."""
+    from jobs import claim as claims
+
     store = _connect(redis_url)
     info = store.cancel(job_id)
+    claims.clear_submitted(Path(info.out_dir), job_id)  # a local run may take the job over now
     if info.status.value == "done":
         click.echo(f"job {job_id} is already done; nothing to cancel")
         return

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import click
 
+from commands.deliver import deliver
 from commands.options import engine_options, friendly_errors, job_options
+from commands.progress import Progress, audio_lines, fmt_duration
 from jobs.run_server import SERVER_ENV
 
 
@@ -42,10 +44,15 @@ def _print_plan(job) -> None:
         click.echo(f"lexicon: {lex['path']} ({lex['entries']} entries, {len(m)} matched"
                    + (": " + ", ".join(f"{w} x{n}" for w, n in list(m.items())[:20])
                       + (", ..." if len(m) > 20 else "") if m else "") + ")")
+    bad = job.meta.get("unknown_phonemes") or []
+    if bad:  # [[ phonemes ]] with symbols the voice lacks: dropped, as the warnings above said
+        click.echo(f"phonemes the voice does not know (dropped): " + "; ".join(
+            f"{w['word']!r} ({w['where']}: {' '.join(w['unknown'])!r})" for w in bad[:10]) + ("; ..." if len(bad) > 10 else ""))
     est = s["estimated_audio_s"]
     click.echo(f"utterances: {s['utterances']} ({s['unspeakable']} with nothing speakable, skipped)")
     click.echo(f"batches: {s['batches']} ({job.config.batch_order} order)  padding efficiency: {100 * s['padding_efficiency']:.1f}%")
-    click.echo(f"estimated audio: {est / 3600:.0f}h{est % 3600 / 60:02.0f}m ({est:.0f} s)")
+    click.echo(f"estimated audio: {fmt_duration(est)} ({est:.0f} s)")
+    _print_tags(job)
     from jobs import formats, loudness
 
     click.echo(f"output: {formats.describe(cfg.audio_format)}"
@@ -53,6 +60,19 @@ def _print_plan(job) -> None:
     click.echo(f"loudness: {loudness.describe(cfg.loudness, job.sample_rate)}")
     click.echo(f"captions: {cfg.captions or 'none'}"
                + (" (one cue per utterance, beside each audio file)" if cfg.captions else ""))
+
+
+def _print_tags(job) -> None:
+    """What the files' tags will say (the user's --title/--author/--narrator/--cover/--year over the book's)."""
+    from jobs.metadata import book_tags
+
+    cfg = job.config
+    for book in job.meta["books"]:
+        t = book_tags(cfg, job.meta, book)
+        cover = (f"{job.meta['cover']['path']} ({job.meta['cover']['mime']})" if cfg.cover and job.meta.get("cover")
+                 else "the EPUB's" if book.get("cover") else "none")
+        click.echo(f"tags: title {t['title']!r}, author {t['author'] or '-'}, narrator {t['narrator']}, "
+                   f"year {t['year'] or '-'}, cover {cover}")
 
 
 @click.command()
@@ -113,9 +133,9 @@ def run(books, out_dir, config, engine_spec, server) -> None:
             dataclasses.replace(engine_spec, workload_s=estimate_workload_s(list(books), config)),
             resolve_voice(config.voice)))
         click.echo("planning...", err=True)
-        job = prepare_job(list(books), out_dir, config)
+        job = prepare_job(list(books), out_dir, config, engine=engine_spec)
     else:
-        job = open_planned_job(out_dir, config.voice)
+        job = open_planned_job(out_dir, config.voice, engine=engine_spec)
         # the job's own settings hold; the engine takes the batches the job was planned with
         engine_spec = dataclasses.replace(engine_spec, max_batch=job.config.max_batch)
     t_plan = time.perf_counter() - t0
@@ -139,7 +159,7 @@ def run(books, out_dir, config, engine_spec, server) -> None:
                f"(after planning; it started with it) + synthesis and chapters {time.perf_counter() - t1:.1f} s",
                err=True)
     summ = stats.summary
-    _echo_done(job.config.audio_format, out_dir, len(summ.chapter_files), summ.utterances, summ.skipped, summ.audio_s,
+    _echo_done(job.config.audio_format, out_dir, summ.chapter_files, summ.utterances, summ.skipped, summ.audio_s,
                summ.manifest, stats.batches_run, stats.batches_skipped, stats.audio_s, stats.wall_s)
 
 
@@ -149,31 +169,27 @@ def _echo_planned(job_id: str, summary: dict, done: int) -> None:
                + (f", resuming: {done} batches already done" if done else ""), err=True)
 
 
-def _echo_done(audio_format: str, out_dir, n_files: int, utterances: int, skipped: int, total_audio_s: float,
+def _echo_done(audio_format: str, out_dir, files: list[str], utterances: int, skipped: int, total_audio_s: float,
                manifest: str, batches_run: int, batches_skipped: int, audio_s: float, wall_s: float) -> None:
     kind = "M4B" if audio_format == "m4b" else "chapter"
-    click.echo(f"done: {n_files} {kind} files, {utterances} utterances "
-               f"({skipped} skipped), {total_audio_s / 60:.1f} min of audio in {out_dir}")
+    click.echo(f"done: {len(files)} {kind} files, {utterances} utterances "
+               f"({skipped} skipped), {fmt_duration(total_audio_s)} of audio in {out_dir}")
     if batches_run:
         click.echo(f"synthesized {audio_s:.0f} s of speech in {wall_s:.1f} s "
                    f"({audio_s / wall_s if wall_s > 0 else 0.0:.1f}x real-time); {batches_skipped} batches were "
                    "already done")
+    for line in audio_lines(out_dir, files, audio_format):
+        click.echo(line)
     click.echo(f"manifest: {Path(out_dir) / manifest}")
 
 
 def _progress(total_s: float):
-    """A progress bar over seconds of audio, and the ``on_batch(batch_id, seconds)`` that moves it."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=round(total_s, 1), unit="s audio", unit_scale=False, file=sys.stderr,
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s audio [{elapsed}<{remaining}{postfix}]",
-               disable=None)
+    """Progress over seconds of audio (a bar on a terminal, else a line every few seconds), and the
+    ``on_batch(batch_id, seconds)`` that moves it."""
+    bar = Progress(total_s, "s audio")
 
     def on_batch(batch_id: int, secs: float) -> None:
-        bar.update(secs)
-        el = bar.format_dict["elapsed"]
-        if el:
-            bar.set_postfix_str(f"{bar.n / el:.1f}x real-time")
+        bar.advance(secs)
 
     return bar, on_batch
 
@@ -222,7 +238,7 @@ def _run_on_server(books, out_dir, config, server: str) -> None:
                f"synthesis and chapters {after:.1f} s (engine resident in the server"
                + (f"; {parts}" if parts else "") + ")", err=True)
     summ = done["summary"]
-    _echo_done(done["audio_format"], out_dir, len(summ["chapter_files"]), summ["utterances"], summ["skipped"],
+    _echo_done(done["audio_format"], out_dir, summ["chapter_files"], summ["utterances"], summ["skipped"],
                summ["audio_s"], summ["manifest"], done["batches_run"], done["batches_skipped"], done["audio_s"],
                done["wall_s"])
 
@@ -325,4 +341,4 @@ def export_weights_cmd(voice, out, dtype) -> None:
     click.echo(f"wrote {out}")
 
 
-COMMANDS = [plan, run, serve, export_weights_cmd]
+COMMANDS = [plan, run, serve, export_weights_cmd, deliver]

@@ -15,6 +15,7 @@ import sys
 import click
 
 from engines import EngineSpec
+from engines.spec import TEST_ENGINES_ENV, offered_engines
 from engines.torch_options import SWITCH, WARMUP, TorchOptions
 from jobs.ingest.outline import SPLIT_LEVELS
 from jobs.config import (
@@ -158,6 +159,22 @@ def friendly_errors(f=None, *, translate=None):
 MAX_THREADS = 1024
 
 
+def metadata_options() -> list:
+    """``--title --author --narrator --cover --year`` (``run``, ``plan``, ``submit`` and ``deliver``)."""
+    return [
+        click.option("--title", default=None, help="The book's title (announcement, album tag, file names) "
+                                                   "instead of the one the book names."),
+        click.option("--author", default=None, help="The book's author (announcement, artist tags) instead of "
+                                                    "the one the book names."),
+        click.option("--narrator", default=None, help="Narrator tag (composer; comment 'Narrated by ...') "
+                                                      "[default: the voice's name]."),
+        click.option("--cover", type=click.Path(path_type=str), default=None, metavar="FILE",
+                     help="Cover art: a JPEG or PNG file of at most 10 MB (instead of the EPUB's cover)."),
+        click.option("--year", default=None, metavar="YYYY",
+                     help="Date tag, YYYY or YYYY-MM-DD (instead of the EPUB's dc:date)."),
+    ]
+
+
 def job_options(f):
     """Decorate a click command with the job settings; it receives ``config: JobConfig``."""
     opts = [
@@ -220,12 +237,14 @@ def job_options(f):
                      help="TXT/Markdown: the chapters' heading lines as printed, or their line numbers, one per line."),
         click.option("--split-level", type=click.Choice(SPLIT_LEVELS), default="chapter", show_default=True,
                      help="What becomes a file: each part, each chapter, or each section of a chapter."),
+        *metadata_options(),
     ]
 
     @functools.wraps(f)
     def wrapper(*args, voice, audio_format, loudness, captions, flac_level, chapters, encoding, max_batch, max_batch_phonemes, batch_order, max_phonemes,
                 length_scale, noise_scale, noise_w, sentence_pause, paragraph_pause, title_pause, normalize,
-                normalize_text, footnotes, lexicon, include_front_matter, announce, speaker, **kw):
+                normalize_text, footnotes, lexicon, include_front_matter, announce, speaker, title, author, narrator,
+                cover, year, **kw):
         cpu_batch, cpu_phonemes = batch_defaults(None)  # engine_options has filled these in for GPU engines
         max_batch = cpu_batch if max_batch is None else max_batch
         max_batch_phonemes = cpu_phonemes if max_batch_phonemes is None else max_batch_phonemes
@@ -239,7 +258,8 @@ def job_options(f):
                                sentence_pause_s=sentence_pause, paragraph_pause_s=paragraph_pause,
                                title_pause_s=title_pause, normalize=normalize, normalize_text=normalize_text,
                                footnotes=footnotes, lexicon=lexicon, include_front_matter=include_front_matter,
-                               announce=announce, speaker=speaker, **pauses)
+                               announce=announce, speaker=speaker, title=title, author=author, narrator=narrator,
+                               cover=cover, year=year, **pauses)
         except TTSError as exc:
             if os.environ.get("BOOKTTS_DEBUG"):
                 raise
@@ -258,11 +278,29 @@ def job_options(f):
     return wrapper
 
 
+class EngineChoice(click.Choice):
+    """``--engine``'s choices, read when the option is used (not when the command is defined): the fake
+    engine (test tones) is offered, and shown in ``--help``, only where the test suite's switch
+    :data:`engines.spec.TEST_ENGINES_ENV` is set (:func:`engines.spec.offered_engines`)."""
+
+    def __init__(self) -> None:
+        super().__init__(offered_engines())
+
+    @property
+    def choices(self):
+        return offered_engines()
+
+    @choices.setter
+    def choices(self, value) -> None:  # (click's __init__ sets it; the property decides)
+        pass
+
+
 def engine_options(f):
     """Decorate a command with the engine choice; it receives ``engine_spec: EngineSpec``."""
     opts = [
-        click.option("--engine", "engine_name", type=click.Choice(["onnx", "torch", "tensorrt", "fake"]), default="onnx",
-                     show_default=True, help="Synthesis backend (fake: test tones, for trying the pipeline)."),
+        click.option("--engine", "engine_name", type=EngineChoice(), default="onnx", show_default=True,
+                     help="Synthesis backend. A job's batches all come from one engine and precision: a resume "
+                          "with others is refused."),
         click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]), default="fp32",
                      show_default=True, help="Numeric precision, where the backend supports it."),
         click.option("--device", default="cpu", show_default=True, help="cpu or cuda:N."),

@@ -7,6 +7,7 @@ Synthesis scales left as ``None`` fall back to the voice's own defaults
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 
 from core.errors import InputError
@@ -23,6 +24,10 @@ LOUDNESS_MODES = ("ebu", "acx", "none")
 CAPTION_FORMATS = ("srt", "vtt")
 #: Settings that change only what ``finalize`` delivers, not the synthesized batches.
 OUTPUT_FIELDS = ("audio_format", "loudness", "captions", "flac_level")
+#: Metadata that only the files' tags carry (``--narrator --cover --year``): output settings too.
+TAG_FIELDS = ("narrator", "cover", "year")
+#: Metadata that the announcement speaks when it is on (``--title --author``); tags only when it is off.
+SPOKEN_FIELDS = ("title", "author")
 #: Pauses between sections and between chapters (``--section-pause``, ``--chapter-pause``), seconds.
 DEFAULT_SECTION_PAUSE_S = 1.2
 DEFAULT_CHAPTER_PAUSE_S = 2.0
@@ -147,6 +152,16 @@ class JobConfig:
     """The chapters file's lines, read when the job is made: the job's identity holds them, not the path."""
     split_level: str = "chapter"
     """``--split-level``: what becomes a file, ``part``, ``chapter`` or ``section`` (:mod:`jobs.ingest.outline`)."""
+    title: str | None = None
+    """The book's title instead of the one it names (announcement, album tag, plan); None: the book's."""
+    author: str | None = None
+    """The book's author instead of the one it names (announcement, artist tags); None: the book's."""
+    narrator: str | None = None
+    """The narrator tag (composer, "Narrated by ..."); None: the voice's name."""
+    cover: str | None = None
+    """A JPEG or PNG file for the files' cover art, instead of the EPUB's (checked at plan: :mod:`jobs.metadata`)."""
+    year: str | None = None
+    """The date tag (``YYYY`` or ``YYYY-MM-DD``) instead of the EPUB's ``dc:date``."""
     batch_order: str = "length"
     """How utterances are packed into batches: ``length`` (sorted by length, least padding: CPU engines)
     or ``reading`` (consecutive utterances in reading order, the budget counting real ids: for engines
@@ -176,6 +191,7 @@ class JobConfig:
             if not lim.allows(value):
                 kind = "a whole number " if lim.integer else ""
                 raise InputError(f"{lim.option} {value!r} is out of range: allowed {kind}{lim.describe()}")
+        check_metadata(self)
         check_structure(self)
         if self.batch_order not in BATCH_ORDERS:
             raise InputError(f"--batch-order {self.batch_order!r} is not one of {', '.join(BATCH_ORDERS)}")
@@ -222,6 +238,9 @@ class JobConfig:
         for name, default in (("chapter_pattern", None), ("chapter_marks", None), ("split_level", "chapter")):
             if d.get(name) == default:  # the ids of jobs made before these settings stay valid
                 d.pop(name)
+        for name in TAG_FIELDS + SPOKEN_FIELDS:  # tags only, or unset (the ids of jobs before these settings)
+            if name in TAG_FIELDS or d.get(name) is None or not self.announce:
+                d.pop(name)
         for name, default in (("section_pause_s", DEFAULT_SECTION_PAUSE_S), ("chapter_pause_s", DEFAULT_CHAPTER_PAUSE_S)):
             if d.get(name) == default:  # in the id like the other pauses; the ids of jobs before them stay valid
                 d.pop(name)
@@ -229,13 +248,20 @@ class JobConfig:
             d.pop("batch_order")
         return d
 
+    def output_fields(self) -> tuple[str, ...]:
+        """The settings a deliver may change: :data:`OUTPUT_FIELDS`, the tags, and the title and
+        author when the announcement does not speak them."""
+        return OUTPUT_FIELDS + TAG_FIELDS + (() if self.announce else SPOKEN_FIELDS)
+
     def output_settings(self) -> dict:
-        return {k: getattr(self, k) for k in OUTPUT_FIELDS}
+        return {k: getattr(self, k) for k in self.output_fields()}
 
     def output_flags(self) -> str:
         """The output settings as command-line options."""
+        tags = " ".join(f"--{k} {getattr(self, k)!r}" for k in self.output_fields()
+                        if k in TAG_FIELDS + SPOKEN_FIELDS and getattr(self, k) is not None)
         return (f"--format {self.audio_format} --loudness {self.loudness} "
-                f"--captions {self.captions or 'none'} --flac-level {self.flac_level}")
+                f"--captions {self.captions or 'none'} --flac-level {self.flac_level}" + (f" {tags}" if tags else ""))
 
 
 def check_structure(config: JobConfig) -> None:
@@ -274,3 +300,22 @@ def parse_captions(spec) -> str | None:
         raise InputError(f"--captions {spec!r}: {bad[0]!r} is not a caption format; choose srt, vtt or srt,vtt "
                          f"(or none)")
     return ",".join(f for f in CAPTION_FORMATS if f in parts)
+
+
+_YEAR = re.compile(r"\d{4}(-\d{2}(-\d{2})?)?")
+
+
+def check_metadata(config: JobConfig) -> None:
+    """``--title --author --narrator --cover --year``: text of one line, not empty; a year as
+    ``YYYY`` or ``YYYY-MM-DD``. (The cover file itself is checked when the job is planned.)"""
+    for name in SPOKEN_FIELDS + TAG_FIELDS:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise InputError(f"--{name} {value!r} is empty; give a value or leave the option out")
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise InputError(f"--{name} {value!r} holds a line break or control character; give one line of text")
+        setattr(config, name, value.strip())
+    if config.year is not None and not _YEAR.fullmatch(config.year):
+        raise InputError(f"--year {config.year!r} is not a year; give it as YYYY or YYYY-MM-DD (e.g. 1892)")

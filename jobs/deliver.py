@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from core import files
-from jobs import captions, formats, loudness
+from jobs import captions, formats, loudness, metadata
 from core.errors import JobError, TTSError
 
 LOUDNESS_FILE = "loudness.json"
@@ -38,16 +38,27 @@ def _cover(path: str, sha256: str, member: str | None):
     return formats.read_cover({"path": path, "sha256": sha256, "cover": member})
 
 
+@functools.lru_cache(maxsize=8)
+def _cover_file(path: str, sha256: str, mime: str):
+    return metadata.read_cover_file({"path": path, "sha256": sha256, "mime": mime})
+
+
 def tags_for(job, book: dict, ch: dict | None) -> formats.Tags:
-    """Tags of one chapter file (``ch``), or of a book's M4B (``ch`` None)."""
-    cover = _cover(book["path"], book["sha256"], book.get("cover")) if book.get("cover") else None
+    """Tags of one chapter file (``ch``), or of a book's M4B (``ch`` None): the user's metadata
+    (``--title --author --narrator --cover --year``) over the book's."""
+    given = job.meta.get("cover")
+    if given and job.config.cover is not None:
+        cover = _cover_file(given["path"], given["sha256"], given["mime"])
+    else:
+        cover = _cover(book["path"], book["sha256"], book.get("cover")) if book.get("cover") else None
     total = len(book["chapters"])
+    meta = metadata.book_tags(job.config, job.meta, book)
     if ch is None:
-        title, track = book["title"], None
+        title, track = meta["title"], None
     else:
         title, track = ch["title"] or f"Chapter {ch['index']}", (ch["index"], total)
-    return formats.Tags(title=title, album=book["title"], narrator=job.meta["voice"]["name"],
-                        artist=book.get("author"), year=book.get("year"), track=track,
+    return formats.Tags(title=title, album=meta["title"], narrator=meta["narrator"],
+                        artist=meta["author"], year=meta["year"], track=track,
                         cover=cover[0] if cover else None, cover_mime=cover[1] if cover else None)
 
 

@@ -29,7 +29,7 @@ import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
 from jobs import claim as claims
-from jobs import chapter_pool, chapter_records, deliver
+from jobs import chapter_pool, chapter_records, deliver, metadata
 from jobs.config import AUDIO_FORMATS, JobConfig, structure_of
 from core.errors import BatchesNotDone, DeterministicEngineError, EngineOutOfMemory, InputError, JobError
 from core.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
@@ -338,12 +338,19 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError(f"-o {out_dir}: exists and is not a directory; choose a directory")
     inputs = _check_inputs(books)
+    metadata.check_books(len(inputs), config)
+    cover = metadata.cover_entry(config.cover)  # a bad --cover is refused before anything is planned
     voice = voice or resolve_voice(config.voice)
     speaker_id = resolve_speaker(voice, config.speaker)
     lexicon = load_lexicon(config.lexicon) if config.lexicon else None
     job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
     existing = load_job(out_dir) if (out_dir / JOB_FILE).exists() else None
-    if existing is not None:  # this job with other output settings: say which
+    if existing is not None:
+        planned = existing.meta.get("planned")  # job-id settings a deliver changed (jobs/redeliver.py), as planned
+        if planned and job_id != existing.job_id and job_identity(
+                inputs, dataclasses.replace(config, **planned), voice, lexicon.sha256 if lexicon else None) == existing.job_id:
+            job_id = existing.job_id
+        # this job with other output settings: say which
         _refuse_other_output(out_dir, existing, inputs, config, voice, lexicon.sha256 if lexicon else None)
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if existing is not None:
@@ -360,6 +367,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     for b_i, (path, inp) in enumerate(zip(books, inputs)):
         book = load_book(Path(path), encoding=config.encoding, front_matter=config.include_front_matter,
                          footnotes=config.footnotes)
+        metadata.override_book(book, config)  # --title, --author
         announce = book.announcement() if config.announce else None
         selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))
         book_dir = f"{b_i + 1:02d}-{slug(book.title, 'book')}"
@@ -392,6 +400,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate,
                   **({"speaker_id": speaker_id} if speaker_id is not None else {})},
         "lexicon": lexicon_report(lexicon, rows),
+        **({"cover": cover} if cover else {}),
         "scales": scales.to_dict(),
         "books": books_meta,
         "batches": [asdict(b) for b in batches],
@@ -412,7 +421,7 @@ def _refuse_other_output(out_dir: Path, existing: Job, inputs: list[dict], confi
     captions): refuse with a line naming them (its batches and files were made for those)."""
     if existing.config.output_settings() == config.output_settings():
         return
-    same = dataclasses.replace(config, **existing.config.output_settings())
+    same = dataclasses.replace(config, **{**existing.config.output_settings(), **existing.meta.get("planned", {})})
     if job_identity(inputs, same, voice, lexicon_sha256) == existing.job_id:
         raise JobError(f"{out_dir} holds this job with {existing.config.output_flags()}; its output settings cannot "
                        f"change on resume: pass those options to resume, or choose another -o directory")

@@ -1,0 +1,70 @@
+"""``deliver``: write a finished job's files again with other output settings, without synthesis.
+
+Option parsing and printing only; the work is :func:`jobs.redeliver.redeliver`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from commands.options import friendly_errors, limit_type, metadata_options
+from commands.progress import audio_lines, fmt_duration
+from jobs.config import AUDIO_FORMATS, LIMITS, LOUDNESS_MODES
+
+
+def _pause_options() -> list:
+    """``--chapter-pause``/``--section-pause`` where the job settings have them."""
+    return [click.option(LIMITS[name].option, name, type=limit_type(name), default=None,
+                         help=f"Seconds of silence {what} [default: the job's].")
+            for name, what in (("chapter_pause_s", "at the end of each chapter but the last"),
+                               ("section_pause_s", "between a chapter's sections"))
+            if name in LIMITS]
+
+
+def _with(options):
+    def decorate(f):
+        for opt in reversed(options):
+            f = opt(f)
+        return f
+    return decorate
+
+
+@click.command("deliver")
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="The job's output directory (a job run to the end: its synthesis is kept in .work/batches).")
+@click.option("--format", "audio_format", type=click.Choice(AUDIO_FORMATS), default=None,
+              help="Deliverable format [default: the job's].")
+@click.option("--loudness", type=click.Choice(LOUDNESS_MODES), default=None, help="Loudness [default: the job's].")
+@click.option("--captions", default=None, metavar="LIST", help="srt, vtt, srt,vtt or none [default: the job's].")
+@click.option("--flac-level", type=limit_type("flac_level"), default=None,
+              help="FLAC compression level 0-8 [default: the job's].")
+@_with(metadata_options())
+@_with(_pause_options())
+@friendly_errors
+def deliver(out_dir, **changes) -> None:
+    """Write the deliverables of the finished job in OUT again (format, loudness, captions, tags,
+    cover, pauses) from its kept synthesis, without synthesizing: no engine is loaded.
+
+    Options left out keep the job's settings. The new files are written aside first; if anything
+    fails, the job's files stay as they were. job.json records the new settings.
+    """
+    from jobs.pipeline import load_job
+    from jobs.redeliver import redeliver
+
+    job = load_job(out_dir)
+    done = redeliver(job, changes)
+    cfg = load_job(out_dir).config
+    s = done.summary
+    kind = "M4B" if cfg.audio_format == "m4b" else "chapter"
+    click.echo(f"delivered: {len(done.files)} {kind} files, {s.utterances} utterances, {fmt_duration(s.audio_s)} of "
+               f"audio in {fmt_duration(done.seconds)}, nothing synthesized ({cfg.output_flags()})")
+    if done.removed:
+        click.echo(f"removed {len(done.removed)} files of the earlier settings")
+    for line in audio_lines(out_dir, done.files, cfg.audio_format):
+        click.echo(line)
+    click.echo(f"manifest: {Path(out_dir) / s.manifest}")
+
+
+COMMANDS = [deliver]
