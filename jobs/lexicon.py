@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 from core.errors import InputError
+
+log = logging.getLogger("booktts.lexicon")
 
 MAX_LEXICON_BYTES = 16 * 1024 * 1024
 MAX_ENTRY_CHARS = 200
@@ -242,3 +245,54 @@ def lexicon_report(lexicon: Lexicon | None, rows) -> dict | None:
         counts.update(lexicon.matches(r.utt.text))
     return {"path": lexicon.path, "sha256": lexicon.sha256, "entries": len(lexicon.entries),
             "matches": dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+def _unknown_symbols(block: str, id_map: dict) -> list[str]:
+    """The symbols of a ``[[ phonemes ]]`` block that ``id_map`` lacks, in order of first use (the
+    block read as the phonemizer reads it: NFD, spaces as word breaks)."""
+    import unicodedata
+
+    syms = unicodedata.normalize("NFD", " ".join(block[2:-2].split()))
+    return list(dict.fromkeys(s for s in syms if s != " " and s not in id_map))
+
+
+def unknown_phonemes(lexicon: Lexicon | None, rows, voice, books) -> list[dict]:
+    """The ``[[ phonemes ]]`` the voice cannot say: the lexicon's entries and the blocks written in
+    the books (``rows``: :class:`jobs.plan.PlannedUtterance`; ``books``: the input paths, by book
+    index) whose symbols are not all in the voice's ``phoneme_id_map``. The phonemizer drops such
+    symbols, as Piper does, so a word made of them is silent: each is logged as one warning line
+    (where, the word, the symbols) and returned for ``job.json`` and ``plan``. A voice that reads
+    text (``phoneme_type`` text) has no phoneme blocks: nothing to check."""
+    from jobs.normalize import split_phoneme_blocks
+
+    if getattr(voice, "phoneme_type", "espeak") != "espeak":
+        return []
+    id_map = voice.phoneme_id_map
+    out: list[dict] = []
+    for e in lexicon.entries if lexicon is not None else ():
+        bad = _unknown_symbols(e.replacement, id_map) if e.replacement.startswith("[[") else []
+        if bad:
+            out.append({"where": f"{lexicon.path}, line {e.line}", "word": e.word, "phonemes": e.replacement,
+                        "unknown": bad, "count": 1})
+    seen: dict[str, dict] = {}
+    for r in rows:
+        u = r.utt
+        if "[[" not in u.text:
+            continue
+        for is_ph, block in split_phoneme_blocks(u.text):
+            bad = _unknown_symbols(block, id_map) if is_ph else []
+            if not bad:
+                continue
+            if block in seen:
+                seen[block]["count"] += 1
+                continue
+            book = books[u.book_index] if u.book_index < len(books) else f"book {u.book_index + 1}"
+            seen[block] = {"where": f"{book}, chapter {u.chapter_index}", "word": block, "phonemes": block,
+                           "unknown": bad, "count": 1}
+            out.append(seen[block])
+    for w in out:
+        times = f" ({w['count']} times)" if w["count"] > 1 else ""
+        log.warning("%s: %r%s: the voice %s has no %s in its phonemes, which are dropped (the word may be "
+                    "silent); write it with the voice's phonemes", w["where"], w["word"], times, voice.name,
+                    " ".join(repr(s) for s in w["unknown"]))
+    return out

@@ -38,7 +38,7 @@ from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
 from jobs.segment import PauseKind, Segmenter
-from jobs.lexicon import lexicon_report, load_lexicon, make_speak
+from jobs.lexicon import lexicon_report, load_lexicon, make_speak, unknown_phonemes
 from core.voice import VoiceConfig, resolve_speaker, resolve_voice
 from core.files import sha256_file as file_sha256
 
@@ -389,6 +389,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             for utts in segment_chapters(voice, config.max_phonemes, to_segment, progress=on_chapter,
                                          lexicon=lexicon, normalize_text=config.normalize_text)
             for u in utts]
+    unknown = unknown_phonemes(lexicon, rows, voice, [str(b) for b in books])  # one warning line each
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
     batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes, config.batch_order)
@@ -400,6 +401,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
         "voice": {"name": voice.name, "model_sha256": voice.model_sha256(), "sample_rate": voice.sample_rate,
                   **({"speaker_id": speaker_id} if speaker_id is not None else {})},
         "lexicon": lexicon_report(lexicon, rows),
+        **({"unknown_phonemes": unknown} if unknown else {}),
         **({"cover": cover} if cover else {}),
         "scales": scales.to_dict(),
         "books": books_meta,

@@ -283,3 +283,57 @@ def test_plan_says_the_cover_is_not_an_image(tmp_path):
     res = ok(cli("plan", epub))
     said = [l for l in res.stderr.splitlines() if "cover" in l]
     assert len(said) == 1 and "OEBPS/images/cover.png" in said[0] and "not a JPEG or PNG" in said[0], res.stderr
+
+
+# --------------------------------------------------------------------------- phonemes the voice lacks
+
+
+def phoneme_book(tmp_path):
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("Cthulhu\t[[ kəˈθuːluː☃ ]]\nZorb\t[[ ☃☄ ]]\nFine\t[[ faɪn ]]\n", encoding="utf-8")
+    book = tmp_path / "ph.txt"
+    book.write_text("Chapter 1\n\nThe old one Cthulhu woke at last. Then [[ ʃ☃ ]] said hello, and Fine went home.\n\n"
+                    "Again [[ ʃ☃ ]] spoke to them all, and nobody answered him.\n", encoding="utf-8")
+    return book, lex
+
+
+def test_unknown_phoneme_symbols_are_one_warning_each_and_recorded(tmp_path, caplog):
+    from jobs.config import JobConfig
+    from jobs.pipeline import prepare_job
+
+    book, lex = phoneme_book(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="booktts.lexicon"):
+        job = prepare_job([book], tmp_path / "o", JobConfig(lexicon=str(lex)))
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 3, lines
+    assert f"{lex}, line 1" in lines[0] and "'Cthulhu'" in lines[0] and "'☃'" in lines[0]
+    assert f"{lex}, line 2" in lines[1] and "'Zorb'" in lines[1] and "'☃' '☄'" in lines[1]
+    assert f"{book}, chapter 1" in lines[2] and "[[ ʃ☃ ]]" in lines[2] and "2 times" in lines[2]
+    recorded = json.loads((tmp_path / "o" / "job.json").read_text())["unknown_phonemes"]
+    assert [(w["word"], w["unknown"]) for w in recorded] == [("Cthulhu", ["☃"]), ("Zorb", ["☃", "☄"]),
+                                                              ("[[ ʃ☃ ]]", ["☃"])]
+    assert job.meta["unknown_phonemes"] == recorded
+
+
+def test_plan_and_run_say_which_phonemes_are_dropped(tmp_path):
+    book, lex = phoneme_book(tmp_path)
+    res = ok(cli("plan", book, "--lexicon", lex))
+    warned = [l for l in res.stderr.splitlines() if "phonemes" in l]
+    assert len(warned) == 3 and "'Cthulhu'" in warned[0] and "[[ ʃ☃ ]]" in warned[2], res.stderr
+    said = [l for l in res.stdout.splitlines() if l.startswith("phonemes the voice does not know")]
+    assert len(said) == 1 and "'Cthulhu'" in said[0] and "'Zorb'" in said[0] and "[[ ʃ☃ ]]" in said[0], res.stdout
+    res = ok(cli("run", book, "--lexicon", lex, "-o", tmp_path / "out", "--engine", "fake"))
+    assert len([l for l in res.stderr.splitlines() if "phonemes" in l]) == 3, res.stderr
+
+
+def test_known_phonemes_give_no_warning(tmp_path, caplog):
+    from jobs.config import JobConfig
+    from jobs.pipeline import prepare_job
+
+    lex = tmp_path / "lex.tsv"
+    lex.write_text("Cthulhu\t[[ kəˈθuːluː ]]\n", encoding="utf-8")
+    book = tmp_path / "b.txt"
+    book.write_text("Chapter 1\n\nThe old one Cthulhu woke at last, and [[ həˈloʊ ]] he said to them.\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="booktts.lexicon"):
+        job = prepare_job([book], tmp_path / "o", JobConfig(lexicon=str(lex)))
+    assert not caplog.records and "unknown_phonemes" not in job.meta
