@@ -12,11 +12,20 @@ directory would let any broker client move files out of it and submit their text
 What a pass does with a file directly inside INBOX:
 
 - it ignores dotfiles (``core.files.atomic_path`` writes ``.tmp-*`` names), ``*.part`` and
-  ``*.tmp``, and anything that is not a regular file (``done/``, ``failed/``);
+  ``*.tmp``, and anything that is not a regular file (``done/``, ``failed/``, a symbolic link);
 - it takes a file only once it is **complete**: its size, mtime and inode are the same
   as at the previous pass and that pass was at least ``settle_s`` ago. A file renamed in
   atomically (the safe way to drop a file) is taken on the second pass after it appeared;
   a file still being written changes between passes and waits;
+- it reads a complete file **once**, through one descriptor opened with ``O_NOFOLLOW``: the opened
+  file must be a regular file with one link (a hard link would be another name of a file kept
+  elsewhere, refused to ``failed/``), of the size, mtime and inode observed, and within the size a
+  book may have (:func:`jobs.ingest.check_input_size`'s limits). Its bytes are hashed and copied into a
+  private directory (``mkdtemp``, mode 0700) as they are read, and the book is planned from that
+  copy. So the bytes planned are the bytes checked: an inbox others can write to where ``a.txt`` is
+  swapped for a symlink to a file only the watcher may read (the check used to happen when the
+  files were listed, and planning opened the name again, following the link) never gets that file
+  planned. The copy is removed when the submission is over;
 - it identifies the file by the **SHA-256 of its content**. Content already submitted
   from this inbox is not submitted again: the file goes to ``done/`` with the reason
   ``duplicate of ...``;
@@ -53,7 +62,10 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import socket
+import stat
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, fields
@@ -66,7 +78,6 @@ from core.errors import BrokerError, InputError, JobError, TTSError
 from core.files import atomic_path, read_json, slug, write_json
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, queue_name
 from workers.state import process_gone
-from core.files import sha256_file as file_sha256
 
 log = logging.getLogger("booktts.watch")
 
@@ -75,6 +86,8 @@ LOCK = ".booktts-watch.lock"
 DONE, FAILED = "done", "failed"
 IGNORED_SUFFIXES = (".part", ".tmp")
 REASON_SUFFIX = ".reason.txt"
+#: ``moved_to`` of a file taken away from the inbox (by its owner) before the watcher could move it.
+GONE = "(gone from the inbox before it was moved)"
 LEDGER_VERSION = 1
 #: The inbox's Redis lock lives this long at a time; a pass renews it every third of that while it
 #: runs (planning a huge book takes minutes), so a holder that died frees the inbox within this time.
@@ -100,6 +113,76 @@ def _holder_gone(holder: bytes | None) -> bool:
 
 
 
+class _Changed(Exception):
+    """The inbox entry is not what was observed: ``obs`` is its new observation, or None when it is no
+    longer a regular file (swapped for a link, say)."""
+
+    def __init__(self, obs: list | None) -> None:
+        super().__init__("changed since observed")
+        self.obs = obs
+
+
+class _CopyFailed(Exception):
+    """The private copy could not be written (the temporary directory's disk is full, say): the
+    watcher's trouble, not the book's; the file waits for the next pass."""
+
+
+def _observation(st: os.stat_result) -> list:
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def take_copy(path: Path, obs: list, into: Path) -> tuple[Path, str]:
+    """Read the inbox entry ``path`` once and copy it to ``into/<name>``; returns (the copy, SHA-256 of
+    the bytes read). The entry is opened with ``O_NOFOLLOW | O_NONBLOCK`` (a symlink or a FIFO swapped in
+    since the listing is not followed, not waited on) and the opened descriptor is checked: a regular
+    file, with one link, observed as ``obs`` before and after the read, not larger than a book may be.
+    Raises :class:`_Changed` when it is not (yet) what was observed, :class:`InputError` for a drop that
+    can never be taken (hard links, too large), ``FileNotFoundError`` when it is gone."""
+    from jobs.ingest import EPUB_SUFFIXES, MAX_EPUB_BYTES, MAX_TEXT_BYTES
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EMLINK):  # a link (or a socket) now
+            raise _Changed(None) from None
+        raise
+    with os.fdopen(fd, "rb") as src:
+        st = os.fstat(src.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _Changed(None)
+        if _observation(st) != obs:
+            raise _Changed(_observation(st))
+        if st.st_nlink != 1:
+            raise InputError(f"{path.name} has {st.st_nlink} hard links (another name of a file kept elsewhere); "
+                             f"drop a copy of the book, not a link to it")
+        limit = MAX_EPUB_BYTES if path.suffix.lower() in EPUB_SUFFIXES else MAX_TEXT_BYTES
+        if st.st_size > limit:
+            raise InputError(f"{path.name} is {st.st_size >> 20} MB, larger than the {limit >> 20} MB such a "
+                             f"book may be")
+        digest = hashlib.sha256()
+        copy = into / path.name
+        try:
+            dst = open(copy, "xb")
+        except OSError as exc:
+            raise _CopyFailed(f"cannot write {copy}: {exc.strerror or exc}") from None
+        with dst:
+            left = limit + 1
+            while left > 0:
+                chunk = src.read(min(1 << 20, left))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                try:
+                    dst.write(chunk)
+                except OSError as exc:
+                    raise _CopyFailed(f"cannot write {copy}: {exc.strerror or exc}") from None
+                left -= len(chunk)
+        after = os.fstat(src.fileno())
+        if _observation(after) != obs or after.st_size > limit:  # written to while read
+            raise _Changed(_observation(after))
+    return copy, digest.hexdigest()
+
+
 def one_line(text: str) -> str:
     first = " ".join(str(text).split("\n")[0].split())
     return first or "(no message)"
@@ -107,7 +190,8 @@ def one_line(text: str) -> str:
 
 def submit_book(store, book: Path, out_dir: Path, config: JobConfig, priority: str, queue: str):
     """Submit one book the way ``cli.py submit`` does: plan it here, register it and enqueue its
-    unfinished batches. Returns (job, JobInfo, batches enqueued)."""
+    unfinished batches. Returns (job, JobInfo, batches enqueued). The watcher passes its private copy
+    of the inbox file (:func:`take_copy`), never the inbox name."""
     from workers.control import submit_job
 
     return submit_job(store, [book], out_dir, config, priority, queue)
@@ -197,8 +281,9 @@ class Inbox:
     def out_dir_for(self, name: str, sha: str) -> Path:
         return self.out_root / f"{slug(Path(name).stem, 'book')}-{sha[:8]}"
 
-    def _move(self, src: Path, sub: str, reason: str, sha: str) -> Path:
-        """Move ``src`` into ``INBOX/<sub>/`` (a free name) and write its one-line reason file."""
+    def _move(self, src: Path, sub: str, reason: str, sha: str) -> str:
+        """Move ``src`` into ``INBOX/<sub>/`` (a free name) and write its one-line reason file; returns
+        where it went (:data:`GONE` when someone took it away first: nothing is moved, no reason file)."""
         dest_dir = self.inbox / sub
         dest = dest_dir / src.name
         n = 1
@@ -207,8 +292,12 @@ class Inbox:
             dest = dest_dir / f"{src.stem}-{sha[:8]}{'' if n == 2 else f'-{n}'}{src.suffix}"
         with atomic_path(dest.with_name(dest.name + REASON_SUFFIX)) as tmp:
             tmp.write_text(one_line(reason) + "\n", encoding="utf-8")
-        os.replace(src, dest)
-        return dest
+        try:
+            os.replace(src, dest)  # the name itself: a link swapped in since it was read is moved, not followed
+        except FileNotFoundError:
+            dest.with_name(dest.name + REASON_SUFFIX).unlink(missing_ok=True)
+            return GONE
+        return str(dest)
 
     # ------------------------------------------------------------ locking
     @property
@@ -289,10 +378,12 @@ class Inbox:
             name = path.name
             present.add(name)
             try:
-                st = path.stat()
+                st = os.lstat(path)
             except FileNotFoundError:
                 continue
-            obs = [st.st_size, st.st_mtime_ns, st.st_ino]
+            if not stat.S_ISREG(st.st_mode):  # swapped for a link (or anything else) since the listing
+                continue
+            obs = _observation(st)
             prev = pending.get(name)
             if prev is None or prev.get("obs") != obs:
                 pending[name] = {"obs": obs, "at": now}
@@ -303,30 +394,44 @@ class Inbox:
                 res.waiting.append(name)
                 continue
             try:
-                sha = file_sha256(path)
-                st2 = path.stat()
-            except FileNotFoundError:  # taken away meanwhile
-                pending.pop(name, None)
-                changed = True
-                continue
-            except OSError as exc:  # unreadable (permissions...): a bad drop, not a watcher fault
-                pending.pop(name, None)
-                changed = True
-                reason = f"cannot read the file: {exc.strerror or exc}"
-                dest = self._move(path, FAILED, reason, "unreadable")
-                res.failed.append({"name": name, "reason": reason, "moved_to": str(dest)})
-                continue
-            if [st2.st_size, st2.st_mtime_ns, st2.st_ino] != obs:  # written to while hashing
-                pending[name] = {"obs": [st2.st_size, st2.st_mtime_ns, st2.st_ino], "at": now}
-                res.waiting.append(name)
-                changed = True
-                continue
-            changed = True
+                private = Path(tempfile.mkdtemp(prefix="booktts-inbox-"))  # 0700, this user's alone
+            except OSError as exc:
+                res.error = f"no private directory for {name} in {tempfile.gettempdir()}: {exc.strerror or exc}"
+                break
             try:
-                self._take(path, sha, books, ledger, res, now)
-            finally:
-                if not path.exists():  # moved to done/ or failed/; a file left in place stays observed
+                try:
+                    copy, sha = take_copy(path, obs, private)
+                except FileNotFoundError:  # taken away meanwhile
                     pending.pop(name, None)
+                    changed = True
+                    continue
+                except _Changed as ch:  # written to, or swapped, since observed: observe again
+                    if ch.obs is None:
+                        pending.pop(name, None)
+                    else:
+                        pending[name] = {"obs": ch.obs, "at": now}
+                    res.waiting.append(name)
+                    changed = True
+                    continue
+                except _CopyFailed as exc:
+                    res.error = f"{name} not taken: {exc}; it waits for the next pass"
+                    break
+                except (InputError, OSError) as exc:  # a drop that cannot be taken: not a watcher fault
+                    pending.pop(name, None)
+                    changed = True
+                    reason = (one_line(exc) if isinstance(exc, InputError)
+                              else f"cannot read the file: {exc.strerror or exc}")
+                    dest = self._move(path, FAILED, reason, "refused")
+                    res.failed.append({"name": name, "reason": reason, "moved_to": str(dest)})
+                    continue
+                changed = True
+                try:
+                    self._take(path, copy, sha, books, ledger, res, now)
+                finally:
+                    if not os.path.lexists(path):  # moved to done/ or failed/; a file left in place stays observed
+                        pending.pop(name, None)
+            finally:
+                shutil.rmtree(private, ignore_errors=True)
             if res.error:
                 break
         for name in list(pending):
@@ -336,8 +441,10 @@ class Inbox:
         if changed:
             self.save_ledger(ledger)
 
-    def _take(self, path: Path, sha: str, books: dict, ledger: dict, res: ScanResult, now: float) -> None:
-        """A complete file: a duplicate, the unfinished work of an earlier pass, or a new book."""
+    def _take(self, path: Path, copy: Path, sha: str, books: dict, ledger: dict, res: ScanResult,
+              now: float) -> None:
+        """A complete file (``copy``: the bytes read from it, :func:`take_copy`): a duplicate, the
+        unfinished work of an earlier pass, or a new book."""
         name = path.name
         entry = books.get(sha)
         if entry and entry.get("state") == "submitted":
@@ -353,9 +460,10 @@ class Inbox:
                 res.duplicates.append({"name": name, "reason": reason, "moved_to": str(dest)})
                 log.info("inbox %s: %s", self.inbox, reason)
             return
-        self._submit(path, sha, books, ledger, res, now)
+        self._submit(path, copy, sha, books, ledger, res, now)
 
-    def _submit(self, path: Path, sha: str, books: dict, ledger: dict, res: ScanResult, now: float) -> None:
+    def _submit(self, path: Path, copy: Path, sha: str, books: dict, ledger: dict, res: ScanResult,
+                now: float) -> None:
         from jobs.pipeline import now_iso
 
         name = path.name
@@ -363,7 +471,7 @@ class Inbox:
         books[sha] = {"state": "submitting", "name": name, "out_dir": str(out_dir), "at": now_iso()}
         self.save_ledger(ledger)  # before submitting: a restart submits it again (idempotent), never loses it
         try:
-            job, info, n = submit_book(self.store, path, out_dir, self.config, self.priority, self.queue)
+            job, info, n = submit_book(self.store, copy, out_dir, self.config, self.priority, self.queue)
         except (InputError, JobError) as exc:
             books.pop(sha, None)
             reason = one_line(exc)
