@@ -19,7 +19,7 @@ from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _norm, _tokens
 from jobs.ingest.markdown import _md_items
-from jobs.ingest.outline import Structure, build_outline, to_chapters
+from jobs.ingest.outline import Structure, build_outline, title_case, to_chapters
 from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items
 
 
@@ -94,10 +94,14 @@ def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | 
         items = _txt_items(body, structure.line_test(where, first_line, text.count("\n") + 1))
     guessed = _guess_title_author(items)
     known = pg_title or h1 or (guessed[0] if guessed else None)
+    if known and not pg_title and not h1:
+        known = title_case(known)  # a title page in capitals is not shouted in the announcement
     title = known or p.stem
     author = _pg_author(text) if pg_title else None
     if author is None and guessed and (not pg_title or guessed[0] == known):
         author = guessed[1] or None
+    if author:
+        author = title_case(author)
     chapters = _build_chapters(items, known or "", author, structure.split_level)
     if not chapters:
         raise InputError(f"{where} has no readable text{' after the Project Gutenberg header' if pg else ''}; "

@@ -167,36 +167,65 @@ def _strip_number(s: str) -> str:
     return _LEADING_NUMBER_RE.sub("", s, count=1)
 
 
-def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]]]:
-    """Drop confirmed contents-list blocks (and their "Contents" label); others become paragraphs
-    again. Returns the items and the titles the contents named (evidence for headings)."""
+def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]], int]:
+    """Drop confirmed contents-list blocks (with their "Contents" label and the contents headings
+    between the label and the block); others become paragraphs again. Returns the items, the titles
+    the contents named (evidence for headings) and the position after the last contents list."""
     out: list[_Item] = []
     named: set[tuple[str, ...]] = set()
+    after = 0
     for k, it in enumerate(items):
         if it.kind != "toc":
             out.append(it)
             continue
         if _confirmed_toc(items, k):
             named.update(tuple(_tokens(e)) for e in it.entries or [])
-            if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
-                out.pop()
+            j = len(out)
+            while j and out[j - 1].kind == "heading":
+                j -= 1
+            if j and out[j - 1].kind == "para" and _CONTENTS_LABEL_RE.match(out[j - 1].text):
+                del out[j - 1:]
+            after = len(out)
         else:
             out.append(_Item("para", it.text))
-    return out, named
+    return out, named, after
 
 
-def _promote_named(items: list[_Item], named: set[tuple[str, ...]]) -> list[_Item]:
-    """A short line set apart that the contents list names is a chapter heading."""
+def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, title: str) -> list[_Item]:
+    """A short line after the contents list that the list names is a chapter heading (not the
+    book's own title line)."""
     if not named:
         return items
     out = list(items)
+    title_t = tuple(_tokens(title))
     for k, it in enumerate(out):
+        if k < after or tuple(_tokens(it.text)) == title_t:
+            continue
         if it.kind != "para" or len(it.text.split()) > 14 or k + 1 >= len(out) or out[k + 1].kind != "para":
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named:
             out[k] = _Item("heading", it.text, style="contents")
+    return out
+
+
+def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
+    """Short lines in capitals set apart by two or more blank lines ("STORY OF THE DOOR") are chapter
+    headings in a book that has no numbered headings, when there are three or more of them, each
+    followed by text. The book's own title line is not one."""
+    numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
+    if any(it.kind == "heading" and it.style in numbered for it in items):
+        return items
+    title_t = tuple(_tokens(title))
+    cands = [k for k, it in enumerate(items)
+             if it.kind == "para" and it.caps and it.apart >= 2 and k + 1 < len(items) and items[k + 1].kind == "para"
+             and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text)]
+    if len(cands) < 3:
+        return items
+    out = list(items)
+    for k in cands:
+        out[k] = _Item("heading", items[k].text, style="caps")
     return out
 
 
@@ -264,7 +293,7 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
         if not good:
             levels[k] = "para"
     heads = [(k, it) for k, it in heads if levels.get(k) != "para"]
-    core = [k for k, it in heads if it.style in NUMBERED_CHAPTER_STYLES or it.style in ("contents", "")]
+    core = [k for k, it in heads if it.style in NUMBERED_CHAPTER_STYLES or it.style in ("contents", "caps", "")]
     romans_are_sections = False
     if core:
         # bare numerals that start again at one after each chapter heading are the chapters' parts
@@ -373,13 +402,14 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     start = 0
     while start < len(paras):
         t = paras[start].text
-        if _is_prose(t) or _DEDICATION_RE.match(t) and not _BY_RE.match(t) or t.startswith(("\u201c", '"')):
+        if _is_prose(t) or _DEDICATION_RE.match(t) and not _BY_RE.match(t) or t.startswith(("\u201c", '"')) \
+                or t.strip(" .").casefold() in ("to", "for"):
             break
         start += 1
     kept = paras[start:]
     title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
-    kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t) and not _BY_RE.match(it.text)
-            and not _CONTENTS_LABEL_RE.match(it.text)]
+    kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t, ("by",))
+            and not _BY_RE.match(it.text) and not _CONTENTS_LABEL_RE.match(it.text)]
     texts = [it.text for it in kept]
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
         return []
@@ -391,8 +421,9 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
 
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
-    items, named = _resolve_toc(items)
-    items = _promote_named(items, named)
+    items, named, after = _resolve_toc(items)
+    items = _promote_named(items, named, after, title)
+    items = _promote_caps(items, title)
     items = [it for it in items if not (it.kind == "para" and _NOTE_RE.match(it.text))]
     items = _heading_runs(items)
     levels = _assign_levels(items)

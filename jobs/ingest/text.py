@@ -161,6 +161,8 @@ class _Item:
     num: int | None = None  # headings: the number the heading carries, if any
     forced: bool = False  # headings: the line was named by --chapter-pattern / --chapters-file
     entries: list[str] | None = None  # "toc" items: the titles a contents-list block names
+    apart: int = 0  # blank lines before the block (a line set apart has two or more)
+    caps: bool = False  # a paragraph that is one short line in capitals (a heading the outline may take)
     label: bool = False  # "toc" items: right after a "Contents" label
 
 
@@ -178,7 +180,7 @@ _HEADING_RE = re.compile(
 _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<title>\S.*)$")
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _SECTION_RE = re.compile(
-    r"^(?P<head>(?:PROLOGUE|Prologue|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
+    r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _ROMAN_ALONE_RE = re.compile(rf"^{_ROMAN}\.?$")
 _OPEN_CHARS = "\"'\u201c\u2018([_*"
@@ -280,8 +282,9 @@ def _strict_title_line(block: list[str]) -> str | None:
     return s
 
 
-def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int]]:
-    """Blank-line separated blocks of lines, and the indices of forced heading blocks. A text written
+def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], list[int]]:
+    """Blank-line separated blocks of lines, the indices of forced heading blocks, and the number of
+    blank lines before each block. A text written
     one paragraph per line, with (almost) no blank lines and long unwrapped lines, gets one block per
     line instead. ``force(line_index, line)`` (0-based in ``text``) names lines that start a chapter
     (the overrides): each becomes a block of its own."""
@@ -295,24 +298,45 @@ def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int]]:
         lengths = sorted(len(ln.strip()) for ln in full)
         per_line = blank_runs < 0.1 * len(full) and lengths[len(lengths) // 2] > 150
     cur: list[str] = []
+    gaps: list[int] = []
+    blank = 0
+
+    def start() -> None:
+        nonlocal blank
+        gaps.append(blank)
+        blank = 0
+
     for n, line in enumerate(lines):
         if force is not None and line.strip() and force(n, line):
             if cur:
                 blocks.append(cur)
                 cur = []
             forced.add(len(blocks))
+            start()
             blocks.append([line.rstrip()])
         elif line.strip():
             if per_line:
+                start()
                 blocks.append([line.rstrip()])
             else:
+                if not cur:
+                    start()
                 cur.append(line.rstrip())
-        elif cur:
-            blocks.append(cur)
-            cur = []
+        else:
+            blank += 1
+            if cur:
+                blocks.append(cur)
+                cur = []
     if cur:
         blocks.append(cur)
-    return blocks, forced
+    return blocks, forced, gaps
+
+
+def _caps_line(s: str) -> bool:
+    """A short line in capitals that can be a heading ("STORY OF THE DOOR", "THE LAMB")."""
+    letters = [c for c in s if c.isalpha()]
+    return (len(letters) >= 3 and all(c.isupper() for c in letters) and len(s.split()) <= 12
+            and _title_like(s) and not s.rstrip().endswith((",", ";", ":")))
 
 
 _TOC_ENTRY_RE = re.compile(
@@ -326,18 +350,22 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     A contents list is three or more short lines that are all numbered ("I. A Scandal in Bohemia",
     "CHAPTER I. Down the Rabbit-Hole") or all end with a page number ("The Start .... 7"); right
     after a "Contents" label, any block of three or more short title lines is one."""
+    block = [ln for ln in block if ln.strip().casefold() not in ("page", "pages", "page.")]  # a column header
     if len(block) < 3 or any(len(ln.strip()) > 100 for ln in block):
         return None
     titles: list[str] = []
-    numbered = paged = 0
+    numbered = paged = bad = 0
     for ln in block:
         m = _TOC_ENTRY_RE.match(ln.strip())
-        if not m or not _title_like(m.group("title")):
-            return None
+        if not m or not (_title_like(m.group("title")) or m.group("page")):
+            bad += 1  # an entry the scan spoiled ("y Pretty Rose-Tree") among good ones
+            continue
         numbered += m.group("num") is not None
         paged += m.group("page") is not None
         titles.append(m.group("title").strip())
-    if numbered == len(block) or paged == len(block) or after_label:
+    if bad > 0.1 * len(block) or len(titles) < 3:
+        return None
+    if numbered == len(titles) or paged >= 0.8 * len(titles) or after_label:
         return titles
     return None
 
@@ -412,10 +440,25 @@ def _roman_headings(blocks: list[list[str]]) -> set[int]:
     return ok
 
 
+def _after_contents_label(items: list[_Item]) -> bool:
+    """The next block continues a contents list: a "Contents" label, a contents block or contents
+    headings ("THE PROLOGUE.", "ACT I") come right before it."""
+    short = 0
+    for it in reversed(items):
+        if it.kind == "toc" or it.kind == "para" and _CONTENTS_LABEL_RE.match(it.text):
+            return True
+        if it.kind == "para" and len(it.text.split()) <= 6 and not short:
+            short += 1  # a group label inside the list ("SONGS OF INNOCENCE")
+            continue
+        if it.kind != "heading":
+            return False
+    return False
+
+
 def _txt_items(body: str, force=None) -> list[_Item]:
     """Plain text -> heading, paragraph, break and contents-entry ("toc") items. ``force``: see
     :func:`_split_blocks`; a forced line is a heading item with ``forced`` set."""
-    blocks, forced = _split_blocks(body, force)
+    blocks, forced, gaps = _split_blocks(body, force)
     roman_ok = _roman_headings(blocks)
     items: list[_Item] = []
     i = 0
@@ -424,7 +467,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             items.append(_Item("heading", _norm(_clean_inline(blocks[i][0])), forced=True, style="forced"))
             i += 1
             continue
-        after_label = bool(items) and items[-1].kind == "para" and bool(_CONTENTS_LABEL_RE.match(items[-1].text))
+        after_label = _after_contents_label(items)
         entries = _toc_entries(blocks[i], after_label)
         if entries is not None and not (i in roman_ok):
             items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
@@ -458,6 +501,9 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             j += 1
         if j == 0:
             _add_para(items, lines)
+            if len(lines) == 1 and items and items[-1].kind == "para" and _caps_line(items[-1].text):
+                items[-1].caps = True
+                items[-1].apart = gaps[i - 1]
             continue
         if j < len(lines):
             _add_para(items, lines[j:])

@@ -414,7 +414,7 @@ def test_front_matter_without_prose_is_left_out(tmp_path):
     p = tmp_path / "f.txt"
     p.write_text(f"THE TITLE\n\nby Some Body\n\nILLUSTRATED EDITION\n\nChapter 1\n\n{PROSE}\n")
     book = load_book(p)
-    assert book.title == "THE TITLE"
+    assert book.title == "The Title"  # a title page in capitals: title case
     assert [(c.title, c.paragraphs) for c in book.chapters] == [("Chapter 1", [PROSE])]
 
 

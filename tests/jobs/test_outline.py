@@ -168,3 +168,25 @@ def test_overrides_are_recorded_in_job_json_and_the_identity(tmp_path):
 def test_override_mistakes_on_the_command_line(args, message):
     r = _cli("plan", str(SHERLOCK), *args)
     assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr
+
+
+JEKYLL = STRUCTURE / "jekyll-excerpt.txt"  # Jekyll and Hyde (PG 43): chapters headed by lines in capitals only
+SONGS = STRUCTURE / "songs-excerpt.txt"  # Songs of Innocence (PG 1934): a paged contents list, poems titled in capitals
+
+
+def test_lines_in_capitals_set_apart_are_chapters_and_the_title_page_is_announced_once():
+    book = load_book(JEKYLL)
+    assert book.announcement() == "The Strange Case of Dr. Jekyll and Mr. Hyde, by Robert Louis Stevenson."
+    assert [c.title for c in book.chapters] == ["Story of the Door", "Search for Mr. Hyde",
+                                                "Dr. Jekyll Was Quite at Ease", "The Carew Murder Case"]
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "JEKYLL AND MR. HYDE" not in said and "by Robert Louis Stevenson" not in said
+
+
+def test_a_paged_contents_list_is_dropped_and_names_the_poems():
+    book = load_book(SONGS)
+    assert book.announcement() == "Songs of Innocence and Songs of Experience, by William Blake."
+    assert [c.title for c in book.chapters] == ["Introduction", "The Shepherd", "The Echoing Green"]
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "Page" not in said and "Laughing Song" not in said and "DCCCCI" not in said
+    assert book.chapters[0].paragraphs[0].startswith("Piping down the valleys wild")
