@@ -6,8 +6,10 @@ holds at most :data:`MAX_LINES` lines of :data:`LINE_CHARS` characters and lasts
 :data:`MAX_CUE_S` seconds (a single longer word stands alone in its cue): a longer utterance is cut
 between words, at a clause end ("," ";" ":" a dash) where one is near, else at the last word that
 fits. The cut falls at the word's start time: from the engine's per-phoneme durations where the
-manifest has them (``phoneme_durations_s``, see below), else shared out by the words' lengths in
-characters. The cues of an utterance follow each other without gaps or overlap.
+manifest has them (``phoneme_durations_s``, see below: exact where the phonemes split into the
+text's words, else estimated from where the word's characters fall among the utterance's spoken
+phonemes), else shared out by the words' lengths in characters. The cues of an utterance follow each
+other without gaps or overlap.
 
 Word timings: where the manifest has ``phoneme_durations_s`` (engines that expose the duration
 predictor's output) and the utterance's phoneme ids split into as many words (at the voice's
@@ -41,16 +43,18 @@ def _stamp(seconds: float, sep: str) -> str:
 
 def cues(rows: list[dict], offset_s: float = 0.0) -> list[tuple]:
     """(start, end, text[, word starts]) per cue of the spoken rows, in order; ``offset_s`` is added
-    (a chapter's place in an M4B). A row may carry ``word_starts_s`` (see :func:`word_starts`): then
-    its cues carry their words' start times and are cut at them."""
+    (a chapter's place in an M4B). A row may carry ``word_starts_s`` (exact, see :func:`word_starts`):
+    then its cues carry their words' start times and are cut at them; or ``word_times_s`` (estimated,
+    :func:`word_times`): its cues are cut at them and carry none."""
     out = []
     for r in rows:
         if r["duration_s"] <= 0 or not (r["text"] or "").strip():
             continue
         start = offset_s + r["start_s"]
-        words = r.get("word_starts_s")
+        words = r.get("word_starts_s") or r.get("word_times_s")
         out.extend(split_utterance(r["text"], start, start + r["duration_s"],
-                                   [offset_s + w for w in words] if words else None))
+                                   [offset_s + w for w in words] if words else None,
+                                   tags=bool(r.get("word_starts_s"))))
     return out
 
 
@@ -62,12 +66,14 @@ def _wrap(text: str) -> list[str]:
     return textwrap.wrap(text, LINE_CHARS, break_long_words=False, break_on_hyphens=False)
 
 
-def split_utterance(text: str, start: float, end: float, word_starts_s: list[float] | None = None) -> list[tuple]:
+def split_utterance(text: str, start: float, end: float, word_starts_s: list[float] | None = None,
+                    tags: bool = True) -> list[tuple]:
     """The cues of one utterance spoken from ``start`` to ``end``: (start, end, text[, word starts]).
 
     ``word_starts_s``: each word's start time (from the phoneme durations); without it (or with
-    another number of words) the time is shared out by the words' lengths. Each cue fits
-    :data:`MAX_LINES` x :data:`LINE_CHARS` and :data:`MAX_CUE_S` unless it is one word."""
+    another number of words) the time is shared out by the words' lengths. ``tags``: the cues carry
+    their words' start times (for WebVTT's word tags). Each cue fits :data:`MAX_LINES` x
+    :data:`LINE_CHARS` and :data:`MAX_CUE_S` unless it is one word."""
     words = text.split()
     timed = word_starts_s is not None and len(word_starts_s) == len(words)
     if timed:
@@ -92,7 +98,7 @@ def split_utterance(text: str, start: float, end: float, word_starts_s: list[flo
         a = start if i == 0 else starts[i]
         b = end if j == len(words) else starts[j]
         cue = (a, b, " ".join(words[i:j]))
-        out.append(cue + (starts[i:j],) if timed else cue)
+        out.append(cue + (starts[i:j],) if timed and tags else cue)
         i = j
     return out
 
@@ -112,6 +118,35 @@ def word_starts(text: str, start_s: float, phoneme_ids: list[int], durations_s: 
             in_word = True
         t += d
     return starts if len(starts) == len(text.split()) else None
+
+
+def word_times(text: str, start_s: float, phoneme_ids: list[int], durations_s: list[float] | None,
+               space_ids: set[int], silent_ids: set[int], pause_ids: set[int] = frozenset()
+               ) -> tuple[list[float], bool] | None:
+    """(start time of each word of ``text``, exact): exact from :func:`word_starts` where the phonemes
+    split into the text's words; else estimated (espeak-ng joins "for the" into one word, splits
+    "daisy-chain"...): a word starting at a fraction of the text's characters starts at that fraction
+    of the utterance's spoken phonemes (not ``pause_ids``: punctuation), at that phoneme's time. None
+    without durations."""
+    exact = word_starts(text, start_s, phoneme_ids, durations_s, space_ids, silent_ids)
+    if exact is not None:
+        return exact, True
+    words = text.split()
+    if not words or not durations_s or len(durations_s) != len(phoneme_ids):
+        return None
+    spoken, t = [], start_s
+    quiet = set(space_ids) | set(silent_ids) | set(pause_ids)
+    for pid, d in zip(phoneme_ids, durations_s):
+        if pid not in quiet:
+            spoken.append(t)
+        t += d
+    if not spoken:
+        return None
+    total, before, out = sum(len(w) for w in words), 0, []
+    for w in words:
+        out.append(spoken[min(len(spoken) - 1, before * len(spoken) // total)])
+        before += len(w)
+    return out, False
 
 
 def _lines(text: str) -> str:

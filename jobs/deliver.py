@@ -135,13 +135,15 @@ def finish(job, cols: dict[str, list]) -> list[str]:
 
 def _row(cols: dict[str, list], i: int, words=None) -> dict:
     row = {"text": cols["text"][i], "start_s": cols["start_s"][i], "duration_s": cols["duration_s"][i]}
-    if words is not None:
-        row["word_starts_s"] = words(i)
+    timed = words(i) if words is not None else None
+    if timed is not None:  # exact word starts give WebVTT word tags too; estimated ones only place cuts
+        row["word_starts_s" if timed[1] else "word_times_s"] = timed[0]
     return row
 
 
 def _word_timer(job, cols: dict[str, list]):
-    """i -> word start times of manifest row i (chapter-relative, like its start_s), or None."""
+    """i -> (word start times, exact) of manifest row i (chapter-relative, like its start_s), or None
+    (:func:`jobs.captions.word_times`)."""
     if "phoneme_durations_s" not in cols or not any(d for d in cols["phoneme_durations_s"]):
         return None
     try:
@@ -151,10 +153,11 @@ def _word_timer(job, cols: dict[str, list]):
         return None
     space = set(ids_map.get(" ", []))
     silent = {i for k in ("^", "$", "_") for i in ids_map.get(k, [])}
+    marks = {i for k in ",.;:!?—…" for i in ids_map.get(k, [])}  # punctuation: pauses, not speech
     ids = {r.key: r.utt.phoneme_ids for r in job.rows}
 
     def words(i: int):
         key = (cols["book_index"][i], cols["chapter_index"][i], cols["utterance_index"][i])
-        return captions.word_starts(cols["text"][i], cols["start_s"][i], ids.get(key, []),
-                                    cols["phoneme_durations_s"][i], space, silent)
+        return captions.word_times(cols["text"][i], cols["start_s"][i], ids.get(key, []),
+                                   cols["phoneme_durations_s"][i], space, silent, marks)
     return words

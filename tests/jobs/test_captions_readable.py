@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -52,6 +53,7 @@ def long_chapter(tmp_path_factory, voice):
     run_local(job, FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length))
     rows = [r for r in pq.read_table(out / "manifest.parquet").to_pylist() if r["duration_s"] > 0]
     audio = out / rows[0]["chapter_path"]
+    rows = [r for r in rows if r["duration_s"] > 0]
     return rows, {fmt: read_cues(audio.with_suffix(f".{fmt}").read_text(encoding="utf-8"), sep)
                   for fmt, sep in (("srt", ","), ("vtt", "."))}
 
@@ -151,3 +153,42 @@ def test_srt_alone_cuts_at_the_word_times_too(long_chapter, tmp_path, voice):
     run_local(job, FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length))
     srt = read_cues(next((tmp_path / "out").glob("*/*.srt")).read_text(encoding="utf-8"), ",")
     assert [(c["start"], c["end"]) for c in srt] == [(c["start"], c["end"]) for c in files["vtt"]]
+
+
+def test_every_cut_inside_an_utterance_falls_between_two_phonemes(long_chapter):
+    """Where the phonemes do not split into the text's words (espeak-ng says "for the" as one word),
+    the cut is still placed by the phoneme durations, never by a share of the wall time: each cut
+    lies on a phoneme boundary of the manifest's ``phoneme_durations_s``."""
+    rows, files = long_chapter
+    for fmt in ("srt", "vtt"):
+        cues, k, cuts = files[fmt], 0, 0
+        for r in rows:
+            end = r["start_s"] + r["duration_s"]
+            mine = []
+            while k < len(cues) and cues[k]["start"] < end - TOL:
+                mine.append(cues[k])
+                k += 1
+            edges = np.cumsum([0.0] + r["phoneme_durations_s"]) + r["start_s"]
+            for c in mine[1:]:
+                cuts += 1
+                assert np.min(np.abs(edges - c["start"])) <= TOL, (fmt, r["text"], c["start"])
+        assert cuts > 50
+
+
+def test_word_times_are_estimated_from_the_phonemes_where_the_words_differ(voice):
+    from jobs.phonemize import Phonemizer
+
+    text = "There was nothing so very remarkable in that; nor did Alice think it so very much out of the way."
+    ids = Phonemizer(voice)(text).ids
+    space = set(voice.phoneme_id_map[" "])
+    silent = {i for k in "^$_" for i in voice.phoneme_id_map[k]}
+    marks = {i for k in ",.;:!?" for i in voice.phoneme_id_map.get(k, [])}
+    durations = [0.2 if i in marks else 0.05 for i in ids]
+    assert captions.word_starts(text, 1.0, ids, durations, space, silent) is None  # "there was" is one word
+    starts, exact = captions.word_times(text, 1.0, ids, durations, space, silent, marks)
+    assert not exact and len(starts) == len(text.split())
+    assert starts == sorted(starts) and 1.0 <= starts[0] and starts[-1] < 1.0 + sum(durations)
+    # the ";" pause (0.2 s) lies between "that;" and "nor": the estimate puts "nor" after it
+    at = text.split().index("nor")
+    assert starts[at] - starts[at - 1] > 0.2
+    assert captions.word_times(text, 1.0, ids, None, space, silent) is None
