@@ -121,3 +121,15 @@ def test_the_options_set_the_pauses():
     assert CliRunner().invoke(probe, []).output.split() == ["1.2", "2.0"]
     bad = CliRunner().invoke(probe, ["--chapter-pause", "-2"])
     assert bad.exit_code == 2 and "--chapter-pause" in bad.output and "Traceback" not in bad.output
+
+
+def test_an_m4b_has_the_chapter_pause_between_its_chapters(hand_built_book, tmp_path, fake_engine):
+    pytest.importorskip("av", reason="M4B needs PyAV")
+    rows = _run(hand_built_book, tmp_path / "out", fake_engine, audio_format="m4b", **PAUSES)
+    assert {r["chapter_path"] for r in rows} == {next((tmp_path / "out").glob("*.m4b")).name}
+    for ch in (1, 2):
+        last = [r for r in rows if r["chapter_index"] == ch][-1]
+        first = next(r for r in rows if r["chapter_index"] == ch + 1)
+        # AAC frames round each chapter's start to 1024 samples at most
+        gap = first["start_s"] - (last["start_s"] + last["duration_s"])
+        assert gap == pytest.approx(3.0, abs=1024 / 22050)
