@@ -57,6 +57,19 @@ def test_currency_amount_too_long_to_say_is_read_digit_by_digit(digits):
         assert not any(c.isdigit() for c in said), said[:200]
 
 
+@pytest.mark.parametrize("digits", [307, 5000])
+def test_every_number_form_with_a_huge_number_is_said_without_error(digits):
+    """The other num2words paths (plain numbers, decimals, percentages, ordinals, years, decades,
+    fractions, units, exponents, ranges, times, dates) with a number past num2words' range."""
+    from jobs.normalize import normalize
+
+    d = "9" * digits
+    for text in (d, f"-{d}", f"1.{d}", f"{d}.{d}", f"{d}%", f"{d}th", f"{d}0s", f"{d}½", f"{d} km", f"{d}e{d}",
+                 f"1.5e{d}", f"#{d}", f"No. {d}", f"pages {d}-{d}", f"{d}°C", f"{d}:30", f"{d}/{d}/2020",
+                 f"£{d} million", f"${d}.{d}"):
+        assert normalize(f"It was {text} then.").startswith("It was"), text[:30]
+
+
 def test_plan_and_run_say_a_huge_currency_amount(tmp_path):
     book = tmp_path / "bill.txt"
     book.write_text(f"Chapter 1\n\nThe bill came to ${'9' * 400} in all, or ${'8' * 5000}.\n", encoding="utf-8")
