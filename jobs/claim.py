@@ -10,6 +10,14 @@
     that two identical ``cli.py run`` into one directory do not both write it (with different
     engines, say, their chapter files and manifest could mix).
 
+``OUTDIR/.work/submitted.json`` (the submit mark)
+    written by a distributed ``submit`` or ``resume`` (:func:`mark_submitted`) before it queues the
+    job's batches, and removed when the job is finalized or cancelled (:func:`clear_submitted`). A
+    local run refuses a directory that has it (a local run cannot ask Redis: it may not reach it), and
+    a submit refuses a directory whose run lock a live local run holds. Each side writes its own
+    marker first and then looks for the other's, so of two that start together at least one sees
+    the other.
+
 Both are created atomically, in a way that also holds on NFS: the content is written to a unique
 temporary file, which is then hard-linked to the final name. ``link(2)`` fails if the name exists;
 where a retransmitted NFS request reports a failure for a link that was made, the temporary
@@ -36,6 +44,7 @@ from core.files import TMP_MARK
 WORK_DIR = ".work"
 CLAIM_FILE = "claim.json"
 RUN_LOCK = "run.lock"
+SUBMIT_MARK = "submitted.json"
 #: link(2) errors meaning "no hard links on this filesystem": fall back to O_CREAT|O_EXCL.
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
 
@@ -52,6 +61,10 @@ def claim_path(out_dir: Path) -> Path:
 
 def run_lock_path(out_dir: Path) -> Path:
     return Path(out_dir) / WORK_DIR / RUN_LOCK
+
+
+def submit_mark_path(out_dir: Path) -> Path:
+    return Path(out_dir) / WORK_DIR / SUBMIT_MARK
 
 
 def create_exclusive(path: Path, data: dict) -> bool:
@@ -240,6 +253,9 @@ def run_lock(out_dir: Path, job_id: str) -> Iterator[None]:
         raise JobError(f"cannot take the run lock {path} (a stale {path.name}.break?); if no run is going on "
                        f"in {out_dir}, delete {path} and {path.name}.break")
     try:
+        submitted = submitted_to_workers(out_dir)
+        if submitted is not None:  # after taking the lock: a submit that starts now sees the lock
+            raise submitted_refusal(out_dir, submitted)
         yield
     finally:
         try:
@@ -248,3 +264,58 @@ def run_lock(out_dir: Path, job_id: str) -> Iterator[None]:
             cur = None
         if cur is not None and cur.get("token") == mine["token"]:
             path.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------ the submit mark
+
+
+def submitted_to_workers(out_dir: Path) -> dict | None:
+    """The submit mark of ``out_dir`` (its job is queued on or being run by workers), or None."""
+    return read_marker(submit_mark_path(out_dir))
+
+
+def submitted_refusal(out_dir: Path, mark: dict) -> JobError:
+    job_id = mark["job_id"]
+    return JobError(f"{out_dir} holds job {job_id}, which is queued on or being run by workers ({mark.get('by', 'submit')} "
+                    f"from {_who(mark)}); wait for it (`cli.py status {job_id}`), or `cli.py cancel {job_id}` first to "
+                    f"run it here; if Redis lost the job and no worker runs it, delete {submit_mark_path(out_dir)}")
+
+
+def mark_submitted(out_dir: Path, job_id: str, by: str = "submit"):
+    """Mark ``out_dir`` as handed to workers for ``job_id``, then refuse (:func:`busy_refusal`, the
+    mark taken back) if a live local run holds its run lock. Returns the undo of a mark this call
+    made (None if the directory had one for this job already)."""
+    from core.files import write_json
+
+    path = submit_mark_path(out_dir)
+    try:
+        had = read_marker(path, wait_s=0)
+    except JobError:
+        had = None  # unreadable: replaced by ours
+    mine = {"job_id": job_id, "submitted_at": _now_iso(), "host": socket.gethostname(), "pid": os.getpid(), "by": by}
+    made_dirs = [d for d in (path.parent, Path(out_dir), *Path(out_dir).parents) if not d.exists()]  # innermost first
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, mine)
+
+    def undo() -> None:
+        clear_submitted(out_dir, job_id)
+        for d in made_dirs:  # only those still empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+    holder = local_run_holder(out_dir)
+    if holder is not None:
+        if had is None or had.get("job_id") != job_id:
+            undo()
+        raise busy_refusal(out_dir, holder)
+    return None if had is not None and had.get("job_id") == job_id else undo
+
+
+def clear_submitted(out_dir: Path, job_id: str) -> None:
+    """Remove the submit mark if it names ``job_id`` (its job was finalized or cancelled)."""
+    try:
+        d = read_marker(submit_mark_path(out_dir), wait_s=0)
+    except JobError:
+        return
+    if d is not None and d["job_id"] == job_id:
+        submit_mark_path(out_dir).unlink(missing_ok=True)

@@ -108,6 +108,8 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     from jobs import claim as claims
 
     claims.check_claim(Path(job.out_dir), job.job_id)  # the directory's claim file names another job
+    if mode != "rebuild":  # on disk, for a local run (jobs.claim); a live local run refuses
+        claims.mark_submitted(Path(job.out_dir), job.job_id, by=mode)
     store.claim_dir(out_dir, job.job_id)  # another active job registered for this directory: JobError
     all_ids = [b.batch_id for b in job.batches]
     pending = job.pending_batches()
@@ -132,6 +134,7 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
         return store.require_job(job.job_id), 0
     if not pending:
         if job.finalized:
+            claims.clear_submitted(Path(job.out_dir), job.job_id)  # nothing queued: a local run may run it
             summary = _pipeline().finalized_summary(job)
             from dataclasses import asdict
 
@@ -193,11 +196,17 @@ def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, que
 
     def before_write(job_id: str):
         check_not_active_elsewhere(store.get_job(job_id), resolved)
-        holder = claims.local_run_holder(Path(out_dir))
-        if holder is not None:
-            raise claims.busy_refusal(Path(out_dir), holder)
-        previous = store.claim_dir(resolved, job_id, provisional_s=SUBMIT_CLAIM_S)
-        return None if previous == job_id else (lambda: store.release_dir(resolved, job_id, previous))
+        # the submit mark first, then the local run's lock (a live one refuses): see jobs.claim
+        unmark = claims.mark_submitted(Path(out_dir), job_id)
+        try:
+            previous = store.claim_dir(resolved, job_id, provisional_s=SUBMIT_CLAIM_S)
+        except BaseException:
+            if unmark is not None:
+                unmark()
+            raise
+        release = None if previous == job_id else (lambda: store.release_dir(resolved, job_id, previous))
+        undo = [f for f in (release, unmark) if f is not None]
+        return (lambda: [f() for f in undo]) if undo else None
 
     job = _pipeline().prepare_job(list(books), Path(out_dir), config, before_write=before_write)
     info, n = start_job(store, job, priority, queue, mode="submit")
