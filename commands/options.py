@@ -79,8 +79,9 @@ def exit_broken_pipe() -> None:
 
 
 #: An error line keeps a quoted value or an unbroken run of characters of at most this many
-#: characters whole; a longer one is cut to its first :data:`ECHO_KEEP` characters and "...".
-ECHO_LIMIT = 120
+#: characters whole (a long path stays readable); a longer one is cut to its first
+#: :data:`ECHO_KEEP` characters and "...".
+ECHO_LIMIT = 200
 ECHO_KEEP = 60
 #: Longest error line printed (its middle is cut), for long values with spaces that are not quoted.
 ECHO_LINE_LIMIT = 1000

@@ -117,6 +117,8 @@ def test_clip_values_keeps_short_values_and_one_line():
 
     short = "--chapters '1-x': '1-x' is not a number or range like 3-5"
     assert clip_values(short) == short
+    path = "error: /home/" + "d" * 150 + "/book.txt: no such file; check the path"
+    assert clip_values(path) == path  # a long path is still named whole
     assert clip_values("--speaker a\nb\x1b[31m\u202e") == "--speaker a\\nb\\x1b[31m\\u202e"
     spaced = "--chapters '" + "1 " * 50_000 + "'"
     assert len(clip_values(spaced)) < 200
