@@ -11,7 +11,8 @@ these.
     │   └── UnsafePathError   a name inside an input that would escape the output directory
     ├── VoiceError            a voice that cannot be found or loaded
     ├── JobError              job state: a different job in the output dir, unknown job id
-    │   └── BatchesNotDone    a finalize asked for before every batch has its record
+    │   ├── BatchesNotDone    a finalize asked for before every batch has its record
+    │   └── EngineMismatch    a job's batches come from another engine (or precision) than this one
     ├── BrokerError           Redis / Celery cannot be reached or misbehaves
     ├── ServerError           a `cli.py serve` engine server cannot be reached or cannot run this job
     ├── StorageError          writing into the output directory failed (also an OSError: retried by workers)
@@ -72,6 +73,12 @@ class BatchesNotDone(JobError):
 
     def __reduce__(self):  # (crosses process boundaries as its arguments)
         return type(self), (self.job_id, self.batches, self.total)
+
+
+class EngineMismatch(JobError):
+    """The job's batches were synthesized by another engine identity (backend, precision) than the
+    one asked to go on with it (:func:`jobs.pipeline.claim_engine`): its audio would mix the two.
+    A local run stops with this line; a worker leaves the batch for a worker of the job's engine."""
 
 
 class BrokerError(TTSError):

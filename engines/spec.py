@@ -1,6 +1,8 @@
 """Which engine to build: :class:`EngineSpec`, the one record every layer passes around.
 
-Knows no backend: :func:`engines.load_engine` turns a spec into an engine.
+Knows no backend: :func:`engines.load_engine` turns a spec into an engine. Also says which engines
+the command line offers (:func:`offered_engines`) and what of an engine makes a job's samples what
+they are (:func:`engine_identity`); it records and checks nothing itself (:mod:`jobs.pipeline` does).
 """
 
 from __future__ import annotations
@@ -10,6 +12,31 @@ from dataclasses import dataclass
 from engines.torch_options import TorchOptions
 
 ENGINE_NAMES = ("onnx", "torch", "tensorrt", "fake")
+#: The engines the command line offers users; ``fake`` (test tones) only with :data:`TEST_ENGINES_ENV`.
+USER_ENGINES = ("onnx", "torch", "tensorrt")
+#: Set (to anything but ``""``/``0``) by the test suite: the command line then also offers ``--engine fake``.
+TEST_ENGINES_ENV = "BOOKTTS_TEST_ENGINES"
+
+
+def offered_engines(allow_fake: bool | None = None, env=None) -> tuple[str, ...]:
+    """The ``--engine`` choices: :data:`USER_ENGINES`, plus ``fake`` where ``allow_fake`` (None: where
+    :data:`TEST_ENGINES_ENV` is set in ``env``, default this process's environment)."""
+    if allow_fake is None:
+        import os
+
+        allow_fake = (os.environ if env is None else env).get(TEST_ENGINES_ENV, "") not in ("", "0")
+    return USER_ENGINES + (("fake",) if allow_fake else ())
+
+
+def engine_identity(name: str, precision: str) -> dict:
+    """What of an engine decides the samples it makes: the backend and its precision (the fake engine
+    has one). Not the device (any GPU of a kind, or CPU threads, make the same job) nor the batch size."""
+    return {"name": name, "precision": "fp32" if name == "fake" else precision}
+
+
+def describe_identity(identity: dict) -> str:
+    """An engine identity as the options that choose it: ``--engine torch --precision fp16``."""
+    return f"--engine {identity.get('name')} --precision {identity.get('precision')}"
 
 
 @dataclass(frozen=True)
@@ -33,6 +60,10 @@ class EngineSpec:
     options: TorchOptions | None = None
     """The torch engine's start-up options; None: :meth:`TorchOptions.from_env` when the engine is
     built. Other engines ignore them."""
+
+    def identity(self) -> dict:
+        """:func:`engine_identity` of this spec: a job's batches all come from one."""
+        return engine_identity(self.name, self.precision)
 
     def to_dict(self) -> dict:
         d = dict(name=self.name, precision=self.precision, device=self.device,

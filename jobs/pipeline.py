@@ -28,12 +28,14 @@ import pyarrow.parquet as pq
 import soundfile as sf
 
 from engines.base import Engine, SynthesisBatch
+from engines.spec import EngineSpec, describe_identity, engine_identity
 from jobs import claim as claims
 from jobs import chapter_pool, chapter_records, deliver, metadata
 from jobs.config import AUDIO_FORMATS, JobConfig, structure_of
-from core.errors import BatchesNotDone, DeterministicEngineError, EngineOutOfMemory, InputError, JobError
-from core.files import (atomic_path, create_json, inside, read_json, slug, storage_error, sweep_temp_files,
-                        write_json)
+from core.errors import (BatchesNotDone, DeterministicEngineError, EngineMismatch, EngineOutOfMemory, InputError,
+                         JobError)
+from core.files import (atomic_path, create_json, inside, read_json, real_directory, slug, storage_error,
+                        sweep_temp_files, write_json)
 from jobs.phonemize import Phonemizer
 from jobs.plan import (BatchInfo, PlannedUtterance, estimate_seconds, from_table, pack_batches,
                        padding_efficiency, to_table)
@@ -55,6 +57,11 @@ WORK_DIR = ".work"
 #: more (a broken or hostile model, or runaway settings) fails the batch with one line: :func:`_check_lengths`.
 MAX_FRAMES_PER_ID = 50
 FINALIZED_FILE = "finalized.json"
+#: The engine identity (:func:`engines.spec.engine_identity`) that synthesized the job's batches, in
+#: ``.work``: written once, by the first synthesis (:func:`claim_engine`).
+ENGINE_FILE = "engine.json"
+#: Where batch audio and records go, below the job directory.
+BATCHES_DIR = f"{WORK_DIR}/batches"
 JOB_FORMAT_VERSION = 1
 #: Test knob: seconds ``finalize`` waits in each chapter file (its temporary file open), so that
 #: tests can kill a worker in the middle of a finalize.
@@ -238,6 +245,63 @@ def job_directories(job: Job) -> list[Path]:
     return sorted(dirs)
 
 
+def check_write_directories(out_dir: Path, job: Job | None = None) -> None:
+    """Refuse (:class:`~core.errors.UnsafePathError`, one line) to write into ``out_dir`` when a
+    directory that runs and workers write into below it is a symbolic link or resolves outside it
+    (:func:`core.files.real_directory`): ``.work``, ``.work/batches``, ``.work/loudness``,
+    ``.work/chapters`` and, with ``job``, its chapter directories. A link planted there (say
+    ``.work/batches`` -> a directory elsewhere) would otherwise take the job's files, and a worker's
+    allowed roots only check the job directory itself. Checks only: creates nothing."""
+    rels = [WORK_DIR, BATCHES_DIR, deliver.LOUDNESS_DIR, chapter_records.CHAPTERS_DIR]
+    if job is not None:
+        rels += sorted({str(Path(ch["file"]).parent) for book in job.meta["books"] for ch in book["chapters"]}
+                       - {"."})
+    for rel in rels:
+        real_directory(out_dir, rel)
+
+
+def recorded_engine(out_dir) -> dict | None:
+    """The engine identity that synthesized the job in ``out_dir`` (its ``.work/engine.json``); None
+    before its first batch. An unreadable file is a :class:`JobError` naming it."""
+    path = Path(out_dir) / WORK_DIR / ENGINE_FILE
+    try:
+        d = read_json(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise JobError(f"{path} is unreadable ({type(exc).__name__}); it names the engine of the job's batches: "
+                       f"restore it, or delete the job directory and run the job again") from exc
+    if not (isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("precision"), str)):
+        raise JobError(f"{path} does not name an engine and precision; restore it, or delete the job directory "
+                       f"and run the job again")
+    return engine_identity(d["name"], d["precision"])
+
+
+def check_engine(out_dir, job_id: str, identity: dict) -> None:
+    """Refuse (:class:`EngineMismatch`, one line naming the job's engine) to go on with a job whose
+    batches another engine identity synthesized: its chapters would mix the two (tones and speech,
+    fp16 and fp32). A job with no batch yet takes any engine."""
+    have = recorded_engine(out_dir)
+    if have is not None and have != engine_identity(identity["name"], identity["precision"]):
+        raise EngineMismatch(f"{out_dir} holds job {job_id}, synthesized with {describe_identity(have)}; the engine "
+                             f"of a job cannot change (its audio would mix two engines): resume with those options, "
+                             f"or choose another -o directory")
+
+
+def claim_engine(job: Job, identity: dict) -> None:
+    """Record ``identity`` as the engine of ``job`` if no batch of it was synthesized yet (the first
+    synthesis wins, atomically: :func:`core.files.create_json`), else :func:`check_engine`. Checked
+    once per opened job and identity in a process."""
+    identity = engine_identity(identity["name"], identity["precision"])
+    key = (identity["name"], identity["precision"])
+    if job.__dict__.get("_engine_claimed") == key:
+        return
+    real_directory(job.out_dir, WORK_DIR)
+    if not create_json(Path(job.out_dir) / WORK_DIR / ENGINE_FILE, identity):
+        check_engine(job.out_dir, job.job_id, identity)
+    job.__dict__["_engine_claimed"] = key
+
+
 def sweep_stale_temp_files(job: Job) -> list[Path]:
     """Remove temporary files that killed writers left in ``job``'s directories (never those of a
     live writer: see :func:`core.files.sweep_temp_files`). Called when a local run starts and when
@@ -315,7 +379,7 @@ def _check_inputs(books: list[Path]) -> list[dict]:
 
 
 def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: VoiceConfig | None = None,
-                progress=None, before_write=None) -> Job:
+                progress=None, before_write=None, engine: EngineSpec | None = None) -> Job:
     """Ingest, segment, phonemize and plan; claim ``out_dir``; write ``job.json`` and ``plan.parquet``.
 
     If ``out_dir`` already holds the same job (same inputs, voice and settings), it is
@@ -326,6 +390,9 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     ``before_write(job_id)`` (the distributed runner claims the directory in Redis there; it may
     return an undo callable), then the claim file, then the plan and job.json. A refusal or error
     after that removes what this call created, and nothing else.
+
+    ``engine``: the engine that will synthesize (``run``): resuming a job that another engine identity
+    synthesized is refused (:func:`check_engine`). ``plan`` passes none.
     """
     from jobs.ingest import load_book
     from jobs import formats
@@ -344,7 +411,10 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     speaker_id = resolve_speaker(voice, config.speaker)
     lexicon = load_lexicon(config.lexicon) if config.lexicon else None
     job_id = job_identity(inputs, config, voice, lexicon.sha256 if lexicon else None)
+    check_write_directories(out_dir)  # before the claim file (in .work) is written
     existing = load_job(out_dir) if (out_dir / JOB_FILE).exists() else None
+    if existing is not None:
+        check_write_directories(out_dir, existing)
     if existing is not None:
         planned = existing.meta.get("planned")  # job-id settings a deliver changed (jobs/redeliver.py), as planned
         if planned and job_id != existing.job_id and job_identity(
@@ -355,6 +425,8 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     claims.check_claim(out_dir, job_id)  # another job owns the directory: refuse before planning
     if existing is not None:
         if existing.job_id == job_id:
+            if engine is not None:
+                check_engine(out_dir, job_id, engine.identity())
             return _claim_and_write(out_dir, job_id, before_write, None)  # resume (claims a pre-claim directory)
         raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
                        f"choose another -o directory or delete it")
@@ -518,13 +590,17 @@ def load_checked(out_dir, job_id: str) -> Job:
     return job
 
 
-def open_planned_job(out_dir: Path, voice_name: str | None = None) -> Job:
+def open_planned_job(out_dir: Path, voice_name: str | None = None, engine: EngineSpec | None = None) -> Job:
     """A job planned earlier in ``out_dir``, optionally with another copy of its voice.
 
     ``voice_name`` may differ from the job's (e.g. the voice's exported .safetensors on a GPU host);
     it must be the same voice: same source model hash where the file records it, same sample rate.
+    ``engine``: as :func:`prepare_job`'s.
     """
     job = load_job(out_dir)
+    if engine is not None:
+        check_engine(out_dir, job.job_id, engine.identity())
+    check_write_directories(out_dir, job)
     deliver.check_available(job.config)  # its output needs packages this host may lack: say so before synthesizing
     claims.claim(out_dir, job.job_id)  # refuses another job's claim; claims a directory older than claims
     if voice_name and voice_name != job.config.voice:
@@ -782,6 +858,9 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
         if u.job.meta["voice"].get("speaker_id") != first.meta["voice"].get("speaker_id"):
             raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different speakers; "
                            f"they cannot share an engine batch")
+    identity = engine_identity(engine.info.name, engine.info.precision)
+    for job in {id(u.job): u.job for u in units}.values():  # before any audio is made: one engine per job
+        claim_engine(job, identity)
     rows_per = [u.job.batch_rows(u.batch_id) for u in units]
     rows = [r for rs in rows_per for r in rs]
     started = now_iso()
@@ -817,6 +896,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     existing = job.batch_record(batch_id)
     if existing is not None:
         return existing
+    real_directory(job.out_dir, BATCHES_DIR)  # no link planted since the job was opened
     token = os.urandom(4).hex()
     audio_name = f"b{batch_id:06d}-{job.job_id}-{token}.wav"
     with atomic_path(rec_path.parent / audio_name) as tmp, _audio_write_errors(rec_path.parent / audio_name):
@@ -950,6 +1030,7 @@ def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] |
     ``memory``: per batch id, the items' audio as written, read instead of the batch file.
     """
     records = {} if records is None else records
+    check_write_directories(job.out_dir, job)
     part = _write_chapter(job, *work, records, memory)
     chapter_records.save(job, chapter_key(work), work[2]["file"], work[3], part[1], part[2], records)
     return part
@@ -973,6 +1054,7 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     as the host's cores allow).
     """
     claims.check_claim(job.out_dir, job.job_id)  # chapter files and manifest have fixed names
+    check_write_directories(job.out_dir, job)
     missing = job.pending_batches()
     if missing:
         raise BatchesNotDone(job.job_id, missing, len(job.batches))

@@ -10,6 +10,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 os.environ.setdefault("OMP_NUM_THREADS", "2")
+# The suite's switch that offers `--engine fake` (test tones) on the command line; inherited by the CLI
+# processes and workers the tests start. Users never see that engine (engines.spec.offered_engines).
+os.environ.setdefault("BOOKTTS_TEST_ENGINES", "1")
 
 
 @pytest.fixture(autouse=True)

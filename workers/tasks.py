@@ -29,6 +29,10 @@ Failure handling:
 - a directory the job's files go into that is a symbolic link, or resolves outside the job directory
   (``.work/batches`` replaced by a link elsewhere, say: :func:`jobs.pipeline.check_write_directories`),
   fails the batch like bad input, before anything is synthesized or written;
+- a batch of a job whose batches another engine identity synthesized (backend and precision:
+  :func:`jobs.pipeline.check_engine`) is left for a worker of that engine: put back on its queue after
+  :data:`ENGINE_GIVE_BACK_S`, before its lease is taken (no delivery counted, the job does not fail); a
+  worker gathers only batches of jobs of its own engine or of none yet;
 - a job directory outside the worker's allowed roots (``worker --allowed-root``,
   ``BOOKTTS_ALLOWED_ROOTS``; :func:`workers.runtime.check_job_dir`) is refused before anything is
   read or written: one ``error: refused ...`` log line, a failure recorded in the job (when Redis
@@ -37,6 +41,7 @@ Failure handling:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -49,8 +54,8 @@ from celery import Task, signals
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
-from core.errors import (BatchesNotDone, BrokerError, EngineUnavailable, JobError, TransientEngineError, UnsafePathError,
-                         VoiceError)
+from core.errors import (BatchesNotDone, BrokerError, EngineMismatch, EngineUnavailable, JobError, TransientEngineError,
+                         UnsafePathError, VoiceError)
 from workers import runtime
 from workers.runtime import OutsideAllowedRoots
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app, queue_name, DEFAULT_PRIORITY
@@ -69,6 +74,11 @@ RETRY_BACKOFF_MAX = 60
 #: Worth retrying: the same call may succeed later.
 RETRYABLE = (TransientEngineError, BrokerError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
              OperationalError, OSError)
+
+#: Seconds a worker waits before it puts back the message of a batch that another engine must run (so that
+#: workers of other engines sharing its queue do not pass it around without pause).
+ENGINE_GIVE_BACK_S = 1.0
+
 
 def _give_back(store: JobStore, claimed, holder: Holder) -> None:
     """Units this worker gathered but will not finish: drop their leases and queue them again
@@ -243,6 +253,8 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     t_in = time.perf_counter()
     job_dir, job_id, batch_id = _parse(job_dir, job_id, batch_id)
     store = get_store()
+    if _leave_to_its_engine(store, job_dir, job_id, batch_id, _queue_of(self)):
+        return {"job": job_id, "batch": batch_id, "skipped": "engine"}
     queue, holder, verdict, value = _claim(self, store, job_dir, job_id, batch_id)
     if verdict == "exhausted":
         raise JobError(f"batch {batch_id} was started {value - 1} times without finishing (the worker running "
@@ -272,7 +284,8 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
             if s.gather:
                 extra = batcher.gather(store, job, seed, holder, max_items=engine.info.max_batch,
                                        max_padded=s.max_batch_phonemes, lease_s=s.lease_seconds,
-                                       max_deliveries=s.max_deliveries, load_job=load_job_here,
+                                       max_deliveries=s.max_deliveries,
+                                       load_job=functools.partial(load_job_here, identity=s.engine.identity()),
                                        mix_scales=engine.info.per_item_scales)
                 for c, _ in extra:
                     hb.add(c.job_id, c.batch_id)
@@ -300,6 +313,12 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
         log.error("error: %s; this worker stops, batch %d goes back to the queue", exc.inner, batch_id)
         _request_worker_shutdown()
         raise Reject(str(exc.inner), requeue=True) from exc
+    except EngineMismatch as exc:  # a worker of another engine took the job's first batch meanwhile
+        hb.stop()
+        _HOLDERS.pop(str(self.request.id), None)
+        _give_back(store, [seed] + [c for c, _ in extra], holder)
+        log.info("job %s batch %d: left for a worker of the job's engine (%s)", job_id, batch_id, exc)
+        return {"job": job_id, "batch": batch_id, "skipped": "engine"}
     except BaseException as exc:
         hb.stop()
         _give_back(store, [c for c, _ in extra], holder)
@@ -334,10 +353,36 @@ def _withdraw_gathered(claimed) -> None:
         batcher.call_clock().withdrew(n)
 
 
-def load_job_here(path):
-    from jobs.pipeline import load_job
+def load_job_here(path, identity: dict | None = None):
+    """The job in ``path``; with ``identity`` (this worker's engine), :class:`EngineMismatch` for a job
+    that another engine synthesizes (so :func:`workers.batcher.gather` leaves it out)."""
+    from jobs.pipeline import check_engine, load_job
 
-    return load_job(path)
+    job = load_job(path)
+    if identity is not None:
+        check_engine(path, job.job_id, identity)
+    return job
+
+
+def _leave_to_its_engine(store: JobStore, job_dir: str, job_id: str, batch_id: int, queue: str) -> bool:
+    """True if the job's batches come from another engine identity than this worker's: then its message
+    goes back on ``queue`` (after :data:`ENGINE_GIVE_BACK_S`) while the job is active and the batch not
+    done or failed, and is dropped otherwise. Nothing is leased or counted. False: this worker may run it."""
+    from jobs.pipeline import check_engine
+
+    try:
+        check_engine(job_dir, job_id, runtime.settings().engine.identity())
+        return False
+    except EngineMismatch as exc:
+        info = store.get_job(job_id)
+        active = (info is not None and info.status.value in ("queued", "running")
+                  and batch_id not in store.done_ids(job_id) and batch_id not in store.failures(job_id))
+        log.info("job %s batch %d: %s (%s)", job_id, batch_id,
+                 "left for a worker of the job's engine" if active else "dropped: the job is not active", exc)
+        if active:
+            time.sleep(ENGINE_GIVE_BACK_S)
+            enqueue_batches(job_dir, job_id, [batch_id], queue)
+        return True
 
 
 def _count(store: JobStore, job_dir: str, job_id: str, batch_id: int, holder: Holder, rec, queue: str) -> dict:
