@@ -174,7 +174,10 @@ def release_claim(out_dir: Path, job_id: str) -> None:
 
 def process_gone(pid: int) -> bool:
     """True when process ``pid`` of this host has ended: no such process, or a zombie (it exited and
-    its parent has not reaped it yet; ``/proc/PID/stat`` state ``Z``), which runs nothing."""
+    its parent has not reaped it yet; ``/proc/PID/stat`` state ``Z``), which runs nothing. Not a
+    process id (0 or less): False."""
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -77,7 +77,7 @@ from jobs.config import JobConfig
 from core.errors import BrokerError, InputError, JobError, TTSError
 from core.files import atomic_path, read_json, slug, write_json
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, queue_name
-from workers.state import process_gone
+from jobs.claim import process_gone as pid_gone
 
 log = logging.getLogger("booktts.watch")
 
@@ -108,7 +108,8 @@ def _holder_gone(holder: bytes | None) -> bool:
         pid = int(pid)
     except ValueError:
         return False
-    return pid != os.getpid() and process_gone(host, pid)
+    # on this host, a zombie (exited, not yet reaped) is gone too: jobs.claim.process_gone
+    return pid != os.getpid() and host == socket.gethostname() and pid_gone(pid)
 
 
 

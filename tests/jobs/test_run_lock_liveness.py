@@ -54,3 +54,17 @@ def test_a_live_holder_still_holds_it(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_inbox_watchers_lock_of_a_zombie_is_taken_over():
+    """workers/watch.py judges its Redis lock's holder (``host:pid:time``) the same way."""
+    from workers.watch import _holder_gone
+
+    proc = _zombie()
+    try:
+        assert _holder_gone(f"{socket.gethostname()}:{proc.pid}:1.0".encode())
+        assert not _holder_gone(f"{socket.gethostname()}:{os.getpid()}:1.0".encode())  # this process
+        assert not _holder_gone(f"elsewhere:{proc.pid}:1.0".encode())  # another host: its lock runs out
+    finally:
+        proc.wait()
+    assert not claims.process_gone(0) and not claims.process_gone(-1)
