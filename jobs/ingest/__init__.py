@@ -190,7 +190,7 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
     if not front_matter:
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):
-            book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds) for i, c in enumerate(kept)]
+            book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds, c.part) for i, c in enumerate(kept)]
     return book
 
 

@@ -29,6 +29,10 @@ class Chapter:
     followed by the section pause) or "break" (a scene break: nothing is spoken, it becomes the
     pause). None means every paragraph is "text"."""
 
+    part: str | None = None
+    """The part (or book) of the outline this chapter belongs to, for ``plan``'s tree; not spoken by
+    itself (the first chapter of a part carries the part's heading in its title)."""
+
     def kind(self, i: int) -> str:
         """The kind of paragraph ``i`` ("text" when ``kinds`` is None)."""
         return "text" if self.kinds is None else self.kinds[i]
@@ -37,6 +41,8 @@ class Chapter:
         d = {"index": self.index, "title": self.title, "paragraphs": list(self.paragraphs)}
         if self.kinds is not None:
             d["kinds"] = list(self.kinds)
+        if self.part is not None:
+            d["part"] = self.part
         return d
 
     @classmethod
@@ -47,7 +53,9 @@ class Chapter:
             kinds = [str(k) for k in kinds]
             if len(kinds) != len(paragraphs) or any(k not in KINDS for k in kinds):
                 raise ValueError(f"chapter {d.get('index')}: 'kinds' must hold one of {KINDS} per paragraph")
-        return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=paragraphs, kinds=kinds)
+        part = d.get("part")
+        return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=paragraphs, kinds=kinds,
+                   part=None if part is None else str(part))
 
 
 @dataclass

@@ -18,9 +18,9 @@ from pathlib import Path
 from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _norm, _tokens
-from jobs.ingest.markdown import _md_items
+from jobs.ingest.markdown import _MD_ESCAPE_RE, _md_items
 from jobs.ingest.outline import Structure, build_outline, title_case, to_chapters
-from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items
+from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items, _unspace_letters
 
 
 def _build_chapters(items: list[_Item], book_title: str, author: str | None = None,
@@ -75,18 +75,32 @@ def _guess_title_author(items: list[_Item]) -> tuple[str, str] | None:
     return None
 
 
+def _has_blank_lines(body: str) -> bool:
+    """Whether the text separates its paragraphs with blank lines (1 % of its lines or more)."""
+    lines = body.strip().split("\n")
+    if len(lines) < 50:
+        return True
+    return sum(1 for ln in lines if not ln.strip()) >= 0.01 * len(lines)
+
+
 def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | None = None) -> Book:
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n")
     text = re.sub(r"[\x00-\x08\x0b\x0e-\x1f\x7f]", "", text)
     if not text.strip():
         raise InputError(f"{where} contains only whitespace; nothing to read (pass a file with the book's text)")
+    text = _unspace_letters(text)
     body, pg_title, pg = _strip_gutenberg(text)
     if not body.strip():
         raise InputError(f"{where} holds only a Project Gutenberg header/licence and no book text; "
                          f"pass the complete book file")
     h1 = None
     structure = structure or Structure()
-    if fmt == "md":
+    if fmt == "md" and not _has_blank_lines(body):
+        # Markdown converted from print without blank lines: no Markdown block structure to read;
+        # read it as plain text with its backslash escapes undone
+        first_line = text.count("\n", 0, max(text.find(body), 0)) + 1
+        items = _txt_items(_MD_ESCAPE_RE.sub(r"\1", body), structure.line_test(where, first_line, text.count("\n") + 1))
+    elif fmt == "md":
         items, h1 = _md_items(body)
         items = structure.force_items(where, items)
     else:

@@ -58,5 +58,5 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         if kept:
             kinds = [kd for _p, kd in kept]
             out.append(Chapter(ch.index, ch.title, [p for p, _k in kept],
-                               None if ch.kinds is None else kinds))
+                               None if ch.kinds is None else kinds, ch.part))
     return out

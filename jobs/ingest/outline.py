@@ -182,9 +182,10 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
             named.update(tuple(_tokens(e)) for e in it.entries or [])
             j = len(out)
             while j and out[j - 1].kind == "heading":
-                j -= 1
+                j -= 1  # headings right before a contents block are its group labels ("BOOK I")
             if j and out[j - 1].kind == "para" and _CONTENTS_LABEL_RE.match(out[j - 1].text):
-                del out[j - 1:]
+                j -= 1
+            del out[j:]
             after = len(out)
         else:
             out.append(_Item("para", it.text))
@@ -462,9 +463,12 @@ def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]
            "chapter": {"part", "chapter"},
            "section": {"part", "chapter", "section"}}[split_level]
     out: list[tuple[str, list[str], list[str]]] = []  # (title, paragraphs, kinds)
+    parts: list[str | None] = []  # the part each of out's chapters belongs to
     if outline.front:
         out.append(("", [], []))  # the title is announced; the front matter is not titled again
+        parts.append(None)
         _add_items(out[-1], outline.front)
+    part: str | None = None
     pending: list[str] = []  # spoken headings waiting for a file to start (a part before its chapter)
     chapter_title = ""
     for node in outline.nodes:
@@ -473,33 +477,40 @@ def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]
         has_text = any(it.kind == "para" for it in body)
         if node.level == "chapter":
             chapter_title = spoken
+        elif node.level == "part":
+            part = spoken
         if node.level in cut:
             pending.append(spoken if node.level != "section" or not chapter_title or pending
                            else f"{chapter_title.rstrip('.')}. {spoken}")
             if has_text or node is outline.nodes[-1]:
                 out.append((_join_all(pending), [], []))
+                parts.append(part)
                 pending = []
         elif pending:
             out.append((_join_all(pending), [spoken], ["heading"]))
+            parts.append(part)
             pending = []
         elif out:
             out[-1][1].append(spoken)
             out[-1][2].append("heading")
         else:
             out.append((spoken, [], []))
+            parts.append(part)
         if body:
             if pending:
                 out.append((_join_all(pending), [], []))
+                parts.append(part)
                 pending = []
             _add_items(out[-1], body)
     chapters = []
-    for title, paras, kinds in out:
+    for (title, paras, kinds), in_part in zip(out, parts):
         while kinds and kinds[-1] != "text":  # nothing after a last heading or break
             paras.pop()
             kinds.pop()
         if any(k == "text" for k in kinds):
             chapters.append(Chapter(len(chapters) + 1, title, paras,
-                                    None if all(k == "text" for k in kinds) else kinds))
+                                    None if all(k == "text" for k in kinds) else kinds,
+                                    in_part if split_level != "part" else None))
     return chapters
 
 
@@ -519,3 +530,18 @@ def _add_items(chapter: tuple[str, list[str], list[str]], items: list[_Item]) ->
         elif it.kind == "break" and kinds and kinds[-1] == "text":
             paras.append("")
             kinds.append("break")
+
+
+# --------------------------------------------------------------------------- plan's view
+
+
+def outline_entry(chapter: Chapter) -> dict:
+    """What ``plan`` shows of a chapter beside its title: its part, its section headings, its first
+    words and its length in characters (spoken text only)."""
+    text = [p for i, p in enumerate(chapter.paragraphs) if chapter.kind(i) == "text"]
+    first = " ".join(" ".join(text)[:80].split()[:10])
+    d = {"sections": [p for i, p in enumerate(chapter.paragraphs) if chapter.kind(i) == "heading"],
+         "first_words": first, "chars": sum(len(p) for p in chapter.paragraphs)}
+    if chapter.part:
+        d["part"] = chapter.part
+    return d

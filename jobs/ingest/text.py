@@ -98,13 +98,30 @@ def _refuse_binary(where: str, data: bytes) -> None:
 
 _PG_START_RE = re.compile(
     r"^[ \t]*\*{3}[ \t]*START[ \t]+OF[ \t]+(?:THE|THIS)[ \t]+PROJECT[ \t]+GUTENBERG[ \t]+E-?(?:BOOK|TEXT)\b.*$"
-    r"|^\*END\*THE SMALL PRINT!.*$", re.I | re.M)
+    r"|^\*END\*THE SMALL PRINT!.*$"
+    r"|^[ \t]*(?:\\?\*){2,}\\?_?[ \t]*START[ \t]*OF[ \t]*TH(?:E|IS)[ \t]*PROJECT[ \t]*GUTENBERG[ \t]*E-?(?:BOOK|TEXT).*$",
+    re.I | re.M)  # the last: a marker once letter-spaced ("S T A R T O F ...") and escaped for Markdown
 _PG_END_RE = re.compile(
     r"^[ \t]*(?:\*{3}[ \t]*END[ \t]+OF[ \t]+(?:THE|THIS)[ \t]+PROJECT[ \t]+GUTENBERG"
-    r"|End[ \t]+of[ \t]+(?:the[ \t]+|this[ \t]+)?Project[ \t]+Gutenberg(?:'s|\u2019s)?\b)", re.I | re.M)
+    r"|End[ \t]+of[ \t]+(?:the[ \t]+|this[ \t]+)?Project[ \t]+Gutenberg(?:'s|\u2019s)?\b"
+    r"|(?:\\?\*){2,}\\?_?[ \t]*END[ \t]*OF[ \t]*TH(?:E|IS)[ \t]*PROJECT[ \t]*GUTENBERG)", re.I | re.M)
 _PG_TITLE_RE = re.compile(r"^Title:[ \t]*(\S.*)$((?:\n[ \t]+\S.*$)*)", re.M)
 _PG_AUTHOR_RE = re.compile(r"^Author:[ \t]*(\S.*)$", re.M)
 _PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by)\b", re.I)
+
+
+_SPACED_RE = re.compile(r"(?<![\w'\u2019])[A-Z](?: [A-Z]){3,}(?![\w'\u2019])")
+_SPACED_KEYWORD_RE = re.compile(r"^(CHAPTER|BOOK|PART|VOLUME|STAVE|CANTO|ACT|SCENE|LETTER)([IVXLCDM]+)$")
+
+
+def _unspace_letters(text: str) -> str:
+    """Letter-spaced capitals written for print ("C H A P T E R I I.") joined into words ("CHAPTER II.");
+    a keyword run together with its numeral is split again."""
+    def join(m: re.Match) -> str:
+        word = m.group(0).replace(" ", "")
+        k = _SPACED_KEYWORD_RE.match(word)
+        return f"{k.group(1)} {k.group(2)}" if k else word
+    return _SPACED_RE.sub(join, text) if " " in text else text
 
 
 def _pg_author(text: str) -> str | None:
@@ -181,7 +198,7 @@ _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<t
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
-    r"|AFTERWORD|Afterword|INTERLUDE|Interlude)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
+    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _ROMAN_ALONE_RE = re.compile(rf"^{_ROMAN}\.?$")
 _OPEN_CHARS = "\"'\u201c\u2018([_*"
 
@@ -293,10 +310,13 @@ def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], lis
     blocks: list[list[str]] = []
     full = [ln for ln in lines if ln.strip()]
     per_line = False
+    unbroken = 0  # > 0: wrapped text without blank lines; a line shorter than this ends a paragraph
     if len(full) >= 8:
         blank_runs = sum(1 for a, b in zip(lines, lines[1:]) if a.strip() and not b.strip())
         lengths = sorted(len(ln.strip()) for ln in full)
         per_line = blank_runs < 0.1 * len(full) and lengths[len(lengths) // 2] > 150
+        if not per_line and len(full) >= 50 and blank_runs <= max(1.0, 0.01 * len(full)):
+            unbroken = int(0.75 * lengths[len(lengths) // 2])
     cur: list[str] = []
     gaps: list[int] = []
     blank = 0
@@ -319,9 +339,16 @@ def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], lis
                 start()
                 blocks.append([line.rstrip()])
             else:
+                heading = unbroken and (_match_heading(line) is not None or _is_separator(line.strip()))
+                if heading and cur:  # no blank lines: a heading starts a block of its own
+                    blocks.append(cur)
+                    cur = []
                 if not cur:
                     start()
                 cur.append(line.rstrip())
+                if unbroken and (len(line.strip()) < unbroken or heading):
+                    blocks.append(cur)  # no blank lines: a short line (or a heading) ends the block
+                    cur = []
         else:
             blank += 1
             if cur:
@@ -440,6 +467,18 @@ def _roman_headings(blocks: list[list[str]]) -> set[int]:
     return ok
 
 
+_ENTRY_RUN_RE = re.compile(rf"\b(?:{_KEYWORD})[ \t]+(?:{_ROMAN}|\d{{1,4}})\b")
+
+
+def _run_on_entries(block: list[str]) -> list[str] | None:
+    """A contents list run on across lines ("CHAPTER I CHAPTER II CHAPTER III ..."): every line names
+    two or more numbered headings; None otherwise."""
+    found = [[m.group(0) for m in _ENTRY_RUN_RE.finditer(ln)] for ln in block]
+    if all(len(f) >= 2 for f in found) and sum(map(len, found)) >= 3:
+        return [e for f in found for e in f]
+    return None
+
+
 def _after_contents_label(items: list[_Item]) -> bool:
     """The next block continues a contents list: a "Contents" label, a contents block or contents
     headings ("THE PROLOGUE.", "ACT I") come right before it."""
@@ -468,7 +507,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             i += 1
             continue
         after_label = _after_contents_label(items)
-        entries = _toc_entries(blocks[i], after_label)
+        entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i])
         if entries is not None and not (i in roman_ok):
             items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
                                entries=[_norm(_clean_inline(t)) for t in entries], label=after_label))

@@ -190,3 +190,33 @@ def test_a_paged_contents_list_is_dropped_and_names_the_poems():
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "Page" not in said and "Laughing Song" not in said and "DCCCCI" not in said
     assert book.chapters[0].paragraphs[0].startswith("Piping down the valleys wild")
+
+
+MIDDLEMARCH = STRUCTURE / "middlemarch-excerpt.txt"  # Middlemarch (PG 145): a contents list run on across
+# lines ("CHAPTER I CHAPTER II ..."), grouped by BOOK; a dedication, a PRELUDE, BOOK I holding chapters
+ALICE_MD = STRUCTURE / "alice-unbroken-excerpt.md"  # Alice as Markdown converted from print: no blank lines,
+# letter-spaced "C H A P T E R I I." headings, an escaped and letter-spaced Gutenberg START marker
+
+
+def test_parts_group_chapters_and_a_run_on_contents_list_is_not_spoken():
+    from jobs.ingest.outline import outline_entry
+
+    book = load_book(MIDDLEMARCH)
+    assert [c.title for c in book.chapters] == ["", "Prelude", "BOOK I. Miss Brooke. CHAPTER I.", "CHAPTER II."]
+    assert book.chapters[0].paragraphs[0].startswith("To my dear Husband")  # the dedication is kept
+    assert [c.part for c in book.chapters] == [None, None, "BOOK I. Miss Brooke.", "BOOK I. Miss Brooke."]
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "CHAPTER LXXVII" not in said and "BOOK VIII" not in said
+    entry = outline_entry(book.chapters[2])
+    assert entry["part"] == "BOOK I. Miss Brooke." and entry["first_words"].startswith('"Since I can do no good')
+
+
+def test_markdown_without_blank_lines_and_letter_spaced_headings():
+    book = load_book(ALICE_MD)
+    assert book.announcement() == "Alice's Adventures in Wonderland, by Lewis Carroll."
+    assert [c.title for c in book.chapters] == ["CHAPTER I. Down the Rabbit-Hole", "CHAPTER II. The Pool of Tears",
+                                                "CHAPTER III. A Caucus-Race and a Long Tale"]
+    first = book.chapters[0].paragraphs
+    assert first[0].startswith("Alice was beginning to get very tired") and first[1].startswith("So she was considering")
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "GUTENBERG" not in said.upper() and "MILLENNIUM" not in said.upper() and "\\_" not in said
