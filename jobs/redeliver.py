@@ -152,9 +152,10 @@ def _new_meta(job: Job, config, changes: dict) -> dict:
         meta["cover"] = metadata.cover_entry(config.cover)
     ident = job.config.identity()
     planned = meta.setdefault("planned", {})
-    for name in changes:
-        if name in ident and name not in planned:  # the value the job id was made with
-            planned[name] = ident[name]
+    for name in changes:  # a setting of the job id: the value the id was made with
+        moved = dataclasses.replace(job.config, **{name: getattr(config, name)}).identity() != ident
+        if moved and name not in planned:
+            planned[name] = getattr(job.config, name)
     if not planned:
         meta.pop("planned")
     meta["delivered_at"] = now_iso()

@@ -191,3 +191,30 @@ def test_deliver_refuses_a_spoken_title_and_takes_a_tag_only_one(short_book, tmp
         tags = FLAC(f)
         assert (tags["album"], tags["composer"], tags["date"]) == (["New Title"], ["Ann"], ["1865"])
     assert {r["book_title"] for r in pq.read_table(quiet / "manifest.parquet").to_pylist()} == {"New Title"}
+
+
+def test_deliver_takes_the_chapter_pause_and_resumes_as_the_same_job(finished, short_book):
+    out = finished
+    common = [short_book, "-o", out, "--max-batch", "2", "--noise-scale", "0", "--noise-w", "0"]
+    job_id = json.loads((out / "job.json").read_text())["job_id"]
+    first = sorted(out.rglob("*.flac"))[0]
+    import soundfile as sf
+
+    before = sf.info(str(first)).frames
+    rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    last_of_first = [r for r in rows if r["chapter_path"] == str(first.relative_to(out))][-1]
+    res = deliver("-o", out, "--chapter-pause", "5")
+    assert res.exit_code == 0, res.output
+    after_rows = pq.read_table(out / "manifest.parquet").to_pylist()
+    now = [r for r in after_rows if r["chapter_path"] == last_of_first["chapter_path"]][-1]
+    assert now["pause_after_s"] == pytest.approx(5.0, abs=1e-3) and now["pause_after_s"] > last_of_first["pause_after_s"]
+    sr = sf.info(str(first)).samplerate
+    assert sf.info(str(first)).frames - before == round(5.0 * sr) - round(last_of_first["pause_after_s"] * sr)
+    assert json.loads((out / "job.json").read_text())["config"]["chapter_pause_s"] == 5.0
+    # planned with the default pause, delivered with 5 s: both commands find this job, as delivered
+    for extra in ([], ["--chapter-pause", "5"]):
+        res = cli("plan", *common, *extra)
+        assert res.exit_code == 0, res.output
+        meta = json.loads((out / "job.json").read_text())
+        assert meta["job_id"] == job_id and meta["config"]["chapter_pause_s"] == 5.0
+        assert meta["planned"] == {"chapter_pause_s": 2.0}
