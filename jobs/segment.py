@@ -28,8 +28,12 @@ from jobs.phonemize import Phonemes
 # A sentence ends after . ! ? … (plus closing quotes/brackets) followed by whitespace.
 _SENTENCE_END = re.compile(r"""[.!?…]+["'”’»)\]]*\s+""")
 _ABBREVIATIONS = frozenset(
-    "mr mrs ms dr st prof sr jr vs etc e.g i.e no vol ch p pp fig mt capt col gen lt sgt rev hon".split()
+    "mr mrs ms dr st prof sr jr vs etc e.g i.e vol ch p pp fig mt capt col gen lt sgt rev hon".split()
 )
+#: "No. 5": the full stop ends no sentence before a number ("Say no. It is" ends one).
+_BEFORE_NUMBER = frozenset({"no", "nos"})
+#: Units written with a full stop after a number ("3 in. of rain"): no sentence end before a lower-case word.
+_UNITS = frozenset("in ft yd yds mi lb lbs oz pt qt gal sec secs min mins hr hrs".split())
 # Clause boundaries: the punctuation stays with the piece before it.
 # Only before whitespace, so "1,234" or "well—known" are never cut inside.
 _CLAUSE_END = re.compile(r"""(?:[;:,]|\s[—–-]{1,2}|[—–])["'”’»)\]]*(?=\s)\s*""")
@@ -93,22 +97,30 @@ def split_sentences(paragraph: str) -> list[str]:
     return _split_by(paragraph, _SENTENCE_END, joins=_ends_with_abbreviation)
 
 
-def _ends_with_abbreviation(candidate: str) -> bool:
-    """"Mr. Smith", "J. R. R. Tolkien": the full stop does not end the sentence."""
-    last_word = candidate.rsplit(None, 1)[-1].rstrip(".").lower()
+def _ends_with_abbreviation(candidate: str, rest: str = "") -> bool:
+    """"Mr. Smith", "J. R. R. Tolkien", "No. 5", "3 in. of rain": the full stop does not end the
+    sentence (``rest``: the text after it)."""
+    words = candidate.rsplit(None, 2)
+    last_word = words[-1].rstrip(".").lower()
+    nxt = rest.lstrip()[:1]
+    if last_word in _BEFORE_NUMBER:
+        return nxt.isdigit() or nxt == "#"
+    if last_word in _UNITS and len(words) > 1 and words[-2].replace(",", "").replace(".", "").isdigit():
+        return nxt.islower()
     # "a.m.", "U.N.", "e.g.", "Ph.D.": dotted initialisms do not end a sentence either
     return (last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]", last_word) is not None
             or re.fullmatch(r"[(\[\"'“‘]?(?:[a-z]{1,2}\.)+[a-z]{1,2}", last_word) is not None)
 
 
 def _split_by(text: str, pattern: re.Pattern, joins=None) -> list[str]:
-    """Stripped pieces of ``text`` ending at each match of ``pattern``; a match where ``joins(piece)``
-    is true does not end a piece (the piece runs on to the next match)."""
+    """Stripped pieces of ``text`` ending at each match of ``pattern``; a match where ``joins(piece,
+    rest)`` is true (``rest``: the text after the match) does not end a piece (the piece runs on to
+    the next match)."""
     pieces, start = [], 0
     for m in pattern.finditer(text):
         if m.end() > start:
             piece = text[start : m.end()].strip()
-            if piece and joins is not None and joins(piece):
+            if piece and joins is not None and joins(piece, text[m.end():]):
                 continue
             if piece:
                 pieces.append(piece)

@@ -163,3 +163,16 @@ def test_planning_pieces_carry_kinds_and_never_start_at_a_break_or_heading(phone
     serial = seg.chapter_utterances(0, ch)
     joined = _join([(seg.chapter_utterances(0, piece), start) for piece, start in pieces])
     assert [replace(u) for u in joined] == serial
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Say no. It is late.", ["Say no.", "It is late."]),  # "no." ends a sentence unless a number follows
+    ("He lives at No. 5 Baker Street. Yes.", ["He lives at No. 5 Baker Street.", "Yes."]),
+    ("See nos. 3 and 4. Then go.", ["See nos. 3 and 4.", "Then go."]),
+    ("3 in. of rain fell. It was wet.", ["3 in. of rain fell.", "It was wet."]),  # a unit's full stop
+    ("It fell 3 in. Then it stopped.", ["It fell 3 in.", "Then it stopped."]),
+    ("A board 2 ft. wide and 6 lbs. in weight. Fine.", ["A board 2 ft. wide and 6 lbs. in weight.", "Fine."]),
+    ("He came in. She left.", ["He came in.", "She left."]),
+])
+def test_sentence_ends_around_numbers_and_units(text, expected):
+    assert split_sentences(text) == expected
