@@ -9,7 +9,12 @@ For each queue (``tts.high``, ``tts-gpu.normal``, ...) :func:`backlog` reports
     itself never sets a message priority (priorities are queues), so the sub-lists are
     normally empty, but a message published with ``priority=`` lands there and is
     still work. A job's ``finalize_job`` message counts like a batch: it is work a
-    worker has to take.
+    worker has to take. A ``synthesize_batch`` message counts only while it stands for
+    work: **once per unit** (job, batch), however many copies wait (the reaper's re-queued
+    copy next to the original), and not at all when its job is cancelled, done or failed,
+    its batch is done, or a worker holds its lease (that batch is counted in ``in_flight``):
+    workers skip all of those. A message of a job Redis does not know is counted (a worker
+    rebuilds such a job from its directory).
 ``in_flight``
     tasks a worker is running right now, counted from the runner's own **lease keys**
     (``booktts:lease:<job>:<batch>``, :mod:`workers.state`), each attributed to the
@@ -47,7 +52,9 @@ from dataclasses import dataclass, field
 import redis
 
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, default_queues
-from workers.state import PREFIX
+from workers.state import PREFIX, JobStatus
+
+_ACTIVE = {s.value for s in JobStatus if s.active}
 
 #: Header of a ``synthesize_batch`` message that holds its batch's estimated audio seconds.
 EST_HEADER = "booktts_est_audio_s"
@@ -101,7 +108,7 @@ def _message_task(raw: bytes) -> tuple[str | None, dict, list]:
         headers = msg.get("headers") or {}
         task = headers.get("task")
         args: list = []
-        if task == TASK_SYNTHESIZE and EST_HEADER not in headers:
+        if task == TASK_SYNTHESIZE:
             body = msg.get("body", "")
             if (msg.get("properties") or {}).get("body_encoding") == "base64":
                 body = base64.b64decode(body)
@@ -138,17 +145,69 @@ def _list_keys(r: redis.Redis) -> set[str]:
         return {_s(k) for k in r.scan_iter(count=1000) if r.type(k) == b"list"}
 
 
-def _queued(r: redis.Redis, queue: str, q: QueueBacklog, averages: _JobAverages, steps) -> None:
+def _unit(task, args) -> tuple[str, str] | None:
+    """(job id, batch id) of a ``synthesize_batch`` message, from its arguments; None for any other."""
+    if task != TASK_SYNTHESIZE or len(args) < 3 or not isinstance(args[1], str) \
+            or isinstance(args[2], bool) or not isinstance(args[2], (int, str)):
+        return None
+    return args[1], str(args[2])
+
+
+class _Units:
+    """Which ``synthesize_batch`` messages still stand for work (see the module doc): each unit once
+    in a whole :func:`backlog` call, and only while its job is active (or unknown) and its batch is
+    neither done nor leased."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.r, self.seen, self.status = r, set(), {}
+
+    def live(self, units: list) -> list[bool]:
+        jobs = list({u[0] for u in units if u and u[0] not in self.status})
+        with self.r.pipeline(transaction=False) as p:
+            for j in jobs:
+                p.hget(f"{PREFIX}job:{j}", "status")
+            for u in units:
+                if u:
+                    p.sismember(f"{PREFIX}job:{u[0]}:done", u[1])
+                    p.exists(f"{PREFIX}lease:{u[0]}:{u[1]}")
+            res = p.execute()
+        for j, st in zip(jobs, res):
+            try:
+                self.status[j] = json.loads(st) if st is not None else None
+            except ValueError:
+                self.status[j] = _s(st)
+        out, i = [], len(jobs)
+        for u in units:
+            if not u:
+                out.append(True)
+                continue
+            done, leased = res[i], res[i + 1]
+            i += 2
+            st = self.status[u[0]]
+            if u in self.seen or done or leased or (st is not None and st not in _ACTIVE):
+                out.append(False)
+                continue
+            self.seen.add(u)
+            out.append(True)
+        return out
+
+
+def _queued(r: redis.Redis, queue: str, q: QueueBacklog, averages: _JobAverages, steps,
+            units: _Units | None = None) -> None:
+    units = units or _Units(r)
     for key in priority_lists(queue, steps):
         n = r.llen(key)
         if not n:
             continue
-        q.queued += n
         if key != queue:
             q.sublists[key] = n
         for start in range(0, n, _CHUNK):
-            for raw in r.lrange(key, start, start + _CHUNK - 1):
-                task, headers, args = _message_task(raw)
+            msgs = [_message_task(raw) for raw in r.lrange(key, start, start + _CHUNK - 1)]
+            live = units.live([_unit(task, args) for task, _h, args in msgs])
+            for (task, headers, args), keep in zip(msgs, live):
+                if not keep:
+                    continue
+                q.queued += 1
                 if task == TASK_FINALIZE:
                     continue
                 est = headers.get(EST_HEADER)
@@ -213,10 +272,11 @@ def backlog(r: redis.Redis, queues: list[str] | None = None, prefix: str | None 
             found = {q for q in found if q.startswith(prefix + ".")}
         names = sorted(found)
     averages = _JobAverages(r)
+    units = _Units(r)
     out: dict[str, QueueBacklog] = {}
     for name in names:
         q = QueueBacklog(in_flight=in_flight.get(name, 0), unacked=unacked.get(name, 0))
-        _queued(r, name, q, averages, steps)
+        _queued(r, name, q, averages, steps, units)
         out[name] = q
     return out
 
