@@ -1066,6 +1066,7 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     remove_unreferenced_batch_audio(job)
     summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
     write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
+    claims.clear_submitted(job.out_dir, job.job_id)  # the workers' job is over: a local run may run it again
     return summary
 
 
