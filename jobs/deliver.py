@@ -143,12 +143,11 @@ def _row(cols: dict[str, list], i: int, words=None) -> dict:
 
 def _word_timer(job, cols: dict[str, list]):
     """i -> (word start times, exact) of manifest row i (chapter-relative, like its start_s), or None
-    (:func:`jobs.captions.word_times`)."""
-    if "phoneme_durations_s" not in cols or not any(d for d in cols["phoneme_durations_s"]):
-        return None
+    (:func:`jobs.captions.word_times`). Rows without phoneme durations (engines that do not pass them
+    on) share their time out by phoneme count: estimated times, which place caption cuts only."""
     try:
         ids_map = job.voice.phoneme_id_map
-    except TTSError as exc:  # the voice is not installed on this host: utterance-level cues
+    except TTSError as exc:  # the voice is not installed on this host: cues cut by characters
         log.warning("job %s: no word timestamps in captions (%s)", job.job_id, exc)
         return None
     space = set(ids_map.get(" ", []))
@@ -158,6 +157,10 @@ def _word_timer(job, cols: dict[str, list]):
 
     def words(i: int):
         key = (cols["book_index"][i], cols["chapter_index"][i], cols["utterance_index"][i])
-        return captions.word_times(cols["text"][i], cols["start_s"][i], ids.get(key, []),
-                                   cols["phoneme_durations_s"][i], space, silent, marks)
+        pids, durations = ids.get(key, []), cols["phoneme_durations_s"][i]
+        if not durations and pids:  # no durations: each phoneme an equal share of the utterance
+            timed = captions.word_times(cols["text"][i], cols["start_s"][i], pids,
+                                        [cols["duration_s"][i] / len(pids)] * len(pids), space, silent)
+            return (timed[0], False) if timed else None
+        return captions.word_times(cols["text"][i], cols["start_s"][i], pids, durations, space, silent, marks)
     return words

@@ -192,3 +192,49 @@ def test_word_times_are_estimated_from_the_phonemes_where_the_words_differ(voice
     at = text.split().index("nor")
     assert starts[at] - starts[at - 1] > 0.2
     assert captions.word_times(text, 1.0, ids, None, space, silent) is None
+
+
+class NoDurations:
+    """The fake engine as the fp32 ONNX and TensorRT engines are: audio without phoneme durations."""
+
+    def __init__(self, inner):
+        self.inner, self.info = inner, inner.info
+
+    def synthesize(self, batch):
+        res = self.inner.synthesize(batch)
+        res.durations = None
+        return res
+
+
+def test_without_durations_cuts_fall_on_equal_phoneme_shares(tmp_path, voice):
+    """An engine that gives no durations: the utterance's time is shared out by its phoneme ids (the
+    brief's phoneme count), so every cut inside an utterance lies on a multiple of its time per id."""
+    from engines.fake import FakeEngine
+
+    book = tmp_path / "alice.txt"
+    shutil.copy(DATA / "alice-pg11.txt", book)
+    out = tmp_path / "out"
+    job = prepare_job([book], out, JobConfig(chapters="1", loudness="none", captions="srt,vtt", announce=False))
+    run_local(job, NoDurations(FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length)))
+    rows = [r for r in pq.read_table(out / "manifest.parquet").to_pylist() if r["duration_s"] > 0]
+    assert all(r["phoneme_durations_s"] is None for r in rows)
+    audio = out / rows[0]["chapter_path"]
+    vtt = read_cues(audio.with_suffix(".vtt").read_text(encoding="utf-8"), ".")
+    assert not any(c["tags"] for c in vtt)  # estimated times give no word tags
+    srt = read_cues(audio.with_suffix(".srt").read_text(encoding="utf-8"), ",")
+    assert [(c["start"], c["end"]) for c in srt] == [(c["start"], c["end"]) for c in vtt]
+    k = cuts = 0
+    for r in rows:
+        end = r["start_s"] + r["duration_s"]
+        mine = []
+        while k < len(srt) and srt[k]["start"] < end - TOL:
+            mine.append(srt[k])
+            k += 1
+        assert len(" ".join(" ".join(c["lines"]) for c in mine)) <= len(r["text"]) + len(mine)
+        edges = r["start_s"] + np.arange(r["phoneme_count"] + 1) * (r["duration_s"] / r["phoneme_count"])
+        for c in mine[1:]:
+            cuts += 1
+            assert np.min(np.abs(edges - c["start"])) <= TOL, (r["text"], c["start"])
+        assert all(len(c["lines"]) <= 2 and c["end"] - c["start"] <= captions.MAX_CUE_S + TOL
+                   for c in mine if len(" ".join(c["lines"]).split()) > 1)
+    assert cuts > 50
