@@ -136,6 +136,9 @@ _PERCENT_RE = re.compile(r"(?<![\w.])(?P<num>\d+(?:\.\d+)?)\s?(?:%|per ?cent\b)"
 _DATE_NUM_RE = re.compile(r"(?<![\w/.])(?P<a>\d{1,2})/(?P<b>\d{1,2})/(?P<y>\d{4}|\d{2})(?![\w/])")
 _DATE_ISO_RE = re.compile(r"(?<![\w-])(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})(?![\w-])")
 _DATE_MDY_RE = re.compile(_MONTH_RE + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?(?=\W|$)")
+_DAY_RANGE_DMY_RE = re.compile(r"(?<![\w.,-])(?P<a>\d{1,2})(?:st|nd|rd|th)?\s?[-–]\s?(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+"
+                               r"(?:of\s+)?" + _MONTH_RE + r"(?=\W|$)")
+_DAY_RANGE_MDY_RE = re.compile(_MONTH_RE + r"\s+(?P<a>\d{1,2})(?:st|nd|rd|th)?\s?[-–]\s?(?P<day>\d{1,2})(?:st|nd|rd|th)?(?![\w-])")
 _DATE_DMY_RE = re.compile(r"(?<![\w.])(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH_RE + r"(?=\W|$)")
 _TIME_RE = re.compile(r"(?<![\w:.])(?P<h>\d{1,2}):(?P<m>\d{2})(?::(?P<s>\d{2}))?(?![\w:])"
                       r"(?:\s?(?P<ampm>[ap])\.?\s?m\b\.?)?", re.I)
@@ -259,6 +262,17 @@ def _mdy(m: re.Match) -> str:
     if m.group("month") == "May" and not m.group(0)[len("May"):].strip()[:1].isdigit():
         return m.group(0)
     return f"{_month_name(m.group('month'))} {_words(day, 'ordinal')}"
+
+
+def _day_range(m: re.Match, month_first: bool) -> str:
+    """"3-4 October" "the third to the fourth of October"; "October 3-4" "October third to fourth"."""
+    a, b = int(m.group("a")), int(m.group("day"))
+    if not (1 <= a < b <= 31):
+        return m.group(0)
+    month = _month_name(m.group("month"))
+    if month_first:
+        return f"{month} {_words(a, 'ordinal')} to {_words(b, 'ordinal')}"
+    return f"the {_words(a, 'ordinal')} to the {_words(b, 'ordinal')} of {month}"
 
 
 def _dmy(m: re.Match) -> str:
@@ -557,6 +571,8 @@ def _normalize_plain(text: str, heading: bool) -> str:
     t = _NUMBER_ABBR_RE.sub(_number_abbr, t)
     t = _sub(_UNIT_RE, _unit, t)
     t = _DATE_ISO_RE.sub(_iso_date, t)
+    t = _DAY_RANGE_DMY_RE.sub(lambda m: _day_range(m, False), t)
+    t = _DAY_RANGE_MDY_RE.sub(lambda m: _day_range(m, True), t)
     t = _DATE_MDY_RE.sub(_mdy, t)
     t = _DATE_DMY_RE.sub(_dmy, t)
     t = _DECADE_RE.sub(_decade, t)

@@ -204,6 +204,9 @@ def test_sentences_do_not_break_after_abbreviations(text, n):
     ("in 1914-18", "in nineteen fourteen to eighteen"),
     ("pages 5-10", "pages five to ten"),
     ("see pp. 12-14.", "see pp. twelve to fourteen."),
+    ("3-4 October, close to midnight.", "the third to the fourth of October, close to midnight."),
+    ("from 12–14 March", "from the twelfth to the fourteenth of March"),
+    ("on October 3-4, 1888", "on October third to fourth, eighteen eighty-eight"),
     # markup: asterisks are not read
     ("a stray * star", "a stray star"),
     ("*emphasis* here", "emphasis here"),
