@@ -12,7 +12,14 @@ faults while the job runs:
   kept), then started again on the same port;
 - ``dup_batches`` / ``dup_finalize``: batch or finalize messages sent again by task name from a
   Celery client of our own (as in tests/workers/test_trust.py);
-- ``cancel_resume``: `cli.py cancel` then `cli.py resume DIR`.
+- ``cancel_resume``: `cli.py cancel` then `cli.py resume DIR`;
+- ``forged_messages``: task messages and kombu ``unacked`` entries naming batches the job does not
+  have (one past its last, -1), and Celery built-in tasks (``celery.chord_unlock``, ``celery.map``)
+  sent by name: the job still ends done, no built-in task ever runs;
+- ``state_dir``: a forged record in the node's state directory naming a copy of an earlier job's
+  directory outside the workers' ``--allowed-root`` (a later ``redis_lost`` would have it rebuilt
+  there), and a FIFO among the records (the reapers used to block on it for ever): the copy is
+  never written to, the reapers keep sweeping.
 
 Each job must end done and its directory satisfy tests/faults/invariants.py; duplicates sent after
 it is done must change nothing. The seed is printed (and in every failure message);
@@ -26,8 +33,10 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -38,8 +47,10 @@ from tests.faults.invariants import check_job_dir, temp_files
 from tests.faults.report import SUMMARIES
 from tests.workers.test_dir_claims import one_error_line, submit_proc
 from tests.workers.test_distributed import cli
-from tests.workers.test_trust import forge
-from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE
+from tests.workers.test_trust import forge, tree
+from workers.backlog import UNACKED_INDEX_KEY, UNACKED_KEY
+from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, redact_url
+from workers.enqueue import UNIT_HEADER
 from workers.state import JobStatus, JobStore
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(420)]
@@ -49,7 +60,7 @@ ALICE = ROOT / "tests" / "data" / "alice-pg11.txt"
 LEASE_S = 3.0
 WORKER_ENV = {"BOOKTTS_FAKE_DELAY_S": "0.5"}
 KINDS = ("kill_node", "kill_child", "stop_past_lease", "redis_lost", "redis_kept", "dup_batches", "dup_finalize",
-         "cancel_resume")
+         "cancel_resume", "forged_messages", "state_dir")
 ROMAN = ("I", "II", "III", "IV")
 
 
@@ -83,8 +94,11 @@ def digest(out: Path) -> dict[str, str]:
 class Schedule:
     """The workers, the Redis server and the fault counts of one schedule run."""
 
-    def __init__(self, rng: random.Random, redis, start_worker, seed: int, tmp: Path) -> None:
+    def __init__(self, rng: random.Random, redis, start_worker, seed: int, tmp: Path, state_dir: Path) -> None:
         self.rng, self.redis, self._start, self.seed, self.tmp = rng, redis, start_worker, seed, tmp
+        self.state_dir = state_dir
+        self.finished: list[tuple[str, Path]] = []  # (job id, directory) of the jobs done so far
+        self.copies: dict[Path, dict] = {}  # copies outside the allowed root -> their tree when made
         self.store = JobStore(redis.url)
         self.workers: list = []
         self.n_started = 0
@@ -108,7 +122,8 @@ class Schedule:
 
     def start_worker(self, ready: bool = False):
         self.n_started += 1
-        w = self._start(self.redis.url, f"w{self.n_started}", ready=ready, env=WORKER_ENV, lease_s=LEASE_S)
+        w = self._start(self.redis.url, f"w{self.n_started}", ready=ready, env=WORKER_ENV, lease_s=LEASE_S,
+                        args=["--allowed-root", str(self.tmp)])
         self.workers.append(w)
         return w
 
@@ -269,20 +284,56 @@ class Schedule:
             time.sleep(rng.uniform(0.0, 1.5))
             r = cli("resume", out, "--redis-url", self.redis.url)
             self.note(f"cancel_resume: {c.stdout.strip()} / {r.stdout.strip()}")
+        elif kind == "forged_messages":
+            bad = [batches + rng.randint(0, 999), -1]
+            forge(self.redis.url, [(TASK_SYNTHESIZE, [str(out.resolve()), job_id, b, None], "tts.normal") for b in bad]
+                  + [("celery.chord_unlock", ["forged", {"task": "x", "args": [], "kwargs": {}}], "tts.normal"),
+                     ("celery.map", [{"task": TASK_SYNTHESIZE}, [[str(out.resolve()), job_id, 0, None]]], "tts.normal")])
+            try:  # entries of kombu's unacked hash, delivered an hour ago (what requeue_stranded acts on)
+                for b in bad:
+                    tag = f"forged-{job_id}-{b}"
+                    msg = {"body": "", "headers": {"task": TASK_SYNTHESIZE, UNIT_HEADER: f"{job_id}:{b}"},
+                           "properties": {"delivery_tag": tag}}
+                    self.store.r.hset(UNACKED_KEY, tag, json.dumps([msg, "", "tts.normal"]))
+                    self.store.r.zadd(UNACKED_INDEX_KEY, {tag: time.time() - 3600})
+            except Exception:  # Redis being restarted: the messages were sent all the same
+                pass
+            self.note(f"forged_messages: batches {bad}, celery.chord_unlock, celery.map")
+        elif kind == "state_dir":
+            if not self.finished:
+                return False
+            prev_id, prev_out = rng.choice(self.finished)
+            copy = Path(tempfile.mkdtemp(prefix="booktts-outside-")) / "job"
+            shutil.copytree(prev_out, copy, symlinks=True)
+            self.copies[copy] = tree(copy)
+            jobs = self.state_dir / "jobs"
+            jobs.mkdir(parents=True, exist_ok=True)
+            (jobs / f"{prev_id}.json").write_text(json.dumps({"job_id": prev_id, "job_dir": str(copy), "queue": "tts.normal",
+                                                              "broker": redact_url(self.redis.url)}))
+            os.mkfifo(jobs / f"0-fifo-{len(self.copies)}.json")
+            self.note(f"state_dir: record of job {prev_id} naming {copy}, and a FIFO")
         else:  # pragma: no cover
             raise ValueError(kind)
         self.faults[kind] += 1
         return True
 
 
-def test_randomized_fault_schedule(own_redis, start_worker, tmp_path):
+def test_randomized_fault_schedule(own_redis, start_worker, tmp_path, node_state_dir):
     seed = seed_from_env()
     n_jobs = int(os.environ.get("BOOKTTS_FAULT_JOBS", "6"))
     max_faults = int(os.environ.get("BOOKTTS_FAULT_MAX", "4"))  # per job, on average
     rng = random.Random(seed)
     print(f"fault schedule seed {seed} (BOOKTTS_FAULT_SEED={seed} replays it): {n_jobs} jobs, "
           f"up to {max_faults} faults each", flush=True)
-    s = Schedule(rng, own_redis, start_worker, seed, tmp_path)
+    s = Schedule(rng, own_redis, start_worker, seed, tmp_path, node_state_dir)
+    try:
+        _run(s, rng, seed, n_jobs, max_faults, own_redis, tmp_path)
+    finally:
+        for copy in s.copies:
+            shutil.rmtree(copy.parent, ignore_errors=True)
+
+
+def _run(s: Schedule, rng: random.Random, seed: int, n_jobs: int, max_faults: int, own_redis, tmp_path: Path) -> None:
     paras = alice_paragraphs()
     assert len(paras) > 50
     s.start_worker()
@@ -339,6 +390,7 @@ def test_randomized_fault_schedule(own_redis, start_worker, tmp_path):
         assert s.store.get_job(job_id).status is JobStatus.DONE and not temp_files(out)
         jobs += 1
         utterances += checked
+        s.finished.append((job_id, out))
         s.note(f"job {j} ({job_id}): {batches} batches, {checked} utterances checked, {injected} faults")
     took = time.monotonic() - t0
     faults = dict(sorted(s.faults.items()))
@@ -356,4 +408,8 @@ def test_randomized_fault_schedule(own_redis, start_worker, tmp_path):
     if os.environ.get("BOOKTTS_FAULT_SUMMARY"):
         Path(os.environ["BOOKTTS_FAULT_SUMMARY"]).write_text(json.dumps(summary, indent=1) + "\n")
     assert jobs >= n_jobs and utterances > 0
+    for copy, before in s.copies.items():
+        assert tree(copy) == before, f"a forged state record had {copy} (outside the allowed root) written {s.where()}"
+    ran = [w.name for w in s.workers if "Task celery." in w.output()]
+    assert not ran, f"a Celery built-in task was received as a task by {ran} {s.where()}"
     assert set(KINDS) <= set(s.faults), f"kinds never injected (every job ended first): {set(KINDS) - set(s.faults)}"
