@@ -191,6 +191,8 @@ class RunServer:
         self.stopping = threading.Event()
         self.runs = 0
         self._sock: socket.socket | None = None
+        self._bound: tuple[int, int] | None = None
+        """(device, inode) of the socket file this server made: the only one :meth:`close` removes."""
 
     # ------------------------------------------------------------------ life cycle
 
@@ -216,6 +218,8 @@ class RunServer:
             os.umask(old)
         sock.listen(16)
         self._sock = sock
+        st = os.lstat(self.path)
+        self._bound = (st.st_dev, st.st_ino)
 
     def serve_forever(self, max_runs: int | None = None) -> None:
         """Accept connections until :meth:`stop` (or ``max_runs`` runs have ended); each on a thread."""
@@ -250,8 +254,12 @@ class RunServer:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+            try:
+                st = os.lstat(self.path)
+            except FileNotFoundError:
+                return
+            if (st.st_dev, st.st_ino) == self._bound:  # not a newer server's socket at the same path
+                self.path.unlink(missing_ok=True)
 
     # ------------------------------------------------------------------ shapes
 

@@ -245,3 +245,22 @@ def test_a_server_that_says_done_without_writing_is_not_believed(tmp_path):
         assert_one_line_error(res, "'../x'", "not a file of")
     finally:
         liar.close()
+
+
+def test_a_server_that_stops_leaves_a_newer_servers_socket_alone(tmp_path):
+    """Server A's socket is removed by hand and server B starts on the same path: when A stops, it
+    used to remove B's socket, and B could no longer be reached."""
+    path, a = _start(tmp_path)
+    path.unlink()
+    b = cli_proc("serve", "--engine", "fake", "--socket", path)
+    try:
+        from tests.test_run_server import _wait_for_socket
+
+        _wait_for_socket(b, path)
+        a.send_signal(15)
+        assert finish(a, timeout=60).returncode == 0
+        assert path.exists()
+        res = cli("run", ALICE, "-o", tmp_path / "o", "--engine", "fake", *CHAPTERS, "--server", path)
+        assert res.returncode == 0, res.stderr
+    finally:
+        _stop(path, b)
