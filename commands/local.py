@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 import tempfile
 import time
@@ -13,21 +14,15 @@ import click
 
 from commands.deliver import deliver
 from commands.options import engine_options, friendly_errors, job_options
+from commands.outline_view import outline_json, outline_lines
 from commands.progress import Progress, audio_lines, fmt_duration
 from jobs.run_server import SERVER_ENV
 
 
 def _print_plan(job) -> None:
     s = job.meta["summary"]
-    counts: dict[tuple[int, int], int] = {}
-    for r in job.rows:
-        counts[(r.utt.book_index, r.utt.chapter_index)] = counts.get((r.utt.book_index, r.utt.chapter_index), 0) + 1
-    for b_i, book in enumerate(job.meta["books"]):
-        click.echo(f"{book['title']}  ({book['path']}, {book['format']}, {len(book['chapters'])} chapters)")
-        for ch in book["chapters"]:
-            mark = " " if ch["selected"] else "-"
-            n = counts.get((b_i, ch["index"]), 0)
-            click.echo(f" {mark}{ch['index']:4d}  {ch['title'][:60]:60s} {n:6d} utterances")
+    for line in outline_lines(job):  # each book's outline: parts, chapters (length, first words), sections
+        click.echo(line)
     cfg = job.config
     click.echo(f"text: normalisation {'on' if cfg.normalize_text else 'off'}, footnotes {cfg.footnotes}, "
                f"front matter {'included' if cfg.include_front_matter else 'skipped'}, "
@@ -79,19 +74,30 @@ def _print_tags(job) -> None:
 @click.argument("books", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Also write job.json and plan.parquet into this directory (default: print only).")
+@click.option("--json", "as_json", is_flag=True, default=False,
+              help="Print the books' outlines (parts, chapters, sections, lengths) and the plan's totals as JSON.")
 @job_options
 @friendly_errors
-def plan(books, out_dir, config) -> None:
-    """Ingest, segment, phonemize and plan BOOKS; print chapters, utterances, batches, padding
-    efficiency and the estimated audio duration. Synthesizes nothing."""
+def plan(books, out_dir, config, as_json) -> None:
+    """Ingest, segment, phonemize and plan BOOKS; print each book's outline (parts, chapters with their
+    length, estimated duration and first words, sections), utterances, batches, padding efficiency and
+    the estimated audio duration. Synthesizes nothing."""
     from jobs.pipeline import prepare_job
 
+    show = _print_plan_json if as_json else _print_plan
     if out_dir is None:
         with tempfile.TemporaryDirectory(prefix="booktts-plan-") as tmp:
-            _print_plan(prepare_job(list(books), Path(tmp), config))
+            show(prepare_job(list(books), Path(tmp), config))
     else:
-        _print_plan(prepare_job(list(books), out_dir, config))
-        click.echo(f"plan written to {out_dir}")
+        show(prepare_job(list(books), out_dir, config))
+        if not as_json:
+            click.echo(f"plan written to {out_dir}")
+
+
+def _print_plan_json(job) -> None:
+    """``plan --json``: the outlines (:func:`commands.outline_view.outline_json`) and the plan's totals."""
+    click.echo(json.dumps({**outline_json(job), "summary": job.meta["summary"], "job_id": job.job_id},
+                          indent=1, ensure_ascii=False))
 
 
 @click.command()

@@ -395,6 +395,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     synthesized is refused (:func:`check_engine`). ``plan`` passes none.
     """
     from jobs.ingest import load_book
+    from jobs.ingest.outline import outline_entry
     from jobs import formats
     from jobs.segment_pool import segment_chapters
 
@@ -448,7 +449,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
             rel = formats.chapter_relpath(book_dir, ch.index, slug(ch.title, "chapter"), config.audio_format)
             inside(out_dir, rel)
             chapters_meta.append({"index": ch.index, "title": ch.title, "file": rel,
-                                  "selected": ch.index in selected})
+                                  "selected": ch.index in selected, **outline_entry(ch)})
             if ch.index in selected:
                 first = ch.index == book.chapters[0].index
                 to_segment.append((b_i, ch, announce if first else None))

@@ -220,3 +220,26 @@ def test_markdown_without_blank_lines_and_letter_spaced_headings():
     assert first[0].startswith("Alice was beginning to get very tired") and first[1].startswith("So she was considering")
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "GUTENBERG" not in said.upper() and "MILLENNIUM" not in said.upper() and "\\_" not in said
+
+
+def test_plan_prints_the_outline_tree_and_json(tmp_path):
+    r = _cli("plan", str(SHERLOCK), str(MIDDLEMARCH))
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    scandal = next(k for k, ln in enumerate(lines) if "A Scandal in Bohemia" in ln)
+    assert "chars" in lines[scandal] and "To Sherlock Holmes she is always" in lines[scandal]
+    assert [ln.strip() for ln in lines[scandal + 1:scandal + 4]] == ["- Part I.", "- Part II.", "- Part III."]
+    part = next(k for k, ln in enumerate(lines) if ln.strip() == "BOOK I. Miss Brooke.")
+    assert "CHAPTER I." in lines[part + 1] and "CHAPTER II." in lines[part + 2]
+    r = _cli("plan", str(SHERLOCK), str(MIDDLEMARCH), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    sherlock, middlemarch = doc["books"]
+    (group,) = sherlock["outline"]
+    assert group["part"] is None and [c["title"] for c in group["chapters"]] == [
+        "A Scandal in Bohemia", "The Red-Headed League", "A Case of Identity"]
+    first = group["chapters"][0]
+    assert first["sections"] == ["Part I.", "Part II.", "Part III."]
+    assert first["chars"] > 1000 and first["estimated_s"] > 0 and first["first_words"].startswith("To Sherlock")
+    assert [g["part"] for g in middlemarch["outline"]] == [None, "BOOK I. Miss Brooke."]
+    assert doc["summary"]["utterances"] > 0
