@@ -36,6 +36,7 @@ from defusedxml import ElementTree as SafeET
 
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
+from jobs.ingest.outline import epub_checks
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _PG_END_RE, _PG_START_RE
@@ -464,7 +465,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     if not merged:
         raise InputError(f"{where} has no readable text in its documents; pass a book with text")
     return Book(title=book_title, source=p, format="epub",
-                chapters=[Chapter(i + 1, t, ps) for i, (t, _d, ps) in enumerate(merged)], author=author,
+                chapters=epub_checks([Chapter(i + 1, t, ps) for i, (t, _d, ps) in enumerate(merged)], title, author),
+                author=author,
                 title_known=bool(title))
 
 

@@ -545,3 +545,27 @@ def outline_entry(chapter: Chapter) -> dict:
     if chapter.part:
         d["part"] = chapter.part
     return d
+
+
+# --------------------------------------------------------------------------- EPUB
+
+
+def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) -> list[Chapter]:
+    """The checks EPUB chapters (found from the nav/NCX and ``epub:type``) share with text books:
+    titles in capitals said in title case, and the title page's lines (the book's title, its author,
+    "by ...") at the start of the first chapter not spoken again after the announcement."""
+    title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
+    out = []
+    for n, ch in enumerate(chapters):
+        paras, kinds = list(ch.paragraphs), list(ch.kinds) if ch.kinds else None
+        if n == 0:
+            while paras and (tuple(_tokens(paras[0])) in (title_t, author_t, ("by",)) or _BY_RE.match(paras[0])
+                             and author_t and tuple(_tokens(paras[0]))[-len(author_t):] == author_t):
+                paras.pop(0)
+                if kinds:
+                    kinds.pop(0)
+            if not paras:
+                continue
+        spoken = title_case(ch.title) if _shouted(ch.title) else ch.title
+        out.append(Chapter(len(out) + 1, spoken, paras, kinds, ch.part))
+    return out or chapters

@@ -243,3 +243,19 @@ def test_plan_prints_the_outline_tree_and_json(tmp_path):
     assert first["chars"] > 1000 and first["estimated_s"] > 0 and first["first_words"].startswith("To Sherlock")
     assert [g["part"] for g in middlemarch["outline"]] == [None, "BOOK I. Miss Brooke."]
     assert doc["summary"]["utterances"] > 0
+
+
+def test_epub_chapters_get_the_same_checks():
+    from jobs.ingest.outline import epub_checks
+
+    chapters = [Chapter(1, "TITLE PAGE", ["A SMALL BOOK", "by Jane Doe", "It began on a Tuesday, as these things do."]),
+                Chapter(2, "CHAPTER II. THE LONG ROAD HOME", ["They walked."]),
+                Chapter(3, "Chapter III. The End", ["Done."])]
+    out = epub_checks(chapters, "A Small Book", "Jane Doe")
+    assert [c.title for c in out] == ["Title Page", "Chapter II. The Long Road Home", "Chapter III. The End"]
+    assert out[0].paragraphs == ["It began on a Tuesday, as these things do."]  # title and author: announced once
+
+
+def test_alice_epub_is_unchanged_by_the_checks():
+    book = load_book(Path(__file__).resolve().parents[1] / "data" / "alice-pg11.epub")
+    assert len(book.chapters) == 12 and book.chapters[0].title.startswith("CHAPTER I.")
