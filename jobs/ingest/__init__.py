@@ -17,6 +17,9 @@ and drops front/back matter at the end):
               text -> heading/paragraph items (the TXT heading heuristics).
 ``markdown``  Markdown text -> heading/paragraph items and the title H1.
 ``chapters``  TXT/Markdown: items -> chapters -> :class:`Book`.
+``outline``   TXT/Markdown: the document outline (front matter, parts, chapters, sections), its
+              overrides (``--chapter-pattern``, ``--chapters-file``, ``--split-level``), headings as
+              spoken; the checks EPUB chapters share. Its rules: docs/STRUCTURE.md, "The rules".
 ``html``      an XHTML/HTML element tree -> blocks (paragraphs, headings, anchors).
 ``epub``      the zip container, OPF/spine/nav/NCX and every archive and XML defence;
               blocks -> chapters -> :class:`Book`.
@@ -68,8 +71,8 @@ Contents lists
     contents list; a chapter made only of other short lines is kept.
 
 Front matter
-    Text before the first heading becomes chapter 1 (titled with the book title when the book
-    itself names it, else "": a file name is never spoken) only if it holds
+    Text before the first heading becomes an untitled chapter 1 (the announcement says the title;
+    the title page's lines are not spoken) only if it holds
     prose: a paragraph of 3+ words with lower-case letters ending in sentence punctuation (not a
     "by ..." credit line), or one of 20+ words, or 100+ words in all. Title pages, "by Author",
     edition lines and contents lists are therefore left out. A book with no headings at all is
