@@ -2,9 +2,9 @@
 
 :func:`_load_text` is the TXT/Markdown loader: it normalises line ends, strips Project Gutenberg
 boilerplate, gets items from ``jobs.ingest.text`` or ``jobs.ingest.markdown``, finds the title
-and author, and :func:`_build_chapters` turns the items into chapters: contents lists dropped
-(heading runs and runs of local-link paragraphs), heading pairs merged, text before the first
-heading kept as chapter 1 only if it is prose.
+and author (title case when the title page is in capitals), and :func:`_build_chapters` turns the
+items into chapters through the document outline (``jobs.ingest.outline``: contents lists, levels,
+front matter, headings as spoken, the overrides). Markdown without blank lines is read as text.
 
 Does not read files or decode bytes (``jobs.ingest`` and ``jobs.ingest.text`` do), does not
 know Markdown or TXT syntax, and does not drop front/back matter (``jobs.ingest.matter``).
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _norm, _tokens
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _is_prose, _norm
 from jobs.ingest.markdown import _MD_ESCAPE_RE, _md_items
 from jobs.ingest.outline import Structure, build_outline, title_case, to_chapters
 from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items, _unspace_letters

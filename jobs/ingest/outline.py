@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from core.errors import InputError
 from jobs.ingest.book import Chapter
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _norm, _tokens
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.text import _Item
 
 SPLIT_LEVELS = ("part", "chapter", "section")
