@@ -22,7 +22,8 @@ from pathlib import Path
 
 import click
 
-from commands.options import engine_options, float_range, friendly_errors, int_range, job_options, limit_type
+from commands.options import (engine_options, float_range, friendly_errors, int_range, job_engine_options, job_options,
+                              limit_type)
 from jobs.config import batch_defaults, runs_on_gpu
 from core.errors import BrokerError, EngineError, InputError, JobError
 from workers.celery_app import redis_url as default_redis_url
@@ -110,9 +111,10 @@ def _fmt_s(secs: float | None) -> str:
               help="Queues are PREFIX.high/.normal/.low; e.g. tts-gpu for work only GPU workers consume.")
 @click.option("--wait", is_flag=True, help="Show progress until the job is done; exit non-zero if it fails.")
 @redis_option
+@job_engine_options
 @job_options
 @one_line_errors
-def submit(books, out_dir, priority, queue_prefix, wait, redis_url, config) -> None:
+def submit(books, out_dir, priority, queue_prefix, wait, redis_url, config, engine_spec) -> None:
     """Plan BOOKS here and queue one task per batch for the workers; print the job id.
 
     The plan (and any input error) happens before anything is queued. Submitting the same
@@ -123,7 +125,7 @@ def submit(books, out_dir, priority, queue_prefix, wait, redis_url, config) -> N
 
     store = _connect(redis_url)
     queue = queue_name(priority, queue_prefix)
-    job, info, n = submit_job(store, books, out_dir, config, priority, queue)
+    job, info, n = submit_job(store, books, out_dir, config, priority, queue, engine=engine_spec)
     click.echo(job.job_id)
     if n:
         click.echo(f"job {job.job_id}: {n} of {info.batches} batches queued on {queue} "

@@ -296,6 +296,29 @@ class EngineChoice(click.Choice):
         pass
 
 
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+
+def job_engine_options(f):
+    """``--engine``/``--precision`` for a command that queues a job for others to synthesize (``submit``):
+    the command receives ``engine_spec``, None without ``--engine`` (workers of any engine may run the job;
+    the first to synthesize a batch fixes it)."""
+
+    @functools.wraps(f)
+    def wrapper(*args, engine_name, precision, **kw):
+        if engine_name is None:
+            if precision is not None:
+                raise click.BadParameter("choose the job's engine with --engine too", param_hint="--precision")
+            return f(*args, engine_spec=None, **kw)
+        return f(*args, engine_spec=EngineSpec(name=engine_name, precision=precision or "fp32"), **kw)
+
+    wrapper = click.option("--precision", type=click.Choice(PRECISIONS), default=None,
+                           help="Precision of the job's engine [default: fp32 with --engine].")(wrapper)
+    return click.option("--engine", "engine_name", type=EngineChoice(), default=None,
+                        help="Only workers of this engine (and --precision) synthesize the job [default: "
+                             "the first worker's engine].")(wrapper)
+
+
 def engine_options(f):
     """Decorate a command with the engine choice; it receives ``engine_spec: EngineSpec``."""
     opts = [

@@ -182,13 +182,16 @@ def check_not_active_elsewhere(info: JobInfo | None, out_dir: str) -> None:
                        f"{info.out_dir}; wait for it, or cancel it first")
 
 
-def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, queue: str):
+def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, queue: str, engine=None):
     """Plan ``books`` into ``out_dir``, register the job and enqueue its unfinished batches (``submit``,
     the watched inbox). Returns (job, JobInfo, batches enqueued).
 
     Every check that can refuse runs before anything is written into ``out_dir``: the plan, the
     same job active elsewhere, a local ``cli.py run`` busy in the directory, the directory's Redis
     claim (:meth:`JobStore.claim_dir`) and its claim file. A refused submit leaves nothing behind.
+    ``engine`` (an :class:`~engines.spec.EngineSpec`, ``submit --engine``): the job's engine, recorded
+    before its batches are queued (:func:`jobs.pipeline.claim_engine`; a job another engine synthesized
+    is refused), so that only workers of that engine run them; None: the first worker's.
     """
     from jobs import claim as claims
 
@@ -208,7 +211,9 @@ def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, que
         undo = [f for f in (release, unmark) if f is not None]
         return (lambda: [f() for f in undo]) if undo else None
 
-    job = _pipeline().prepare_job(list(books), Path(out_dir), config, before_write=before_write)
+    job = _pipeline().prepare_job(list(books), Path(out_dir), config, before_write=before_write, engine=engine)
+    if engine is not None:
+        _pipeline().claim_engine(job, engine.identity())
     info, n = start_job(store, job, priority, queue, mode="submit")
     return job, info, n
 

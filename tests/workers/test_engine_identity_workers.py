@@ -48,3 +48,21 @@ def test_an_onnx_worker_leaves_a_fake_job_to_a_fake_worker(redis_url, start_work
     engines = set(pq.read_table(out / "manifest.parquet").column("engine").to_pylist()) - {None}
     assert engines == {"fake"}, engines
     assert "Traceback" not in onnx.output() + fake.output()
+
+
+def test_a_job_submitted_for_one_engine_is_left_by_workers_of_another(redis_url, start_worker, short_book, tmp_path):
+    """`submit --engine` records the job's engine before its batches are queued: a CPU ONNX worker does
+    not synthesize a job submitted for another engine, and a submit for another engine is refused."""
+    store = JobStore(redis_url)
+    out = tmp_path / "job"
+    jid = cli("submit", short_book, "-o", out, "--max-batch", "2", "--engine", "fake", "--redis-url",
+              redis_url).stdout.splitlines()[0]
+    assert json.loads((out / ".work" / "engine.json").read_text()) == {"name": "fake", "precision": "fp32"}
+    n = store.get_job(jid).batches
+    onnx = start_worker(redis_url, "onnx", engine="onnx", args=["--threads", "1"])
+    wait_for(lambda: onnx.output().count(LEFT) >= n, 60, f"{n} batches left to the job's engine", onnx)
+    assert list((out / ".work" / "batches").glob("b*.json")) == [], "the ONNX worker synthesized nothing"
+    assert store.deliveries(jid) == {} and store.get_job(jid).failed == 0
+    res = cli("submit", short_book, "-o", out, "--max-batch", "2", "--engine", "onnx", "--redis-url", redis_url,
+              ok=False)
+    assert res.exit_code != 0 and "--engine fake --precision fp32" in res.output, res.output
