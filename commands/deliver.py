@@ -54,11 +54,12 @@ def deliver(out_dir, **changes) -> None:
     from jobs.redeliver import redeliver
 
     job = load_job(out_dir)
+    click.echo(f"job {job.job_id}: writing its files again from its kept synthesis (no engine)...", err=True)
     done = redeliver(job, changes)
     cfg = load_job(out_dir).config
     s = done.summary
     kind = "M4B" if cfg.audio_format == "m4b" else "chapter"
-    click.echo(f"delivered: {len(done.files)} {kind} files, {s.utterances} utterances, {fmt_duration(s.audio_s)} of "
+    click.echo(f"delivered: {len(done.files)} {kind} file{'' if len(done.files) == 1 else 's'}, {s.utterances} utterances, {fmt_duration(s.audio_s)} of "
                f"audio in {fmt_duration(done.seconds)}, nothing synthesized ({cfg.output_flags()})")
     if done.removed:
         click.echo(f"removed {len(done.removed)} files of the earlier settings")
