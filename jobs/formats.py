@@ -10,7 +10,8 @@ LIST/INFO chunk (libsndfile).
 Tags: title (the chapter's; the book's for an M4B), album (book title), artist and album artist
 (the book's author, when the EPUB names one), composer (the narrator: the voice; audiobook players
 show composer as narrator), comment ("Narrated by <voice>"), year, track number (chapter i of n),
-genre "Audiobook", and the EPUB's cover image.
+genre "Audiobook", and the EPUB's cover image. The user's ``--title --author --narrator --cover --year``
+replace the book's values (:mod:`jobs.metadata`; :func:`jobs.deliver.tags_for` puts them together).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ enters the job id (that is :meth:`jobs.config.JobConfig.identity`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from core.errors import InputError, JobError
@@ -64,7 +65,8 @@ def cover_entry(path: str | None) -> dict | None:
     mime = image_type(head)
     if mime is None:
         raise InputError(f"--cover {path}: not a JPEG or PNG image (by its first bytes); give a JPEG or PNG file")
-    return {"path": str(p), "sha256": sha256_file(p), "mime": mime, "bytes": size}
+    # absolute: a worker, or a deliver run from another directory, reads it at finalize
+    return {"path": os.path.abspath(p), "sha256": sha256_file(p), "mime": mime, "bytes": size}
 
 
 def read_cover_file(entry: dict) -> tuple[bytes, str]:

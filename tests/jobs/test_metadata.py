@@ -126,3 +126,15 @@ def test_a_cover_changed_after_planning_is_refused_at_finalize(short_book, tmp_p
     cover.write_bytes(PNG + b"another picture")
     one_error_line(cli("run", "-o", out, "--engine", "fake"), "--cover", "changed since the job was planned")
     assert not (out / "manifest.parquet").exists()
+
+
+def test_a_relative_cover_is_recorded_by_its_absolute_path(short_book, tmp_path, monkeypatch):
+    (tmp_path / "art").mkdir()
+    (tmp_path / "art" / "c.png").write_bytes(PNG)
+    monkeypatch.chdir(tmp_path / "art")
+    out = tmp_path / "o"
+    assert cli("plan", short_book, "-o", out, "--cover", "c.png").exit_code == 0
+    monkeypatch.chdir(tmp_path)  # finalize elsewhere (a worker, a later deliver) still finds it
+    assert cli("run", "-o", out, "--engine", "fake").exit_code == 0
+    assert job_json(out)["cover"]["path"] == str(tmp_path / "art" / "c.png")
+    assert [p.data for p in FLAC(next(out.rglob("*.flac"))).pictures] == [PNG]
