@@ -234,6 +234,7 @@ def compile_bytecode(paths: list[Path]) -> dict:
 
 def child_env(extra_paths: list[str], redis_url: str | None, overrides: dict[str, str]) -> dict:
     env = dict(os.environ)
+    env.setdefault("BOOKTTS_TEST_ENGINES", "1")  # `--engine fake` (a CPU rehearsal) is a test engine of the CLI
     parts = extra_paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     pylib = CARRY / "pylib"
     if pylib.is_dir() and str(pylib) not in parts and "carry/pylib" not in parts:
