@@ -174,6 +174,8 @@ def redeliver(job: Job, changes: dict) -> DeliverSummary:
     config = dataclasses.replace(job.config, **changes)  # checked again (__post_init__)
     deliver.check_available(config)
     with claim.run_lock(out, job.job_id):
+        for stale in (out / WORK_DIR).glob(f"{STAGING_PREFIX}*"):  # a killed deliver's (the lock keeps out live ones)
+            shutil.rmtree(stale, ignore_errors=True)
         records = kept_synthesis(job)
         meta = _new_meta(job, config, changes)
         staging = out / WORK_DIR / f"{STAGING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"

@@ -92,9 +92,13 @@ def test_deliver_mp3_vtt_from_kept_synthesis(finished):
     old_flacs = sorted(out.rglob("*.flac"))
     assert len(old_flacs) == 2
 
+    killed = out / ".work" / "deliver-999-deadbeef"  # what a killed deliver left
+    (killed / "01-x").mkdir(parents=True)
+    (killed / "01-x" / "001-a.mp3").write_bytes(b"half")
     res = deliver("-o", out, "--format", "mp3", "--loudness", "none", "--captions", "vtt")
     assert res.exit_code == 0, res.output
     assert "nothing synthesized" in res.stdout and "audio: " in res.stdout
+    assert not killed.exists()
 
     assert batch_files(out) == before_batches  # the synthesis is read, not made again
     assert not list(out.rglob("*.flac")) and not list((out / ".work").glob("deliver-*"))
