@@ -439,7 +439,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     to_segment = []  # (book index, chapter) of the selected chapters, in book order
     for b_i, (path, inp) in enumerate(zip(books, inputs)):
         book = load_book(Path(path), encoding=config.encoding, front_matter=config.include_front_matter,
-                         footnotes=config.footnotes)
+                         footnotes=config.footnotes, structure=structure_of(config))
         metadata.override_book(book, config)  # --title, --author
         announce = book.announcement() if config.announce else None
         selected = set(parse_chapter_selection(config.chapters, len(book.chapters), str(path)))

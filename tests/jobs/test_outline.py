@@ -149,8 +149,19 @@ def test_overrides_are_recorded_in_job_json_and_the_identity(tmp_path):
     out = tmp_path / "job"
     r = _cli("plan", str(SHERLOCK), "--split-level", "section", "--chapters-file", str(marks), "-o", str(out))
     assert r.returncode == 0, r.stderr
-    cfg = json.loads((out / "job.json").read_text())["config"]
+    job = json.loads((out / "job.json").read_text())
+    cfg = job["config"]
     assert cfg["split_level"] == "section" and cfg["chapter_marks"] == ["A SCANDAL IN BOHEMIA"]
+    # the overrides reach the books: a file per section of a story (the file names no printed line here)
+    assert [c["title"] for c in job["books"][0]["chapters"]] == [
+        "A Scandal in Bohemia. Part I.", "A Scandal in Bohemia. Part II.", "A Scandal in Bohemia. Part III.",
+        "The Red-Headed League", "A Case of Identity"]
+    out2 = tmp_path / "job2"
+    r = _cli("plan", str(SHERLOCK), "--chapter-pattern", r"^I{1,2}\. [A-Z -]+$", "-o", str(out2))
+    assert r.returncode == 0, r.stderr
+    chapters = json.loads((out2 / "job.json").read_text())["books"][0]["chapters"]
+    assert [c["title"] for c in chapters] == ["I. A Scandal in Bohemia", "II. The Red-Headed League"]
+    assert chapters[1]["sections"] == ["III. A Case of Identity"]  # other headings: sections
     plain = JobConfig()
     assert "split_level" not in plain.identity() and "chapter_marks" not in plain.identity()  # old ids stay
     assert JobConfig(split_level="part").identity() != plain.identity()
