@@ -345,7 +345,8 @@ class RunServer:
             # the run's voice is the server's (or a refusal), and a planned job's is the run's
             # (open_planned_job): the engine never synthesizes another voice's job
             voice = self._voice_for(config.voice)
-            job = prepare_job(books, out_dir, config, voice=voice) if books else open_planned_job(out_dir, config.voice)
+            job = (prepare_job(books, out_dir, config, voice=voice, engine=config.engine) if books
+                   else open_planned_job(out_dir, config.voice, engine=config.engine))  # one engine per job
             summ = job.meta["summary"]
             pending = job.pending_batches()
             _send(conn, {"event": "planned", "job_id": job.job_id, "utterances": summ["utterances"],
