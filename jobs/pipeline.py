@@ -277,11 +277,24 @@ def recorded_engine(out_dir) -> dict | None:
     return engine_identity(d["name"], d["precision"])
 
 
-def check_engine(out_dir, job_id: str, identity: dict) -> None:
+def _engine_of_records(job: Job) -> dict | None:
+    """The engine identity of the first batch record of ``job`` (for a directory written before
+    ``engine.json`` existed); None if it has none."""
+    for b in job.batches:
+        rec = job.batch_record(b.batch_id)
+        if rec is not None:
+            return engine_identity(rec.engine, rec.precision)
+    return None
+
+
+def check_engine(out_dir, job_id: str, identity: dict, job: Job | None = None) -> None:
     """Refuse (:class:`EngineMismatch`, one line naming the job's engine) to go on with a job whose
     batches another engine identity synthesized: its chapters would mix the two (tones and speech,
-    fp16 and fp32). A job with no batch yet takes any engine."""
+    fp16 and fp32). A job with no batch yet takes any engine. With ``job``, a directory without
+    ``engine.json`` (written before it existed) is judged by its first batch record."""
     have = recorded_engine(out_dir)
+    if have is None and job is not None:
+        have = _engine_of_records(job)
     if have is not None and have != engine_identity(identity["name"], identity["precision"]):
         raise EngineMismatch(f"{out_dir} holds job {job_id}, synthesized with {describe_identity(have)}; the engine "
                              f"of a job cannot change (its audio would mix two engines): resume with those options, "
@@ -297,6 +310,8 @@ def claim_engine(job: Job, identity: dict) -> None:
     if job.__dict__.get("_engine_claimed") == key:
         return
     real_directory(job.out_dir, WORK_DIR)
+    if recorded_engine(job.out_dir) is None:
+        check_engine(job.out_dir, job.job_id, identity, job)  # batches from before engine.json existed
     if not create_json(Path(job.out_dir) / WORK_DIR / ENGINE_FILE, identity):
         check_engine(job.out_dir, job.job_id, identity)
     job.__dict__["_engine_claimed"] = key
@@ -427,7 +442,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     if existing is not None:
         if existing.job_id == job_id:
             if engine is not None:
-                check_engine(out_dir, job_id, engine.identity())
+                check_engine(out_dir, job_id, engine.identity(), existing)
             return _claim_and_write(out_dir, job_id, before_write, None)  # resume (claims a pre-claim directory)
         raise JobError(f"{out_dir} holds another job ({existing.job_id}: other inputs or settings); "
                        f"choose another -o directory or delete it")
@@ -600,7 +615,7 @@ def open_planned_job(out_dir: Path, voice_name: str | None = None, engine: Engin
     """
     job = load_job(out_dir)
     if engine is not None:
-        check_engine(out_dir, job.job_id, engine.identity())
+        check_engine(out_dir, job.job_id, engine.identity(), job)
     check_write_directories(out_dir, job)
     deliver.check_available(job.config)  # its output needs packages this host may lack: say so before synthesizing
     claims.claim(out_dir, job.job_id)  # refuses another job's claim; claims a directory older than claims

@@ -102,3 +102,14 @@ def test_the_fake_engine_is_not_offered_to_users(command, short_book, tmp_path):
         assert not (tmp_path / "out").exists()
     # the test suite's switch offers it
     assert "[onnx|torch|tensorrt|fake]" in cli(command, "--help").stdout
+
+
+def test_a_directory_from_before_engine_json_is_judged_by_its_batch_records(short_book, tmp_path):
+    """A job synthesized before the engine was recorded (no .work/engine.json) keeps its engine: that
+    of its batch records."""
+    out = tmp_path / "out"
+    assert cli("run", short_book, "-o", out, "--engine", "fake").returncode == 0
+    (out / ".work" / "engine.json").unlink()  # as a directory written by the previous version
+    assert_one_line_error(cli("run", short_book, "-o", out, "--engine", "onnx"), "--engine fake --precision fp32")
+    assert not (out / ".work" / "engine.json").exists()
+    assert cli("run", short_book, "-o", out, "--engine", "fake").returncode == 0
