@@ -2,7 +2,8 @@
 
 :func:`_drop_matter` drops, for every format, chapters titled "About the Author", "Contents",
 "Index", "Copyright", "Also by ..."; a short copyright notice among the first three chapters;
-ISBN-only paragraphs; and a trailing "About the Author" section in the last chapter. Used
+ISBN-only paragraphs; what follows "THE END" in the last chapter (publishers' advertisements); and
+a trailing "About the Author" section in the last chapter. Used
 unless ``front_matter=True``.
 
 Works on :class:`Chapter` lists only: it does not know formats, nor EPUB's ``epub:type`` /
@@ -27,6 +28,9 @@ _RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:public
                         r"printed in|library of congress", re.I)
 
 
+_THE_END_RE = re.compile(r"^[_*\s]*(?:the\s+end|finis)[.!_*\s]*$", re.I)
+
+
 def _is_copyright_chapter(ch: Chapter) -> bool:
     """A short chapter that is a copyright notice / colophon (copyright and rights or ISBN lines)."""
     text = " ".join(ch.paragraphs)
@@ -37,7 +41,8 @@ def _is_copyright_chapter(ch: Chapter) -> bool:
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
     "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
-    paragraphs; a trailing "About the Author" section inside the last chapter (a heading-like
+    paragraphs; the last chapter's text after a "THE END" line; a trailing "About the Author" section
+    inside the last chapter (a heading-like
     paragraph of its own, followed by at most 400 words)."""
     out: list[Chapter] = []
     n = len(chapters)
@@ -50,6 +55,10 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         kept = [(p, ch.kind(i)) for i, p in enumerate(ch.paragraphs) if not _ISBN_RE.match(p)]
         paras = [p for p, _k in kept]
         if k == n - 1:
+            end = next((j for j, para in enumerate(paras) if _THE_END_RE.match(para)), None)
+            if end is not None:
+                kept = kept[:end + 1]  # after "THE END": the publisher's advertisements
+                paras = paras[:end + 1]
             for j, para in enumerate(paras):
                 if j > 0 and re.match(r"^about\s+the\s+authors?[.:]?$", para, re.I) \
                         and len(" ".join(paras[j + 1:]).split()) <= 400:

@@ -31,6 +31,11 @@ SPLIT_LEVELS = ("part", "chapter", "section")
 PART_STYLES = {"part", "book", "volume"}
 SECTION_STYLES = {"scene", "section"}
 NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle"}
+RANKED_CHAPTER_STYLES = {"chapter", "stave", "act"}
+"""The keywords that outrank the others: a book numbered by them is cut at them."""
+INNER_STYLES = {"letter", "contents", "caps"}
+"""Headings that are sections when they come inside a RANKED_CHAPTER_STYLES sequence (a letter, a
+journal heading the contents list names, a line in capitals)."""
 
 
 @dataclass
@@ -279,6 +284,15 @@ def _in_sequence(nums: list[int | None]) -> list[bool]:
     return ok
 
 
+def _first_ranked_chapter(heads: list[tuple[int, _Item]]) -> int | None:
+    """The position of the first heading of the book's numbered CHAPTER (STAVE, ACT) sequence, when it
+    has one (two or more such headings, most of them numbered in sequence); None otherwise."""
+    ranked = [(k, it) for k, it in heads if it.style in RANKED_CHAPTER_STYLES]
+    if len(ranked) < 2 or 2 * sum(_in_sequence([it.num for _k, it in ranked])) < len(ranked):
+        return None
+    return ranked[0][0]
+
+
 def _assign_levels(items: list[_Item]) -> dict[int, str]:
     """The level of each heading item (by position): part, chapter or section; None-level headings
     (a numbered title out of sequence) are turned back into paragraphs by the caller."""
@@ -311,8 +325,11 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
         romans_are_sections = restarts >= 1
     has_parts = any(it.style in PART_STYLES for _k, it in heads)
     has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections for _k, it in heads)
+    first_ranked = _first_ranked_chapter(heads)
     for k, it in heads:
-        if it.style in PART_STYLES:
+        if first_ranked is not None and k > first_ranked and it.style in INNER_STYLES:
+            levels[k] = "section"  # a journal heading or a letter inside a numbered chapter
+        elif it.style in PART_STYLES:
             levels[k] = "part" if has_chapters else "chapter"
         elif it.style in SECTION_STYLES:
             levels[k] = "section" if has_chapters or has_parts and core else "chapter"
@@ -395,11 +412,18 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
                       r"|this\s+e-?(?:book|text)\s+is\s+for\s+the\s+use\s+of)", re.I)
 
 
+_IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
+                         r"|\bpublic\s+domain\b|\bedition\s+produced\b", re.I)
+"""A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes."""
+
+
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
-    epigraph: the title, "by ...", edition lines), notes by transcribers and producers, and the
+    epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
+    (copyright, "All rights reserved", "Printed in ...", an edition's production note) and the
     contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
-    paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)]
+    paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
+             and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)]
     start = 0
     while start < len(paras):
         t = paras[start].text

@@ -270,3 +270,28 @@ def test_epub_chapters_get_the_same_checks():
 def test_alice_epub_is_unchanged_by_the_checks():
     book = load_book(Path(__file__).resolve().parents[1] / "data" / "alice-pg11.epub")
     assert len(book.chapters) == 12 and book.chapters[0].title.startswith("CHAPTER I.")
+
+
+DRACULA = STRUCTURE / "dracula-excerpt.txt"  # Dracula (PG 345): an imprint title page, a contents list naming
+# each CHAPTER's journal, diary and letter headings inside the chapters, publishers' advertisements after THE END
+
+
+def test_journal_headings_inside_numbered_chapters_are_sections():
+    book = load_book(DRACULA)
+    titles = [c.title for c in book.chapters]
+    assert titles == ["", "CHAPTER I. Jonathan Harker’s Journal",
+                      "CHAPTER V. Letter from Miss Mina Murray to Miss Lucy Westenra.", "CHAPTER VI. Mina Murray’s Journal"]
+    sixth = book.chapters[3]
+    assert [p for p, k in zip(sixth.paragraphs, sixth.kinds) if k == "heading"] == [
+        "Dr. Seward’s Diary.", "Mina Murray’s Journal."]
+    assert [p for p, k in zip(book.chapters[2].paragraphs, book.chapters[2].kinds) if k == "heading"] == [
+        "Dr. Seward’s Diary."]
+
+
+def test_imprint_lines_and_advertisements_after_the_end_are_not_spoken():
+    book = load_book(DRACULA)
+    front = book.chapters[0].paragraphs
+    assert front[0] == "TO" and front[-1].startswith("How these papers have been placed")  # dedication, note kept
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "All rights reserved" not in said and "COUNTRY LIFE PRESS" not in said and "GROSSET" not in said.upper()
+    assert book.chapters[-1].paragraphs[-1] == "THE END"
