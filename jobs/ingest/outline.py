@@ -239,10 +239,12 @@ def _heading_runs(items: list[_Item]) -> list[_Item]:
     """Runs of headings with no text between them: a contents list written as headings (three or
     more, or after a "Contents" label) is dropped, its last line kept when it is the real start; two
     headings in a row stay apart: their levels decide how they are spoken (:func:`to_chapters`)."""
-    last_seen: dict[tuple[str, ...], int] = {}
+    last_seen: dict[tuple, int] = {}
     for n, it in enumerate(items):
         if it.kind == "heading":
             last_seen[tuple(_tokens(it.text))] = n
+            if it.num is not None:  # "ACT III." in a list of scenes, "THIRD ACT" at the act itself
+                last_seen[(it.style, it.num)] = n
     out: list[_Item] = []
     k = 0
     while k < len(items):
@@ -261,8 +263,9 @@ def _heading_runs(items: list[_Item]) -> list[_Item]:
         elif (len(run) >= 3 and not all(h.forced for h in run)) or labels:
             if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
                 out.pop()
-            if last_seen[tuple(_tokens(run[-1].text))] < e:
-                out.append(run[-1])
+            last = run[-1]
+            if max(last_seen[tuple(_tokens(last.text))], last_seen.get((last.style, last.num), -1)) < e:
+                out.append(last)
         else:  # two in a row ("BOOK ONE", "CHAPTER I."): the levels decide (see to_chapters)
             out.extend(run)
         k = e
@@ -417,11 +420,20 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*p
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes."""
 
 
+_CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play"
+                            r"|(?:the\s+)?characters(?:\s+in\s+the\s+play)?|cast(?:\s+of\s+characters)?)\b\W*$",
+                            re.I)
+"""The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
+
+
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
-    (copyright, "All rights reserved", "Printed in ...", an edition's production note) and the
-    contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
+    (copyright, "All rights reserved", "Printed in ...", an edition's production note), a play's cast
+    list from its label ("Dramatis Personae") on, and the contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
+    cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
+    if cast is not None:
+        front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
     paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
              and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)]
     start = 0

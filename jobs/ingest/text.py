@@ -194,6 +194,8 @@ _KEYWORD = (r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|C
 _HEADING_RE = re.compile(
     rf"^(?P<head>(?P<kw>{_KEYWORD})[ \t]+(?P<num>{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
     rf"(?:[ \t]*[.,:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
+_ORDINAL_HEADING_RE = re.compile(rf"^(?P<num>(?i:{_ORDINAL}))[ \t]+(?P<kw>{_KEYWORD})\.?$")
+"""A keyword after its ordinal word: "FIRST ACT", "The Second Book" (no title on the line)."""
 _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<title>\S.*)$")
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _SECTION_RE = re.compile(
@@ -265,11 +267,16 @@ def _match_heading(line: str) -> _Heading | None:
     if not line or len(line) > 100:
         return None
     m = _HEADING_RE.match(line)
+    if m and not m.group("num"):
+        m = None  # the numeral pattern matched nothing: "ACT DROP" is no heading
     if m:
         title = m.group("title")
         if title is not None and not _title_like(title):
             return None
         return _Heading(m.group("head"), title, style=m.group("kw").lower(), num=_number_value(m.group("num")))
+    m = _ORDINAL_HEADING_RE.match(line)
+    if m and m.group("num").split()[-1].casefold() != "last":
+        return _Heading(line, None, style=m.group("kw").lower(), num=_number_value(m.group("num")))
     m = _SECTION_RE.match(line)
     if m:
         title = m.group("title")

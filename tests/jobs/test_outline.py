@@ -295,3 +295,16 @@ def test_imprint_lines_and_advertisements_after_the_end_are_not_spoken():
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "All rights reserved" not in said and "COUNTRY LIFE PRESS" not in said and "GROSSET" not in said.upper()
     assert book.chapters[-1].paragraphs[-1] == "THE END"
+
+
+EARNEST = STRUCTURE / "earnest-excerpt.txt"  # The Importance of Being Earnest (PG 844): acts headed "FIRST ACT",
+# a cast list and a list of scenes ("ACT I. ...", "ACT II. ...", "ACT III. ...") before the first act, "ACT DROP"
+
+
+def test_ordinal_acts_are_chapters_and_the_playbill_is_not_a_chapter():
+    book = load_book(EARNEST)
+    assert [c.title for c in book.chapters] == ["FIRST ACT. Scene", "SECOND ACT. Scene", "THIRD ACT. Scene"]
+    assert book.chapters[0].paragraphs[0].startswith("Morning-room in Algernon’s flat")
+    assert book.chapters[0].paragraphs[-1] == "ACT DROP"  # the curtain line stays in its act, no heading
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "PERSONS IN THE PLAY" not in said and "Mr. George Alexander" not in said and "Drawing-Room" not in said
