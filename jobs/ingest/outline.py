@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
-from jobs.ingest.text import _Item
+from jobs.ingest.text import _Item, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -586,10 +586,50 @@ def outline_entry(chapter: Chapter) -> dict:
 # --------------------------------------------------------------------------- EPUB
 
 
+_BARE_NUMERAL_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.?$")
+_ENDS_WITH_NUMERAL_RE = re.compile(r"^(?P<title>.*\S)\s+(?P<num>[IVXLCDM]+|\d{1,3})\.?$")
+
+
+def _numeral(s: str) -> int:
+    s = s.strip().rstrip(".")
+    return int(s) if s.isdigit() else _roman_value(s)
+
+
+def _with_parts(chapters: list[Chapter]) -> list[Chapter]:
+    """Nav entries that are a story's numbered parts ("I.", "II.", "III." under "I. A Scandal in
+    Bohemia") are sections, not chapters: a chapter titled by a bare numeral that continues the
+    numbering of the chapter before it joins that chapter, its title a "Part II." heading. A
+    chapter whose title ends with the first part's numeral ("... Bohemia. I.") when the next chapter is
+    part two gets a "Part I." heading instead."""
+    out: list[Chapter] = []
+    last = None  # the number of the last part in out[-1]
+    for n, ch in enumerate(chapters):
+        bare = _BARE_NUMERAL_RE.match(ch.title.strip())
+        if bare and out and last is not None and _numeral(ch.title) == last + 1:
+            prev = out[-1]
+            kinds = (list(prev.kinds) if prev.kinds else ["text"] * len(prev.paragraphs)) + ["heading"] \
+                + (list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs))
+            heading = f"Part {ch.title.strip().rstrip('.')}."
+            out[-1] = Chapter(prev.index, prev.title, [*prev.paragraphs, heading, *ch.paragraphs], kinds, prev.part)
+            last += 1
+            continue
+        last = None
+        nxt = chapters[n + 1].title.strip() if n + 1 < len(chapters) else ""
+        m = _ENDS_WITH_NUMERAL_RE.match(ch.title.strip())
+        if m and _BARE_NUMERAL_RE.match(nxt) and _numeral(m.group("num")) == 1 and _numeral(nxt) == 2:
+            kinds = ["heading"] + (list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs))
+            ch = Chapter(ch.index, m.group("title").rstrip(" ."), ["Part I.", *ch.paragraphs], kinds, ch.part)
+            last = 1
+        out.append(ch)
+    return out
+
+
 def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) -> list[Chapter]:
     """The checks EPUB chapters (found from the nav/NCX and ``epub:type``) share with text books:
+    numbered parts listed as entries of their own go back into their chapter (:func:`_with_parts`),
     titles in capitals said in title case, and the title page's lines (the book's title, its author,
     "by ...") at the start of the first chapter not spoken again after the announcement."""
+    chapters = _with_parts(chapters)
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     out = []
     for n, ch in enumerate(chapters):

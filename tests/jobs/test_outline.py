@@ -308,3 +308,26 @@ def test_ordinal_acts_are_chapters_and_the_playbill_is_not_a_chapter():
     assert book.chapters[0].paragraphs[-1] == "ACT DROP"  # the curtain line stays in its act, no heading
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "PERSONS IN THE PLAY" not in said and "Mr. George Alexander" not in said and "Drawing-Room" not in said
+
+
+def test_epub_nav_entries_for_a_storys_numbered_parts_are_sections(tmp_path):
+    """The Sherlock Holmes EPUB (PG 1661) nav nests "I.", "II.", "III." under the first story: they are
+    its parts, not three more chapters (the text, from sherlock-excerpt.txt, is laid out as that EPUB)."""
+    from tests.jobs.test_ingest import make_epub
+
+    parts = [p for p in SHERLOCK.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+    opening = {n: next(p for p in parts if p.strip().startswith(w)) for n, w in
+               [(1, "To Sherlock"), (2, "At three"), (3, "I slept"), (4, "I had called")]}
+    doc1 = (f'<h2 id="s1">I. A SCANDAL IN BOHEMIA</h2><h3 id="p1">I.</h3><p>{opening[1]}</p>'
+            f'<h3 id="p2">II.</h3><p>{opening[2]}</p><h3 id="p3">III.</h3><p>{opening[3]}</p>')
+    doc2 = f'<h2 id="s2">II. THE RED-HEADED LEAGUE</h2><p>{opening[4]}</p>'
+    nav = [("I. A Scandal in Bohemia", "c1.xhtml#s1", [("I.", "c1.xhtml#p1"), ("II.", "c1.xhtml#p2"),
+                                                          ("III.", "c1.xhtml#p3")]),
+           ("II. The Red-Headed League", "c2.xhtml#s2")]
+    book = load_book(make_epub(tmp_path / "sherlock.epub", [("c1.xhtml", doc1), ("c2.xhtml", doc2)], nav=nav,
+                               title="The Adventures of Sherlock Holmes"))
+    assert [c.title for c in book.chapters] == ["I. A Scandal in Bohemia", "II. The Red-Headed League"]
+    first = book.chapters[0]
+    assert [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"] == ["Part I.", "Part II.", "Part III."]
+    assert first.paragraphs[1].startswith("To Sherlock Holmes she is always")
+    assert book.chapters[1].paragraphs[0].startswith("I had called upon my friend")
