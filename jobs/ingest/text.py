@@ -139,7 +139,12 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
         found = True
         m = _PG_TITLE_RE.search(text, 0, start.start())
         if m:
-            title = _norm(m.group(1) + " " + m.group(2))
+            first = _norm(m.group(1))
+            more = [_norm(ln) for ln in m.group(2).split("\n") if ln.strip()]
+            # a line that starts with the title again is another name for the book ("Peter Pan" /
+            # "Peter Pan and Wendy"), not the title's continuation
+            more = [ln for ln in more if not ln.casefold().startswith(first.casefold())]
+            title = _norm(" ".join([first, *more]))
         end_of_marker = start.end()
         if not start.group(0).rstrip().endswith("***") and start.group(0).lstrip().startswith("*"):
             # the marker wraps onto the next line(s): "... ALICE'S ADVENTURES IN\nWONDERLAND ***"

@@ -331,3 +331,15 @@ def test_epub_nav_entries_for_a_storys_numbered_parts_are_sections(tmp_path):
     assert [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"] == ["Part I.", "Part II.", "Part III."]
     assert first.paragraphs[1].startswith("To Sherlock Holmes she is always")
     assert book.chapters[1].paragraphs[0].startswith("I had called upon my friend")
+
+
+PETER_PAN = STRUCTURE / "peter-pan-excerpt.txt"  # Peter Pan (PG 16): "Title:" with a second name on the next line,
+# an edition's production note on the title page
+
+
+def test_a_second_name_in_the_title_header_and_an_edition_note_are_not_spoken():
+    book = load_book(PETER_PAN)
+    assert book.announcement() == "Peter Pan, by James M. Barrie."  # not "Peter Pan Peter Pan and Wendy"
+    assert [c.title for c in book.chapters] == ["Chapter I. Peter Breaks Through"]
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "Millennium Fulcrum" not in said and said.startswith("All children, except one, grow up.")
