@@ -197,6 +197,13 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
     return out, named, after
 
 
+def _names_start(line: tuple[str, ...], named: set[tuple[str, ...]]) -> bool:
+    """The line is the start of an entry the contents list names, the entry adding a subtitle
+    ("THE CUSTOM-HOUSE." for "THE CUSTOM HOUSE.--INTRODUCTORY"): two words or more, half the entry."""
+    return len(line) >= 2 and any(len(e) > len(line) and e[:len(line)] == line and 2 * len(line) >= len(e)
+                                  for e in named)
+
+
 def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, title: str) -> list[_Item]:
     """A short line after the contents list that the list names is a chapter heading (not the
     book's own title line)."""
@@ -211,7 +218,8 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
-        if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named:
+        if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
+                or _names_start(tuple(_tokens(it.text)), named):
             out[k] = _Item("heading", it.text, style="contents")
     return out
 
@@ -260,6 +268,8 @@ def _heading_runs(items: list[_Item]) -> list[_Item]:
         run = [h for h in items[k:e] if not _CONTENTS_LABEL_RE.match(h.text)]
         if not run or not followed:
             pass  # a contents list (or a lone label) with no text after it
+        elif len(run) == 2 and _tokens(run[0].text) == _tokens(run[1].text):
+            out.append(run[1])  # a heading printed twice (over an illustration and over the text)
         elif (len(run) >= 3 and not all(h.forced for h in run)) or labels:
             if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
                 out.pop()
@@ -325,7 +335,10 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             if it.style == "roman" and seen_core and first_after:
                 restarts += it.num == 1
                 first_after = False
-        romans_are_sections = restarts >= 1
+        # one run longer than the chapter headings is the book's own chapter sequence (a preface and
+        # an introduction, then "I." to "XXIV."), not a story's parts
+        romans = sum(1 for _k, it in heads if it.style == "roman")
+        romans_are_sections = restarts >= 2 or restarts == 1 and romans <= len(core)
     has_parts = any(it.style in PART_STYLES for _k, it in heads)
     has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections for _k, it in heads)
     first_ranked = _first_ranked_chapter(heads)
@@ -456,13 +469,70 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
 # --------------------------------------------------------------------------- outline -> chapters
 
 
+_PAGED_ENTRY_RE = re.compile(r"^(?P<title>\S.{0,90}?)(?:[ \t]*\.){0,40}[ \t]+(?P<page>\d{1,4})$")
+_ILLUSTRATIONS_LABEL_RE = re.compile(r"^(?:list\s+of\s+)?(?:illustrations|plates)[.:]?$", re.I)
+
+
+def _paged(it: _Item) -> bool:
+    m = _PAGED_ENTRY_RE.match(it.text) if it.kind == "para" else None
+    return bool(m) and len(it.text.split()) <= 14 and not _is_prose(m.group("title"))
+
+
+def _paged_runs(items: list[_Item]) -> list[_Item]:
+    """A contents list or list of illustrations printed one entry per block: three or more short
+    paragraphs in a row that end with a page number ("THE PRISON DOOR 49"; a short group label such
+    as "THE SCARLET LETTER." may stand between two of them) become one contents-list item, labelled
+    when a "Contents" label (and a "PAGE" column header) comes right before it. A list of
+    illustrations is dropped with its label (and one credit line under it): it names no headings."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        if not _paged(items[k]):
+            out.append(items[k])
+            k += 1
+            continue
+        e, entries = k, []
+        while e < len(items):
+            if _paged(items[e]):
+                entries.append(_PAGED_ENTRY_RE.match(items[e].text).group("title").rstrip(" ."))
+                e += 1
+            elif (items[e].kind == "para" and len(items[e].text.split()) <= 6 and e + 1 < len(items)
+                  and _paged(items[e + 1]) and entries):
+                e += 1  # a group label inside the list
+            else:
+                break
+        if len(entries) < 3:
+            out.extend(items[k:e])
+            k = e
+            continue
+        j = len(out)
+        while j and out[j - 1].kind == "para" and out[j - 1].text.strip(" .:").casefold() in ("page", "pages"):
+            j -= 1
+        back = [it.text for it in out[max(0, j - 2):j]]
+        if back and _ILLUSTRATIONS_LABEL_RE.match(back[-1]):
+            del out[j - 1:]
+        elif len(back) == 2 and _ILLUSTRATIONS_LABEL_RE.match(back[0]) and len(back[1].split()) <= 30:
+            del out[j - 2:]
+        else:
+            label = bool(j) and out[j - 1].kind == "para" and bool(_CONTENTS_LABEL_RE.match(out[j - 1].text))
+            del out[j:]
+            out.append(_Item("toc", " ".join(it.text for it in items[k:e]), entries=entries, label=label))
+        k = e
+    return out
+
+
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
+    items = _paged_runs(items)
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)
     items = [it for it in items if not (it.kind == "para" and _NOTE_RE.match(it.text))]
     items = _heading_runs(items)
+    title_t = tuple(_tokens(title))
+    items = [it for k, it in enumerate(items)  # the title again over the story's first heading: a half-title
+             if not (title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t
+                     and k + 1 < len(items) and items[k + 1].kind == "heading")]
     levels = _assign_levels(items)
     front: list[_Item] = []
     nodes: list[Node] = []

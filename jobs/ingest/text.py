@@ -206,6 +206,9 @@ _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<t
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
+_SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
+                            r"[ \t]+TO[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
+"""A named heading with what it belongs to, in capitals: "PREFACE TO THE SECOND EDITION."."""
 _ROMAN_ALONE_RE = re.compile(rf"^{_ROMAN}\.?$")
 _OPEN_CHARS = "\"'\u201c\u2018([_*"
 
@@ -283,6 +286,8 @@ def _match_heading(line: str) -> _Heading | None:
     if m and m.group("num").split()[-1].casefold() != "last":
         return _Heading(line, None, style=m.group("kw").lower(), num=_number_value(m.group("num")))
     m = _SECTION_RE.match(line)
+    if m is None and _shouted(line):  # "PREFACE TO THE SECOND EDITION.", "INTRODUCTION TO PYGMALION."
+        m = _SECTION_TO_RE.match(line)
     if m:
         title = m.group("title")
         if title is not None and not _title_like(title):
@@ -291,7 +296,8 @@ def _match_heading(line: str) -> _Heading | None:
     if _ROMAN_ALONE_RE.match(line):
         return _Heading(line, None, roman=True, style="roman", num=_roman_value(line))
     m = _NUMTITLE_RE.match(line)
-    if m and _title_like(m.group("title")) and _shouted(m.group("title")):
+    if m and _title_like(m.group("title")) and _shouted(m.group("title")) \
+            and not re.search(r"\s\d{1,4}$", m.group("title")):  # "I. THE PRISON-DOOR 51": a paged entry
         return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
     return None
 

@@ -343,3 +343,23 @@ def test_a_second_name_in_the_title_header_and_an_edition_note_are_not_spoken():
     assert [c.title for c in book.chapters] == ["Chapter I. Peter Breaks Through"]
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "Millennium Fulcrum" not in said and said.startswith("All children, except one, grow up.")
+
+
+SCARLET = STRUCTURE / "scarlet-letter-excerpt.txt"  # The Scarlet Letter (PG 25344): an imprint title page,
+# "PREFACE TO THE SECOND EDITION.", a paged contents list and a list of illustrations printed one entry per
+# block, "THE CUSTOM-HOUSE." printed twice, the title again over chapter "I.", bare numeral chapters
+
+
+def test_one_entry_per_block_contents_and_illustration_lists_and_a_preface_to_heading():
+    book = load_book(SCARLET)
+    assert book.announcement() == "The Scarlet Letter, by Nathaniel Hawthorne."
+    assert [c.title for c in book.chapters] == [
+        "Preface to the Second Edition.", "The Custom-House.", "Chapter I. THE PRISON-DOOR.",
+        "Chapter II. THE MARKET-PLACE.", "Chapter III. THE RECOGNITION."]
+    assert book.chapters[0].paragraphs[0].startswith("Much to the author’s surprise")
+    assert book.chapters[2].paragraphs[0].startswith("A throng of bearded men")
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    for phrase in ("All rights reserved", "PAGE", "HESTER’S RETURN", "XXIV. CONCLUSION", "LIST OF ILLUSTRATIONS",
+                   "Drawn by", "OSGOOD"):
+        assert phrase not in said
+    assert not book.chapters[1].paragraphs[-1].startswith("THE SCARLET LETTER")  # the half-title is not spoken
