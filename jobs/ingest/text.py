@@ -504,7 +504,7 @@ def _after_contents_label(items: list[_Item]) -> bool:
     for it in reversed(items):
         if it.kind == "toc" or it.kind == "para" and _CONTENTS_LABEL_RE.match(it.text):
             return True
-        if it.kind == "para" and len(it.text.split()) <= 6 and not short:
+        if it.kind == "para" and len(it.text.split()) <= 8 and not short:
             short += 1  # a group label inside the list ("SONGS OF INNOCENCE")
             continue
         if it.kind != "heading":

@@ -363,3 +363,14 @@ def test_one_entry_per_block_contents_and_illustration_lists_and_a_preface_to_he
                    "Drawn by", "OSGOOD"):
         assert phrase not in said
     assert not book.chapters[1].paragraphs[-1].startswith("THE SCARLET LETTER")  # the half-title is not spoken
+
+
+TALE = STRUCTURE / "tale-of-two-cities-excerpt.txt"  # A Tale of Two Cities (PG 98): a contents list in three
+# blocks, each after a group label ("Book the Third--the Track of a Storm", seven words)
+
+
+def test_a_contents_block_after_a_longer_group_label_is_not_spoken():
+    book = load_book(TALE)
+    assert [c.title for c in book.chapters] == ["CHAPTER I. The Period"]
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "In Secret" not in said and said.startswith("It was the best of times")
