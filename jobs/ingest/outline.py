@@ -620,6 +620,44 @@ def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]
     return chapters
 
 
+def merge_fragments(chapters: list[Chapter]) -> list[Chapter]:
+    """The comparable-lengths check: a titled chapter whose text is under 1 % of the median chapter's
+    and is no prose (a contents fragment) or the next chapter's opening words again (a part's heading
+    with a teaser line) is no chapter of its own. Its title
+    joins the next chapter's ("PART 2. CHAPTER TWENTY-FOUR. Gossip"); its text goes first in that
+    chapter, or is dropped when it is that chapter's opening words again (a teaser ending in "...").
+    Untitled chapters (a dedication before the first heading) and the last chapter are kept."""
+    if len(chapters) < 3:
+        return chapters
+
+    def texts(c: Chapter) -> list[str]:
+        return [p for i, p in enumerate(c.paragraphs) if c.kind(i) == "text"]
+
+    def opens(c: Chapter, nxt: Chapter) -> bool:
+        first = _tokens(next(iter(texts(nxt)), ""))
+        return all(first[:len(_tokens(t))] == _tokens(t) for t in texts(c))
+
+    words = [sum(len(p.split()) for p in texts(c)) for c in chapters]
+    median = sorted(words)[len(words) // 2]
+    out: list[Chapter] = []
+    carry: Chapter | None = None
+    for n, ch in enumerate(chapters):
+        if carry is not None:
+            teaser = opens(carry, ch)
+            paras = ([] if teaser else list(carry.paragraphs)) + list(ch.paragraphs)
+            kinds = ([] if teaser else [carry.kind(i) for i in range(len(carry.paragraphs))]) \
+                + [ch.kind(i) for i in range(len(ch.paragraphs))]
+            ch = Chapter(ch.index, _join_title(carry.title, ch.title), paras,
+                         None if all(k == "text" for k in kinds) else kinds, ch.part or carry.part)
+            carry = None
+        if ch.title and n + 1 < len(chapters) and words[n] * 100 < median \
+                and (not _has_prose(texts(ch)) or opens(ch, chapters[n + 1])):
+            carry = ch
+            continue
+        out.append(Chapter(len(out) + 1, ch.title, ch.paragraphs, ch.kinds, ch.part))
+    return out
+
+
 def _join_all(titles: list[str]) -> str:
     t = ""
     for x in titles:

@@ -374,3 +374,28 @@ def test_a_contents_block_after_a_longer_group_label_is_not_spoken():
     assert [c.title for c in book.chapters] == ["CHAPTER I. The Period"]
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "In Secret" not in said and said.startswith("It was the best of times")
+
+
+LITTLE_WOMEN = STRUCTURE / "little-women-excerpt.txt"  # Little Women (PG 37): "PART 2" with a line of its own that
+# is the next chapter's opening words again ("In order that we may start afresh ...")
+
+
+def test_a_part_heading_with_a_teaser_line_is_announced_at_its_first_chapter():
+    book = load_book(LITTLE_WOMEN)
+    assert [c.title for c in book.chapters] == ["PART 1. CHAPTER TWENTY-THREE. Aunt March Settles the Question",
+                                                "PART 2. CHAPTER TWENTY-FOUR. Gossip",
+                                                "CHAPTER TWENTY-FIVE. The First Wedding"]
+    second = book.chapters[1].paragraphs
+    assert second[0].startswith("In order that we may start afresh and go to Meg’s wedding with free minds")
+    assert not any(p.endswith("wedding...") for p in second)  # the teaser is not said before the real opening
+
+
+def test_the_comparable_lengths_check_keeps_a_short_authored_preface():
+    from jobs.ingest.outline import merge_fragments
+
+    long = ["word " * 1000]
+    chapters = [Chapter(1, "Preface", ["I have endeavoured in this Ghostly little book, to raise the Ghost of an Idea."]),
+                Chapter(2, "STAVE I", long), Chapter(3, "STAVE II", long), Chapter(4, "STAVE III", long)]
+    assert [c.title for c in merge_fragments(chapters)] == ["Preface", "STAVE I", "STAVE II", "STAVE III"]
+    chapters[0] = Chapter(1, "CONTENTS", ["STAVE I STAVE II"])  # no prose, 0.4 % of the median: joined
+    assert [c.title for c in merge_fragments(chapters)] == ["CONTENTS. STAVE I", "STAVE II", "STAVE III"]
