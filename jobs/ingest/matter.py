@@ -2,7 +2,8 @@
 
 :func:`_drop_matter` drops, for every format, chapters titled "About the Author", "Contents",
 "Index", "Copyright", "Also by ..."; a short copyright notice among the first three chapters;
-ISBN-only paragraphs; what follows "THE END" in the last chapter (publishers' advertisements); and
+ISBN-only paragraphs; what follows "THE END" in the last chapter (publishers' advertisements); a
+short last chapter that only points at Project Gutenberg; and
 a trailing "About the Author" section in the last chapter. Used
 unless ``front_matter=True``.
 
@@ -38,10 +39,18 @@ def _is_copyright_chapter(ch: Chapter) -> bool:
             and not any(_is_prose(p) and len(p.split()) > 60 for p in ch.paragraphs))
 
 
+def _is_gutenberg_note(ch: Chapter) -> bool:
+    """A short last chapter that only points at Project Gutenberg ("More Info": "About Project
+    Gutenberg"): the publisher's back page, not the book."""
+    text = " ".join(ch.paragraphs)
+    return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
+
+
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
     "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
-    paragraphs; the last chapter's text after a "THE END" line; a trailing "About the Author" section
+    paragraphs; the last chapter's text after a "THE END" line; a short last chapter about Project
+    Gutenberg ("More Info"); a trailing "About the Author" section
     inside the last chapter (a heading-like
     paragraph of its own, followed by at most 400 words)."""
     out: list[Chapter] = []
@@ -51,6 +60,8 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         if title and _MATTER_TITLE_RE.match(title):
             continue
         if k < 3 and k < n - 1 and _is_copyright_chapter(ch):
+            continue
+        if k == n - 1 and k and _is_gutenberg_note(ch):
             continue
         kept = [(p, ch.kind(i)) for i, p in enumerate(ch.paragraphs) if not _ISBN_RE.match(p)]
         paras = [p for p, _k in kept]

@@ -399,3 +399,16 @@ def test_the_comparable_lengths_check_keeps_a_short_authored_preface():
     assert [c.title for c in merge_fragments(chapters)] == ["Preface", "STAVE I", "STAVE II", "STAVE III"]
     chapters[0] = Chapter(1, "CONTENTS", ["STAVE I STAVE II"])  # no prose, 0.4 % of the median: joined
     assert [c.title for c in merge_fragments(chapters)] == ["CONTENTS. STAVE I", "STAVE II", "STAVE III"]
+
+
+def test_a_last_chapter_that_only_points_at_project_gutenberg_is_dropped():
+    """Pride and Prejudice's EPUB (PG 1342) ends with a nav entry "More Info" whose page says "About Project
+    Gutenberg"; a last chapter that only mentions it in running text stays."""
+    from jobs.ingest.matter import _drop_matter
+
+    story = Chapter(1, "Chapter 61", ["Happy for all her maternal feelings was the day on which Mrs. Bennet got rid "
+                                      "of her two most deserving daughters."])
+    out = _drop_matter([story, Chapter(2, "More Info", ["About Project Gutenberg"])])
+    assert [c.title for c in out] == ["Chapter 61"]
+    kept = Chapter(2, "Afterword", ["This text was typed for Project Gutenberg by volunteers who loved it " * 10])
+    assert [c.title for c in _drop_matter([story, kept])] == ["Chapter 61", "Afterword"]
