@@ -199,6 +199,9 @@ _KEYWORD = (r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|C
 _HEADING_RE = re.compile(
     rf"^(?P<head>(?P<kw>{_KEYWORD})[ \t]+(?P<num>{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
     rf"(?:[ \t]*[.,:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
+_GLUED_HEADING_RE = re.compile(
+    rf"^(?P<kw>CHAPTER|BOOK|PART|VOLUME|STAVE|CANTO|ACT|SCENE|LETTER)(?P<num>{_ROMAN})\.(?:[ \t]+(?P<title>\S.*))?$")
+"""A keyword in capitals run together with its numeral and a full stop, as a typesetting slip: "BOOKXXXV."."""
 _ORDINAL_HEADING_RE = re.compile(rf"^(?P<num>(?i:{_ORDINAL}))[ \t]+(?P<kw>{_KEYWORD})\.?$")
 """A keyword after its ordinal word: "FIRST ACT", "The Second Book" (no title on the line)."""
 _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<title>\S.*)$")
@@ -277,6 +280,12 @@ def _match_heading(line: str) -> _Heading | None:
     m = _HEADING_RE.match(line)
     if m and not m.group("num"):
         m = None  # the numeral pattern matched nothing: "ACT DROP" is no heading
+    g = None if m else _GLUED_HEADING_RE.match(line)
+    if g and g.group("num"):
+        title = g.group("title")
+        if title is None or _title_like(title):
+            head = f"{g.group('kw')} {g.group('num')}."
+            return _Heading(head, title, style=g.group("kw").lower(), num=_roman_value(g.group("num")))
     if m:
         title = m.group("title")
         if title is not None and not _title_like(title):
@@ -550,7 +559,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             elif h.roman and len(lines) == 2:
                 break  # "I" followed by a line that is no title: a paragraph
             if h.title is not None:
-                text = _norm(lines[j]) if title == h.title else _join_title(h.head, title)
+                text = _norm(lines[j]) if title == h.title and lines[j].startswith(h.head) \
+                    else _join_title(h.head, title)
             else:
                 text = _join_title(h.head, title or "")
             items.append(_Item("heading", _norm(_clean_inline(text)), style=h.style, num=h.num))

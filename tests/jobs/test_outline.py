@@ -412,3 +412,17 @@ def test_a_last_chapter_that_only_points_at_project_gutenberg_is_dropped():
     assert [c.title for c in out] == ["Chapter 61"]
     kept = Chapter(2, "Afterword", ["This text was typed for Project Gutenberg by volunteers who loved it " * 10])
     assert [c.title for c in _drop_matter([story, kept])] == ["Chapter 61", "Afterword"]
+
+
+LEAVES = STRUCTURE / "leaves-of-grass-excerpt.txt"  # Leaves of Grass (PG 1322): BOOK XXXIII, XXXIV and the last
+# one printed "BOOKXXXV.  GOOD-BYE MY FANCY" (keyword and numeral run together)
+
+
+def test_a_keyword_run_together_with_its_numeral_is_a_heading():
+    book = load_book(LEAVES)
+    assert [c.title for c in book.chapters] == ["BOOK XXXIII. Songs of Parting", "BOOK XXXIV. Sands at Seventy",
+                                                "BOOK XXXV. Good-Bye My Fancy"]
+    assert book.chapters[2].paragraphs[0] == "Sail out for Good, Eidolon Yacht!"
+    from jobs.ingest.text import _match_heading
+
+    assert _match_heading("ACTIVE.") is None and _match_heading("PARTICULARLY. So it was.") is None
