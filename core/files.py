@@ -231,7 +231,13 @@ def create_json(final: Path, obj, compact: bool = False) -> bool:
 
 
 def read_json(path: Path):
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The JSON document in ``path``. A document nested too deeply for the parser is a ``ValueError``,
+    like any other malformed JSON (not a ``RecursionError``), so callers handle both the same way."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply") from None
 
 
 def slug(text: str, fallback: str, max_len: int = 60) -> str:

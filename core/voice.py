@@ -83,6 +83,8 @@ class VoiceConfig:
                 speaker_id_map={str(k): int(v) for k, v in (cfg.get("speaker_id_map") or {}).items()},
                 vowel_clusters=frozenset(tuple(v) for v in cfg["vowel_clusters"]) if cfg.get("vowel_clusters") else None,
             )
+        except RecursionError:
+            raise VoiceError(f"voice config {config_path} is nested too deeply to be a Piper config; reinstall the voice") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise VoiceError(f"voice config {config_path} is not a valid Piper config ({exc!r}); reinstall the voice") from exc
 

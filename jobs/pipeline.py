@@ -579,8 +579,12 @@ def load_job(out_dir: Path) -> Job:
         if job is not None:
             _JOB_CACHE[key] = job  # now the most recently used: last
             return job
-    meta = read_json(jf)
-    if meta.get("format_version") != JOB_FORMAT_VERSION:
+    try:
+        meta = read_json(jf)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise JobError(f"{jf} is not a readable job file ({type(exc).__name__}); restore it, or use a new "
+                       f"output directory") from exc
+    if not isinstance(meta, dict) or meta.get("format_version") != JOB_FORMAT_VERSION:
         raise JobError(f"{jf} was written by another version of this tool; use a new output directory")
     rows = from_table(pq.read_table(out_dir / PLAN_FILE))
     job = Job(meta["job_id"], out_dir, JobConfig.from_dict(meta["config"]), meta, rows)
