@@ -46,6 +46,8 @@ from typing import Any, Iterable
 
 import redis
 
+from jobs import claim
+
 from core.errors import BrokerError, JobError
 from workers.celery_app import redact_url, redis_url
 
@@ -168,16 +170,11 @@ class Holder:
 
 
 def process_gone(host: str, pid: int) -> bool:
-    """True only when process ``pid`` ran on this host (``host``) and is gone."""
+    """True only when process ``pid`` ran on this host (``host``) and is gone (a zombie is gone:
+    :func:`jobs.claim.process_gone`)."""
     if host != socket.gethostname():
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return claim.process_gone(pid)
 
 
 @dataclass
