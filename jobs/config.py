@@ -305,6 +305,15 @@ def parse_captions(spec) -> str | None:
 _YEAR = re.compile(r"\d{4}(-\d{2}(-\d{2})?)?")
 
 
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _is_control(c: str) -> bool:
+    """C0 and C1 controls, DEL, and the bidi controls that reorder how a tag is shown (U+202E...)."""
+    o = ord(c)
+    return o < 32 or 127 <= o < 160 or c in _BIDI_CONTROLS
+
+
 def check_metadata(config: JobConfig) -> None:
     """``--title --author --narrator --cover --year``: text of one line, not empty; a year as
     ``YYYY`` or ``YYYY-MM-DD``. (The cover file itself is checked when the job is planned.)"""
@@ -314,8 +323,9 @@ def check_metadata(config: JobConfig) -> None:
             continue
         if not isinstance(value, str) or not value.strip():
             raise InputError(f"--{name} {value!r} is empty; give a value or leave the option out")
-        if any(ord(c) < 32 or ord(c) == 127 for c in value):
-            raise InputError(f"--{name} {value!r} holds a line break or control character; give one line of text")
+        if any(_is_control(c) for c in value):
+            raise InputError(f"--{name} {value!r} holds a line break, control or text-direction character; "
+                             f"give one line of plain text")
         setattr(config, name, value.strip())
     if config.year is not None and not _YEAR.fullmatch(config.year):
         raise InputError(f"--year {config.year!r} is not a year; give it as YYYY or YYYY-MM-DD (e.g. 1892)")

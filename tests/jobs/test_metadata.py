@@ -138,3 +138,9 @@ def test_a_relative_cover_is_recorded_by_its_absolute_path(short_book, tmp_path,
     assert cli("run", "-o", out, "--engine", "fake").exit_code == 0
     assert job_json(out)["cover"]["path"] == str(tmp_path / "art" / "c.png")
     assert [p.data for p in FLAC(next(out.rglob("*.flac"))).pictures] == [PNG]
+
+
+def test_text_direction_and_c1_controls_in_tags_are_one_line(short_book):
+    # U+202E would show "evil.exe" as "exe.live" in a player's tag list; C1 controls have no text meaning
+    for name, value in (("--title", "Live\u202eexe.live"), ("--author", "A\u0085B"), ("--narrator", "N\u2066x")):
+        one_error_line(cli("plan", short_book, name, value), name, "text-direction")
