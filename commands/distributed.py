@@ -25,13 +25,14 @@ import click
 from commands.options import (engine_options, float_range, friendly_errors, int_range, job_engine_options, job_options,
                               limit_type)
 from jobs.config import batch_defaults, runs_on_gpu
+from core import settings as env_settings
 from core.errors import BrokerError, EngineError, InputError, JobError
 from workers.celery_app import redis_url as default_redis_url
 from workers.celery_app import (DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, default_queues,
                                 priority_of_queue, queue_name, redact_url, use_redis)
 from workers.runtime import (ALLOWED_ROOTS_ENV, DEFAULT_LEASE_SECONDS, DEFAULT_MAX_DELIVERIES,
                              DEFAULT_EARLY_CHAPTERS, DEFAULT_PREPARE_SHAPES_S, DEFAULT_UNIT_WRITERS, EARLY_CHAPTERS_ENV,
-                             PREPARE_SHAPES_ENV, UNIT_WRITERS_ENV,
+                             GATHER_ENV, MAX_BATCH_PHONEMES_ENV, PREPARE_SHAPES_ENV, RECORD_ENV, UNIT_WRITERS_ENV,
                              STATE_DIR_ENV,
                              WorkerSettings, real_roots)
 from workers.state import MAX_RECENT_JOBS
@@ -66,7 +67,7 @@ one_line_errors = friendly_errors(translate=_broker_error)
 
 
 def redis_option(f):
-    return click.option("--redis-url", envvar="REDIS_URL", default=None, metavar="URL",
+    return click.option("--redis-url", envvar=env_settings.setting("REDIS_URL").name, default=None, metavar="URL",
                         help="Redis broker URL [env REDIS_URL; default redis://localhost:6379/0]. "
                              "Put a password in the URL or the environment only.")(f)
 
@@ -219,13 +220,13 @@ def _report_end(store, info) -> None:
 @click.option("--max-batch", type=limit_type("max_batch"), default=None,
               help="Largest batch the engine is built for (plan jobs with --max-batch at most this) "
                    "[default: 32 on CPU, 1024 with --gpus or a cuda device].")
-@click.option("--max-batch-phonemes", type=click.IntRange(1), default=None, envvar="BOOKTTS_MAX_BATCH_PHONEMES",
+@click.option("--max-batch-phonemes", type=click.IntRange(1), default=None, envvar=MAX_BATCH_PHONEMES_ENV,
               help="Most padded phoneme ids (utterances x longest) in one engine batch "
-                   "[default: 6400 on CPU, 262144 on a GPU; env BOOKTTS_MAX_BATCH_PHONEMES].")
-@click.option("--gather/--no-gather", default=None, envvar="BOOKTTS_GATHER",
+                   f"[default: 6400 on CPU, 262144 on a GPU; env {MAX_BATCH_PHONEMES_ENV}].")
+@click.option("--gather/--no-gather", default=None, envvar=GATHER_ENV,
               help="Fill each engine batch with queued planned batches of any job with the same voice and "
                    "scales, up to --max-batch / --max-batch-phonemes (jobs are planned in small batches; "
-                   "a GPU worker combines them) [default: on for a GPU engine, off on CPU; env BOOKTTS_GATHER].")
+                   f"a GPU worker combines them) [default: on for a GPU engine, off on CPU; env {GATHER_ENV}].")
 @click.option("--queues", "-Q", default=",".join(default_queues()), show_default=True,
               help="Queues to consume, comma-separated, highest priority first (taken strictly in this order).")
 @click.option("--concurrency", "-c", type=int_range(1, MAX_POOL), default=1, show_default=True,
@@ -249,7 +250,7 @@ def _report_end(store, info) -> None:
               help="CPU workers: grow the prefork pool up to MAX processes while work is waiting, shrink to MIN "
                    "(Celery's autoscaler; replaces --concurrency).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True,
-              envvar="BOOKTTS_METRICS_PORT",
+              envvar=env_settings.setting("BOOKTTS_METRICS_PORT").name,
               help="Serve Prometheus metrics on this port (0 = off) [env BOOKTTS_METRICS_PORT].")
 @click.option("--allowed-root", "allowed_roots", multiple=True, metavar="DIR", envvar=ALLOWED_ROOTS_ENV,
               type=click.Path(file_okay=False, path_type=str),
@@ -276,14 +277,29 @@ def _report_end(store, info) -> None:
               help="Threads of each engine process that write an engine call's results (each batch's audio and "
                    "record, each synced to disk); the next engine call waits while they write, so storage with "
                    f"slow syncs (a network filesystem) wants more [env {UNIT_WRITERS_ENV}].")
+@click.option("--settings-from-parent", "from_parent", is_flag=True, hidden=True,
+              help=f"Take the worker's settings from {RECORD_ENV} (set by `worker --gpus` for its per-GPU workers), "
+                   "not from the flags.")
 @redis_option
 @one_line_errors
 def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurrency, pool, lease_seconds,
            max_deliveries, preload_voice, name, loglevel, gpus, autoscale, metrics_port, allowed_roots,
-           state_dir, prepare_shapes_s, early_chapters, unit_writers, redis_url) -> None:
+           state_dir, prepare_shapes_s, early_chapters, unit_writers, from_parent, redis_url) -> None:
     """Run batches from the Redis queues with one engine per pool process."""
     from workers.celery_app import app
 
+    if from_parent:  # a per-GPU worker of `worker --gpus`: its settings are the supervisor's record
+        record = env_settings.get(RECORD_ENV)
+        if record is None:
+            raise InputError(f"--settings-from-parent: {RECORD_ENV} is not set (the flag is for the per-GPU "
+                             f"workers `worker --gpus` starts)")
+        given = WorkerSettings.from_record(record)
+        engine_spec, max_batch, gather = given.engine, given.engine.max_batch, given.gather
+        max_batch_phonemes, lease_seconds, max_deliveries = given.max_batch_phonemes, given.lease_seconds, \
+            given.max_deliveries
+        preload_voice, allowed_roots, state_dir = given.voice or "", given.allowed_roots, given.state_dir
+        prepare_shapes_s, early_chapters, unit_writers = given.prepare_shapes_s, given.early_chapters, \
+            given.unit_writers
     for root in allowed_roots:
         if not os.path.isdir(root):
             raise InputError(f"--allowed-root {root}: no such directory; create it or fix the path")
@@ -317,18 +333,15 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
     if gpus:
         from workers.gpus import run_gpu_workers
 
-        os.environ["BOOKTTS_GATHER"] = "1" if gather else "0"  # read by each GPU's worker command
-        if state_dir:
-            os.environ[STATE_DIR_ENV] = state_dir
-        os.environ[PREPARE_SHAPES_ENV] = repr(float(prepare_shapes_s))
-        os.environ[EARLY_CHAPTERS_ENV] = str(early_chapters)
-        os.environ[UNIT_WRITERS_ENV] = str(unit_writers)
-        if max_batch_phonemes:
-            os.environ["BOOKTTS_MAX_BATCH_PHONEMES"] = str(max_batch_phonemes)
-        sys.exit(run_gpu_workers(gpus, engine_spec, max_batch=max_batch, queues=queue_list, pool=pool,
-                                 lease_seconds=lease_seconds, max_deliveries=max_deliveries, voice=preload_voice,
-                                 name=name, loglevel=loglevel, redis_url=store.url, metrics_port=metrics_port,
-                                 allowed_roots=allowed_roots, per_gpu=concurrency))
+        # each GPU's worker: these settings, as one record, on cuda:0 of its own CUDA_VISIBLE_DEVICES
+        per_gpu = WorkerSettings(engine=dataclasses.replace(engine_spec, device="cuda:0", max_batch=max_batch),
+                                 lease_seconds=lease_seconds, voice=preload_voice or None,
+                                 max_deliveries=max_deliveries, gather=gather, max_batch_phonemes=max_batch_phonemes,
+                                 allowed_roots=allowed_roots, state_dir=state_dir or "",
+                                 prepare_shapes_s=prepare_shapes_s, early_chapters=early_chapters,
+                                 unit_writers=unit_writers)
+        sys.exit(run_gpu_workers(gpus, per_gpu, queues=queue_list, pool=pool, name=name, loglevel=loglevel,
+                                 redis_url=store.url, metrics_port=metrics_port, per_gpu=concurrency))
     if metrics_port:
         from workers import metrics
 
@@ -339,7 +352,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
                               allowed_roots=allowed_roots, state_dir=state_dir or "",
                               prepare_shapes_s=prepare_shapes_s, early_chapters=early_chapters,
                               unit_writers=unit_writers)
-    os.environ.update(settings.to_env())
+    env_settings.hand_to_children(settings.child_values())  # (the pool processes inherit it)
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "
                f"queues {','.join(queue_list)}, {pool} "
@@ -352,7 +365,8 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
 
     fd, status_file = tempfile.mkstemp(prefix="booktts-worker-", suffix=".status")
     os.close(fd)
-    os.environ["BOOKTTS_WORKER_STATUS_FILE"] = status_file  # a pool process that cannot build its engine says why
+    # a pool process that cannot build its engine says why there
+    env_settings.hand_to_children({"BOOKTTS_WORKER_STATUS_FILE": status_file})
     try:
         w = app.Worker(hostname=node, pool_cls=pool, concurrency=concurrency, queues=queue_list, loglevel=loglevel,
                        without_gossip=True, without_mingle=True, without_heartbeat=True, optimization="fair",

@@ -15,7 +15,7 @@ import sys
 import click
 
 from engines import EngineSpec
-from engines.spec import TEST_ENGINES_ENV, offered_engines
+from engines.spec import offered_engines
 from engines.torch_options import SWITCH, WARMUP, TorchOptions
 from jobs.ingest.outline import SPLIT_LEVELS
 from jobs.config import (
@@ -37,6 +37,7 @@ from jobs.config import (
     batch_order_default,
     runs_on_gpu,
 )
+from core import settings
 from core.errors import TTSError
 
 
@@ -111,6 +112,15 @@ def _fail(exc: TTSError):
     sys.exit(exc.exit_code)
 
 
+def debug_tracebacks() -> bool:
+    """``BOOKTTS_DEBUG``: tracebacks instead of one-line errors; a value that is not a switch is itself
+    one error line."""
+    try:
+        return settings.get("BOOKTTS_DEBUG")
+    except TTSError as exc:
+        _fail(exc)
+
+
 def friendly_errors(f=None, *, translate=None):
     """The CLI's error contract: project errors become one ``error:`` line and their exit code.
 
@@ -123,7 +133,7 @@ def friendly_errors(f=None, *, translate=None):
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
-        debug = bool(os.environ.get("BOOKTTS_DEBUG"))
+        debug = debug_tracebacks()
         try:
             return f(*args, **kwargs)
         except TTSError as exc:
@@ -262,7 +272,7 @@ def job_options(f):
                                announce=announce, speaker=speaker, title=title, author=author, narrator=narrator,
                                cover=cover, year=year, **pauses)
         except TTSError as exc:
-            if os.environ.get("BOOKTTS_DEBUG"):
+            if debug_tracebacks():
                 raise
             _fail(exc)
         structure = {"chapter_pattern": kw.pop("chapter_pattern"), "chapters_file": kw.pop("chapters_file"),

@@ -51,6 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core import settings
 from core.errors import DeterministicEngineError, EngineUnavailable, InputError, VoiceError
 
 log = logging.getLogger("booktts.export")
@@ -59,7 +60,8 @@ log = logging.getLogger("booktts.export")
 OPSET = 18
 #: Bump when the graphs' interface or contents change: old cache entries are then ignored.
 FORMAT_VERSION = "1"
-CACHE_ENV = "BOOKTTS_CACHE"
+#: The cache root's variable (core.settings).
+CACHE_ENV = settings.setting("BOOKTTS_CACHE").name
 
 STAGE_A_INPUTS = ("input", "input_lengths", "scales", "dp_noise")
 STAGE_A_OUTPUTS = ("m_p", "logs_p", "durations", "frame_lengths")
@@ -80,7 +82,7 @@ FP32_TOLERANCE = 1e-3
 # --------------------------------------------------------------------------- cache
 def cache_root() -> Path:
     """``$BOOKTTS_CACHE``, else ``~/.cache/booktts``."""
-    env = os.environ.get(CACHE_ENV)
+    env = settings.get(CACHE_ENV)
     return Path(env).expanduser() if env else Path.home() / ".cache" / "booktts"
 
 

@@ -8,7 +8,6 @@ error paths of the runners.
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -17,20 +16,21 @@ from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_i
 from core.errors import DeterministicEngineError, EngineOutOfMemory, TransientEngineError
 
 
-#: The test hooks a process takes from its environment: variable -> (argument, type).
+#: The test hooks a process takes from its environment (core.settings' test-only section): variable -> argument.
 HOOK_ENV = {
-    "BOOKTTS_FAKE_FAIL_ID": ("fail_on_id", int),
-    "BOOKTTS_FAKE_OOM_OVER": ("oom_over", int),
-    "BOOKTTS_FAKE_TRANSIENT_FIRST": ("transient_first", int),
-    "BOOKTTS_FAKE_DELAY_S": ("delay_s", float),
+    "BOOKTTS_FAKE_FAIL_ID": "fail_on_id",
+    "BOOKTTS_FAKE_OOM_OVER": "oom_over",
+    "BOOKTTS_FAKE_TRANSIENT_FIRST": "transient_first",
+    "BOOKTTS_FAKE_DELAY_S": "delay_s",
 }
 
 
 def hooks_from_env(env=None) -> dict:
     """The :class:`FakeEngine` arguments the ``BOOKTTS_FAKE_*`` variables of ``env`` (default: this
-    process's) set; the only place they are read."""
-    env = os.environ if env is None else env
-    return {arg: kind(env[var]) for var, (arg, kind) in HOOK_ENV.items() if env.get(var, "") != ""}
+    process's) set, through :mod:`core.settings`."""
+    from core import settings
+
+    return {arg: settings.get(var, env) for var, arg in HOOK_ENV.items() if settings.is_set(var, env)}
 
 
 class FakeEngine:

@@ -22,9 +22,9 @@ def offered_engines(allow_fake: bool | None = None, env=None) -> tuple[str, ...]
     """The ``--engine`` choices: :data:`USER_ENGINES`, plus ``fake`` where ``allow_fake`` (None: where
     :data:`TEST_ENGINES_ENV` is set in ``env``, default this process's environment)."""
     if allow_fake is None:
-        import os
+        from core import settings
 
-        allow_fake = (os.environ if env is None else env).get(TEST_ENGINES_ENV, "") not in ("", "0")
+        allow_fake = settings.get(TEST_ENGINES_ENV, env)
     return USER_ENGINES + (("fake",) if allow_fake else ())
 
 

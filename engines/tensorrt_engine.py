@@ -45,13 +45,14 @@ from engines.base import DEFAULT_MAX_PHONEMES, MAX_WAV_VALUE, EngineInfo, Synthe
 from engines.export import FILES, atomic_write_bytes, cache_lock, notice, voice_cache_dir
 from core.errors import (DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable,
                          InputError, TransientEngineError)
+from core import settings
 from core.files import sha256_file as _sha256
 
 log = logging.getLogger("booktts.tensorrt")
 
 PRECISIONS = ("fp16", "int8", "fp32")
 #: Where plans go unless ``engine_dir`` is given: ``$BOOKTTS_TRT_DIR``, else ``<voice cache>/tensorrt``.
-ENGINE_DIR_ENV = "BOOKTTS_TRT_DIR"
+ENGINE_DIR_ENV = settings.setting("BOOKTTS_TRT_DIR").name
 INSTALL_HINT = ("install TensorRT 10 or 11 for your CUDA on a host with an NVIDIA GPU "
                 "(pip install tensorrt-cu12, or an NVIDIA TensorRT container)")
 
@@ -211,7 +212,7 @@ def build_plans(voice, precision: str, profile: Profile, engine_dir: Path | None
 
     channels = int(onnx.load(str(b_onnx), load_external_data=False).graph.input[0].type.tensor_type.shape.dim[1].dim_value)
     gpu = torch.cuda.get_device_name(dev)
-    root = Path(engine_dir) if engine_dir else Path(os.environ.get(ENGINE_DIR_ENV) or voice_cache_dir(voice) / "tensorrt")
+    root = Path(engine_dir) if engine_dir else Path(settings.get(ENGINE_DIR_ENV) or voice_cache_dir(voice) / "tensorrt")
     root.mkdir(parents=True, exist_ok=True)
     timing = root / f"timing-{_slug(gpu)}-trt{trt.__version__}.cache"
     record = {"voice": str(voice.name), "gpu": gpu, "tensorrt": str(trt.__version__), "precision": precision,

@@ -117,6 +117,7 @@ from engines.base import DEFAULT_MAX_PHONEMES, MAX_WAV_VALUE, EngineInfo, Synthe
 from engines.spec import EngineSpec
 from engines.torch_options import ENV as OPTION_ENV
 from engines.torch_options import TorchOptions
+from core import settings
 
 from core.errors import (
     DeterministicEngineError,
@@ -482,7 +483,7 @@ class TorchEngine:
         (:mod:`engines.torch_vits.precompile`): ``on`` (the option), None meaning on; only ever on CUDA
         with a fused path and not under Triton's interpreter."""
         kernels = (self.is_cuda and (self.fused or self.fused_flow or self.model.stage_a_kernels)
-                   and os.environ.get("TRITON_INTERPRET") != "1")
+                   and settings.get("TRITON_INTERPRET") != "1")
         return bool(kernels and on is not False)
 
     def _resolve_fused(self, fused: bool | None, by_default: bool = True) -> bool:
@@ -507,7 +508,7 @@ class TorchEngine:
         if not triton_ok:
             raise EngineUnavailable(f"the fused {part} needs Triton (pip install triton); or switch it off "
                                     f"(--kernels off, or {OPTION_ENV[option]}=0)")
-        if not self.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        if not self.is_cuda and settings.get("TRITON_INTERPRET") != "1":
             raise EngineUnavailable(f"the fused {part} runs on CUDA devices (on cpu only under Triton's "
                                     f"interpreter, TRITON_INTERPRET=1); {how} or use --device cuda:0")
 

@@ -4,9 +4,9 @@ Every field is a choice the engine resolves once, at construction, for the devic
 ``auto`` is the engine's default there (:mod:`engines.torch_engine` says which). What was
 resolved is reported in ``EngineInfo.extra``.
 
-The ``BOOKTTS_TORCH_*`` environment variables are read here and nowhere else
-(:meth:`TorchOptions.from_env`), for containers that configure workers through their
-environment; ``run`` and ``worker`` take the same choices as flags (``--torch-compile``,
+The ``BOOKTTS_TORCH_*`` environment variables (declared in :mod:`core.settings`) are turned
+into options here and nowhere else (:meth:`TorchOptions.from_env`), for containers that configure
+workers through their environment; ``run`` and ``worker`` take the same choices as flags (``--torch-compile``,
 ``--torch-warmup``, ``--kernels``, ``--cuda-graphs``, ``--autotune``, ``--precompile``),
 which win over the environment.
 
@@ -15,17 +15,16 @@ This module imports neither torch nor Triton.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, fields, replace
 
+from core import settings
 from core.errors import EngineUnavailable
 
 SWITCH = ("auto", "on", "off")
 WARMUP = ("auto", "full", "lazy")
 
-#: The environment variable of each field. Switches: ``1`` on, ``0`` off, unset (or any other value)
-#: auto; warm-up: ``full``, ``lazy`` or unset; precompile: ``1``, ``0`` or unset (anything else is an
-#: error, as for warm-up).
+#: The environment variable of each field. Switches: ``1`` on, ``0`` off, unset auto; warm-up:
+#: ``full``, ``lazy`` or unset; anything else is an error (:class:`core.settings.SettingError`).
 ENV = {
     "compile": "BOOKTTS_TORCH_COMPILE",
     "warmup": "BOOKTTS_TORCH_WARMUP",
@@ -89,8 +88,8 @@ class TorchOptions:
         return {k: v for k, v in asdict(self).items() if v != "auto"}
 
     def to_env(self) -> dict[str, str]:
-        """The variables :meth:`from_env` reads back as these options (for child processes)."""
-        return {ENV[k]: {"on": "1", "off": "0"}.get(v, v) for k, v in self.to_dict().items()}
+        """The variables :meth:`from_env` reads back as these options."""
+        return {ENV[k]: settings.setting(ENV[k]).encode(v) for k, v in self.to_dict().items()}
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "TorchOptions":
@@ -100,16 +99,4 @@ class TorchOptions:
     @classmethod
     def from_env(cls, env=None) -> "TorchOptions":
         """The options that the ``BOOKTTS_TORCH_*`` variables of ``env`` (default: this process's) set."""
-        env = os.environ if env is None else env
-        values = {}
-        for name, var in ENV.items():
-            raw = str(env.get(var, "")).strip()
-            if name == "warmup":
-                if raw.lower() not in ("", "full", "lazy"):
-                    raise EngineUnavailable(f"{var} must be full or lazy, not {raw!r}")
-                values[name] = raw.lower() or "auto"
-            elif name == "precompile" and raw not in ("", "0", "1"):
-                raise EngineUnavailable(f"{var} must be 0 or 1, not {raw!r}")
-            else:
-                values[name] = {"1": "on", "0": "off"}.get(raw, "auto")
-        return cls(**values)
+        return cls(**{name: settings.get(var, env) for name, var in ENV.items()})

@@ -46,13 +46,14 @@ from pathlib import Path
 from typing import Callable
 
 import core.errors as errors
+from core import settings
 from core.errors import InputError, ServerError, TTSError
 from engines import EngineSpec
 
 log = logging.getLogger("booktts.server")
 
 #: The engine server's socket, for ``cli.py serve --socket`` and ``cli.py run --server``.
-SERVER_ENV = "BOOKTTS_SERVER"
+SERVER_ENV = settings.setting("BOOKTTS_SERVER").name
 #: Longest request line the server reads (a run's books and settings are a few kB).
 MAX_REQUEST_BYTES = 1 << 20
 #: Seconds a client waits to connect.
@@ -64,7 +65,7 @@ HELLO_TIMEOUT_S = 300.0
 
 def default_socket() -> Path:
     """``$XDG_RUNTIME_DIR/booktts/server.sock``, else ``<tmp>/booktts-<uid>/server.sock``."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    runtime = settings.get("XDG_RUNTIME_DIR")
     base = Path(runtime) / "booktts" if runtime else Path(tempfile.gettempdir()) / f"booktts-{os.getuid()}"
     return base / "server.sock"
 

@@ -21,6 +21,9 @@ def node_state_dir(tmp_path, monkeypatch) -> Path:
     inherit the environment) record the jobs they see here, never in the user's ~/.local/state."""
     d = tmp_path / "node-state"
     monkeypatch.setenv("BOOKTTS_STATE_DIR", str(d))
+    # a worker's settings record (core.settings) wins over the variable above: one that an in-process
+    # `worker` command of an earlier test handed on must not reach this test's workers
+    monkeypatch.delenv("BOOKTTS_WORKER_SETTINGS", raising=False)
     return d
 
 

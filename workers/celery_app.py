@@ -27,13 +27,14 @@ never from this file; :func:`redact_url` hides it in messages and logs.
 
 from __future__ import annotations
 
-import os
 import re
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 from celery import Celery
 from celery.app import defaults as celery_defaults
 from kombu import Queue
+
+from core import settings
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 #: Priorities, highest first; a worker consumes their queues in this order.
@@ -43,7 +44,7 @@ DEFAULT_PRIORITY = "normal"
 DEFAULT_QUEUE_PREFIX = "tts"
 #: Seconds before kombu redelivers an unacknowledged message. Must exceed the longest batch
 #: (a batch is seconds to minutes); lost workers are found much sooner through leases.
-DEFAULT_VISIBILITY_TIMEOUT = 6 * 3600
+DEFAULT_VISIBILITY_TIMEOUT = settings.setting("BOOKTTS_VISIBILITY_TIMEOUT").default
 
 TASK_SYNTHESIZE = "booktts.synthesize_batch"
 TASK_FINALIZE = "booktts.finalize_job"
@@ -75,7 +76,7 @@ def redis_url(url: str | None = None) -> str:
     that every client reads it the same way and every printed form of the URL hides it. Never
     raises: :func:`check_redis_url` reports a URL that cannot be parsed.
     """
-    return _credentials_in_userinfo(url or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL)
+    return _credentials_in_userinfo(url or settings.get("REDIS_URL") or DEFAULT_REDIS_URL)
 
 
 _SECRET_QUERY_KEYS = ("password", "username")
@@ -149,7 +150,7 @@ def redact_url(url: str) -> str:
 
 def visibility_timeout() -> int:
     """Visibility timeout in seconds (``$BOOKTTS_VISIBILITY_TIMEOUT`` overrides the default)."""
-    return int(os.environ.get("BOOKTTS_VISIBILITY_TIMEOUT", DEFAULT_VISIBILITY_TIMEOUT))
+    return settings.get("BOOKTTS_VISIBILITY_TIMEOUT")
 
 
 def _has_worker_setting(name: str) -> bool:
@@ -162,9 +163,9 @@ def transport_options() -> dict:
     return {
         "visibility_timeout": visibility_timeout(),
         # Strict queue order: BRPOP on [high, normal, low] always in that order. kombu's default,
-        # round_robin, moves the queue just served to the end of the list. The environment
-        # override exists to demonstrate the difference in the tests.
-        "queue_order_strategy": os.environ.get("BOOKTTS_QUEUE_ORDER", "priority"),
+        # round_robin, moves the queue just served to the end of the list. The (test-only)
+        # variable exists to demonstrate the difference in the tests.
+        "queue_order_strategy": settings.get("BOOKTTS_QUEUE_ORDER"),
         # Notice a dead or restarted Redis quickly instead of hanging on a half-open socket.
         "socket_connect_timeout": 5,
         "socket_timeout": 30,
@@ -210,7 +211,7 @@ def configure(app: Celery, url: str | None = None) -> Celery:
         broker_connection_max_retries=None,
         worker_cancel_long_running_tasks_on_connection_loss=False,
         # An engine load (TensorRT build, CUDA init, warm-up) can take minutes in the child.
-        worker_proc_alive_timeout=float(os.environ.get("BOOKTTS_PROC_ALIVE_TIMEOUT", 600)),
+        worker_proc_alive_timeout=settings.get("BOOKTTS_PROC_ALIVE_TIMEOUT"),
         worker_send_task_events=False,
         task_send_sent_event=False,
         worker_hijack_root_logger=True,

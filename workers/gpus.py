@@ -20,6 +20,7 @@ import time
 
 import click
 
+from core import settings as settings_module
 from core.errors import EngineUnavailable, InputError
 
 _GPU_LINE = re.compile(r"^GPU (\d+): .*?(?:\(UUID: ([^)]+)\))?\s*$")
@@ -34,14 +35,14 @@ def visible_gpus(env: dict | None = None) -> tuple[list[str], str]:
     ``nvidia-smi -L`` (``$BOOKTTS_NVIDIA_SMI`` overrides the command): GPU indices, or the MIG
     device UUIDs of a GPU split into MIG instances. Never imports torch or initialises CUDA.
     """
-    env = os.environ if env is None else env
-    cvd = env.get("CUDA_VISIBLE_DEVICES")
+    cvd = settings_module.setting("CUDA_VISIBLE_DEVICES").raw(env, blank_is_unset=False)
     if cvd is not None:
         ids = [x.strip() for x in cvd.split(",") if x.strip()]
         if not ids or ids[0].lower() in _NO_DEVICES:
             return [], f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU"
         return ids, "CUDA_VISIBLE_DEVICES"
-    exe = env.get("BOOKTTS_NVIDIA_SMI") or shutil.which("nvidia-smi", path=env.get("PATH"))
+    exe = settings_module.get("BOOKTTS_NVIDIA_SMI", env) or shutil.which("nvidia-smi", path=None if env is None
+                                                                  else env.get("PATH"))
     if not exe:
         return [], "nvidia-smi is not installed and CUDA_VISIBLE_DEVICES is not set"
     try:
@@ -104,16 +105,17 @@ def _pdeathsig():
         pass
 
 
-def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str], pool: str, lease_seconds: float,
-                    max_deliveries: int, voice: str | None, name: str | None, loglevel: str, redis_url: str,
-                    metrics_port: int = 0, allowed_roots=(), per_gpu: int = 1) -> int:
+def run_gpu_workers(gpus: str, settings, *, queues: list[str], pool: str, name: str | None, loglevel: str,
+                    redis_url: str, metrics_port: int = 0, per_gpu: int = 1) -> int:
     """Start one ``worker`` per selected GPU and supervise them. Returns the exit code.
 
-    Each child gets ``CUDA_VISIBLE_DEVICES=<gpu>``, ``--device cuda:0 --concurrency <per_gpu>`` (that
+    ``settings`` (:class:`workers.runtime.WorkerSettings`, its engine on ``cuda:0``) go to every
+    child as one record (:meth:`~workers.runtime.WorkerSettings.child_values`), with
+    ``CUDA_VISIBLE_DEVICES=<gpu>`` and the Redis URL in its environment (never on its command
+    line); its command line has only ``--settings-from-parent``, ``--concurrency <per_gpu>`` (that
     many pool processes, each with its own engine on the GPU: while one does its host work between
-    engine calls, the other's kernels run; docs/operations.md, "Within a node") and the
-    supervisor's ``--allowed-root`` directories (the Redis URL through the environment, never on
-    its command line). SIGTERM, SIGINT and SIGQUIT
+    engine calls, the other's kernels run; docs/operations.md, "Within a node"), the queues, the
+    pool, its name and log level. SIGTERM, SIGINT and SIGQUIT
     are forwarded once to every child (Celery: warm shutdown, the running batch finishes). When
     one child exits on its own, the others are stopped the same way and the supervisor exits with
     that child's code, so a restart policy (systemd, compose, Kubernetes) brings the node back
@@ -146,22 +148,13 @@ def run_gpu_workers(gpus: str, engine_spec, *, max_batch: int, queues: list[str]
     old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)}
     try:
         for i, gpu in enumerate(ids):
-            cmd = [sys.executable, cli, "worker", "--engine", engine_spec.name, "--precision", engine_spec.precision,
-                   "--device", "cuda:0", "--concurrency", str(per_gpu), "--pool", pool, "--max-batch", str(max_batch),
-                   "--queues", ",".join(queues), "--lease-seconds", repr(float(lease_seconds)),
-                   "--max-deliveries", str(max_deliveries), "--voice", voice or "", "--name", f"{base}-gpu{i}@{host}",
+            cmd = [sys.executable, cli, "worker", "--settings-from-parent", "--concurrency", str(per_gpu),
+                   "--pool", pool, "--queues", ",".join(queues), "--name", f"{base}-gpu{i}@{host}",
                    "--loglevel", loglevel]
-            if engine_spec.threads:
-                cmd += ["--threads", str(engine_spec.threads)]
-            for root in allowed_roots:
-                cmd += ["--allowed-root", root]
-            env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu, "REDIS_URL": redis_url,
-                   "BOOKTTS_METRICS_DEVICE": f"cuda:{gpu}"}
-            if engine_spec.options is not None:  # the torch options (flags or environment), as the child reads them
-                env.update(engine_spec.options.to_env())
-            env.pop("BOOKTTS_METRICS_PORT", None)
-            if metrics_dir:
-                env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+            env = settings_module.child_environment(
+                {**settings.child_values(), "CUDA_VISIBLE_DEVICES": gpu, "REDIS_URL": redis_url,
+                 "BOOKTTS_METRICS_DEVICE": f"cuda:{gpu}", "BOOKTTS_METRICS_PORT": None,  # (the supervisor serves)
+                 **({"PROMETHEUS_MULTIPROC_DIR": metrics_dir} if metrics_dir else {})})
             # Own session: a terminal's Ctrl-C reaches the children once, through forward().
             p = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_pdeathsig)
             children.append((gpu, p))

@@ -41,14 +41,15 @@ from pathlib import Path
 
 from celery import signals
 
+from core import settings
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE
 
 log = logging.getLogger("booktts.metrics")
 
 LABELS = ("engine", "precision", "device", "queue")
-ENV_DIR = "PROMETHEUS_MULTIPROC_DIR"
+ENV_DIR = settings.setting("PROMETHEUS_MULTIPROC_DIR").name
 #: Set by the ``--gpus`` supervisor: the physical device this worker's ``cuda:0`` is.
-ENV_DEVICE = "BOOKTTS_METRICS_DEVICE"
+ENV_DEVICE = settings.setting("BOOKTTS_METRICS_DEVICE").name
 
 _lock = threading.Lock()
 _metrics: dict | None = None
@@ -89,7 +90,7 @@ def _m() -> dict:
 
 
 def _device(device: str) -> str:
-    return os.environ.get(ENV_DEVICE) or device
+    return settings.get(ENV_DEVICE) or device
 
 
 def _labels(engine: str, precision: str, device: str, queue: str | None) -> dict:
@@ -168,14 +169,14 @@ def prepare_dir(path: str | None = None) -> str:
     """Make ``PROMETHEUS_MULTIPROC_DIR`` an empty directory (``path``, the variable's value, or a new
     temporary one) and make this process write metric values there. Call before any metric exists."""
     global _created_dir
-    path = path or os.environ.get(ENV_DIR)
+    path = path or settings.get(ENV_DIR)
     if not path:
         path = _created_dir = tempfile.mkdtemp(prefix="booktts-metrics-")
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     for f in p.glob("*.db"):  # values of a previous run would be summed in
         f.unlink(missing_ok=True)
-    os.environ[ENV_DIR] = str(p)
+    settings.hand_to_children({ENV_DIR: str(p)})  # (this process's prometheus_client reads it too)
     # prometheus_client picks its value class when ``prometheus_client.values`` is imported;
     # if something imported it before the directory was set, pick again.
     from prometheus_client import values
@@ -191,9 +192,9 @@ def serve(port: int, addr: str = "0.0.0.0"):
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=os.environ[ENV_DIR])
+    MultiProcessCollector(registry, path=settings.get(ENV_DIR))
     server, _thread = start_http_server(port, addr=addr, registry=registry)
-    log.info("metrics on http://%s:%d/metrics (multiprocess dir %s)", addr, port, os.environ[ENV_DIR])
+    log.info("metrics on http://%s:%d/metrics (multiprocess dir %s)", addr, port, settings.get(ENV_DIR))
     return server
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import redis
 
+from core import settings
 from core.errors import JobError
 from workers import runtime
 from workers.backlog import UNACKED_INDEX_KEY, UNACKED_KEY
@@ -228,7 +229,7 @@ def rebuild_lost_jobs(store: JobStore) -> int:
 def finalize_stale_s() -> float:
     """A job ``finalizing`` for this long with nobody running its finalize gets it enqueued again
     (its finalize message was lost: a publish that failed with Redis, a node that died holding it)."""
-    return float(os.environ.get("BOOKTTS_FINALIZE_STALE_S", 600))
+    return settings.get("BOOKTTS_FINALIZE_STALE_S")
 
 
 def reap(store: JobStore, job_ids=None) -> int:

@@ -6,30 +6,11 @@ owns its device: the engine is built there, once per voice, at process start
 process. The parent of a prefork pool never builds an engine, so CUDA is only
 ever initialised in the process that runs batches.
 
-Settings travel from the ``worker`` command to the pool processes through the
-environment (so ``celery -A workers.celery_app worker`` can be used directly):
-
-=============================  ==============================================================
-``BOOKTTS_WORKER_ENGINE``      JSON :class:`engines.EngineSpec` (default: onnx, fp32, cpu)
-``BOOKTTS_WORKER_VOICE``       voice to load at process start (default: none, load on demand)
-``BOOKTTS_LEASE_SECONDS``      batch lease TTL (default 180); heartbeat every third of it
-``BOOKTTS_MAX_DELIVERIES``     deliveries of one batch before it is declared failed (default 6)
-``BOOKTTS_GATHER``             ``0``: run each planned batch alone; default: combine queued batches of
-                               the same voice (any scales) up to the engine's budget (:mod:`workers.batcher`)
-``BOOKTTS_MAX_BATCH_PHONEMES`` padded phoneme ids in one engine batch (default: 262144 on a GPU, 6400 on CPU)
-``BOOKTTS_PREPARE_SHAPES_S``   seconds a new engine may spend preparing the shapes the node's earlier
-                               engines met (default 60; 0: off): :func:`prepare_shapes`
-``BOOKTTS_EARLY_CHAPTERS``     threads of each worker process's chapter process, which writes a job's chapters
-                               as soon as their batches are done (default 2; 0: finalize writes them all):
-                               :mod:`workers.chapter_writer`
-``BOOKTTS_UNIT_WRITERS``       threads of each engine process that write an engine call's units (audio, record)
-``BOOKTTS_STATE_DIR``          this node's directory of the jobs its workers have seen (default
-                               ``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``); see :func:`remember_job`
-``BOOKTTS_ALLOWED_ROOTS``      job directories are accepted only under these (``os.pathsep``-separated;
-                               unset or empty: anywhere); see :func:`check_job_dir`
-``BOOKTTS_FAKE_*``             the fake engine's test hooks (:func:`engines.fake.hooks_from_env`)
-``BOOKTTS_TORCH_*``            the torch engine's start-up settings (docs/operations.md, read by the engine)
-=============================  ==============================================================
+Settings travel from the ``worker`` command to its pool processes (and from ``worker --gpus`` to
+its per-GPU workers) as one record, :class:`WorkerSettings` as JSON in ``BOOKTTS_WORKER_SETTINGS``
+(:meth:`WorkerSettings.child_values`, written by :func:`core.settings.hand_to_children`). Without
+it (``celery -A workers.celery_app worker`` started directly, a container's environment) each
+setting has a variable of its own, declared in :mod:`core.settings`' ``worker`` group.
 """
 
 from __future__ import annotations
@@ -45,35 +26,42 @@ from pathlib import Path
 
 from engines import EngineSpec, load_engine
 from engines.shape_profile import SHAPES_KEPT  # shapes kept per stage in the node's profiles
+from core import settings as env_settings
 from core.errors import JobError
 
 log = logging.getLogger("booktts.worker")
 
-DEFAULT_LEASE_SECONDS = 180.0
-DEFAULT_MAX_DELIVERIES = 6
-#: Environment variable of the allowed roots (``os.pathsep``-separated), also read by ``worker --allowed-root``.
-ALLOWED_ROOTS_ENV = "BOOKTTS_ALLOWED_ROOTS"
-#: Environment variable of the node's state directory, also read by ``worker --state-dir``.
-STATE_DIR_ENV = "BOOKTTS_STATE_DIR"
-#: Environment variable of ``worker --prepare-shapes-s``.
-PREPARE_SHAPES_ENV = "BOOKTTS_PREPARE_SHAPES_S"
+_declared = env_settings.setting
+#: The one record of a worker's settings handed to child processes.
+RECORD_ENV = _declared("BOOKTTS_WORKER_SETTINGS").name
+#: The variables of single settings (also the ``worker`` flags' variables); names and defaults are
+#: declared in :mod:`core.settings`.
+ENGINE_ENV = _declared("BOOKTTS_WORKER_ENGINE").name
+VOICE_ENV = _declared("BOOKTTS_WORKER_VOICE").name
+LEASE_SECONDS_ENV = _declared("BOOKTTS_LEASE_SECONDS").name
+MAX_DELIVERIES_ENV = _declared("BOOKTTS_MAX_DELIVERIES").name
+GATHER_ENV = _declared("BOOKTTS_GATHER").name
+MAX_BATCH_PHONEMES_ENV = _declared("BOOKTTS_MAX_BATCH_PHONEMES").name
+ALLOWED_ROOTS_ENV = _declared("BOOKTTS_ALLOWED_ROOTS").name
+STATE_DIR_ENV = _declared("BOOKTTS_STATE_DIR").name
+PREPARE_SHAPES_ENV = _declared("BOOKTTS_PREPARE_SHAPES_S").name
+EARLY_CHAPTERS_ENV = _declared("BOOKTTS_EARLY_CHAPTERS").name
+UNIT_WRITERS_ENV = _declared("BOOKTTS_UNIT_WRITERS").name
+DEFAULT_LEASE_SECONDS = _declared(LEASE_SECONDS_ENV).default
+DEFAULT_MAX_DELIVERIES = _declared(MAX_DELIVERIES_ENV).default
 #: Default seconds a new engine may spend preparing the shapes earlier workers of the node met.
-DEFAULT_PREPARE_SHAPES_S = 60.0
-#: Environment variable of ``worker --early-chapters``.
-EARLY_CHAPTERS_ENV = "BOOKTTS_EARLY_CHAPTERS"
-#: Environment variable of ``worker --unit-writers``.
-UNIT_WRITERS_ENV = "BOOKTTS_UNIT_WRITERS"
+DEFAULT_PREPARE_SHAPES_S = _declared(PREPARE_SHAPES_ENV).default
 #: Default threads of an engine process that write an engine call's units (:class:`workers.batcher.Offloader`).
-DEFAULT_UNIT_WRITERS = 4
+DEFAULT_UNIT_WRITERS = _declared(UNIT_WRITERS_ENV).default
 #: Default threads of a worker process's chapter process (:mod:`workers.chapter_writer`).
-DEFAULT_EARLY_CHAPTERS = 2
+DEFAULT_EARLY_CHAPTERS = _declared(EARLY_CHAPTERS_ENV).default
 #: The node's shape profile is rewritten at most this often (seconds) while a worker runs.
 SHAPES_SAVE_EVERY_S = 2.0
 
 
 def default_state_dir() -> str:
     """``$XDG_STATE_HOME/booktts``, else ``~/.local/state/booktts``."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = env_settings.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return os.path.join(base, "booktts")
 
 
@@ -120,41 +108,60 @@ class WorkerSettings:
     def heartbeat_s(self) -> float:
         return max(self.lease_seconds / 3.0, 0.2)
 
+    def to_record(self) -> dict:
+        """Every setting, as JSON values (:meth:`from_record` reads it back)."""
+        return {"engine": self.engine.to_dict(), "lease_seconds": float(self.lease_seconds), "voice": self.voice,
+                "max_deliveries": int(self.max_deliveries), "gather": bool(self.gather),
+                "max_batch_phonemes": int(self.max_batch_phonemes), "allowed_roots": list(self.allowed_roots),
+                "state_dir": self.state_dir, "prepare_shapes_s": float(self.prepare_shapes_s),
+                "early_chapters": int(self.early_chapters), "unit_writers": int(self.unit_writers)}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "WorkerSettings":
+        """The settings :meth:`to_record` wrote; :class:`core.settings.SettingError` (one line) for a
+        record that is not one."""
+        try:
+            return cls(engine=EngineSpec.from_dict(record["engine"]), lease_seconds=float(record["lease_seconds"]),
+                       voice=record.get("voice") or None, max_deliveries=int(record["max_deliveries"]),
+                       gather=bool(record["gather"]), max_batch_phonemes=int(record["max_batch_phonemes"]),
+                       allowed_roots=real_roots(record.get("allowed_roots") or ()),
+                       state_dir=str(record.get("state_dir") or ""),
+                       prepare_shapes_s=float(record["prepare_shapes_s"]),
+                       early_chapters=int(record["early_chapters"]), unit_writers=int(record["unit_writers"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise env_settings.SettingError(f"environment variable {RECORD_ENV}: not a worker's settings record "
+                                            f"({type(exc).__name__}: {exc}); unset it") from None
+
+    def child_values(self) -> dict:
+        """What a child process needs to run with these settings, for
+        :func:`core.settings.hand_to_children`: the one record."""
+        return {RECORD_ENV: self.to_record()}
+
     def to_env(self) -> dict[str, str]:
-        env = {
-            "BOOKTTS_WORKER_ENGINE": json.dumps(self.engine.to_dict()),
-            "BOOKTTS_LEASE_SECONDS": repr(float(self.lease_seconds)),
-            "BOOKTTS_MAX_DELIVERIES": str(int(self.max_deliveries)),
-            "BOOKTTS_GATHER": "1" if self.gather else "0",
-            "BOOKTTS_MAX_BATCH_PHONEMES": str(int(self.max_batch_phonemes)),
-        }
-        if self.voice:
-            env["BOOKTTS_WORKER_VOICE"] = self.voice
-        env[ALLOWED_ROOTS_ENV] = os.pathsep.join(self.allowed_roots)
-        env[STATE_DIR_ENV] = self.state_dir
-        env[PREPARE_SHAPES_ENV] = repr(float(self.prepare_shapes_s))
-        env[EARLY_CHAPTERS_ENV] = str(int(self.early_chapters))
-        env[UNIT_WRITERS_ENV] = str(int(self.unit_writers))
-        return env
+        """The variables a child process is given (:meth:`child_values`, encoded)."""
+        return dict(env_settings.hand_to_children(self.child_values(), {}))
 
     @classmethod
     def from_env(cls, env=None) -> "WorkerSettings":
-        env = os.environ if env is None else env
-        raw = env.get("BOOKTTS_WORKER_ENGINE")
-        spec = EngineSpec.from_dict(json.loads(raw)) if raw else EngineSpec()
+        """The record in ``env`` (default: this process's environment) where there is one, else the
+        single variables (a ``celery`` worker started directly, a container)."""
+        get = env_settings.get
+        record = get(RECORD_ENV, env)
+        if record is not None:
+            return cls.from_record(record)
+        spec = get(ENGINE_ENV, env)
         return cls(
-            engine=spec,
-            lease_seconds=float(env.get("BOOKTTS_LEASE_SECONDS", DEFAULT_LEASE_SECONDS)),
-            voice=env.get("BOOKTTS_WORKER_VOICE") or None,
-            max_deliveries=int(env.get("BOOKTTS_MAX_DELIVERIES", DEFAULT_MAX_DELIVERIES)),
-            gather={"1": True, "0": False}.get(env.get("BOOKTTS_GATHER", "")),
-            max_batch_phonemes=int(env["BOOKTTS_MAX_BATCH_PHONEMES"]) if env.get("BOOKTTS_MAX_BATCH_PHONEMES")
-            else None,
-            allowed_roots=real_roots((env.get(ALLOWED_ROOTS_ENV) or "").split(os.pathsep)),
-            state_dir=env.get(STATE_DIR_ENV) or "",
-            prepare_shapes_s=float(env.get(PREPARE_SHAPES_ENV) or DEFAULT_PREPARE_SHAPES_S),
-            early_chapters=int(env.get(EARLY_CHAPTERS_ENV) or DEFAULT_EARLY_CHAPTERS),
-            unit_writers=int(env.get(UNIT_WRITERS_ENV) or DEFAULT_UNIT_WRITERS),
+            engine=EngineSpec.from_dict(spec) if spec else EngineSpec(),
+            lease_seconds=get(LEASE_SECONDS_ENV, env),
+            voice=get(VOICE_ENV, env),
+            max_deliveries=get(MAX_DELIVERIES_ENV, env),
+            gather=get(GATHER_ENV, env),
+            max_batch_phonemes=get(MAX_BATCH_PHONEMES_ENV, env),
+            allowed_roots=real_roots(get(ALLOWED_ROOTS_ENV, env)),
+            state_dir=get(STATE_DIR_ENV, env) or "",
+            prepare_shapes_s=get(PREPARE_SHAPES_ENV, env),
+            early_chapters=get(EARLY_CHAPTERS_ENV, env),
+            unit_writers=get(UNIT_WRITERS_ENV, env),
         )
 
 
@@ -324,8 +331,9 @@ def startup_report(info, engine_s: float, prepared: dict | None = None) -> str:
         compiled, kernels = x.get("precompile_compiled"), x.get("precompile_kernels")
         parts.append(f"Triton kernels {kernels}: {compiled} compiled, {(kernels or 0) - (compiled or 0)} from the "
                      f"cache in {x.get('precompile_s', 0):.1f} s")
-        parts.append(f"kernel cache {os.environ.get('TRITON_CACHE_DIR') or '~/.triton/cache'}"
-                     + ("" if os.environ.get("TRITON_CACHE_DIR") else
+        cache = env_settings.get("TRITON_CACHE_DIR")
+        parts.append(f"kernel cache {cache or '~/.triton/cache'}"
+                     + ("" if cache else
                         " (set TRITON_CACHE_DIR to a volume kept per node, or every new worker compiles again)"))
         if x.get("precompile_error"):
             parts.append(f"precompile failed: {x['precompile_error']}")

@@ -36,7 +36,6 @@ enqueue the finalize task.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import time
@@ -48,6 +47,7 @@ import redis
 
 from jobs import claim
 
+from core import settings
 from core.errors import BrokerError, JobError
 from workers.celery_app import redact_url, redis_url
 
@@ -56,7 +56,7 @@ PREFIX = "booktts:"
 MAX_RECENT_JOBS = 1000
 FINALIZE = "finalize"
 #: Seconds a done job stays in Redis.
-DONE_JOB_TTL_S = 30 * 24 * 3600
+DONE_JOB_TTL_S = settings.setting("BOOKTTS_DONE_JOB_TTL_S").default
 _JOB_PARTS = ("done", "failed", "running", "deliveries", "records", "requeued", "queued", FINALIZE)
 #: Score of a ready batch: priority rank (0 = high) times this, plus its longest utterance.
 READY_RANK_SCALE = 1_000_000
@@ -660,7 +660,7 @@ class JobStore:
     def expire_done(self, job_id: str) -> None:
         """A done job's state is kept for a while (status, the recent-jobs table), not forever; its
         directory stays the record (``resume OUTDIR`` re-registers it)."""
-        ttl = int(os.environ.get("BOOKTTS_DONE_JOB_TTL_S", DONE_JOB_TTL_S))
+        ttl = settings.get("BOOKTTS_DONE_JOB_TTL_S")
         with self.r.pipeline(transaction=False) as p:
             for key in [self.k_job(job_id)] + [self.k(job_id, part) for part in _JOB_PARTS]:
                 p.expire(key, ttl)

@@ -23,6 +23,7 @@ from engines.torch_engine import STAGE_A_ROW_STEP, TorchEngine, pad_stage_a_inpu
 from engines.torch_options import ENV, TorchOptions  # noqa: E402
 from engines.torch_vits.graphs import GraphCache, _Graph  # noqa: E402
 from core.errors import EngineUnavailable  # noqa: E402
+from core.settings import SettingError  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -188,10 +189,14 @@ def test_switch_on_cpu(voice, monkeypatch):
     ("0", True, False),
     ("1", True, True),
     ("1", False, "refused"),    # asked for, but the stage A it replays is off
-    ("yes", True, True),        # not 0/1: the default, as the other switches
+    ("yes", True, "bad value"),  # not 0/1: one line naming the variable (core.settings)
 ], ids=["default", "channel-first", "env-off", "env-on", "env-on-no-fast-a", "other-value"])
 def test_switch_on_cuda(env, fast, want):
     # the resolution for a CUDA engine, without one: a shell with the attributes it reads
+    if want == "bad value":
+        with pytest.raises(SettingError, match=GRAPHS_ENV):
+            TorchOptions.from_env({GRAPHS_ENV: env})
+        return
     on = TorchOptions.from_env({} if env is None else {GRAPHS_ENV: env}).flag("cuda_graphs")
     eng = shell_engine(is_cuda=True, device=torch.device("cuda:0"))
     if want == "refused":

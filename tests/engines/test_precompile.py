@@ -85,7 +85,7 @@ def test_precompile_fills_tritons_caches(tmp_path):
 
 # ------------------------------------------------------------------ the switch
 def test_precompile_option_from_the_environment():
-    from core.errors import EngineUnavailable
+    from core.settings import SettingError
     from engines.torch_options import ENV, TorchOptions
 
     var = ENV["precompile"]
@@ -94,7 +94,7 @@ def test_precompile_option_from_the_environment():
     assert TorchOptions.from_env({var: "1"}).flag("precompile") is True
     assert TorchOptions.from_env({var: " 0 "}).flag("precompile") is False
     for bad in ("yes", "on", "2", "true"):
-        with pytest.raises(EngineUnavailable, match=var):
+        with pytest.raises(SettingError, match=var):
             TorchOptions.from_env({var: bad})
 
 

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from core.errors import EngineUnavailable
+from core.settings import SettingError
 from engines import EngineSpec
 from engines.torch_options import ENV, TorchOptions
 
@@ -21,11 +22,12 @@ def test_defaults_are_auto_and_serialise_to_nothing():
 
 def test_environment_spellings():
     o = TorchOptions.from_env({ENV["compile"]: "0", ENV["cuda_graphs"]: "1", ENV["warmup"]: "FULL",
-                               ENV["autotune"]: "maybe", ENV["precompile"]: ""})
+                               ENV["autotune"]: "", ENV["precompile"]: ""})
     assert (o.compile, o.cuda_graphs, o.warmup, o.autotune, o.precompile) == ("off", "on", "full", "auto", "auto")
     assert TorchOptions.from_env(o.to_env()) == o  # what a child process reads back
-    for var, bad in ((ENV["warmup"], "eager"), (ENV["precompile"], "yes")):
-        with pytest.raises(EngineUnavailable, match=var):
+    # anything else is one line naming the variable (core.settings), not a silent auto
+    for var, bad in ((ENV["warmup"], "eager"), (ENV["precompile"], "yes"), (ENV["autotune"], "maybe")):
+        with pytest.raises(SettingError, match=var):
             TorchOptions.from_env({var: bad})
 
 

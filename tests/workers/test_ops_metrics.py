@@ -3,6 +3,7 @@ redis-server and real worker subprocesses (fake engine)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -177,14 +178,21 @@ def test_gpus_all_runs_one_worker_per_gpu_and_forwards_sigterm(redis_url, short_
         assert sorted(e["CUDA_VISIBLE_DEVICES"] for e in envs) == ["0", "1"]
         for k, e in zip(kids, envs):
             cmd = Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
-            assert b"--device" in cmd and cmd[cmd.index(b"--device") + 1] == b"cuda:0"
             assert cmd[cmd.index(b"--concurrency") + 1] == b"2", "--concurrency: engine processes per GPU"
+            # the worker's settings travel as one record (core.settings), not as flags or a variable each
+            assert b"--settings-from-parent" in cmd
+            assert not {b"--device", b"--max-batch", b"--lease-seconds", b"--allowed-root", b"--engine"} & set(cmd)
+            assert not {"BOOKTTS_GATHER", "BOOKTTS_MAX_BATCH_PHONEMES", "BOOKTTS_UNIT_WRITERS",
+                        "BOOKTTS_PREPARE_SHAPES_S", "BOOKTTS_EARLY_CHAPTERS"} & set(e)
+            record = json.loads(e["BOOKTTS_WORKER_SETTINGS"])
+            assert record["engine"]["name"] == "fake" and record["engine"]["device"] == "cuda:0"
             # a GPU worker is built for GPU-sized batches unless --max-batch says otherwise
-            assert cmd[cmd.index(b"--max-batch") + 1] == str(GPU_MAX_BATCH).encode()
+            assert record["engine"]["max_batch"] == GPU_MAX_BATCH and record["lease_seconds"] == 3.0
             assert redis_url.encode() not in b" ".join(cmd), "the Redis URL travels in the environment"
+            assert redis_url not in e["BOOKTTS_WORKER_SETTINGS"], "and never in the record"
             assert e["REDIS_URL"] == redis_url and e["BOOKTTS_METRICS_DEVICE"] == f"cuda:{e['CUDA_VISIBLE_DEVICES']}"
             # each GPU's worker gets the supervisor's allowed roots
-            assert cmd[cmd.index(b"--allowed-root") + 1] == str(tmp_path.resolve()).encode()
+            assert record["allowed_roots"] == [str(tmp_path.resolve())]
         store = JobStore(redis_url)
         out = tmp_path / "out"
         job_id = submit(redis_url, short_book, out, "--max-batch", "1")
