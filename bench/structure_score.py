@@ -57,6 +57,8 @@ WINDOW_TOKENS = 80
 """How far into a predicted chapter (title + paragraphs) the key may start."""
 TITLE_WINDOW_TOKENS = 400
 """Title repeats are counted in this many tokens from the start of the spoken stream."""
+SETS = ("tune", "heldout", "heldout3")
+"""The sets of ``sets.json``: tune on the first, only report the held-out ones."""
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -189,12 +191,12 @@ def load_predicted(book_file: Path) -> tuple[str | None, list[Predicted]]:
 
 
 def load_set(set_dir: Path = SET_DIR) -> dict[str, str]:
-    """slug -> "tune" / "heldout", from ``sets.json``."""
+    """slug -> its set ("tune", "heldout", "heldout3"), from ``sets.json``."""
     try:
         sets = json.loads((set_dir / "sets.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InputError(f"{set_dir / 'sets.json'}: cannot read it ({e}); restore it from git") from None
-    return {slug: name for name in ("tune", "heldout") for slug in sets.get(name, [])}
+    return {slug: name for name in SETS for slug in sets.get(name, [])}
 
 
 def score_book(slug: str, split: str, set_dir: Path = SET_DIR) -> BookScore:
@@ -232,11 +234,11 @@ def totals(scores: list[BookScore]) -> dict:
 
 
 def _table(scores: list[BookScore], details: bool) -> str:
-    head = f"{'book':28} {'set':7} {'fmt':4} {'truth':>5} {'pred':>5} {'match':>5} {'P':>5} {'R':>5} {'F1':>5} " \
+    head = f"{'book':28} {'set':8} {'fmt':4} {'truth':>5} {'pred':>5} {'match':>5} {'P':>5} {'R':>5} {'F1':>5} " \
            f"{'front':>5} {'title':>5} {'s':>5}"
     lines = [head, "-" * len(head)]
     for s in scores:
-        lines.append(f"{s.slug:28} {s.split:7} {s.format:4} {s.truth_chapters:5d} {s.predicted_chapters:5d} "
+        lines.append(f"{s.slug:28} {s.split:8} {s.format:4} {s.truth_chapters:5d} {s.predicted_chapters:5d} "
                      f"{s.matched:5d} {s.precision:5.2f} {s.recall:5.2f} {s.f1:5.2f} "
                      f"{len(s.front_matter_spoken):2d}/{s.front_matter_total:<2d} {s.title_repeats:5d} {s.seconds:5.1f}")
         if s.error:
@@ -248,7 +250,7 @@ def _table(scores: list[BookScore], details: bool) -> str:
                 lines.append(f"    missed chapter: {t}")
             for t in s.unmatched_predicted:
                 lines.append(f"    extra chapter: {t[:70]}")
-    for name in ("tune", "heldout", "all"):
+    for name in (*SETS, "all"):
         group = [s for s in scores if name == "all" or s.split == name]
         if not group:
             continue
@@ -262,7 +264,7 @@ def _table(scores: list[BookScore], details: bool) -> str:
 
 def run(argv: list[str] | None = None, set_dir: Path = SET_DIR) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--set", choices=("tune", "heldout", "all"), default="all", help="which books (default all)")
+    ap.add_argument("--set", choices=(*SETS, "all"), default="all", help="which books (default all)")
     ap.add_argument("--book", action="append", default=[], metavar="SLUG", help="only this book (repeatable)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--details", action="store_true", help="also list missed/extra chapters and spoken phrases")
@@ -276,7 +278,7 @@ def run(argv: list[str] | None = None, set_dir: Path = SET_DIR) -> dict:
     scores = [score_book(s, split_of[s], set_dir) for s in slugs]
     result = {"books": [s.to_dict() for s in scores],
               "totals": {name: totals([s for s in scores if name == "all" or s.split == name])
-                         for name in ("tune", "heldout", "all")}}
+                         for name in (*SETS, "all")}}
     print(json.dumps(result, indent=1, ensure_ascii=False) if args.json else _table(scores, args.details))
     return result
 

@@ -114,6 +114,16 @@ def test_end_to_end_on_a_tiny_gzip_book(tmp_path, capsys):
     assert out["totals"]["tune"]["f1"] == 1.0 and out["totals"]["heldout"]["books"] == 0
 
 
+def test_a_heldout3_book_is_scored_in_its_own_set(tmp_path, capsys):
+    d = _tiny_set(tmp_path)
+    (d / "sets.json").write_text(json.dumps({"tune": [], "heldout": [], "heldout3": ["tiny"]}), encoding="utf-8")
+    assert ss.load_set(d) == {"tiny": "heldout3"}
+    out = ss.run(["--json", "--set", "heldout3"], set_dir=d)
+    capsys.readouterr()
+    assert [b["set"] for b in out["books"]] == ["heldout3"]
+    assert out["totals"]["heldout3"]["books"] == 1 and out["totals"]["heldout"]["books"] == 0
+
+
 def test_the_table_has_a_row_per_book_and_totals(tmp_path, capsys):
     ss.run(["--set", "tune"], set_dir=_tiny_set(tmp_path))
     out = capsys.readouterr().out
