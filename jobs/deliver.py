@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from core import files
-from jobs import captions, formats, loudness, metadata
+from jobs import captions, formats, loudness, loudness_stream, metadata
 from core.errors import JobError, TTSError
 
 LOUDNESS_FILE = "loudness.json"
@@ -68,16 +68,29 @@ def _stats_path(job, book_index: int, chapter_index: int) -> Path:
 
 def write_chapter(job, book_index: int, book: dict, ch: dict, pcm: np.ndarray, tmp: Path, final: Path,
                   writer_errors=contextlib.nullcontext) -> loudness.ChapterLoudness:
-    """Loudness, encode and tag chapter ``ch`` (int16 ``pcm`` at the voice's rate) into ``tmp``
-    (the caller renames it to ``final``); record its loudness. For M4B jobs this writes the
-    chapter's WAV that :func:`finish` assembles."""
+    """:func:`write_chapter_stream` of a chapter whose int16 ``pcm`` is in memory (measured here)."""
+    return write_chapter_stream(job, book_index, book, ch, lambda: (pcm,), None, tmp, final, writer_errors)
+
+
+def write_chapter_stream(job, book_index: int, book: dict, ch: dict, pieces, stats, tmp: Path, final: Path,
+                         writer_errors=contextlib.nullcontext) -> loudness.ChapterLoudness:
+    """Loudness, encode and tag chapter ``ch`` into ``tmp`` (the caller renames it to ``final``) as it
+    streams, and record its loudness. ``pieces()``: a fresh iterator of the chapter's int16 pieces at
+    the voice's rate (utterances and pauses in order; called once per pass); ``stats``: its
+    :class:`jobs.loudness_stats.ChapterStats` combined from the utterances' records (None: measured
+    from the pieces, one more pass). For M4B jobs this writes the chapter's WAV that :func:`finish`
+    assembles."""
     cfg = job.config
-    audio, rate, report = loudness.process(pcm, job.sample_rate, cfg.loudness)
     tags = None if cfg.audio_format == "m4b" else tags_for(job, book, ch)
-    formats.write_chapter_audio(tmp, final, cfg.audio_format, audio, rate, tags, writer_errors, cfg.flac_level)
+
+    def write(blocks, rate: int) -> None:
+        formats.write_chapter_audio(tmp, final, cfg.audio_format, blocks, rate, tags, writer_errors, cfg.flac_level)
+
+    report, samples_out = loudness_stream.process(pieces, job.sample_rate, cfg.loudness, stats, write)
     files.write_json(_stats_path(job, book_index, ch["index"]),
                      {"book_index": book_index, "chapter_index": ch["index"], "title": ch["title"],
-                      "file": ch["file"], "samples_out": int(len(audio)), **report.to_dict()})
+                      "file": ch["file"], "samples_out": int(samples_out),
+                      "statistics": "measured" if stats is None else "utterances", **report.to_dict()})
     return report
 
 

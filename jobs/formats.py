@@ -375,9 +375,10 @@ def _tag_mp4(tmp: Path, tags: Tags) -> None:
     f.save()
 
 
-def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm: np.ndarray, sample_rate: int, tags: Tags | None,
+def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm, sample_rate: int, tags: Tags | None,
                         writer_errors=contextlib.nullcontext, flac_level: int | None = None) -> None:
-    """Write float32 mono ``pcm`` as ``fmt`` into ``tmp`` (renamed to ``final`` by the caller) and tag it.
+    """Write mono ``pcm`` (float32 or int16: one array, or an iterable of blocks, encoded as they
+    come) as ``fmt`` into ``tmp`` (renamed to ``final`` by the caller) and tag it.
 
     ``writer_errors(final)``: a context that maps the sound library's write errors (libsndfile's).
     ``flac_level``: libFLAC's compression level 0-8 for FLAC (None: libsndfile's default, level 5)."""
@@ -401,7 +402,7 @@ def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm: np.ndarray, sampl
                     f.date = tags.year
                 if tags.track:
                     f.tracknumber = str(tags.track[0])
-            for block in _blocks(pcm):
+            for block in _blocks(pcm) if isinstance(pcm, np.ndarray) else pcm:
                 with writer_errors(final):  # read the C errno right after the failed call
                     f.write(to_int16(block))
         except BaseException:
@@ -413,7 +414,7 @@ def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm: np.ndarray, sampl
         if fmt == "flac" and tags:
             _tag_flac(tmp, tags)
         return
-    _encode_av(tmp, fmt, _blocks(pcm), sample_rate)
+    _encode_av(tmp, fmt, _blocks(pcm) if isinstance(pcm, np.ndarray) else pcm, sample_rate)
     if tags:
         {"mp3": _tag_mp3, "opus": _tag_opus}[fmt](tmp, tags)
 

@@ -1,0 +1,209 @@
+"""Loudness statistics per utterance (jobs/loudness_stats.py) and the streaming chapter writer
+(jobs/loudness_stream.py), checked on real synthesized speech (the ONNX CPU engine) against
+pyloudnorm and the whole-signal functions of jobs/loudness.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyloudnorm
+import pytest
+from scipy.signal import resample_poly
+
+from jobs import loudness as L
+from jobs import loudness_stats as S
+from jobs import loudness_stream as LS
+from tests.conftest import DATA
+
+#: Pause patterns (seconds after each utterance, cycled): the defaults' sentence and paragraph
+#: pauses, and pauses shorter than the statistics' 50 ms tail, down to none.
+PAUSES = {"defaults": [0.25, 0.25, 0.6], "short": [0.0, 0.003, 0.02, 0.1], "long": [1.0, 0.25]}
+
+
+@pytest.fixture(scope="module")
+def speech(voice, onnx_engine):
+    """A dozen sentences of tests/data/short-story.txt as the voice speaks them (int16 each)."""
+    from engines.base import Scales, SynthesisBatch
+    from jobs.phonemize import Phonemizer
+
+    text = (DATA / "short-story.txt").read_text(encoding="utf-8")
+    sentences = [s.strip() + "." for s in text.replace("\n", " ").split(".") if len(s.split()) >= 3][:12]
+    ph = Phonemizer(voice)
+    res = onnx_engine.synthesize(SynthesisBatch.from_sequences([ph(s).ids for s in sentences],
+                                                               Scales(0.667, 1.0, 0.8), seed=1))
+    return [np.array(res.item(i)) for i in range(len(res))], voice.sample_rate
+
+
+def chapter(utts, sr, pauses):
+    """(int16 pieces, [(offset, utterance)], samples) of the utterances joined with ``pauses``."""
+    pieces, placed, off = [], [], 0
+    for i, u in enumerate(utts):
+        p = int(round(pauses[i % len(pauses)] * sr))
+        placed.append((off, u))
+        pieces += [u, np.zeros(p, np.int16)]
+        off += len(u) + p
+    return pieces, placed, off
+
+
+@pytest.mark.parametrize("pattern", sorted(PAUSES))
+def test_combined_utterance_stats_agree_with_pyloudnorm_on_the_joined_chapter(speech, pattern):
+    utts, sr = speech
+    pieces, placed, n = chapter(utts, sr, PAUSES[pattern])
+    x = np.concatenate(pieces).astype(np.float64) / 32768.0
+    # the statistics as the record keeps them (JSON, 0.01 dB steps)
+    stats = [(off, S.UtteranceStats.from_json(json.loads(json.dumps(S.utterance_stats(u, sr).to_json())), len(u), sr))
+             for off, u in placed]
+    c = S.combine(stats, n, sr)
+    ref = pyloudnorm.Meter(sr).integrated_loudness(x)
+    assert abs(c.integrated_lufs() - ref) < 0.05, (c.integrated_lufs(), ref)
+    assert abs(c.rms_db() - L.rms_db(x.astype(np.float32))) < 1e-6
+    assert c.sample_peak_db() == pytest.approx(L.sample_peak_db(x.astype(np.float32)), abs=1e-6)
+    # the true peak: exact where pauses are at least the interpolation filter's reach
+    assert abs(c.true_peak_db() - L.true_peak_db(x.astype(np.float32))) < (0.05 if pattern == "short" else 1e-4)
+    # a chapter whose utterances were louder by 6 dB reads 6 dB louder
+    loud = S.combine([(off, st.scaled(2.0)) for off, st in stats], n, sr)
+    assert loud.integrated_lufs() - c.integrated_lufs() == pytest.approx(20 * math.log10(2.0), abs=1e-9)
+
+
+def test_stream_meter_is_the_whole_signal_measurement_in_any_chunking(speech):
+    utts, sr = speech
+    pieces, _, n = chapter(utts, sr, PAUSES["defaults"])
+    x = np.concatenate(pieces)
+    xf = x.astype(np.float32) / 32768.0
+    for cut in (1, 777, 1 << 15):
+        m = S.StreamMeter(sr)
+        for a in range(0, len(x), cut if cut > 1 else len(x)):
+            m.feed(x[a:a + (cut if cut > 1 else len(x))])
+        r = m.result()
+        assert r.samples == n
+        assert abs(r.integrated_lufs() - L.integrated_lufs(xf, sr)) < 1e-3
+        assert abs(r.true_peak_db() - L.true_peak_db(xf)) < 1e-6
+        assert abs(r.rms_db() - L.rms_db(xf)) < 1e-9
+
+
+def test_torch_statistics_match_numpy_on_cpu_tensors(speech):
+    torch = pytest.importorskip("torch", reason="the torch implementation needs torch")
+    utts, sr = speech
+    width = max(len(u) for u in utts) + 999
+    audio = torch.full((len(utts), width), 4321, dtype=torch.int16)  # past each row's length: ignored
+    for i, u in enumerate(utts):
+        audio[i, :len(u)] = torch.from_numpy(u)
+    got = S.utterance_stats_torch(audio, [len(u) for u in utts], sr)
+    floats = S.utterance_stats_torch(audio.float() / 32768.0, [len(u) for u in utts], sr)
+    for u, a, f in zip(utts, got, floats):
+        b = S.utterance_stats(u, sr)
+        for t in (a, f):
+            assert t.samples == b.samples and len(t.k) == len(b.k) == S.n_sub(len(u), sr)
+            assert np.max(np.abs(t.k - b.k)) <= 1e-5 * b.k.max()
+            assert t.ss == pytest.approx(b.ss, rel=1e-6)
+            assert t.tp == pytest.approx(b.tp, rel=1e-5) and t.sp == pytest.approx(b.sp, rel=1e-6)
+
+
+def test_record_form_refuses_what_does_not_fit(speech):
+    utts, sr = speech
+    st = S.utterance_stats(utts[0], sr)
+    d = st.to_json()
+    assert S.UtteranceStats.from_json(d, len(utts[0]), sr) is not None
+    assert S.UtteranceStats.from_json(d, len(utts[0]) + S.sub_samples(sr) * 3, sr) is None  # other length
+    assert S.UtteranceStats.from_json({**d, "v": 0}, len(utts[0]), sr) is None
+    assert S.UtteranceStats.from_json(d, len(utts[0]), 24000) is None
+    assert S.UtteranceStats.from_json({**d, "ss": "x"}, len(utts[0]), sr) is None
+    assert S.UtteranceStats.from_json(None, len(utts[0]), sr) is None
+    silent = S.utterance_stats(np.zeros(5000, np.int16), sr)
+    back = S.UtteranceStats.from_json(json.loads(json.dumps(silent.to_json())), 5000, sr)
+    assert back is not None and not back.k.any() and back.tp == 0.0
+
+
+@pytest.mark.parametrize("rates", [(22050, 44100), (24000, 44100), (16000, 44100), (48000, 44100)])
+def test_stream_resampler_gives_resample_polys_samples(speech, rates):
+    fr, to = rates
+    utts, _ = speech
+    x = np.concatenate(utts[:4]).astype(np.float32) / 32768.0
+    r = LS.StreamResampler(fr, to)
+    y = np.concatenate([r.push(x[a:a + 7777]) for a in range(0, len(x), 7777)] + [r.finish()])
+    g = math.gcd(fr, to)
+    ref = resample_poly(x, to // g, fr // g).astype(np.float32)
+    assert len(y) == len(ref) and np.abs(y - ref).max() < 1e-6
+
+
+def test_stream_limiter_holds_the_ceiling_and_changes_only_samples_near_peaks(speech):
+    utts, sr = speech
+    x = np.concatenate([np.concatenate([u, np.zeros(3000, np.int16)]) for u in utts]).astype(np.float32) / 32768.0
+    x *= np.float32(10 ** (8 / 20))  # true peak well over -1 dBTP
+    ref, limited = L.limit(x.copy(), sr, L.EBU_CEILING_DBTP)
+    def chained(cut):
+        stages = [LS.StreamLimiter(sr, L.EBU_CEILING_DBTP) for _ in range(LS.LIMIT_STAGES)]
+        out = []
+        for a in range(0, len(x), cut):
+            y = x[a:a + cut]
+            for st in stages:
+                y = st.push(y)
+            out.append(y)
+        for i, st in enumerate(stages):
+            y = st.finish()
+            for later in stages[i + 1:]:
+                y = later.push(y)
+            out.append(y)
+        return np.concatenate(out), stages
+
+    y, stages = chained(10000)
+    whole, _ = chained(len(x))  # one window: the whole signal's gain curve
+    assert limited and stages[0].limited and len(y) == len(x)
+    assert np.array_equal(y, whole)  # the same samples in any chunking
+    assert L.true_peak_db(y) <= L.EBU_CEILING_DBTP - L.LIMITER_MARGIN_DB / 2 + 1e-3
+    # as loud as the whole-signal limiter leaves it
+    assert abs(L.integrated_lufs(y, sr) - L.integrated_lufs(ref, sr)) < 0.05
+    far = L._oversampled_abs(x) < 10 ** ((L.EBU_CEILING_DBTP - 3) / 20)
+    from scipy.ndimage import minimum_filter1d
+
+    untouched = minimum_filter1d(far.astype(np.uint8), size=4 * stages[0].w + 1).astype(bool)
+    assert np.array_equal(y[untouched], x[untouched])
+
+
+def _written(pieces, sr, mode, stats):
+    got = {}
+
+    def write(blocks, rate):
+        got["audio"] = np.concatenate(list(blocks))
+        got["rate"] = rate
+    report, n = LS.process(pieces, sr, mode, stats, write)
+    assert n == len(got["audio"])
+    return got["audio"], got["rate"], report
+
+
+@pytest.mark.parametrize("mode", ["ebu", "acx"])
+@pytest.mark.parametrize("level_db", [0.0, 12.0])
+def test_streamed_chapter_meets_its_target(speech, mode, level_db):
+    """The written chapter (int16, as encoded), read by pyloudnorm and a 4x-oversampled meter: EBU
+    within 0.1 LU of -23 LUFS, ACX's RMS within 0.1 dB of -20; true peaks under the ceiling. The
+    combined statistics give the gain that measuring the chapter gives. ``level_db``: the voice 12 dB
+    quieter (the limiter must act for ACX and EBU)."""
+    utts, sr = speech
+    g = 10 ** (-level_db / 20)
+    quiet = [np.rint(u * g).astype(np.int16) for u in utts]
+    pieces, placed, n = chapter(quiet, sr, PAUSES["defaults"])
+    stats = S.combine([(off, S.utterance_stats(u, sr)) for off, u in placed], n, sr)
+    audio, rate, report = _written(lambda: iter(pieces), sr, mode, stats)
+    measured = _written(lambda: iter(pieces), sr, mode, None)[2]
+    assert abs(measured.gain_db - report.gain_db) <= 0.05
+    x = audio.astype(np.float64) / 32768.0
+    assert rate == L.output_rate(mode, sr)
+    if mode == "ebu":
+        assert abs(pyloudnorm.Meter(rate).integrated_loudness(x) - L.EBU_TARGET_LUFS) <= 0.1
+        ceiling = L.EBU_CEILING_DBTP
+    else:
+        assert abs(L.rms_db(x.astype(np.float32)) - L.ACX_TARGET_RMS_DB) <= 0.1
+        ceiling = L.ACX_CEILING_DBTP
+    assert L.true_peak_db(x.astype(np.float32)) <= ceiling
+    assert report.output["true_peak_dbtp"] <= ceiling
+    if level_db:
+        assert report.limited  # 12 dB more gain on the same speech: its peaks pass the ceiling
+
+
+def test_loudness_none_streams_the_samples_unchanged(speech):
+    utts, sr = speech
+    pieces, _, _ = chapter(utts, sr, PAUSES["defaults"])
+    audio, rate, report = _written(lambda: iter(pieces), sr, "none", None)
+    assert rate == sr and np.array_equal(audio, np.concatenate(pieces)) and report.gain == 1.0
