@@ -92,7 +92,19 @@ def _register_commands() -> None:
         main.epilog = "Not available on this host: " + "; ".join(missing)
 
 
-_register_commands()
+def _register_or_exit() -> None:
+    """:func:`_register_commands`; a setting that cannot be read while the commands are built (an
+    environment variable, :mod:`core.settings`) is one ``error:`` line and exit code 2, not a traceback."""
+    from core.settings import SettingError
+
+    try:
+        _register_commands()
+    except SettingError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+
+
+_register_or_exit()
 
 if __name__ == "__main__":
     main()

@@ -17,6 +17,7 @@ import click
 
 from commands.distributed import _connect, one_line_errors, redis_option
 from commands.options import float_range, job_options
+from core import settings
 from core.errors import BrokerError
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES
 
@@ -139,7 +140,7 @@ def _redact(url: str) -> str:
 
 @click.command("beat")
 @click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              envvar="BOOKTTS_WATCH_CONFIG", help="Watch config (JSON; see docs/operations.md) [env BOOKTTS_WATCH_CONFIG].")
+              envvar=settings.setting("BOOKTTS_WATCH_CONFIG").name, help="Watch config (JSON; see docs/operations.md) [env BOOKTTS_WATCH_CONFIG].")
 @click.option("--schedule-file", type=click.Path(path_type=Path, dir_okay=False), default=None, hidden=True,
               help="Ignored (kept so that older command lines still start).")
 @click.option("--loglevel", "-l", default="WARNING", show_default=True,

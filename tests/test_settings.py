@@ -129,15 +129,23 @@ def test_hand_to_children_encodes_declared_names_and_removes_none():
         settings.hand_to_children({"BOOKTTS_UNDECLARED": "1"}, {})
 
 
-def test_the_cli_says_one_line_for_a_bad_variable(tmp_path):
-    book = tmp_path / "b.txt"
-    book.write_text("Chapter 1\n\nHello there.\n", encoding="utf-8")
+@pytest.mark.parametrize("name, value, args, line", [
+    # read while a command runs
+    ("BOOKTTS_DEBUG", "maybe", ["plan", "BOOK"],
+     "error: environment variable BOOKTTS_DEBUG='maybe': give 1 or 0 (true/false, yes/no, on/off) "
+     "(tracebacks instead of one-line errors), or unset it"),
+    # read while the commands are built (the Celery app's transport options)
+    ("BOOKTTS_VISIBILITY_TIMEOUT", "6h", ["--help"],
+     "error: environment variable BOOKTTS_VISIBILITY_TIMEOUT='6h': give a whole number >= 1 "
+     "(the broker's visibility timeout (seconds)), or unset it"),
+], ids=["at-run", "at-start"])
+def test_the_cli_says_one_line_for_a_bad_variable(tmp_path, name, value, args, line):
     import os
 
-    env = {**os.environ, "BOOKTTS_DEBUG": "maybe"}
-    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), "plan", str(book)], capture_output=True,
-                          text=True, env=env, cwd=str(ROOT), timeout=120)
+    book = tmp_path / "b.txt"
+    book.write_text("Chapter 1\n\nHello there.\n", encoding="utf-8")
+    env = {**os.environ, name: value}
+    proc = subprocess.run([sys.executable, str(ROOT / "cli.py"), *[str(book) if a == "BOOK" else a for a in args]],
+                          capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.strip().splitlines() == [
-        "error: environment variable BOOKTTS_DEBUG='maybe': give 1 or 0 (true/false, yes/no, on/off) "
-        "(tracebacks instead of one-line errors), or unset it"]
+    assert proc.stderr.strip().splitlines() == [line]
