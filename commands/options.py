@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from engines import EngineSpec
+from engines import EngineSpec, registry
 from engines.spec import offered_engines
 from engines.torch_options import SWITCH, WARMUP, TorchOptions
 from jobs.ingest.outline import SPLIT_LEVELS
@@ -335,7 +335,7 @@ def engine_options(f):
         click.option("--engine", "engine_name", type=EngineChoice(), default="onnx", show_default=True,
                      help="Synthesis backend. A job's batches all come from one engine and precision: a resume "
                           "with others is refused."),
-        click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]), default="fp32",
+        click.option("--precision", type=click.Choice(PRECISIONS), default="fp32",
                      show_default=True, help="Numeric precision, where the backend supports it."),
         click.option("--device", default="cpu", show_default=True, help="cpu or cuda:N."),
         click.option("--threads", type=int_range(1, MAX_THREADS), default=None, help="CPU threads for the backend (default: all cores)."),
@@ -365,7 +365,7 @@ def engine_options(f):
         flags = dict(compile=torch_compile, warmup=torch_warmup, cuda_graphs=cuda_graphs, autotune=autotune,
                      precompile=precompile)
         options = None
-        if engine_name == "torch":
+        if registry.get(engine_name).options == registry.TORCH_OPTIONS:  # these flags are TorchOptions'
             try:  # the environment first (containers), the flags over it
                 options = TorchOptions.from_env().changed(**flags)
             except TTSError as exc:
@@ -377,8 +377,9 @@ def engine_options(f):
                      kernels=kernels, cuda_graphs=cuda_graphs, autotune=autotune, precompile=precompile).items()
                      if v is not None]
             if given:
+                takes = [e.name for e in registry.ENGINES.values() if e.options == registry.TORCH_OPTIONS]
                 raise click.BadParameter(f"{', '.join(given)} set the torch engine's start-up; use them with "
-                                         f"--engine torch", param_hint=given[0])
+                                         f"--engine {' or '.join(takes)}", param_hint=given[0])
         spec = EngineSpec(name=engine_name, precision=precision, device=device, threads=threads, options=options)
         if runs_on_gpu(spec):  # the job's unset batch limits follow a GPU engine
             gpu_batch, gpu_phonemes = batch_defaults(spec)

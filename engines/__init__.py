@@ -1,4 +1,4 @@
-"""Synthesis backends behind one protocol (:mod:`engines.base`).
+"""Synthesis backends behind one protocol (:mod:`engines.base`), declared in :mod:`engines.registry`.
 
 Backends are chosen by name and imported lazily: a CPU node never imports torch,
 CUDA or TensorRT.
@@ -7,6 +7,7 @@ CUDA or TensorRT.
 from __future__ import annotations
 
 from core.errors import EngineUnavailable
+from engines import registry
 from engines.spec import ENGINE_NAMES, EngineSpec
 
 __all__ = ["ENGINE_NAMES", "EngineSpec", "load_engine"]
@@ -25,25 +26,5 @@ def load_engine(spec: EngineSpec, voice):
 
 
 def _build(spec: EngineSpec, voice):
-    if spec.name == "onnx":
-        if spec.precision == "int8":  # the exported stages with a calibrated Q/DQ stage B
-            from engines.onnx_staged import OnnxStagedEngine
-
-            return OnnxStagedEngine(voice, spec)
-        from engines.onnx_cpu import OnnxEngine
-
-        return OnnxEngine(voice, spec)
-    if spec.name == "torch":
-        from engines.torch_engine import TorchEngine
-
-        return TorchEngine(voice, spec)
-    if spec.name == "tensorrt":
-        from engines.tensorrt_engine import TensorRTEngine
-
-        return TensorRTEngine(voice, spec)
-    if spec.name == "fake":
-        from engines.fake import FakeEngine, hooks_from_env
-
-        return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length, max_batch=spec.max_batch,
-                          **hooks_from_env())
-    raise EngineUnavailable(f"unknown engine {spec.name!r}; choose one of {', '.join(ENGINE_NAMES)}")
+    """The registry entry's builder for the spec's precision, called with ``(voice, spec)``."""
+    return registry.get(spec.name).builder(spec.precision)(voice, spec)

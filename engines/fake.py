@@ -87,3 +87,10 @@ class FakeEngine:
             t = np.arange(n) / sr
             audio[i, :n] = float_to_int16(0.3 * np.sin(2 * np.pi * (100.0 + 5.0 * per) * t))
         return SynthesisResult(audio, lengths, (time.perf_counter() - t0) * 1000.0, durations=durations)
+
+
+def build(voice, spec) -> FakeEngine:
+    """The fake engine of ``spec`` for ``voice`` (:data:`engines.registry.ENGINES`), with the test hooks of
+    this process's environment (:func:`hooks_from_env`)."""
+    return FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length, max_batch=spec.max_batch,
+                      **hooks_from_env())

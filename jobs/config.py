@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from core.errors import InputError
 from core.limits import SCALE_LIMITS, Limit  # noqa: F401  (Limit: where the job settings' ranges are built)
-from engines import EngineSpec
+from engines import EngineSpec, registry
 from engines.base import DEFAULT_MAX_PHONEMES, Scales  # noqa: F401  (DEFAULT_MAX_PHONEMES: the planner's default)
 #: Default budget of padded phoneme ids in one batch (rows x longest row).
 DEFAULT_MAX_BATCH_PHONEMES = 6400
@@ -66,8 +66,12 @@ def longest_utterance_ids(max_phonemes: int) -> int:
 
 
 def runs_on_gpu(engine: EngineSpec | None) -> bool:
-    """Whether this engine runs on a GPU (a cuda device, or TensorRT)."""
-    return engine is not None and ((engine.device or "").startswith("cuda") or engine.name == "tensorrt")
+    """Whether this engine runs on a GPU: a cuda device, or an engine that runs on nothing else
+    (TensorRT; :attr:`engines.registry.EngineEntry.runs_on`)."""
+    if engine is None:
+        return False
+    entry = registry.find(engine.name)
+    return entry.on_gpu(engine.device) if entry is not None else (engine.device or "").startswith("cuda")
 
 
 BATCH_ORDERS = ("length", "reading")
