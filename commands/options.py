@@ -306,7 +306,7 @@ class EngineChoice(click.Choice):
         pass
 
 
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS = registry.PRECISIONS
 
 
 def job_engine_options(f):

@@ -74,6 +74,9 @@ def _resolve(target: str):
 
 
 TORCH_OPTIONS = "engines.torch_options:TorchOptions"
+#: Every ``--precision`` value, in the order ``--help`` lists them; each entry's :attr:`EngineEntry.precisions`
+#: are some of these.
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 ENGINES: dict[str, EngineEntry] = {e.name: e for e in (
     EngineEntry("onnx", "engines.onnx_cpu:OnnxEngine", CPU, ("fp32", "int8"), speakers=True, durations=("int8",),

@@ -97,6 +97,7 @@ def test_engine_identity_of_a_one_precision_engine():
 def test_the_precision_choices_cover_the_registry():
     from commands.options import PRECISIONS
 
+    assert PRECISIONS == registry.PRECISIONS
     assert set(PRECISIONS) == {p for e in registry.ENGINES.values() for p in e.precisions}
 
 
