@@ -396,6 +396,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
 def status(job_id, limit, redis_url) -> None:
     """Progress of JOB (batches, audio, speed, ETA, failures), or a table of recent jobs."""
     from workers.control import failure_report
+    from workers.presence import engine_line
     from workers.recovery import reap
 
     store = _connect(redis_url)
@@ -429,6 +430,9 @@ def status(job_id, limit, redis_url) -> None:
         click.echo(f"  speed:       {j.x_real_time:.1f}x real-time over {_fmt_s(j.elapsed)}")
     if j.eta_s is not None:
         click.echo(f"  ETA:         {_fmt_s(j.eta_s)}")
+    engine = engine_line(store, j)
+    if engine:
+        click.echo(f"  engine:      {engine}")
     for h in holders.values():
         if h is not None and not h.is_sender:
             click.echo(f"  running on:  {h.worker} (pid {h.pid}) for {_fmt_s(time.time() - h.since)}")

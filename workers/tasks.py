@@ -30,9 +30,9 @@ Failure handling:
   (``.work/batches`` replaced by a link elsewhere, say: :func:`jobs.pipeline.check_write_directories`),
   fails the batch like bad input, before anything is synthesized or written;
 - a batch of a job whose batches another engine identity synthesized (backend and precision:
-  :func:`jobs.pipeline.check_engine`) is left for a worker of that engine: put back on its queue after
-  :data:`ENGINE_GIVE_BACK_S`, before its lease is taken (no delivery counted, the job does not fail); a
-  worker gathers only batches of jobs of its own engine or of none yet;
+  :func:`jobs.pipeline.check_engine`) is left for a worker of that engine: parked in Redis before its lease
+  is taken (no delivery counted, the job does not fail) and queued again once a live worker serves that
+  engine (:mod:`workers.presence`); a worker gathers only batches of jobs of its own engine or of none yet;
 - a job directory outside the worker's allowed roots (``worker --allowed-root``,
   ``BOOKTTS_ALLOWED_ROOTS``; :func:`workers.runtime.check_job_dir`) is refused before anything is
   read or written: one ``error: refused ...`` log line, a failure recorded in the job (when Redis
@@ -75,9 +75,6 @@ RETRY_BACKOFF_MAX = 60
 RETRYABLE = (TransientEngineError, BrokerError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
              OperationalError, OSError)
 
-#: Seconds a worker waits before it puts back the message of a batch that another engine must run (so that
-#: workers of other engines sharing its queue do not pass it around without pause).
-ENGINE_GIVE_BACK_S = 1.0
 
 
 def _give_back(store: JobStore, claimed, holder: Holder) -> None:
@@ -366,8 +363,8 @@ def load_job_here(path, identity: dict | None = None):
 
 def _leave_to_its_engine(store: JobStore, job_dir: str, job_id: str, batch_id: int, queue: str) -> bool:
     """True if the job's batches come from another engine identity than this worker's: then its message
-    goes back on ``queue`` (after :data:`ENGINE_GIVE_BACK_S`) while the job is active and the batch not
-    done or failed, and is dropped otherwise. Nothing is leased or counted. False: this worker may run it."""
+    is parked until a worker of that engine is live (:func:`workers.presence.park`) while the job is
+    active and the batch not done or failed, and is dropped otherwise. Nothing is leased or counted. False: this worker may run it."""
     from jobs.pipeline import check_engine
 
     try:
@@ -377,11 +374,17 @@ def _leave_to_its_engine(store: JobStore, job_dir: str, job_id: str, batch_id: i
         info = store.get_job(job_id)
         active = (info is not None and info.status.value in ("queued", "running")
                   and batch_id not in store.done_ids(job_id) and batch_id not in store.failures(job_id))
-        log.info("job %s batch %d: %s (%s)", job_id, batch_id,
-                 "left for a worker of the job's engine" if active else "dropped: the job is not active", exc)
-        if active:
-            time.sleep(ENGINE_GIVE_BACK_S)
-            enqueue_batches(job_dir, job_id, [batch_id], queue)
+        if not active:
+            log.info("job %s batch %d: dropped: the job is not active (%s)", job_id, batch_id, exc)
+            return True
+        from jobs.pipeline import recorded_engine
+        from workers import presence
+
+        served, tries = presence.park(store.r, job_dir, job_id, batch_id, queue, recorded_engine(job_dir))
+        if tries & (tries - 1) == 0:  # the 1st, 2nd, 4th, 8th... time: a log line, not a flood
+            log.info("job %s batch %d: left for a worker of the job's engine, parked (%s; %s) (%s)", job_id,
+                     batch_id, "a live worker serves it" if served else "no live worker serves it",
+                     f"parked {tries} times", exc)
         return True
 
 
@@ -598,6 +601,7 @@ def _on_process_init(**_) -> None:
     chapter_writer.writer(s.early_chapters).start()  # likewise the chapter process
     _reaper = ReaperThread(get_store, interval_s=s.heartbeat_s)
     _reaper.start()
+    _start_presence(s)
     try:
         runtime.preload(on_built=metrics.engine_loaded)
     except Exception as exc:  # an unusable engine: say so once and stop the worker
@@ -613,6 +617,17 @@ def _on_process_init(**_) -> None:
         if _MAIN_PID is None or _MAIN_PID == os.getpid():
             raise
         _request_worker_shutdown()
+
+
+def _start_presence(s) -> None:
+    """This process's presence in Redis (its engine and queues: :mod:`workers.presence`)."""
+    from workers import presence
+
+    try:
+        queues = sorted(app.amqp.queues.consume_from or {})
+    except Exception:  # noqa: BLE001 - unknown queues: taken to consume every queue
+        queues = []
+    presence.Presence(get_store, s.engine.identity(), s.engine.device, queues).start()
 
 
 @signals.worker_process_shutdown.connect

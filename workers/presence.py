@@ -1,0 +1,211 @@
+"""Which engines the live workers serve, and the batches waiting for an engine nobody serves.
+
+Every worker process (each prefork child, or the solo worker) writes its presence every
+:data:`PRESENCE_S` seconds into ``<P>worker:<host>:<pid>`` (a JSON string with a TTL of
+:data:`PRESENCE_TTL_S`): its engine identity (backend and precision), device and queues. A
+worker that dies is gone from there within the TTL.
+
+A batch of a job that another engine identity synthesizes (:func:`jobs.pipeline.check_engine`)
+used to go back on its queue after a second, every time a worker of the wrong engine took it: with
+no worker of the job's engine running, it went round the workers once a second for ever, each time
+with a log line. Now such a worker *parks* it (:func:`park`): the batch goes into the hash
+``<P>parked`` (field ``<job>:<batch>``, JSON ``{dir, queue, engine, at, tries, waited_for}``) and its
+message is acknowledged. Nothing is leased, counted or failed: the batch stays pending in the job.
+
+Every worker's presence thread moves parked batches back onto their queue (:func:`drain`):
+
+- at once when a live worker serves the batch's engine and none did when it was parked (a worker of
+  that engine appeared; that worker's own first tick, at its start, does it);
+- after a back-off (``2 ** tries`` seconds, at most :data:`MAX_BACKOFF_S`) when a worker of that
+  engine was live already (it shares the queue with workers of other engines, which may take the
+  message again before it does);
+- never while no live worker serves it; a job no longer active, or a batch done, leaves the hash.
+
+Taking a field out of the hash (``HDEL`` answers 1 to one caller only) decides which worker queues
+it, so a batch is queued once. ``cli.py status JOB`` names the engine a job needs and whether a live
+worker serves it (:func:`engine_line`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+
+import redis
+
+from workers.state import PREFIX
+
+log = logging.getLogger("booktts.presence")
+
+PRESENCE_S = 5.0
+PRESENCE_TTL_S = 3 * PRESENCE_S + 5
+MAX_BACKOFF_S = 60.0
+WORKER_PATTERN = f"{PREFIX}worker:*"
+PARKED_KEY = f"{PREFIX}parked"
+
+
+def _key(host: str, pid: int) -> str:
+    return f"{PREFIX}worker:{host}:{pid}"
+
+
+def _ident(d) -> tuple[str, str] | None:
+    if not isinstance(d, dict):
+        return None
+    name, precision = d.get("name"), d.get("precision")
+    return (name, precision) if isinstance(name, str) and isinstance(precision, str) else None
+
+
+def describe(ident: tuple[str, str] | None) -> str:
+    return "any engine" if ident is None else f"{ident[0]} {ident[1]}"
+
+
+def announce(r: redis.Redis, engine: dict, device: str, queues: list[str]) -> None:
+    """Write this process's presence (engine identity, device, queues), with its TTL."""
+    host, pid = socket.gethostname(), os.getpid()
+    rec = {"host": host, "pid": pid, "engine": {"name": engine["name"], "precision": engine["precision"]},
+           "device": device, "queues": list(queues), "at": time.time()}
+    r.set(_key(host, pid), json.dumps(rec), ex=int(PRESENCE_TTL_S))
+
+
+def live_workers(r: redis.Redis) -> list[dict]:
+    """The presence records of the live worker processes (unreadable ones left out)."""
+    keys = list(r.scan_iter(match=WORKER_PATTERN, count=500))
+    out = []
+    for raw in (r.mget(keys) if keys else []):
+        try:
+            rec = json.loads(raw)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(rec, dict) and _ident(rec.get("engine")) is not None:
+            out.append(rec)
+    return out
+
+
+def serving(workers: list[dict], ident: tuple[str, str] | None, queue: str | None) -> list[dict]:
+    """Of ``workers``, those whose engine is ``ident`` (any, for None) and that consume ``queue``
+    (a record without queues is taken to consume every queue)."""
+    return [w for w in workers if (ident is None or _ident(w.get("engine")) == ident)
+            and (not queue or not w.get("queues") or queue in w["queues"])]
+
+
+def park(r: redis.Redis, job_dir: str, job_id: str, batch_id: int, queue: str, engine: dict) -> tuple[bool, int]:
+    """Park a batch that needs ``engine`` (the job's identity) until a worker of it is live (see the
+    module doc). Returns (whether a live worker serves that engine now, times the batch was parked)."""
+    ident = _ident(engine)
+    served = bool(serving(live_workers(r), ident, queue))
+    field = f"{job_id}:{batch_id}"
+    old = r.hget(PARKED_KEY, field)
+    try:
+        tries = int(json.loads(old).get("tries", 0)) if old else 0
+    except (TypeError, ValueError, AttributeError):
+        tries = 0
+    rec = {"dir": str(job_dir), "queue": queue, "engine": {"name": ident[0], "precision": ident[1]},
+           "at": time.time(), "tries": tries + 1, "served": served}
+    r.hset(PARKED_KEY, field, json.dumps(rec))
+    return served, tries + 1
+
+
+def parked_of(r: redis.Redis, job_id: str) -> int:
+    """How many batches of ``job_id`` are parked."""
+    head = f"{job_id}:"
+    return sum(1 for f in r.hkeys(PARKED_KEY) if f.decode(errors="replace").startswith(head))
+
+
+def drain(store, now: float | None = None) -> int:
+    """Queue again the parked batches that a live worker serves (see the module doc); drop those of
+    jobs no longer active and batches done. Returns how many were queued."""
+    from workers.enqueue import enqueue_batches
+
+    r = store.r
+    entries = r.hgetall(PARKED_KEY)
+    if not entries:
+        return 0
+    now = time.time() if now is None else now
+    workers = live_workers(r)
+    n = 0
+    for raw_field, raw in entries.items():
+        field = raw_field.decode(errors="replace")
+        job_id, _, batch = field.rpartition(":")
+        try:
+            rec = json.loads(raw)
+            batch_id = int(batch)
+            ident = _ident(rec["engine"])
+        except (TypeError, ValueError, KeyError, AttributeError):
+            r.hdel(PARKED_KEY, raw_field)
+            continue
+        info = store.get_job(job_id) if job_id else None
+        if info is None or not info.status.active or batch_id in store.done_ids(job_id) \
+                or batch_id in store.failures(job_id):  # (a job Redis lost is queued again by its rebuild)
+            r.hdel(PARKED_KEY, raw_field)
+            continue
+        if not serving(workers, ident, rec.get("queue")):
+            continue
+        if rec.get("served") and now - float(rec.get("at", 0)) < min(2.0 ** int(rec.get("tries", 1)), MAX_BACKOFF_S):
+            continue
+        if r.hdel(PARKED_KEY, raw_field) != 1:  # another worker took it
+            continue
+        try:
+            enqueue_batches(rec["dir"], job_id, [batch_id], rec["queue"])
+        except Exception:
+            r.hset(PARKED_KEY, raw_field, raw)  # parked again: the next tick tries once more
+            raise
+        n += 1
+    if n:
+        log.info("%d parked batches queued again for live workers of their engine", n)
+    return n
+
+
+class Presence(threading.Thread):
+    """This process's presence, written every :data:`PRESENCE_S` s, and :func:`drain` on each tick
+    (the first at once)."""
+
+    def __init__(self, store_factory, engine: dict, device: str, queues: list[str]) -> None:
+        super().__init__(name="booktts-presence", daemon=True)
+        self.store_factory, self.engine, self.device, self.queues = store_factory, engine, device, queues
+        self._stop = threading.Event()
+        self._last_error = 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        while True:
+            try:
+                store = self.store_factory()
+                announce(store.r, self.engine, self.device, self.queues)
+                drain(store)
+            except Exception as exc:  # keep going through Redis restarts and the like
+                if time.monotonic() - self._last_error > 30:
+                    self._last_error = time.monotonic()
+                    log.warning("presence: %s: %s (will retry)", type(exc).__name__, exc)
+            if self._stop.wait(PRESENCE_S):
+                return
+
+
+def engine_line(store, info) -> str | None:
+    """For ``status JOB``: the engine the job needs and whether a live worker serves it; None for a
+    job that is not waiting on batches."""
+    from jobs.pipeline import recorded_engine
+
+    if info.status.value not in ("queued", "running") or info.done + info.failed >= info.batches:
+        return None
+    try:
+        ident = _ident(recorded_engine(info.out_dir))
+    except Exception:  # noqa: BLE001 - an unreadable engine.json is reported where it is used
+        ident = None
+    workers = live_workers(store.r)
+    ok = serving(workers, ident, info.queue)
+    parked = parked_of(store.r, info.id)
+    if ok:
+        return (f"{describe(ident)}; served by {len(ok)} live worker process{'es' if len(ok) != 1 else ''}"
+                + (f" ({parked} batches waiting to be queued again)" if parked else ""))
+    others = sorted({f"{describe(_ident(w['engine']))} on {w.get('device', '?')}" for w in workers})
+    return (f"needs {describe(ident)}; no live worker serves it on queue {info.queue} "
+            f"({'live workers: ' + ', '.join(others) if others else 'no live workers'})"
+            + (f"; {parked} batches parked until one starts (`cli.py worker --engine {ident[0]}"
+               f" --precision {ident[1]}`)" if parked and ident else "")
+            + ("; its batches wait until one starts" if not parked else ""))
