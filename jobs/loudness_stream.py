@@ -14,7 +14,7 @@ flight, not the chapter.
   :class:`StreamLimiter` (the same gain curve as :func:`jobs.loudness.limit`, computed on windows
   with enough context on either side that every sample's gain is the one the whole signal gives)
   lowers the samples around those peaks, and the output is metered; if limiting moved the level more
-  than :data:`jobs.loudness.RETRY_LU` off the target, the chapter is written again with the gain
+  than :data:`RETRY_LU` off the target, the chapter is written again with the gain
   corrected (as :func:`jobs.loudness.process` does).
 """
 
@@ -38,6 +38,9 @@ LIMIT_STAGES = 2
 #: Resampling can read a peak this much (dB) above the voice-rate true peak: ACX checks the limiter
 #: from this far under the ceiling.
 RESAMPLE_PEAK_DB = 0.5
+#: After limiting, a level this far (LU, or dB of RMS) off the target has the chapter written again
+#: with the gain corrected (the whole-signal path of jobs.loudness allows RETRY_LU = 0.2).
+RETRY_LU = 0.05
 
 
 def rechunk(pieces: Iterable[np.ndarray], size: int = BLOCK) -> Iterator[np.ndarray]:
@@ -120,8 +123,10 @@ class StreamLimiter:
         from scipy.ndimage import minimum_filter1d, uniform_filter1d
 
         mid = buf[self.ctx:len(buf) - self.ctx]
-        peaks = L._oversampled_abs(buf, floor=min(self.ceiling, self.threshold))
-        if float(peaks.max(initial=0.0)) <= self.threshold:
+        # once engaged (the chapter has a peak over the threshold), every peak over the ceiling the
+        # gain curve aims at is lowered, as jobs.loudness.limit does: decided per sample, not per window
+        peaks = L._oversampled_abs(buf, floor=self.ceiling)
+        if float(peaks.max(initial=0.0)) <= self.ceiling:
             return mid.copy()
         need = np.minimum(1.0, self.ceiling / np.maximum(peaks, 1e-12)).astype(np.float32)
         if float(need[self.ctx - 2 * self.w:len(buf) - self.ctx + 2 * self.w].min()) >= 1.0:
@@ -275,7 +280,7 @@ def process(pieces: Callable[[], Iterable[np.ndarray]], sample_rate: int, mode: 
         out = meter.result()
         limited = any(lim.limited for lim in lims)
         level = out.integrated_lufs() if mode == "ebu" else out.rms_db()
-        if not limited or not math.isfinite(level) or abs(level - want) <= L.RETRY_LU:
+        if not limited or not math.isfinite(level) or abs(level - want) <= RETRY_LU:
             break
         gain_db += want - level
     before, after = L._rounded(src), L._rounded(_of(out))

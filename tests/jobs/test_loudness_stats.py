@@ -151,7 +151,7 @@ def test_stream_limiter_holds_the_ceiling_and_changes_only_samples_near_peaks(sp
     y, stages = chained(10000)
     whole, _ = chained(len(x))  # one window: the whole signal's gain curve
     assert limited and stages[0].limited and len(y) == len(x)
-    assert np.array_equal(y, whole)  # the same samples in any chunking
+    assert np.abs(y - whole).max() < 1e-6  # the same samples in any chunking (up to a running sum's rounding)
     assert L.true_peak_db(y) <= L.EBU_CEILING_DBTP - L.LIMITER_MARGIN_DB / 2 + 1e-3
     # as loud as the whole-signal limiter leaves it
     assert abs(L.integrated_lufs(y, sr) - L.integrated_lufs(ref, sr)) < 0.05
