@@ -20,9 +20,6 @@ import base64
 import contextlib
 import importlib.util
 import logging
-import posixpath
-import re
-import zipfile
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -36,8 +33,6 @@ from core.errors import InputError
 AV_FORMATS = {"mp3": ("mp3", "libmp3lame"), "opus": ("ogg", "libopus"), "m4b": ("ipod", "aac")}
 BITRATES = {"mp3": 64000, "opus": 32000, "m4b": 64000}
 OPUS_RATE = 48000
-#: Largest cover image taken from an EPUB.
-MAX_COVER_BYTES = 10 * 1024 * 1024
 #: Intermediate chapter audio of an M4B (processed PCM, WAV) lives here, under the job's .work.
 M4B_CHAPTER_DIR = ".work/chapters"
 
@@ -117,103 +112,27 @@ def book_relpath(book_dir: str) -> str:
     return f"{book_dir}.m4b"
 
 
-# --------------------------------------------------------------------------- EPUB metadata and cover
-
-_IMAGE_MAGIC = ((b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/png"))
+# --------------------------------------------------------------------------- the book's own metadata and cover
 
 
 def book_details(path) -> dict:
-    """Author, year and the cover's member name of an EPUB (``{}`` for TXT/MD or when unreadable).
+    """Author, year and the cover's member name, as far as the book file says them (an EPUB does; a
+    TXT/MD file says none): its reader's :attr:`~jobs.ingest.readers.Reader.details`. ``{}`` when
+    unreadable, with one warning line."""
+    from jobs.ingest import reader_for
 
-    Reads through :class:`jobs.ingest._Epub` (its member-name checks and size limits)."""
-    from jobs.ingest import EPUB_SUFFIXES
-
-    p = Path(path)
-    if p.suffix.lower() not in EPUB_SUFFIXES:
-        return {}
-    try:
-        return _epub_details(p)
-    except (InputError, OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
-        log.warning("%s: no author/cover metadata (%s)", p, exc)
-        return {}
-
-
-def _epub_opf(ep):
-    from jobs.ingest import _local
-
-    container = ep.xml("META-INF/container.xml", "container file")
-    rootfile = next((e for e in container.iter() if _local(e.tag) == "rootfile" and e.get("full-path")), None)
-    if rootfile is None:
-        return None, None
-    opf_path = ep.resolve("", rootfile.get("full-path", ""), "the package file path")
-    return (opf_path, ep.xml(opf_path, "package file")) if opf_path else (None, None)
-
-
-def _epub_details(p: Path) -> dict:
-    from jobs.ingest import _Epub, _local, _norm
-
-    with zipfile.ZipFile(p) as zf:
-        ep = _Epub(p, zf)
-        opf_path, opf = _epub_opf(ep)
-        if opf is None:
-            return {}
-        out: dict = {}
-        creators = [_norm("".join(e.itertext())) for e in opf.iter() if _local(e.tag) == "creator"]
-        if any(creators):
-            out["author"] = ", ".join(c for c in creators if c)
-        for e in opf.iter():
-            if _local(e.tag) == "date":
-                m = re.search(r"\b(\d{4})\b", "".join(e.itertext()))
-                if m:
-                    out["year"] = m.group(1)
-                    break
-        base = posixpath.dirname(opf_path)
-        items = {e.get("id"): e for e in opf.iter() if _local(e.tag) == "item" and e.get("href")}
-        cover = next((e for e in items.values() if "cover-image" in (e.get("properties") or "").split()), None)
-        if cover is None:  # EPUB 2: <meta name="cover" content="ITEM-ID"/>
-            ref = next((e.get("content") for e in opf.iter()
-                        if _local(e.tag) == "meta" and (e.get("name") or "").lower() == "cover"), None)
-            cover = items.get(ref)
-        if cover is not None:
-            member = _cover_member(ep, p, base, cover)
-            if member:
-                out["cover"] = member
-        return out
-
-
-def _cover_member(ep, p: Path, base: str, item) -> str | None:
-    """The member name of the cover ``item`` of the OPF when it is a JPEG or PNG image (by its first
-    bytes, whatever its media-type says) of at most :data:`MAX_COVER_BYTES`; else None, with one
-    warning line naming the EPUB and the member (the files then get no cover art)."""
-    href = item.get("href", "")
-    kind = (item.get("media-type") or "no media-type").lower()
-    member = ep.resolve(base, href, "the cover image")
-    real = ep.member(member) if member else None
-    if real is None:
-        log.warning("%s: its cover %r is not in the EPUB; the files get no cover art", p, member or href)
-        return None
-    size = ep.infos[real].file_size
-    if size > MAX_COVER_BYTES:
-        log.warning("%s: its cover %r is %d bytes, more than the %d taken; the files get no cover art", p, real,
-                    size, MAX_COVER_BYTES)
-        return None
-    if _image_mime(ep.read(real, "cover image")) is None:
-        log.warning("%s: its cover %r (%r) is not a JPEG or PNG image; the files get no cover art", p, real, kind)
-        return None
-    return real
-
-
-def _image_mime(data: bytes) -> str | None:
-    return next((mime for magic, mime in _IMAGE_MAGIC if data.startswith(magic)), None)
+    return reader_for(path).details(Path(path))
 
 
 def read_cover(book: dict) -> tuple[bytes, str] | None:
     """The cover image of ``book`` (a job.json book entry) as (bytes, mime), or None.
 
-    Only from the same EPUB the job was planned from (its SHA-256 is checked), at most
-    :data:`MAX_COVER_BYTES`, and only a real JPEG or PNG (by its first bytes)."""
+    Only from the same book file the job was planned from (its SHA-256 is checked), through its
+    reader (:attr:`~jobs.ingest.readers.Reader.cover`: an EPUB's member-name checks and size limits,
+    at most :data:`jobs.metadata.MAX_COVER_BYTES`), and only a real JPEG or PNG (by its first bytes)."""
     from core.files import sha256_file
-    from jobs.ingest import _Epub
+    from jobs.ingest import reader_for
+    from jobs.metadata import image_type
 
     member = book.get("cover")
     if not member:
@@ -223,18 +142,13 @@ def read_cover(book: dict) -> tuple[bytes, str] | None:
         if sha256_file(p) != book["sha256"]:
             log.warning("%s changed since the job was planned; its M4B/tags get no cover", p)
             return None
-        with zipfile.ZipFile(p) as zf:
-            ep = _Epub(p, zf)
-            real = ep.member(member)
-            if real is None or ep.infos[real].file_size > MAX_COVER_BYTES:
-                log.warning("%s: its cover %r is gone or larger than %d bytes; the files get no cover art", p,
-                            member, MAX_COVER_BYTES)
-                return None
-            data = ep.read(real, "cover image")
-    except (InputError, OSError, zipfile.BadZipFile) as exc:
+        data = reader_for(p).cover(p, member)
+    except (InputError, OSError) as exc:
         log.warning("%s: cover not read (%s)", p, exc)
         return None
-    mime = _image_mime(data)
+    if data is None:
+        return None
+    mime = image_type(data)
     if mime is None:
         log.warning("%s: its cover %r is not a JPEG or PNG image; the files get no cover art", p, member)
         return None

@@ -20,6 +20,8 @@ from core.files import sha256_file
 
 #: Magic numbers of the cover images taken (the same as an EPUB's cover: :mod:`jobs.formats`).
 IMAGE_MAGIC = ((b"\xff\xd8\xff", "image/jpeg"), (b"\x89PNG\r\n\x1a\n", "image/png"))
+#: Largest cover image taken, from ``--cover`` or from the book (an EPUB's).
+MAX_COVER_BYTES = 10 * 1024 * 1024
 
 
 def check_books(count: int, config) -> None:
@@ -45,9 +47,8 @@ def image_type(data: bytes) -> str | None:
 
 def cover_entry(path: str | None) -> dict | None:
     """The record of a ``--cover`` file (path, sha256, mime, bytes), after checking it is a regular
-    JPEG or PNG file of at most :data:`jobs.formats.MAX_COVER_BYTES`; one-line :class:`InputError`
+    JPEG or PNG file of at most :data:`MAX_COVER_BYTES`; one-line :class:`InputError`
     otherwise. None without a cover."""
-    from jobs.formats import MAX_COVER_BYTES
 
     if path is None:
         return None

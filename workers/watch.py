@@ -139,7 +139,7 @@ def take_copy(path: Path, obs: list, into: Path) -> tuple[Path, str]:
     file, with one link, observed as ``obs`` before and after the read, not larger than a book may be.
     Raises :class:`_Changed` when it is not (yet) what was observed, :class:`InputError` for a drop that
     can never be taken (hard links, too large), ``FileNotFoundError`` when it is gone."""
-    from jobs.ingest import EPUB_SUFFIXES, MAX_EPUB_BYTES, MAX_TEXT_BYTES
+    from jobs.ingest import reader_for
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -156,7 +156,7 @@ def take_copy(path: Path, obs: list, into: Path) -> tuple[Path, str]:
         if st.st_nlink != 1:
             raise InputError(f"{path.name} has {st.st_nlink} hard links (another name of a file kept elsewhere); "
                              f"drop a copy of the book, not a link to it")
-        limit = MAX_EPUB_BYTES if path.suffix.lower() in EPUB_SUFFIXES else MAX_TEXT_BYTES
+        limit = reader_for(path).max_bytes
         if st.st_size > limit:
             raise InputError(f"{path.name} is {st.st_size >> 20} MB, larger than the {limit >> 20} MB such a "
                              f"book may be")

@@ -6,12 +6,15 @@ and its paragraphs, whitespace-normalised (hard-wrapped lines joined with single
 Every user-caused failure is a one-line :class:`core.errors.InputError` (or its subclasses
 ``EncodingError`` and ``UnsafePathError``) naming the file and what to do.
 
-Format is chosen by extension: ``.epub`` is EPUB, ``.md``/``.markdown`` is Markdown, anything
-else (``.txt``, ``.text``, no extension, unknown) is plain text.
+Format is chosen by extension (:mod:`jobs.ingest.readers`, one :class:`~jobs.ingest.readers.Reader`
+per format): ``.epub`` is EPUB, ``.md``/``.markdown`` is Markdown, anything else (``.txt``, ``.text``,
+no extension, unknown) is plain text.
 
-Modules, one per stage (this package file only checks the path, picks the loader by extension
-and drops front/back matter at the end):
+Modules, one per stage (this package file only checks the path, asks the reader of its suffix for
+the book and drops front/back matter at the end):
 
+``readers``   the readers by suffix (:func:`~jobs.ingest.readers.reader_for`), their size limits,
+              :func:`check_input_size`.
 ``book``      :class:`Book` and :class:`Chapter`, what every loader returns.
 ``text``      bytes -> str (decoding, binary refusal), Project Gutenberg stripping, plain
               text -> heading/paragraph items (the TXT heading heuristics).
@@ -142,30 +145,19 @@ Footnotes (EPUB)
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
 from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
-from jobs.ingest.chapters import _load_text
-from jobs.ingest.common import _norm, _show  # noqa: F401  (_norm: used by jobs.formats)
-from jobs.ingest.epub import MAX_UNCOMPRESSED_BYTES, MAX_ZIP_MEMBERS, _Epub, _load_epub  # noqa: F401  (_Epub: used by jobs.formats)
-from jobs.ingest.html import _local  # noqa: F401  (used by jobs.formats)
+from jobs.ingest.common import _norm, _show
+from jobs.ingest.epub import MAX_UNCOMPRESSED_BYTES, MAX_ZIP_MEMBERS  # noqa: F401  (the EPUB limits, named here)
 from jobs.ingest.matter import _drop_matter
 from jobs.ingest.outline import Structure
-from jobs.ingest.text import _decode_text
+from jobs.ingest.readers import (MAX_EPUB_BYTES, MAX_TEXT_BYTES, ReadOptions, accepted, check_input_size,
+                                 reader_for)
 
-__all__ = ["Book", "Chapter", "load_book", "check_input_size", "MAX_UNCOMPRESSED_BYTES", "MAX_TEXT_BYTES",
-           "MAX_EPUB_BYTES"]
-
-MAX_TEXT_BYTES = 200 * 1024 * 1024
-"""Largest text or Markdown file accepted."""
-MAX_EPUB_BYTES = 512 * 1024 * 1024
-"""Largest EPUB file accepted (its text is further capped at :data:`MAX_UNCOMPRESSED_BYTES` unpacked)."""
-
-MARKDOWN_SUFFIXES = {".md", ".markdown"}
-EPUB_SUFFIXES = {".epub"}
+__all__ = ["Book", "Chapter", "load_book", "check_input_size", "reader_for", "MAX_UNCOMPRESSED_BYTES",
+           "MAX_TEXT_BYTES", "MAX_EPUB_BYTES"]
 
 
 FOOTNOTE_MODES = ("skip", "inline", "end")
@@ -184,7 +176,7 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
     """
     if footnotes not in FOOTNOTE_MODES:
         raise InputError(f"--footnotes {footnotes!r}: choose one of {', '.join(FOOTNOTE_MODES)}")
-    book = _load_book(path, encoding, footnotes, front_matter, structure)
+    book = _load_book(path, ReadOptions(encoding, footnotes, front_matter, structure))
     # what reaches tags, file names and speech has no bidi overrides or control characters (a
     # title that is the file name included): _norm drops them
     book.title, book.author = _norm(book.title), (_norm(book.author) or None) if book.author else None
@@ -197,61 +189,19 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
     return book
 
 
-def check_input_size(path: str | Path) -> int:
-    """The size of the book file ``path``, from ``fstat`` of the opened file, before anything hashes
-    or reads it: a file over its format's limit (:data:`MAX_EPUB_BYTES`, :data:`MAX_TEXT_BYTES`; a
-    sparse 2 GB file, say) or one that is not a regular file is a one-line :class:`InputError`.
-    Does not read a byte of it."""
-    p = Path(path)
-    where = _show(p)
-    try:  # O_NONBLOCK: opening a FIFO does not wait for a writer
-        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        try:
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
-        raise InputError(f"{where}: cannot open it ({getattr(e, 'strerror', None) or e}); "
-                         f"check the path and its permissions") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{where} is not a regular file; pass a .txt, .md or .epub file")
-    epub = p.suffix.lower() in EPUB_SUFFIXES
-    limit = MAX_EPUB_BYTES if epub else MAX_TEXT_BYTES
-    if st.st_size > limit:
-        raise InputError(f"{where} is {st.st_size / (1 << 20):.0f} MB, larger than the {limit >> 20} MB a"
-                         f"{'n EPUB' if epub else ' text or Markdown file'} may be; "
-                         + ("re-export it without the extras (audio, video, large images)" if epub
-                            else "split it into smaller files"))
-    return st.st_size
-
-
-def _load_book(path: str | Path, encoding: str | None, footnotes: str, front_matter: bool,
-               structure: Structure | None = None) -> Book:
+def _load_book(path: str | Path, opts: ReadOptions) -> Book:
+    """The path's checks every format shares, then the reader of its suffix."""
     p = Path(path)
     where = _show(p)
     try:
         if not p.exists():
             raise InputError(f"{where}: no such file; check the path")
         if p.is_dir():
-            raise InputError(f"{where} is a directory, not a book file; pass a .txt, .md or .epub file")
+            raise InputError(f"{where} is a directory, not a book file; pass a {accepted()} file")
         if not p.is_file():
-            raise InputError(f"{where} is not a regular file; pass a .txt, .md or .epub file")
+            raise InputError(f"{where} is not a regular file; pass a {accepted()} file")
         size = p.stat().st_size
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise InputError(f"{where}: cannot access it ({getattr(e, 'strerror', None) or e}); "
                          f"check the path and its permissions") from None
-    suffix = p.suffix.lower()
-    if suffix in EPUB_SUFFIXES:
-        check_input_size(p)
-        return _load_epub(p, footnotes, front_matter)
-    if size == 0:
-        raise InputError(f"{where} is empty; nothing to read (pass a file with the book's text)")
-    if size > MAX_TEXT_BYTES:
-        raise InputError(f"{where} is larger than {MAX_TEXT_BYTES // (1024 * 1024)} MB; split it into smaller files")
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise InputError(f"{where}: cannot read it ({e.strerror or e}); check its permissions") from None
-    text = _decode_text(where, data, encoding)
-    fmt = "md" if suffix in MARKDOWN_SUFFIXES else "txt"
-    return _load_text(p, where, text, fmt, structure)
+    return reader_for(p).load(p, where, size, opts)

@@ -527,3 +527,116 @@ def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, l
     if out and _CONTENTS_LABEL_RE.match(title) and all(_CONTENTS_LABEL_RE.match(b.text) for b in out):
         out = []
     return title, [b.text for b in out]
+
+
+# --------------------------------------------------------------------------- the book's own metadata and cover
+# (the EPUB reader's Reader.details and Reader.cover: jobs.formats tags the files with them)
+
+
+def _metadata_log():
+    import logging
+
+    return logging.getLogger("booktts.formats")  # the warnings say what the files get: the tags' logger
+
+
+def epub_details(p: Path) -> dict:
+    """Author, year and the cover's member name of the EPUB ``p`` (``{}`` when unreadable, with one
+    warning line)."""
+    try:
+        return _epub_details(Path(p))
+    except (InputError, OSError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        _metadata_log().warning("%s: no author/cover metadata (%s)", p, exc)
+        return {}
+
+
+def _epub_opf(ep: _Epub):
+    container = ep.xml("META-INF/container.xml", "container file")
+    rootfile = next((e for e in container.iter() if _local(e.tag) == "rootfile" and e.get("full-path")), None)
+    if rootfile is None:
+        return None, None
+    opf_path = ep.resolve("", rootfile.get("full-path", ""), "the package file path")
+    return (opf_path, ep.xml(opf_path, "package file")) if opf_path else (None, None)
+
+
+def _epub_details(p: Path) -> dict:
+    with zipfile.ZipFile(p) as zf:
+        ep = _Epub(p, zf)
+        opf_path, opf = _epub_opf(ep)
+        if opf is None:
+            return {}
+        out: dict = {}
+        creators = [_norm("".join(e.itertext())) for e in opf.iter() if _local(e.tag) == "creator"]
+        if any(creators):
+            out["author"] = ", ".join(c for c in creators if c)
+        for e in opf.iter():
+            if _local(e.tag) == "date":
+                m = re.search(r"\b(\d{4})\b", "".join(e.itertext()))
+                if m:
+                    out["year"] = m.group(1)
+                    break
+        base = posixpath.dirname(opf_path)
+        items = {e.get("id"): e for e in opf.iter() if _local(e.tag) == "item" and e.get("href")}
+        cover = next((e for e in items.values() if "cover-image" in (e.get("properties") or "").split()), None)
+        if cover is None:  # EPUB 2: <meta name="cover" content="ITEM-ID"/>
+            ref = next((e.get("content") for e in opf.iter()
+                        if _local(e.tag) == "meta" and (e.get("name") or "").lower() == "cover"), None)
+            cover = items.get(ref)
+        if cover is not None:
+            member = _cover_member(ep, p, base, cover)
+            if member:
+                out["cover"] = member
+        return out
+
+
+def _cover_member(ep: _Epub, p: Path, base: str, item) -> str | None:
+    """The member name of the cover ``item`` of the OPF when it is a JPEG or PNG image (by its first
+    bytes, whatever its media-type says) of at most :data:`jobs.metadata.MAX_COVER_BYTES`; else None,
+    with one warning line naming the EPUB and the member (the files then get no cover art)."""
+    from jobs.metadata import MAX_COVER_BYTES, image_type
+
+    log = _metadata_log()
+    href = item.get("href", "")
+    kind = (item.get("media-type") or "no media-type").lower()
+    member = ep.resolve(base, href, "the cover image")
+    real = ep.member(member) if member else None
+    if real is None:
+        log.warning("%s: its cover %r is not in the EPUB; the files get no cover art", p, member or href)
+        return None
+    size = ep.infos[real].file_size
+    if size > MAX_COVER_BYTES:
+        log.warning("%s: its cover %r is %d bytes, more than the %d taken; the files get no cover art", p, real,
+                    size, MAX_COVER_BYTES)
+        return None
+    if image_type(ep.read(real, "cover image")) is None:
+        log.warning("%s: its cover %r (%r) is not a JPEG or PNG image; the files get no cover art", p, real, kind)
+        return None
+    return real
+
+
+def epub_cover(p: Path, member: str) -> bytes | None:
+    """The bytes of the cover ``member`` of the EPUB ``p`` (through :class:`_Epub`'s member-name checks
+    and size limits); None, with one warning line, when it is gone or larger than
+    :data:`jobs.metadata.MAX_COVER_BYTES`. An unreadable archive is :class:`InputError` or :class:`OSError`."""
+    from jobs.metadata import MAX_COVER_BYTES
+
+    try:
+        with zipfile.ZipFile(p) as zf:
+            ep = _Epub(p, zf)
+            real = ep.member(member)
+            if real is None or ep.infos[real].file_size > MAX_COVER_BYTES:
+                _metadata_log().warning("%s: its cover %r is gone or larger than %d bytes; the files get no cover "
+                                        "art", p, member, MAX_COVER_BYTES)
+                return None
+            return ep.read(real, "cover image")
+    except zipfile.BadZipFile as exc:
+        raise InputError(str(exc)) from None
+
+
+def epub_text_chars(p: Path) -> float:
+    """About the characters of text of the EPUB ``p`` without parsing it: half the uncompressed size of
+    its (X)HTML members (the rest is markup). ``zipfile.BadZipFile`` is a ``ValueError`` here."""
+    try:
+        with zipfile.ZipFile(p) as z:
+            return 0.5 * sum(i.file_size for i in z.infolist() if i.filename.lower().endswith((".xhtml", ".html", ".htm")))
+    except zipfile.BadZipFile as exc:
+        raise ValueError(str(exc)) from None
