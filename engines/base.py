@@ -151,7 +151,7 @@ class SynthesisResult:
 
     def __init__(self, audio: np.ndarray | None, sample_lengths: np.ndarray, infer_ms: float = 0.0, *,
                  packed: np.ndarray | None = None, offsets: np.ndarray | None = None,
-                 durations: np.ndarray | None = None) -> None:
+                 durations: np.ndarray | None = None, stats: list | None = None) -> None:
         self.sample_lengths = np.asarray(sample_lengths, dtype=np.int64)
         """int64 [B]: the exact sample count of each item."""
         self.infer_ms = float(infer_ms)
@@ -164,6 +164,9 @@ class SynthesisResult:
         predictor's frames x hop), where the engine exposes them; None otherwise."""
         self.packed = packed
         self.offsets = None if offsets is None else np.asarray(offsets, dtype=np.int64)
+        self.stats = stats
+        """Optional, per item: what the engine's ``item_stats`` hook made of its audio where the caller
+        gave it one (the loudness statistics, computed on the device); None otherwise."""
 
     @property
     def audio(self) -> np.ndarray:

@@ -400,6 +400,10 @@ class TorchEngine:
         #: pad a chunk's rows with :func:`round_rows` (CUDA: few shapes for autotuning and CUDA graphs)
         self.pad_rows = self.is_cuda
         self._copier = None  # the device-to-host copy stream (CUDA)
+        #: Set by the caller (jobs.loudness_stats.TorchStats): per chunk of stage B, ``device(pcm, lengths)``
+        #: queues statistics of the items' audio on the device, ``host(...)`` reads them after the
+        #: synchronisation; they come back as ``SynthesisResult.stats``.
+        self.item_stats = None
         self._graphs = None  # stage A's GraphCache, made on first use
         self._graphs_b = None  # stage B's GraphCache, made on first use
         self._graphs_for = None  # the packed stage A its graphs were captured with
@@ -669,11 +673,11 @@ class TorchEngine:
         batch.validate(self.n_vocab)
         t0 = time.perf_counter()
         try:
-            packed, offsets, lengths, durations = self._synthesize(batch)
+            packed, offsets, lengths, durations, stats = self._synthesize(batch)
         except Exception as exc:
             raise self._map_error(exc, f"a batch of {len(batch)}") from exc
         return SynthesisResult(None, lengths, (time.perf_counter() - t0) * 1000.0, packed=packed, offsets=offsets,
-                               durations=durations)
+                               durations=durations, stats=stats)
 
     def _synthesize(self, batch: SynthesisBatch):
         torch = self.torch
@@ -736,6 +740,8 @@ class TorchEngine:
             offsets = np.zeros(b, dtype=np.int64)
             off = 0
             blocks = []  # the device blocks, kept until their copies are done
+            hook = self.item_stats
+            pending = []  # (rows, their lengths, the hook's device tensors), read after the synchronisation
             with self._flags(benchmark=self.is_cuda and self.autotune):
                 for local, f in plan:
                     rows = rows_a[local]
@@ -745,6 +751,9 @@ class TorchEngine:
                     # compiled or stage B graphs: pcm is a graph's output, overwritten by a later replay
                     blk = pcm[:n].clone() if self.compiled or self.stage_b_graphs else pcm[:n]
                     blocks.append(blk)
+                    if hook is not None:  # on the main stream, before a later replay overwrites pcm
+                        lens_rows = frames_host[rows] * self.hop
+                        pending.append((rows, lens_rows, hook.device(blk, lens_rows)))
                     if copier is not None:
                         copier.wait_stream(main)
                     off = self._pack_block(host, off, offsets, rows, f, blk, copier)
@@ -754,7 +763,13 @@ class TorchEngine:
         # per-phoneme durations in samples (the predictor's ceiled frames x hop): the manifest's optional
         # phoneme_durations_s; one small [B, T] copy, after the synchronisation above
         dur = (durations * self.hop).cpu().numpy().astype(np.float32)
-        return host.numpy(), offsets, frames_host * self.hop, dur  # the buffer is this call's own
+        stats = None
+        if hook is not None:
+            stats = [None] * b
+            for rows, lens_rows, dev_stats in pending:
+                for j, st in zip(rows.tolist(), hook.host(dev_stats, lens_rows)):
+                    stats[j] = st
+        return host.numpy(), offsets, frames_host * self.hop, dur, stats  # the buffer is this call's own
 
     def stage_a_rows(self, n: int, tc: int) -> int:
         """Rows stage A runs for a chunk of ``n`` items ``tc`` ids wide when padding

@@ -194,46 +194,75 @@ def utterance_stats_torch(audio, lengths, sample_rate: int) -> list[UtteranceSta
     """The statistics of each row of ``audio`` (a torch tensor ``[B, S]``, int16 or float in
     [-1, 1], on any device; row i is its first ``lengths[i]`` samples, the rest ignored), computed
     on that device; only the small per-sub-block sums come back to the host."""
-    import torch
+    hook = TorchStats(sample_rate)
+    return hook.host(hook.device(audio, lengths), lengths)
 
-    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
-    b = len(lengths)
-    if b == 0:
-        return []
-    dev = audio.device
-    with torch.no_grad():
-        x = audio.float() * (1.0 / 32768.0) if audio.dtype == torch.int16 else audio.float()
-        s = x.shape[1]
-        lens = torch.as_tensor(lengths, device=dev)
-        x = torch.where(torch.arange(s, device=dev)[None, :] < lens[:, None], x, 0.0)
-        sub, tail = sub_samples(sample_rate), tail_samples(sample_rate)
-        ns_max = n_sub(int(lengths.max()), sample_rate)
-        total = ns_max * sub  # >= s + tail for the longest row
-        m = tail + 1  # FIR length
-        # overlap-save: frames of n_fft samples, each giving n_fft - (m - 1) outputs
-        n_fft = 1 << max(12, int(math.ceil(math.log2(4 * m))))
-        hop = n_fft - (m - 1)
-        n_frames = -(-total // hop)
-        xp = torch.nn.functional.pad(x, (m - 1, n_frames * hop - s))  # [B, m - 1 + n_frames * hop]
-        frames = xp.unfold(1, n_fft, hop)  # [B, n_frames, n_fft]
-        y = torch.fft.irfft(torch.fft.rfft(frames, n=n_fft) * _torch_fir(torch, sample_rate, dev, n_fft), n=n_fft)
-        y = y[:, :, m - 1:].reshape(b, -1)[:, :total]
-        k = (y.double() ** 2).reshape(b, ns_max, sub).sum(dim=2)
-        ss = (x.double() ** 2).sum(dim=1)
-        ax = x.abs()
-        sp = ax.max(dim=1).values
-        xt = torch.nn.functional.pad(x, (6, 6))[:, None, :]
-        over = torch.nn.functional.conv1d(xt, _torch_peak_weight(torch, dev))[:, :, :s].abs().amax(dim=1)
-        # per sample: itself and the 3 interpolated values after it, as jobs.loudness._oversampled_abs
-        over = torch.where(torch.arange(s, device=dev)[None, :] < lens[:, None], over, 0.0)
-        tp = torch.maximum(over, ax).amax(dim=1)
-        k, ss, sp, tp = (t.cpu().numpy() for t in (k, ss, sp, tp))
-    out = []
-    for i, n in enumerate(lengths.tolist()):
-        ns = n_sub(n, sample_rate)
-        out.append(UtteranceStats(int(n), sample_rate, k[i, :ns].astype(np.float64), float(ss[i]),
-                                  float(tp[i]) if n else 0.0, float(sp[i]) if n else 0.0))
-    return out
+
+class TorchStats:
+    """:func:`utterance_stats_torch` in two halves, for an engine that keeps its device busy:
+    :meth:`device` queues the work on the device (no synchronisation) and returns device tensors;
+    :meth:`host` turns them into :class:`UtteranceStats` once the engine has synchronised. A GPU
+    engine calls both when the job layer gives it one (``TorchEngine.item_stats``)."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+        self._consts: dict = {}
+
+    def _const(self, torch, dev, n_fft: int):
+        key = (str(dev), n_fft)
+        if key not in self._consts:
+            self._consts[key] = (_torch_fir(torch, self.sample_rate, dev, n_fft), _torch_peak_weight(torch, dev))
+        return self._consts[key]
+
+    def device(self, audio, lengths) -> dict:
+        import torch
+
+        sample_rate = self.sample_rate
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        b = len(lengths)
+        if b == 0:
+            return {}
+        dev = audio.device
+        with torch.no_grad():
+            x = audio[:b].float() * (1.0 / 32768.0) if audio.dtype == torch.int16 else audio[:b].float()
+            s = x.shape[1]
+            lens = torch.as_tensor(lengths, device=dev)
+            inside = torch.arange(s, device=dev)[None, :] < lens[:, None]
+            x = torch.where(inside, x, 0.0)
+            sub, tail = sub_samples(sample_rate), tail_samples(sample_rate)
+            ns_max = n_sub(int(lengths.max()), sample_rate)
+            total = ns_max * sub  # >= s + tail for the longest row
+            m = tail + 1  # FIR length
+            # overlap-save: frames of n_fft samples, each giving n_fft - (m - 1) outputs
+            n_fft = 1 << max(12, int(math.ceil(math.log2(4 * m))))
+            hop = n_fft - (m - 1)
+            n_frames = -(-total // hop)
+            fir, peak_w = self._const(torch, dev, n_fft)
+            xp = torch.nn.functional.pad(x, (m - 1, n_frames * hop - s))  # [B, m - 1 + n_frames * hop]
+            frames = xp.unfold(1, n_fft, hop)  # [B, n_frames, n_fft]
+            y = torch.fft.irfft(torch.fft.rfft(frames, n=n_fft) * fir, n=n_fft)
+            y = y[:, :, m - 1:].reshape(b, -1)[:, :total]
+            k = (y * y).reshape(b, ns_max, sub).sum(dim=2)
+            ss = (x * x).sum(dim=1)
+            ax = x.abs()
+            sp = ax.amax(dim=1)
+            xt = torch.nn.functional.pad(x, (6, 6))[:, None, :]
+            over = torch.nn.functional.conv1d(xt, peak_w)[:, :, :s].abs().amax(dim=1)
+            # per sample: itself and the 3 interpolated values after it, as jobs.loudness._oversampled_abs
+            tp = torch.maximum(torch.where(inside, over, 0.0), ax).amax(dim=1)
+        return {"k": k, "ss": ss, "sp": sp, "tp": tp}
+
+    def host(self, pending: dict, lengths) -> list[UtteranceStats]:
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if len(lengths) == 0:
+            return []
+        k, ss, sp, tp = (pending[n].cpu().numpy() for n in ("k", "ss", "sp", "tp"))
+        out = []
+        for i, n in enumerate(lengths.tolist()):
+            ns = n_sub(n, self.sample_rate)
+            out.append(UtteranceStats(int(n), self.sample_rate, k[i, :ns].astype(np.float64), float(ss[i]),
+                                      float(tp[i]) if n else 0.0, float(sp[i]) if n else 0.0))
+        return out
 
 
 # --------------------------------------------------------------------------- a chapter
