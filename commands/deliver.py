@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from core import settings as env_settings
 from commands.options import friendly_errors, limit_type, metadata_options
 from commands.progress import audio_lines, fmt_duration
 from jobs.config import AUDIO_FORMATS, LIMITS, LOUDNESS_MODES
@@ -42,8 +43,11 @@ def _with(options):
               help="FLAC compression level 0-8 [default: the job's].")
 @_with(metadata_options())
 @_with(_pause_options())
+@click.option("--redis-url", envvar=env_settings.setting("REDIS_URL").name, default=None, metavar="URL",
+              help="For a job the workers ran (submit): the Redis whose record of it is brought up to date "
+                   "[env REDIS_URL; default redis://localhost:6379/0].")
 @friendly_errors
-def deliver(out_dir, **changes) -> None:
+def deliver(out_dir, redis_url, **changes) -> None:
     """Write the deliverables of the finished job in OUT again (format, loudness, captions, tags,
     cover, pauses) from its kept synthesis, without synthesizing: no engine is loaded.
 
@@ -66,6 +70,31 @@ def deliver(out_dir, **changes) -> None:
     for line in audio_lines(out_dir, done.files, cfg.audio_format):
         click.echo(line)
     click.echo(f"manifest: {Path(out_dir) / s.manifest}")
+    _update_record(load_job(out_dir), redis_url)
+
+
+def _update_record(job, redis_url) -> None:
+    """A job the workers ran (its directory records a queue): its record in Redis gets the new
+    summary (:func:`workers.control.record_delivery`). Redis unreachable: one line, the deliver stands."""
+    from workers.control import record_delivery, recorded_queue
+
+    if recorded_queue(job.out_dir) is None:  # a local run's job: no record in Redis
+        return
+    import redis
+
+    from workers.celery_app import redact_url
+    from workers.state import JobStore
+
+    store = None
+    try:
+        store = JobStore(redis_url)
+        store.r.ping()
+        if record_delivery(store, job):
+            click.echo(f"job {job.job_id}: its record in Redis updated ({redact_url(store.url)})")
+    except (redis.exceptions.RedisError, OSError, ValueError) as exc:  # (ValueError: an unparsable URL)
+        where = redact_url(store.url) if store is not None else "Redis"
+        click.echo(f"note: job {job.job_id}'s record in Redis ({where}) was not updated ({type(exc).__name__}); "
+                   f"`status` shows the earlier files until `cli.py resume {job.out_dir}` with Redis up", err=True)
 
 
 COMMANDS = [deliver]

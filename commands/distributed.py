@@ -430,6 +430,8 @@ def status(job_id, limit, redis_url) -> None:
         click.echo(f"  speed:       {j.x_real_time:.1f}x real-time over {_fmt_s(j.elapsed)}")
     if j.eta_s is not None:
         click.echo(f"  ETA:         {_fmt_s(j.eta_s)}")
+    if j.status.value == "done" and j.summary:
+        _delivered_lines(j)
     engine = engine_line(store, j)
     if engine:
         click.echo(f"  engine:      {engine}")
@@ -441,6 +443,21 @@ def status(job_id, limit, redis_url) -> None:
                    f"{_fmt_s(time.time() - h.since)}; the reaper queues them if it stops")
     for line in failure_report(store, j):
         click.echo(f"  failure:     {line}")
+
+
+def _delivered_lines(info) -> None:
+    """A done job's files as its record names them (its finalize's, or the last ``deliver``'s)."""
+    from commands.progress import audio_lines
+
+    s = info.summary
+    fmt = s.get("audio_format") or _format_of(info)
+    files = s.get("chapter_files") or []
+    settings = ", ".join(f"{k} {s[k]}" for k in ("loudness", "captions") if s.get(k))
+    kind = "M4B" if fmt == "m4b" else fmt.upper()
+    click.echo(f"  delivered:   {len(files)} {kind} file{'' if len(files) == 1 else 's'}"
+               + (f" ({settings})" if settings else ""))
+    for line in audio_lines(info.out_dir, files, fmt):
+        click.echo(f"  {line}")
 
 
 def _senders(holders: dict) -> list:

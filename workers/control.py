@@ -135,10 +135,7 @@ def start_job(store: JobStore, job, priority: str = "normal", queue: str | None 
     if not pending:
         if job.finalized:
             claims.clear_submitted(Path(job.out_dir), job.job_id)  # nothing queued: a local run may run it
-            summary = _pipeline().finalized_summary(job)
-            from dataclasses import asdict
-
-            store.set_status(job.job_id, JobStatus.DONE, finished=now(), summary=asdict(summary))
+            store.set_status(job.job_id, JobStatus.DONE, finished=now(), summary=done_summary(job))
             store.expire_done(job.job_id)
         elif store.finalize_guard(job.job_id):
             enqueue_finalize(out_dir, job.job_id, queue)
@@ -216,6 +213,29 @@ def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, que
         _pipeline().claim_engine(job, engine.identity())
     info, n = start_job(store, job, priority, queue, mode="submit")
     return job, info, n
+
+
+#: The job settings a done job's record in Redis carries with its summary (what ``deliver`` may change).
+RECORDED_OUTPUT = ("audio_format", "loudness", "captions", "flac_level")
+
+
+def done_summary(job, summary=None) -> dict:
+    """What a done job's record in Redis holds as its ``summary``: the finalize's (``summary``, else the
+    one in the directory: :func:`jobs.pipeline.finalized_summary`) and the output settings that made
+    those files (:data:`RECORDED_OUTPUT`)."""
+    from dataclasses import asdict
+
+    summary = _pipeline().finalized_summary(job) if summary is None else summary
+    return {**asdict(summary), **{k: getattr(job.config, k, None) for k in RECORDED_OUTPUT}}
+
+
+def record_delivery(store: JobStore, job) -> bool:
+    """After ``deliver`` rewrote ``job``'s files: its record in Redis (when Redis knows the job in
+    this directory) gets the new summary. False if Redis does not know it there; Redis errors raise."""
+    info = store.get_job(job.job_id)
+    if info is None or info.out_dir != str(Path(job.out_dir).resolve()) or info.status is not JobStatus.DONE:
+        return False
+    return store.set_status(job.job_id, JobStatus.DONE, summary=done_summary(job))
 
 
 def failure_report(store: JobStore, info: JobInfo) -> list[str]:

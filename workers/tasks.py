@@ -47,7 +47,6 @@ import os
 import signal
 import socket
 import time
-from dataclasses import asdict
 
 import redis
 from celery import Task, signals
@@ -543,7 +542,10 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
             log.warning("job %s: %d batches counted as done have no record on disk; re-enqueued",
                         job_id, len(missing))
             return
-        if not store.finish(job_id, asdict(summary)):  # Redis lost the job meanwhile: its directory says done
+        from workers.control import done_summary
+
+        record = done_summary(load_checked(job_dir, job_id), summary)  # with the settings that made the files
+        if not store.finish(job_id, record):  # Redis lost the job meanwhile: its directory says done
             rebuild_job(store, job_dir, job_id, queue)
         runtime.forget_job(job_id)
         log.info("job %s: finalized, %d chapter files, %.1f s audio, in %.2f s (up to %d chapter processes), "
