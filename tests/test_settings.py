@@ -149,3 +149,27 @@ def test_the_cli_says_one_line_for_a_bad_variable(tmp_path, name, value, args, l
                           capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [line]
+
+
+def test_a_workers_settings_travel_as_one_record():
+    from engines import EngineSpec
+    from engines.torch_options import TorchOptions
+    from workers.runtime import RECORD_ENV, WorkerSettings
+
+    ws = WorkerSettings(engine=EngineSpec(name="torch", device="cuda:0", max_batch=512,
+                                          options=TorchOptions(autotune="off")),
+                        lease_seconds=7.5, voice="v", max_deliveries=3, gather=True, max_batch_phonemes=9000,
+                        allowed_roots=("/",), state_dir="/tmp/s", prepare_shapes_s=0.0, early_chapters=0,
+                        unit_writers=5)
+    env = settings.child_environment(ws.child_values())
+    assert WorkerSettings.from_env(env) == ws
+    # the record wins over the single variables (which a `celery` worker started directly reads)
+    assert WorkerSettings.from_env({**env, "BOOKTTS_LEASE_SECONDS": "99"}).lease_seconds == 7.5
+    single = WorkerSettings.from_env({"BOOKTTS_LEASE_SECONDS": "99", "BOOKTTS_GATHER": "0",
+                                      "BOOKTTS_UNIT_WRITERS": "2"})
+    assert (single.lease_seconds, single.gather, single.unit_writers) == (99.0, False, 2)
+    for bad in ('{"engine": {}}', '{"engine": 3, "lease_seconds": 1}'):
+        with pytest.raises(SettingError, match=f"^environment variable {RECORD_ENV}: not a worker's settings record"):
+            WorkerSettings.from_env({RECORD_ENV: bad})
+    with pytest.raises(SettingError, match="BOOKTTS_UNIT_WRITERS='0'"):
+        WorkerSettings.from_env({"BOOKTTS_UNIT_WRITERS": "0"})
