@@ -50,6 +50,9 @@ def rechunk(pieces: Iterable[np.ndarray], size: int = BLOCK) -> Iterator[np.ndar
     for p in pieces:
         p = np.asarray(p)
         k = 0
+        while fill == 0 and len(p) - k >= size:  # whole blocks of a long piece: views, not copies
+            yield p[k:k + size]
+            k += size
         while k < len(p):
             take = min(size - fill, len(p) - k)
             buf[fill:fill + take] = p[k:k + take]
@@ -215,8 +218,9 @@ def _of(stats: ChapterStats, loudness: bool = True) -> L.Measurement:
 
 
 def measure_stream(pieces: Iterable[np.ndarray], sample_rate: int, loudness: bool = True) -> ChapterStats:
-    """A chapter's statistics measured from its samples (for records that lack them)."""
-    m = StreamMeter(sample_rate, loudness=loudness, true_peak=True)
+    """A chapter's statistics measured from its samples (for records that lack them); without
+    ``loudness`` only its sample peak and RMS (``--loudness none`` reports those)."""
+    m = StreamMeter(sample_rate, loudness=loudness, true_peak=loudness)
     for p in pieces:
         m.feed(p)
     return m.result()
