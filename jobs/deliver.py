@@ -39,6 +39,11 @@ def _cover(path: str, sha256: str, member: str | None):
 
 
 @functools.lru_cache(maxsize=8)
+def _kept_cover(job_dir: str, file: str, sha256: str):
+    return formats.read_kept_cover(job_dir, {"file": file, "sha256": sha256})
+
+
+@functools.lru_cache(maxsize=8)
 def _cover_file(path: str, sha256: str, mime: str):
     return metadata.read_cover_file({"path": path, "sha256": sha256, "mime": mime})
 
@@ -50,7 +55,11 @@ def tags_for(job, book: dict, ch: dict | None) -> formats.Tags:
     if given and job.config.cover is not None:
         cover = _cover_file(given["path"], given["sha256"], given["mime"])
     else:
-        cover = _cover(book["path"], book["sha256"], book.get("cover")) if book.get("cover") else None
+        kept = book.get("cover_copy")  # copied into the job directory when planned (the book file may be gone)
+        cover = _kept_cover(str(getattr(job, "source", None) or job.out_dir), kept["file"], kept["sha256"]) \
+            if isinstance(kept, dict) and kept.get("file") else None
+        if cover is None and book.get("cover"):
+            cover = _cover(book["path"], book["sha256"], book.get("cover"))
     total = len(book["chapters"])
     meta = metadata.book_tags(job.config, job.meta, book)
     if ch is None:

@@ -155,6 +155,69 @@ def read_cover(book: dict) -> tuple[bytes, str] | None:
     return data, mime
 
 
+#: Where a job keeps its books' own cover images (relative to the job directory), copied when it is planned.
+COVERS_DIR = ".work/covers"
+
+
+def keep_covers(out_dir, books: list[dict]) -> list[Path]:
+    """Copy each book's own cover (:func:`read_cover`: the planned file, size-limited, JPEG or PNG) into
+    ``out_dir``'s :data:`COVERS_DIR`, atomically, and record it in the book's entry as ``cover_copy``
+    (``file``, ``sha256``, ``mime``): the book file may be gone by finalize (a watched inbox plans from
+    a private copy it removes once the book is submitted). Returns the files written."""
+    import hashlib
+
+    from core.files import atomic_path, inside
+
+    written = []
+    for book in books:
+        if not book.get("cover") or book.get("cover_copy"):
+            continue
+        got = read_cover(book)
+        if got is None:
+            continue
+        data, mime = got
+        rel = f"{COVERS_DIR}/{book['dir']}.{'png' if mime == 'image/png' else 'jpg'}"
+        path = inside(out_dir, rel)
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+        book["cover_copy"] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "mime": mime}
+        written.append(path)
+    return written
+
+
+def read_kept_cover(job_dir, entry: dict) -> tuple[bytes, str] | None:
+    """The cover :func:`keep_covers` copied into ``job_dir`` (its ``cover_copy`` entry) as (bytes, mime):
+    a regular file (no link followed), at most :data:`jobs.metadata.MAX_COVER_BYTES`, with the recorded
+    SHA-256. None, with one warning line, otherwise."""
+    import hashlib
+    import os
+    import stat
+
+    from core.files import inside
+    from jobs.metadata import MAX_COVER_BYTES, image_type
+
+    try:
+        inside(job_dir, entry["file"])  # (refuses a name that leads out of the job directory)
+        fd = os.open(Path(job_dir).resolve() / entry["file"], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_COVER_BYTES:
+                raise OSError(f"not a regular file of at most {MAX_COVER_BYTES} bytes")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                data = f.read(MAX_COVER_BYTES + 1)
+        finally:
+            os.close(fd)
+    except (OSError, KeyError, TypeError, ValueError, InputError) as exc:
+        log.warning("%s: the job's copy of the cover (%s) not read (%s); the book file is tried", job_dir,
+                    entry.get("file") if isinstance(entry, dict) else entry, exc)
+        return None
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256") or image_type(data) is None:
+        log.warning("%s: the job's copy of the cover (%s) changed since the job was planned; the book file is "
+                    "tried", job_dir, entry["file"])
+        return None
+    return data, image_type(data)
+
+
 # --------------------------------------------------------------------------- encoders
 
 

@@ -539,6 +539,10 @@ def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) 
         for name in (PLAN_FILE, JOB_FILE):
             if not (out_dir / name).exists():
                 undo.append(lambda name=name: (out_dir / name).unlink(missing_ok=True))
+        from jobs.formats import keep_covers
+
+        for kept in keep_covers(out_dir, job.meta["books"]):  # the book file may be gone by finalize
+            undo.append(lambda kept=kept: kept.unlink(missing_ok=True))
         with atomic_path(out_dir / PLAN_FILE) as tmp:
             pq.write_table(to_table(job.rows), tmp)
         write_json(out_dir / JOB_FILE, job.meta)  # written last: its presence means the job is prepared
