@@ -9,7 +9,7 @@ batches' audio and records as any engine leaves them), then delivers it again wi
 `cli.py deliver OUT --loudness MODE` for each mode, ``--repeats`` times, each in a child process:
 printed are its CPU seconds (user + system, the child and everything it waited for), its peak
 resident memory (the largest of those processes) and wall seconds, per hour of speech. ``deliver``
-runs the same chapter-writing code as finalize (jobs.pipeline._assemble) and loads no engine.
+runs the same chapter-writing code as finalize (jobs.finalize._assemble) and loads no engine.
 ``--work DIR`` keeps the synthesized job there (reused when it exists).
 """
 

@@ -52,7 +52,8 @@ def fresh_copy(planned: Path, parent: Path, n: int) -> Path:
 
 def serial_run(job, engine) -> dict:
     """The loop without overlap: each batch synthesized and written in turn, then finalize."""
-    from jobs.pipeline import finalize, run_batch
+    from jobs.finalize import finalize
+    from jobs.synthesize import run_batch
 
     t0 = time.perf_counter()
     audio = 0
@@ -68,7 +69,8 @@ def serial_run(job, engine) -> dict:
 
 def finalize_only(job, engine) -> float:
     """A re-run of the job with every batch done: chapter files, manifest and mark removed first."""
-    from jobs.pipeline import MANIFEST_FILE, WORK_DIR, FINALIZED_FILE, load_job, selected_chapters
+    from jobs.finalize import selected_chapters
+    from jobs.job import FINALIZED_FILE, MANIFEST_FILE, WORK_DIR, load_job
     from jobs.runner import run_local
 
     for _, _, ch, _ in selected_chapters(job):
@@ -105,7 +107,8 @@ def main() -> int:
 
     from engines import EngineSpec, load_engine
     from jobs.config import JobConfig, batch_defaults
-    from jobs.pipeline import open_planned_job, prepare_job
+    from jobs.job import open_planned_job
+    from jobs.prepare import prepare_job
     from jobs.runner import run_local
 
     spec = EngineSpec(name=args.engine, precision=args.precision, device=args.device, threads=args.threads)

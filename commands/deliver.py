@@ -54,7 +54,7 @@ def deliver(out_dir, redis_url, **changes) -> None:
     Options left out keep the job's settings. The new files are written aside first; if anything
     fails, the job's files stay as they were. job.json records the new settings.
     """
-    from jobs.pipeline import load_job
+    from jobs.job import load_job
     from jobs.redeliver import redeliver
 
     job = load_job(out_dir)

@@ -143,7 +143,7 @@ def _wait(store, job_id: str, out_dir: Path, priority: str, queue: str, poll_s: 
     import redis
 
     from commands.progress import Progress
-    from jobs.pipeline import load_job
+    from jobs.job import load_job
     from workers.control import start_job
     from workers.recovery import reap
 
@@ -180,7 +180,7 @@ def _wait(store, job_id: str, out_dir: Path, priority: str, queue: str, poll_s: 
 
 def _format_of(info) -> str:
     """The job's audio format, from its job.json ("audio" where it cannot be read)."""
-    from jobs.pipeline import load_job
+    from jobs.job import load_job
 
     try:
         return load_job(Path(info.out_dir)).config.audio_format
@@ -486,7 +486,7 @@ def resume(target, priority, queue_prefix, wait, redis_url) -> None:
     Redis no longer knows it), clearing a cancel and previous failures. The job stays on the
     queues it was submitted to (recorded in Redis and in its directory) unless --queue-prefix says
     otherwise."""
-    from jobs.pipeline import load_job
+    from jobs.job import load_job
     from workers.control import queue_prefix_of, recorded_queue, start_job
     from workers.recovery import reap
 

@@ -82,7 +82,7 @@ def plan(books, out_dir, config, as_json) -> None:
     """Ingest, segment, phonemize and plan BOOKS; print each book's outline (parts, chapters with their
     length, estimated duration and first words, sections), utterances, batches, padding efficiency and
     the estimated audio duration. Synthesizes nothing."""
-    from jobs.pipeline import prepare_job
+    from jobs.prepare import prepare_job
 
     show = _print_plan_json if as_json else _print_plan
     if out_dir is None:
@@ -125,7 +125,8 @@ def run(books, out_dir, config, engine_spec, server) -> None:
         _run_on_server(books, out_dir, config, server)
         return
     from engines import load_engine
-    from jobs.pipeline import estimate_workload_s, open_planned_job, prepare_job
+    from jobs.job import open_planned_job
+    from jobs.prepare import estimate_workload_s, prepare_job
     from jobs.runner import run_local
     from core.voice import resolve_voice
 

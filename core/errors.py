@@ -77,7 +77,7 @@ class BatchesNotDone(JobError):
 
 class EngineMismatch(JobError):
     """The job's batches were synthesized by another engine identity (backend, precision) than the
-    one asked to go on with it (:func:`jobs.pipeline.claim_engine`): its audio would mix the two.
+    one asked to go on with it (:func:`jobs.job.claim_engine`): its audio would mix the two.
     A local run stops with this line; a worker leaves the batch for a worker of the job's engine."""
 
 

@@ -3,7 +3,7 @@
 Knows no backend: :func:`engines.load_engine` turns a spec into an engine (the backends are declared in
 :mod:`engines.registry`). Also says which engines the command line offers (:func:`offered_engines`) and
 what of an engine makes a job's samples what they are (:func:`engine_identity`); it records and checks
-nothing itself (:mod:`jobs.pipeline` does).
+nothing itself (:mod:`jobs.job` does).
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ of its time: threads of one process reach about twice one core, whatever the hos
 chapters are left at once (a finalize, or the end of a local run whose length-sorted batches
 complete most chapters only with the last batch) they go to processes instead. Each process opens
 the job from its directory, reads the chapter's batch audio from disk (just written: the page
-cache) and writes the chapter exactly as :func:`jobs.pipeline.write_chapter` does in a thread; the
+cache) and writes the chapter exactly as :func:`jobs.finalize.write_chapter` does in a thread; the
 caller gets back the chapter's manifest columns. This module knows nothing of jobs: the caller
-(:mod:`jobs.pipeline`) gives it the function that writes one chapter in a process. Small amounts
+(:mod:`jobs.finalize`) gives it the function that writes one chapter in a process. Small amounts
 of audio, or a host with few cores, stay on threads: starting the processes would cost more than
 it saves.
 
@@ -96,7 +96,7 @@ def write_chapters(job, works: list, processes: int, write_one, key, kept: KeptP
     """Write the chapters ``works`` of ``job`` in ``processes`` processes (longest first; ``kept``: in
     those processes instead, whatever their number); what ``write_one(job_dir, job_id, key(work))``
     returns for each, by ``key(work)``. ``write_one`` runs in the processes: a module-level function
-    (:func:`jobs.pipeline.write_chapter_of`). The first chapter's error is raised, as a thread's would
+    (:func:`jobs.finalize.write_chapter_of`). The first chapter's error is raised, as a thread's would
     be; a process that dies is a :class:`ChildProcessError`."""
     import contextlib
     from concurrent.futures import ProcessPoolExecutor

@@ -1,6 +1,6 @@
 """Written chapter files -> their records, so a later finalize need not write them again.
 
-Every chapter file that :func:`jobs.pipeline.write_chapter` writes (early, while the rest of the
+Every chapter file that :func:`jobs.finalize.write_chapter` writes (early, while the rest of the
 job is synthesized, or in a finalize) gets a record ``.work/chapters/bBB-cCCCC.json`` beside the
 job, written after the file: the batch records it was assembled from (their audio file, attempt
 and finish time), the size and mtime of the file it wrote, its samples and skipped rows (its
@@ -16,7 +16,7 @@ early write starts in a job that is finalizing or done (a writer killed mid-chap
 temporary file to the finalize's sweep, never in a finished job).
 
 This module knows file layout and records; it does not know how a chapter is assembled (that is
-:mod:`jobs.pipeline`) or who asks for it early (the worker's :mod:`workers.chapter_writer`).
+:mod:`jobs.finalize`) or who asks for it early (the worker's :mod:`workers.chapter_writer`).
 """
 
 from __future__ import annotations

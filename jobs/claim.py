@@ -2,7 +2,7 @@
 
 ``OUTDIR/.work/claim.json`` (the claim)
     names the one job that owns the directory: ``{"job_id", "claimed_at", "host", "pid"}``.
-    :func:`jobs.pipeline.prepare_job` creates it before it writes anything else of the job, and
+    :func:`jobs.prepare.prepare_job` creates it before it writes anything else of the job, and
     it stays for the directory's life: another job, at the same time or later, is refused.
 
 ``OUTDIR/.work/run.lock`` (the run lock)

@@ -232,7 +232,7 @@ class JobConfig:
         ``loudness``, ``captions`` and ``flac_level`` change only what ``finalize`` delivers, not the batches, and
         are left out (job ids of earlier versions stay valid); ``audio_format`` stays in (it names
         the chapter files in job.json). A resume that changes any of :data:`OUTPUT_FIELDS` is refused
-        with a line naming them (:func:`jobs.pipeline.prepare_job`)."""
+        with a line naming them (:func:`jobs.prepare.prepare_job`)."""
         d = self.to_dict()
         d.pop("engine")
         d.pop("loudness")

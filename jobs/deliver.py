@@ -1,6 +1,6 @@
 """The tail of ``finalize``: from a chapter's PCM to the delivered files.
 
-:func:`write_chapter` (called by ``jobs.pipeline._write_chapter`` inside its atomic write) applies
+:func:`write_chapter` (called by ``jobs.finalize._write_chapter`` inside its atomic write) applies
 the job's loudness to one chapter, encodes and tags it, and records the chapter's loudness in
 ``.work/loudness/``. :func:`finish` (called at the end of ``finalize``, before the manifest) builds
 each book's M4B from its chapters, rewrites the manifest's paths and offsets for it, writes the

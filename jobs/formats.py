@@ -1,6 +1,6 @@
 """Deliverables: chapter files in FLAC, WAV, MP3 or Opus, or one M4B per book; tags and cover art.
 
-Called by :mod:`jobs.pipeline`: :func:`write_chapter_audio` writes one chapter's PCM (after
+Called by :mod:`jobs.finalize`: :func:`write_chapter_audio` writes one chapter's PCM (after
 :mod:`jobs.loudness`) into a temporary path that the caller renames; :func:`write_m4b` assembles a
 book's chapters (kept as WAV under ``.work/chapters``) into one M4B with a chapter marker per
 chapter. Encoders: libsndfile (FLAC, WAV), PyAV's bundled FFmpeg (AAC, LAME MP3, libopus); tags

@@ -7,7 +7,7 @@ announcement does not speak them), and the pauses that finalize inserts (chapter
 pauses, where the job has them). It synthesizes nothing and loads no engine.
 
 Everything new is first written into a staging directory under ``.work`` by the same functions
-finalize uses (:func:`jobs.pipeline._assemble` on a staged copy of the job that reads the batch
+finalize uses (:func:`jobs.finalize._assemble` on a staged copy of the job that reads the batch
 audio from the job's own ``.work/batches``); any failure there removes the staging directory and
 leaves the job's files as they were. Only then are the files moved into place: the manifest is
 removed first and written last (a directory without it is not complete, as after a killed
@@ -17,7 +17,7 @@ that the new ones do not have (chapter files of another format, caption files) a
 The job keeps its id (the batch records carry it). Settings in the job id that a deliver changed
 are recorded under ``planned`` in job.json with their planned values, so that the same command
 that planned the job, or one with the delivered settings, still finds it the same job
-(:func:`jobs.pipeline.prepare_job`).
+(:func:`jobs.prepare.prepare_job`).
 
 This module does not parse options (that is :mod:`commands.deliver`) and does not encode audio
 (that is :mod:`jobs.deliver` and :mod:`jobs.formats`).
@@ -39,8 +39,8 @@ from core.errors import JobError
 from core.files import inside, slug, write_json
 from jobs import chapter_records, claim, deliver, formats, metadata
 from jobs.config import SPOKEN_FIELDS, TAG_FIELDS
-from jobs.pipeline import (FINALIZED_FILE, JOB_FILE, MANIFEST_FILE, WORK_DIR, BatchRecord, FinalizeSummary, Job,
-                           _assemble, now_iso)
+from jobs.finalize import FinalizeSummary, _assemble
+from jobs.job import FINALIZED_FILE, JOB_FILE, MANIFEST_FILE, WORK_DIR, BatchRecord, Job, now_iso
 
 #: Staging directories of deliveries, under the job's ``.work``.
 STAGING_PREFIX = "deliver-"

@@ -4,7 +4,7 @@
 A fresh ``cli.py run`` on a GPU spends seconds before its first batch that have nothing to do with
 the book: importing PyTorch, loading the weights and the fused kernels, capturing CUDA graphs. A
 server pays them once. The run itself is the embedded runner's, unchanged: the server plans the
-books (:func:`jobs.pipeline.prepare_job`) and runs them (:func:`jobs.runner.run_local`) in its own
+books (:func:`jobs.prepare.prepare_job`) and runs them (:func:`jobs.runner.run_local`) in its own
 process, into the output directory the client names, so the files are those the same ``cli.py run``
 without ``--server`` writes, and a run interrupted either way resumes either way.
 
@@ -334,7 +334,8 @@ class RunServer:
             self.engine_lock.release()
 
     def _run_locked(self, conn: socket.socket, req: dict, config) -> None:
-        from jobs.pipeline import forget_jobs, open_planned_job, prepare_job
+        from jobs.job import forget_jobs, open_planned_job
+        from jobs.prepare import prepare_job
         from jobs.runner import run_local
 
         s = self.served
@@ -488,7 +489,7 @@ def check_written(out_dir: Path, job_id: str, done: dict, path: Path) -> None:
     the job's utterances. Else :class:`ServerError`: nothing is reported as written."""
     import pyarrow.parquet as pq
 
-    from jobs.pipeline import JOB_FILE
+    from jobs.job import JOB_FILE
 
     out_dir = Path(out_dir)
     summ = done["summary"]

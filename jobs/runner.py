@@ -1,13 +1,13 @@
 """The local (embedded) runner: the whole pipeline in one process, no broker.
 
-It calls exactly the functions the Celery workers call (:mod:`jobs.pipeline`); the loop over
+It calls exactly the functions the Celery workers call (:mod:`jobs.synthesize`, :mod:`jobs.finalize`); the loop over
 batches runs here, and nothing that is not synthesis runs on the loop's thread:
 
-- a writer thread writes each batch's audio and record (:func:`jobs.pipeline.write_unit`) while
+- a writer thread writes each batch's audio and record (:func:`jobs.synthesize.write_unit`) while
   the engine synthesizes the next one; at most ``writer_depth`` synthesized batches wait for it
   (back-pressure: the loop blocks when they do). Its first error stops the writing (nothing
   after the failed batch is written, as in a serial loop) and is raised on the loop's thread;
-- a chapter whose batches are all done is written at once (:func:`jobs.pipeline.write_chapter`)
+- a chapter whose batches are all done is written at once (:func:`jobs.finalize.write_chapter`)
   on a small pool of threads, from the audio still in memory, while the rest is synthesized.
   An early chapter write that fails is left to the final ``finalize``, which writes it again and
   reports its error as before. Early writes are skipped while the output filesystem has less free
@@ -15,8 +15,8 @@ batches runs here, and nothing that is not synthesis runs on the loop's thread:
   so that chapter files never take the space of synthesized audio;
 - ``finalize`` at the end writes the chapters that are left and the manifest (last, atomically).
 
-Outputs are the same bytes as running :func:`jobs.pipeline.run_batch` for each batch and then
-:func:`jobs.pipeline.finalize`: the same functions write them, from the same audio.
+Outputs are the same bytes as running :func:`jobs.synthesize.run_batch` for each batch and then
+:func:`jobs.finalize.finalize`: the same functions write them, from the same audio.
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ import numpy as np
 from jobs.claim import claim, run_lock
 from core.files import free_bytes
 from jobs import chapter_pool
-from jobs.pipeline import (ChapterPart, ChapterWork, FinalizeSummary, Job, Unit, chapter_key,
-                           finalize, finalized_summary, selected_chapters, sweep_stale_temp_files,
-                           synthesize_units, write_chapter, write_chapters_in_processes, write_unit)
+from jobs.finalize import (ChapterPart, ChapterWork, FinalizeSummary, chapter_key, finalize, finalized_summary,
+                           selected_chapters, sweep_stale_temp_files, write_chapter, write_chapters_in_processes)
+from jobs.job import Job
+from jobs.synthesize import Unit, synthesize_units, write_unit
 
 log = logging.getLogger("booktts.runner")
 

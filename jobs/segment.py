@@ -7,7 +7,7 @@ words. Utterance texts are exact, stripped slices of the paragraph text, in
 order, so joining them gives back every word of the paragraph exactly once.
 
 Each utterance carries the kind of pause that follows it (:class:`PauseKind`); the seconds are the
-job's and are applied when chapters are assembled (``jobs.pipeline``). The chapter's paragraph kinds
+job's and are applied when chapters are assembled (:mod:`jobs.finalize`). The chapter's paragraph kinds
 (``Chapter.kinds``, None: all text) decide the section pauses: a "heading" paragraph is spoken as a
 heading and followed by the section pause (the text before it ends with one too); a "break"
 paragraph (a scene break, also any paragraph that is only a marker such as "* * *") is not spoken

@@ -43,8 +43,8 @@ SHARED_MIN_CORES = 4
 #: fork from the same server. ``cli.py run`` plans with this pool while its engine starts on a thread,
 #: then writes the chapters of its tail with that one; with this module's list alone every chapter
 #: process imported the pipeline, NumPy's audio stack and Parquet again at the tail.
-FORKSERVER_PRELOAD = ["__main__", "jobs.segment_pool", "jobs.pipeline", "jobs.chapter_pool", "pyarrow.parquet",
-                      "scipy.signal", "scipy.ndimage", "pyloudnorm", "soundfile", "mutagen.flac"]
+FORKSERVER_PRELOAD = ["__main__", "jobs.segment_pool", "jobs.finalize", "jobs.chapter_pool",
+                      "pyarrow.parquet", "scipy.signal", "scipy.ndimage", "pyloudnorm", "soundfile", "mutagen.flac"]
 
 _worker_segmenter: Segmenter | None = None
 

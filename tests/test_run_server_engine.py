@@ -10,7 +10,7 @@ from tests.test_run_server import server  # noqa: F401  (the fixture: a `serve -
 
 def test_the_server_refuses_a_finished_job_of_another_engine(server, tmp_path, short_book, onnx_engine):  # noqa: F811
     from jobs.config import JobConfig
-    from jobs.pipeline import prepare_job
+    from jobs.prepare import prepare_job
     from jobs.runner import run_local
 
     path, _ = server

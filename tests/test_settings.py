@@ -24,7 +24,7 @@ ENV_ELSEWHERE = {
     "workers/finalize_child.py": 1,
     # not yet converted: another engineer is splitting these two files (issue 30 item 1); they go
     # through core.settings once that lands
-    "jobs/pipeline.py": 1,
+    "jobs/finalize.py": 1,
     "workers/tasks.py": 2,
 }
 

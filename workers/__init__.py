@@ -1,9 +1,9 @@
-"""The distributed runner: Celery moves work, ``jobs.pipeline`` does it.
+"""The distributed runner: Celery moves work, ``jobs`` does it.
 
 ``workers`` knows Celery, Redis, leases, retries and priorities; it does not
 know how to synthesize or write audio. Every batch is run by
-:func:`jobs.pipeline.run_batch` and every job is assembled by
-:func:`jobs.pipeline.finalize`, exactly as the local runner does.
+:func:`jobs.synthesize.run_batch` and every job is assembled by
+:func:`jobs.finalize.finalize`, exactly as the local runner does.
 
 Modules:
 

@@ -5,7 +5,7 @@ worker) so that submitting stays cheap and worker-agnostic: one Celery message p
 A worker whose engine takes more (a GPU: 1024 utterances) fills it at run time:
 
 - :func:`gather` starts from the unit of the message it received and adds queued units of
-  *any* job of the same synthesis class (:func:`jobs.pipeline.synthesis_class`: same voice
+  *any* job of the same synthesis class (:func:`jobs.synthesize.synthesis_class`: same voice
   weights and speaker; each job keeps its own speaking rate and noise scales), found in a Redis sorted set scored by priority and length
   (:meth:`workers.state.JobStore.add_ready`), nearest in length first and higher priorities
   first, until the engine's item or padded-phoneme budget is full. Each unit it adds is
@@ -80,7 +80,7 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
     that takes one set of scales per call) also only if they have the seed job's scales (the
     others stay queued for another call).
     """
-    from jobs.pipeline import synthesis_class
+    from jobs.synthesize import synthesis_class
 
     sclass = synthesis_class(seed_job)
     items, longest = unit_shape(seed_job, seed.batch_id)

@@ -4,7 +4,7 @@ A worker process, once it has written and counted a unit, asks :func:`batch_done
 that job now have every batch on disk; each one not yet asked for by any worker (a Redis ``SET NX``
 per chapter) goes to this process's **chapter process** (``python -m workers.chapter_writer THREADS``,
 started with the worker process, its imports done before the first chapter), which writes it with
-:func:`jobs.pipeline.write_chapter` on up to THREADS threads. That writes the chapter's file and its
+:func:`jobs.finalize.write_chapter` on up to THREADS threads. That writes the chapter's file and its
 record (:mod:`jobs.chapter_records`); the job's ``finalize`` then keeps the
 chapters whose records match and writes only the rest, the manifest and the book-level files.
 
@@ -54,7 +54,7 @@ class _Layout:
 
     def __init__(self, job) -> None:
         from jobs.chapter_records import batches_of
-        from jobs.pipeline import chapter_key, selected_chapters
+        from jobs.finalize import chapter_key, selected_chapters
 
         # per chapter, its batches not yet seen on disk (ascending): a record, once written, stays (a
         # reset job is a new job id), so each batch is looked for until it is found, not on every unit
@@ -232,7 +232,8 @@ def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     them; finalize writes the chapter)."""
     from jobs import chapter_records
     from jobs import claim as claims
-    from jobs.pipeline import MANIFEST_FILE, chapter_key, load_job, selected_chapters, write_chapter
+    from jobs.finalize import chapter_key, selected_chapters, write_chapter
+    from jobs.job import MANIFEST_FILE, load_job
 
     job = _opened(job_dir, job_id, load_job)
     if job is None or (job.out_dir / MANIFEST_FILE).exists():
@@ -265,7 +266,7 @@ def main(argv: list[str]) -> int:
                         format=f"[%(asctime)s: %(levelname)s/chapters-{os.getpid()}] %(message)s")
     threads = int(argv[0]) if argv and argv[0].isdigit() and int(argv[0]) > 0 else 1
     lower_priority()
-    import jobs.pipeline  # noqa: F401 - imported before the first request, not while it waits
+    import jobs.finalize  # noqa: F401 - imported before the first request, not while it waits
 
     def one(req: dict) -> None:
         t0 = time.perf_counter()

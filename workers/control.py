@@ -22,12 +22,6 @@ from workers.enqueue import enqueue_batches, enqueue_finalize
 log = logging.getLogger("booktts.control")
 
 
-def _pipeline():
-    from jobs import pipeline
-
-    return pipeline
-
-
 def audio_seconds_done(job, batch_ids) -> float:
     """Audio seconds of finished batches, from their records on disk."""
     total = 0.0
@@ -47,8 +41,9 @@ def record_queue(job, queue: str, priority: str) -> None:
     (``dir``: a copy of the directory carries the original's, which is how the reaper tells a copy from
     the job, :func:`workers.recovery.check_rebuild_dir`). Written only when either changes."""
     from core.files import read_json, write_json
+    from jobs.job import WORK_DIR
 
-    path = Path(job.out_dir) / _pipeline().WORK_DIR / QUEUE_FILE
+    path = Path(job.out_dir) / WORK_DIR / QUEUE_FILE
     real = os.path.realpath(job.out_dir)
     try:
         before = read_json(path)
@@ -61,9 +56,10 @@ def record_queue(job, queue: str, priority: str) -> None:
 def recorded_queue(out_dir) -> str | None:
     """The queue :func:`record_queue` wrote for the job in ``out_dir``, or None."""
     from core.files import read_json
+    from jobs.job import WORK_DIR
 
     try:
-        q = read_json(Path(out_dir) / _pipeline().WORK_DIR / QUEUE_FILE).get("queue")
+        q = read_json(Path(out_dir) / WORK_DIR / QUEUE_FILE).get("queue")
     except (OSError, ValueError, AttributeError):
         return None
     return q if isinstance(q, str) and q else None
@@ -187,10 +183,12 @@ def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, que
     same job active elsewhere, a local ``cli.py run`` busy in the directory, the directory's Redis
     claim (:meth:`JobStore.claim_dir`) and its claim file. A refused submit leaves nothing behind.
     ``engine`` (an :class:`~engines.spec.EngineSpec`, ``submit --engine``): the job's engine, recorded
-    before its batches are queued (:func:`jobs.pipeline.claim_engine`; a job another engine synthesized
+    before its batches are queued (:func:`jobs.job.claim_engine`; a job another engine synthesized
     is refused), so that only workers of that engine run them; None: the first worker's.
     """
     from jobs import claim as claims
+    from jobs.job import claim_engine
+    from jobs.prepare import prepare_job
 
     resolved = str(Path(out_dir).resolve())
 
@@ -208,9 +206,9 @@ def submit_job(store: JobStore, books, out_dir: Path, config, priority: str, que
         undo = [f for f in (release, unmark) if f is not None]
         return (lambda: [f() for f in undo]) if undo else None
 
-    job = _pipeline().prepare_job(list(books), Path(out_dir), config, before_write=before_write, engine=engine)
+    job = prepare_job(list(books), Path(out_dir), config, before_write=before_write, engine=engine)
     if engine is not None:
-        _pipeline().claim_engine(job, engine.identity())
+        claim_engine(job, engine.identity())
     info, n = start_job(store, job, priority, queue, mode="submit")
     return job, info, n
 
@@ -221,11 +219,13 @@ RECORDED_OUTPUT = ("audio_format", "loudness", "captions", "flac_level")
 
 def done_summary(job, summary=None) -> dict:
     """What a done job's record in Redis holds as its ``summary``: the finalize's (``summary``, else the
-    one in the directory: :func:`jobs.pipeline.finalized_summary`) and the output settings that made
+    one in the directory: :func:`jobs.finalize.finalized_summary`) and the output settings that made
     those files (:data:`RECORDED_OUTPUT`)."""
     from dataclasses import asdict
 
-    summary = _pipeline().finalized_summary(job) if summary is None else summary
+    from jobs.finalize import finalized_summary
+
+    summary = finalized_summary(job) if summary is None else summary
     return {**asdict(summary), **{k: getattr(job.config, k, None) for k in RECORDED_OUTPUT}}
 
 

@@ -74,7 +74,7 @@ def get_store() -> JobStore:
 def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
     """One ``synthesize_batch`` message per batch on ``queue``, and the batches in the ready index
     (:mod:`workers.batcher`) for workers that combine them. Returns how many were sent."""
-    from jobs.pipeline import now_iso
+    from jobs.job import now_iso
 
     batch_ids = [int(b) for b in batch_ids]
     if not batch_ids:
@@ -83,7 +83,7 @@ def enqueue_batches(job_dir: str, job_id: str, batch_ids, queue: str) -> int:
     job = _try_load(job_dir, job_id)
     est = _batch_estimates(job, batch_ids)
     if job is not None:
-        from jobs.pipeline import synthesis_class
+        from jobs.synthesize import synthesis_class
         from workers.batcher import rank_of
 
         shapes = {b: job.batches[b].max_len for b in batch_ids if 0 <= b < len(job.batches)}
@@ -136,7 +136,7 @@ def enqueue_finalize(job_dir: str, job_id: str, queue: str, countdown: float | N
 
 
 def load_checked(job_dir: str, job_id: str):
-    """The job in ``job_dir``, if it still is job ``job_id`` (:func:`jobs.pipeline.load_checked`)."""
-    from jobs.pipeline import load_checked as load
+    """The job in ``job_dir``, if it still is job ``job_id`` (:func:`jobs.job.load_checked`)."""
+    from jobs.job import load_checked as load
 
     return load(job_dir, job_id)

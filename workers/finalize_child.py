@@ -90,7 +90,8 @@ def main(argv: list[str]) -> int:
 def _finalize_one(job_dir: str, job_id: str | None, processes: int | None, more: bool) -> int:
     """Finalize one job; print its JSON line (``more``: this process takes another job). 0, or 3 on an error."""
     from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError, TTSError
-    from jobs.pipeline import finalize, load_checked, load_job
+    from jobs.finalize import finalize
+    from jobs.job import load_checked, load_job
 
     try:
         job = load_job(Path(job_dir)) if job_id is None else load_checked(job_dir, job_id)
@@ -118,9 +119,9 @@ def _forget_jobs() -> None:
     """Drop what the last job left cached in this process (its job, read again by the next finalize)."""
     import gc
 
-    from jobs import pipeline
+    from jobs.job import forget_jobs
 
-    pipeline.forget_jobs()
+    forget_jobs()
     gc.collect()
 
 
@@ -235,14 +236,14 @@ def _ask(proc: subprocess.Popen, request: str) -> dict | None:
 
 
 def run(job_dir: str, processes: int | None = None, ahead: bool = True, job_id: str | None = None):
-    """Finalize ``job_dir`` in a child process; its :class:`~jobs.pipeline.FinalizeSummary`.
+    """Finalize ``job_dir`` in a child process; its :class:`~jobs.finalize.FinalizeSummary`.
     ``job_id``: refuse (:class:`JobError`) if the directory now holds another job.
     :class:`~core.errors.BatchesNotDone` names the batches without a record.
     ``processes``: at most this many processes of its own write the chapters (0: threads).
     ``ahead``: use a process started ahead (or kept from an earlier finalize), whose imports are done,
     and keep one waiting for the next finalize."""
     from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError
-    from jobs.pipeline import FinalizeSummary
+    from jobs.finalize import FinalizeSummary
 
     proc = _take_ready() if ahead else None
     if proc is not None:

@@ -5,7 +5,7 @@ Every worker process (each prefork child, or the solo worker) writes its presenc
 :data:`PRESENCE_TTL_S`): its engine identity (backend and precision), device and queues. A
 worker that dies is gone from there within the TTL.
 
-A batch of a job that another engine identity synthesizes (:func:`jobs.pipeline.check_engine`)
+A batch of a job that another engine identity synthesizes (:func:`jobs.job.check_engine`)
 used to go back on its queue after a second, every time a worker of the wrong engine took it: with
 no worker of the job's engine running, it went round the workers once a second for ever, each time
 with a log line. Now such a worker *parks* it (:func:`park`): the batch goes into the hash
@@ -189,7 +189,7 @@ class Presence(threading.Thread):
 def engine_line(store, info) -> str | None:
     """For ``status JOB``: the engine the job needs and whether a live worker serves it; None for a
     job that is not waiting on batches."""
-    from jobs.pipeline import recorded_engine
+    from jobs.job import recorded_engine
 
     if info.status.value not in ("queued", "running") or info.done + info.failed >= info.batches:
         return None

@@ -135,7 +135,7 @@ class ReaperThread(threading.Thread):
 
 
 def _load_job(job_dir: Path):
-    from jobs.pipeline import load_job
+    from jobs.job import load_job
 
     return load_job(job_dir)
 

@@ -20,7 +20,7 @@ Keys (``<P>`` is :data:`PREFIX`, ``<J>`` a job id, ``<B>`` a batch id):
 ``<P>job:<J>:finalize``                string   set once (NX) by the task that completes the set
 ``<P>job:<J>:queued``                  hash     batch id -> JSON time it was (last) enqueued
 ``<P>ready:<C>``                       zset     ``<J>:<B>`` of queued batches of synthesis class ``<C>``
-                                                (:func:`jobs.pipeline.synthesis_class`), scored by
+                                                (:func:`jobs.synthesize.synthesis_class`), scored by
                                                 priority and length: where a worker finds more batches to
                                                 fill its engine (:mod:`workers.batcher`)
 ``<P>lease:<J>:<B>``                   string   JSON holder, with a TTL (the lease); ``<B>`` may be ``finalize``

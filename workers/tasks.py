@@ -1,13 +1,13 @@
-"""The Celery tasks: thin wrappers that move work to :mod:`jobs.pipeline`.
+"""The Celery tasks: thin wrappers that move work to :mod:`jobs.synthesize` and :mod:`jobs.finalize`.
 
 ``synthesize_batch(job_dir, job_id, batch_id, queued_at)``
     takes the batch's lease (:meth:`workers.state.JobStore.begin`), calls
-    :func:`jobs.pipeline.run_batch` with this process's engine, counts the batch once in
+    :func:`jobs.synthesize.run_batch` with this process's engine, counts the batch once in
     Redis (:meth:`~workers.state.JobStore.complete`, a Lua script), and, when it completes
     the job, enqueues exactly one ``finalize_job`` (an ``SET NX`` guard inside the script).
 
 ``finalize_job(job_dir, job_id)``
-    calls :func:`jobs.pipeline.finalize` and marks the job done.
+    calls :func:`jobs.finalize.finalize` and marks the job done.
 
 Failure handling:
 
@@ -27,10 +27,10 @@ Failure handling:
 - a batch delivered more than ``BOOKTTS_MAX_DELIVERIES`` times (its worker died each time) is
   declared failed instead of looping;
 - a directory the job's files go into that is a symbolic link, or resolves outside the job directory
-  (``.work/batches`` replaced by a link elsewhere, say: :func:`jobs.pipeline.check_write_directories`),
+  (``.work/batches`` replaced by a link elsewhere, say: :func:`jobs.job.check_write_directories`),
   fails the batch like bad input, before anything is synthesized or written;
 - a batch of a job whose batches another engine identity synthesized (backend and precision:
-  :func:`jobs.pipeline.check_engine`) is left for a worker of that engine: parked in Redis before its lease
+  :func:`jobs.job.check_engine`) is left for a worker of that engine: parked in Redis before its lease
   is taken (no delivery counted, the job does not fail) and queued again once a live worker serves that
   engine (:mod:`workers.presence`); a worker gathers only batches of jobs of its own engine or of none yet;
 - a job directory outside the worker's allowed roots (``worker --allowed-root``,
@@ -155,7 +155,7 @@ def _refused(task: Task, exc: OutsideAllowedRoots, task_id, args, kwargs) -> Non
                "error": str(exc), "worker": task.request.hostname, "attempt": task.request.retries + 1,
                "task_id": str(task_id)}
     try:
-        from jobs.pipeline import now_iso
+        from jobs.job import now_iso
 
         failure["at"] = now_iso()
         if task.name == TASK_FINALIZE:
@@ -187,7 +187,7 @@ class BatchTask(Task):
         failure = {"batch": batch, "error_type": type(exc).__name__, "error": str(exc).splitlines()[0] if str(exc) else "",
                    "worker": self.request.hostname, "attempt": attempt, "task_id": str(task_id)}
         try:
-            from jobs.pipeline import now_iso
+            from jobs.job import now_iso
 
             failure["at"] = now_iso()
             if batch == FINALIZE:
@@ -267,7 +267,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
     extra: list = []
     try:
         job = load_checked(job_dir, job_id)
-        from jobs.pipeline import check_write_directories
+        from jobs.job import check_write_directories
 
         check_write_directories(job_dir, job)  # a link planted below the job directory: refused, not retried
         existing = job.batch_record(batch_id)
@@ -288,7 +288,7 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
                     runtime.remember_job(c.job_id, c.job_dir, c.queue, store.url)
                 _withdraw_gathered([c for c, _ in extra])
             t_gathered = time.perf_counter()
-            from jobs.pipeline import Unit, synthesize_units
+            from jobs.synthesize import Unit, synthesize_units
 
             units = [Unit(job, batch_id, attempt, queued_at)] + [Unit(j, c.batch_id, c.attempt, c.queued_at)
                                                                  for c, j in extra]
@@ -352,7 +352,7 @@ def _withdraw_gathered(claimed) -> None:
 def load_job_here(path, identity: dict | None = None):
     """The job in ``path``; with ``identity`` (this worker's engine), :class:`EngineMismatch` for a job
     that another engine synthesizes (so :func:`workers.batcher.gather` leaves it out)."""
-    from jobs.pipeline import check_engine, load_job
+    from jobs.job import check_engine, load_job
 
     job = load_job(path)
     if identity is not None:
@@ -364,7 +364,7 @@ def _leave_to_its_engine(store: JobStore, job_dir: str, job_id: str, batch_id: i
     """True if the job's batches come from another engine identity than this worker's: then its message
     is parked until a worker of that engine is live (:func:`workers.presence.park`) while the job is
     active and the batch not done or failed, and is dropped otherwise. Nothing is leased or counted. False: this worker may run it."""
-    from jobs.pipeline import check_engine
+    from jobs.job import check_engine
 
     try:
         check_engine(job_dir, job_id, runtime.settings().engine.identity())
@@ -376,7 +376,7 @@ def _leave_to_its_engine(store: JobStore, job_dir: str, job_id: str, batch_id: i
         if not active:
             log.info("job %s batch %d: dropped: the job is not active (%s)", job_id, batch_id, exc)
             return True
-        from jobs.pipeline import recorded_engine
+        from jobs.job import recorded_engine
         from workers import presence
 
         served, tries = presence.park(store.r, job_dir, job_id, batch_id, queue, recorded_engine(job_dir))
@@ -427,7 +427,7 @@ def _write_and_count(store: JobStore, synth, claimed, holder: Holder, hb: Heartb
     """On the writer thread: write each unit's audio and record (several units at once), count it,
     then drop its lease renewal. A unit that cannot be written goes back to the queue (its delivery
     count bounds it)."""
-    from jobs.pipeline import write_unit
+    from jobs.synthesize import write_unit
 
     def one(item) -> None:
         i, c = item

@@ -465,7 +465,7 @@ class Inbox:
 
     def _submit(self, path: Path, copy: Path, sha: str, books: dict, ledger: dict, res: ScanResult,
                 now: float) -> None:
-        from jobs.pipeline import now_iso
+        from jobs.job import now_iso
 
         name = path.name
         out_dir = self.out_dir_for(name, sha)

@@ -47,7 +47,7 @@ def kill_at(rng: random.Random, p: subprocess.Popen, out: Path) -> str:
     wait_until(lambda: ((out / "job.json").exists() and (out / "plan.parquet").exists()) or p.poll() is not None)
     if p.poll() is not None:
         return "ended"
-    from jobs.pipeline import load_job
+    from jobs.job import load_job
 
     total = len(load_job(out).batches)
     if rng.random() < 0.3:
@@ -91,7 +91,7 @@ def test_local_runner_killed_at_random_moments(tmp_path):
             raise AssertionError(f"job {j} never completed (seed {seed})")
         meta = json.loads((out / "job.json").read_text())
         job_id = meta["job_id"]
-        from jobs.pipeline import load_job
+        from jobs.job import load_job
 
         batches = len(load_job(out).batches)
         utterances += check_job_dir(out, job_id, batches)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import shutil
 
 from jobs.config import JobConfig
-from jobs.pipeline import Unit, finalize, load_job, prepare_job, synthesize_units, write_unit
+from jobs.finalize import finalize
+from jobs.job import load_job
+from jobs.prepare import prepare_job
+from jobs.synthesize import Unit, synthesize_units, write_unit
 from jobs.runner import run_local
 from tests.fake_audio import assert_rows_play_their_own_audio
 

@@ -15,7 +15,7 @@ import pytest
 
 from jobs import captions
 from jobs.config import JobConfig
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 
 DATA = Path(__file__).resolve().parents[1] / "data"

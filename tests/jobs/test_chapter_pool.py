@@ -9,7 +9,9 @@ import pytest
 
 from jobs import chapter_pool
 from jobs.config import JobConfig
-from jobs.pipeline import FINALIZE_DELAY_ENV, finalize, load_job, prepare_job, selected_chapters
+from jobs.finalize import FINALIZE_DELAY_ENV, finalize, selected_chapters
+from jobs.job import load_job
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 
 DET = dict(noise_scale=0.0, noise_w=0.0)
@@ -108,7 +110,7 @@ def test_a_chapter_process_that_dies_fails_the_finalize_as_a_retryable_error(sho
     used: list = []
     force_processes(monkeypatch, used)
     monkeypatch.setattr(chapter_pool, "pool_context", lambda preload: multiprocessing.get_context("fork"))
-    monkeypatch.setattr("jobs.pipeline.write_chapter_of", _die)
+    monkeypatch.setattr("jobs.finalize.write_chapter_of", _die)
     with pytest.raises(ChildProcessError, match="ended without its result"):
         finalize(load_job(out))
     assert used and not (out / "manifest.parquet").exists()  # not complete, and not looking complete

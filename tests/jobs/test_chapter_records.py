@@ -9,9 +9,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from jobs import chapter_records, pipeline
+from jobs import chapter_records
+from jobs import finalize as finalize_module
 from jobs.config import JobConfig
-from jobs.pipeline import finalize, load_job, prepare_job, selected_chapters
+from jobs.finalize import finalize, selected_chapters
+from jobs.job import load_job
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 
 DET = dict(noise_scale=0.0, noise_w=0.0)
@@ -25,13 +28,13 @@ def snapshot(out: Path):
 
 def count_writes(monkeypatch) -> list:
     written: list = []
-    real = pipeline._write_chapter
+    real = finalize_module._write_chapter
 
     def spy(job, b_i, book, ch, *rest):
         written.append(ch["file"])
         return real(job, b_i, book, ch, *rest)
 
-    monkeypatch.setattr(pipeline, "_write_chapter", spy)
+    monkeypatch.setattr(finalize_module, "_write_chapter", spy)
     return written
 
 
@@ -50,7 +53,7 @@ def test_every_written_chapter_has_a_record_and_a_second_finalize_keeps_the_file
     works = selected_chapters(job)
     assert len(works) == 2
     for w in works:
-        doc = json.loads(chapter_records.record_path(job, pipeline.chapter_key(w)).read_text())
+        doc = json.loads(chapter_records.record_path(job, finalize_module.chapter_key(w)).read_text())
         assert doc["job_id"] == job.job_id and doc["file"] == w[2]["file"]
         assert sorted(map(int, doc["sources"])) == chapter_records.batches_of(w[3])
     mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*.flac")}
@@ -70,7 +73,7 @@ def test_a_record_that_no_longer_matches_gets_its_chapter_written_again(done_job
     job = load_job(out)
     first = selected_chapters(job)[0]
     chapter = out / first[2]["file"]
-    rec_path = chapter_records.record_path(job, pipeline.chapter_key(first))
+    rec_path = chapter_records.record_path(job, finalize_module.chapter_key(first))
     doc = json.loads(rec_path.read_text())
     if change == "file deleted":
         chapter.unlink()
@@ -100,7 +103,7 @@ def test_an_early_write_waits_for_no_finalize_and_none_starts_in_a_finishing_or_
     run_local(prepare_job([short_book], out, JobConfig(**DET, captions="vtt", max_batch=2)), fake_engine)
     job = load_job(out)
     first = selected_chapters(job)[0]
-    key = [list(pipeline.chapter_key(first))]
+    key = [list(finalize_module.chapter_key(first))]
     (out / "manifest.parquet").unlink()
     (out / first[2]["file"]).unlink()
     # a batch the first chapter does not read is still to run (a job with every batch done is left
@@ -141,7 +144,7 @@ def test_a_finalize_waits_for_an_early_write_in_flight_and_keeps_its_chapter(don
             assert ok
             started.set()
             time.sleep(0.5)
-            pipeline.write_chapter(job, first)
+            finalize_module.write_chapter(job, first)
 
     t = threading.Thread(target=early)
     t.start()

@@ -15,7 +15,10 @@ import pytest
 
 from jobs.config import JobConfig
 from core.errors import JobError
-from jobs.pipeline import finalize, load_job, prepare_job, run_batch
+from jobs.finalize import finalize
+from jobs.job import load_job
+from jobs.prepare import prepare_job
+from jobs.synthesize import run_batch
 from jobs.runner import run_local
 from tests.fake_audio import assert_rows_play_their_own_audio
 
@@ -84,7 +87,7 @@ def test_a_directory_from_before_claims_is_claimed_on_resume(short_book, tmp_pat
 
 
 def test_a_refused_or_failed_prepare_removes_what_it_created(short_book, tmp_path, monkeypatch):
-    import jobs.pipeline as pipeline
+    import jobs.prepare as prepare
 
     out = tmp_path / "new" / "o"
 
@@ -101,7 +104,7 @@ def test_a_refused_or_failed_prepare_removes_what_it_created(short_book, tmp_pat
     def broken_write(path, obj):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pipeline, "write_json", broken_write)
+    monkeypatch.setattr(prepare, "write_json", broken_write)
     with pytest.raises(OSError):
         prepare_job([short_book], tmp_path / "existing", JobConfig(**SMALL), before_write=lambda j: lambda: undone.append(j))
     assert tree(tmp_path / "existing") == ["mine.txt"], "claim, plan and .work removed; the user's file kept"

@@ -24,7 +24,8 @@ def _records(out):
 
 
 def test_a_job_started_with_fake_is_not_resumed_with_onnx(short_book, tmp_path, fake_engine):
-    from jobs.pipeline import load_job, run_batch
+    from jobs.job import load_job
+    from jobs.synthesize import run_batch
 
     out = tmp_path / "out"
     assert cli("plan", short_book, "-o", out, "--max-batch", "2").returncode == 0
@@ -51,7 +52,8 @@ def test_a_finished_fake_job_is_not_rerun_with_onnx(short_book, tmp_path):
 
 
 def test_another_precision_is_another_engine(short_book, tmp_path, onnx_engine):
-    from jobs.pipeline import load_job, run_batch
+    from jobs.job import load_job
+    from jobs.synthesize import run_batch
 
     out = tmp_path / "out"
     assert cli("plan", short_book, "-o", out, "--max-batch", "2").returncode == 0
@@ -75,7 +77,9 @@ def test_units_of_a_job_of_another_engine_are_refused_before_synthesis(short_boo
     """The same rule inside one process: synthesize_units claims (or checks) every job of the call."""
     from core.errors import EngineMismatch
     from jobs.config import JobConfig
-    from jobs.pipeline import Unit, claim_engine, prepare_job, synthesize_units
+    from jobs.job import claim_engine
+    from jobs.prepare import prepare_job
+    from jobs.synthesize import Unit, synthesize_units
 
     job = prepare_job([short_book], tmp_path / "out", JobConfig(max_batch=2))
     claim_engine(job, {"name": "torch", "precision": "fp16"})  # as a GPU worker's first batch would

@@ -24,7 +24,8 @@ from cli import main
 from jobs import loudness
 from jobs.config import JobConfig
 from core.files import TMP_NAME
-from jobs.pipeline import load_job, prepare_job
+from jobs.job import load_job
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 from tests.fake_audio import assert_rows_play_their_own_audio
 

@@ -10,7 +10,7 @@ from cli import main
 from jobs.config import JobConfig
 from core.errors import InputError
 from jobs.ingest import load_book
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from core.voice import resolve_speaker
 from tests.jobs.test_ingest import PROSE, make_epub
 
@@ -192,7 +192,7 @@ def test_speaker_names_and_ids_of_a_multi_speaker_config(voice):
 def test_speaker_id_reaches_the_engine_batch(tmp_path, short_book, voice, fake_engine, monkeypatch):
     """A multi-speaker job passes its speaker id with every item (the engine protocol's speaker_ids);
     an engine that cannot choose a speaker refuses the job instead of using another voice."""
-    import jobs.pipeline as pipeline
+    import jobs.synthesize as synthesize
     from engines.base import SynthesisBatch
 
     multi = dataclasses.replace(voice, num_speakers=4, speaker_id_map={"amy": 0, "bob": 3})
@@ -201,9 +201,9 @@ def test_speaker_id_reaches_the_engine_batch(tmp_path, short_book, voice, fake_e
     seen = []
     real = fake_engine.synthesize
     monkeypatch.setattr(fake_engine, "synthesize", lambda b: seen.append(b) or real(b))
-    pipeline.run_batch(job, 0, fake_engine)
+    synthesize.run_batch(job, 0, fake_engine)
     assert seen and all(list(b.speaker_ids) == [3] * len(b) for b in seen)
     assert list(SynthesisBatch.from_sequences([[1, 2], [3]], job.scales, speaker_ids=[3, 3]).slice(1, 2).speaker_ids) == [3]
     monkeypatch.setattr(fake_engine, "info", dataclasses.replace(fake_engine.info, name="torch"))
     with pytest.raises(Exception, match="cannot choose a speaker"):
-        pipeline._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)
+        synthesize._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)

@@ -54,7 +54,8 @@ def test_a_resume_of_a_planned_job_refuses_a_linked_batches_directory(short_book
 def test_a_link_planted_after_the_job_was_opened_stops_the_batch_write(short_book, tmp_path, fake_engine):
     """The writer checks again right before it writes (a worker holds jobs opened for long)."""
     from jobs.config import JobConfig
-    from jobs.pipeline import prepare_job, run_batch
+    from jobs.prepare import prepare_job
+    from jobs.synthesize import run_batch
 
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     job = prepare_job([short_book], out, JobConfig(max_batch=2))

@@ -10,7 +10,7 @@ from jobs.config import JobConfig
 from core.errors import InputError
 from jobs.lexicon import load_lexicon, make_speak
 from jobs.phonemize import Phonemizer
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 
 
 def write(path, text):

@@ -19,12 +19,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import jobs.pipeline as pipeline
 import jobs.runner as runner
 from jobs.config import JobConfig
 from core.errors import DiskFullError, JobError
 from core.files import TMP_NAME
-from jobs.pipeline import BatchRecord, finalize, load_job, prepare_job, run_batch
+from jobs.finalize import finalize, write_chapter
+from jobs.job import BatchRecord, load_job
+from jobs.prepare import prepare_job
+from jobs.synthesize import run_batch, write_unit
 from jobs.runner import batch_order, run_local
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +142,7 @@ def test_a_writer_error_surfaces_and_nothing_after_it_is_written(short_book, tmp
     out = tmp_path / "o"
     job = prepare_job([short_book], out, JobConfig(**SMALL))
     assert len(job.batches) >= 4
-    real = pipeline.write_unit
+    real = write_unit
     caller = []
 
     def failing(synth, index, worker=None):
@@ -167,7 +169,7 @@ def test_a_writer_error_surfaces_and_nothing_after_it_is_written(short_book, tmp
 
 def test_writer_back_pressure_bounds_batches_waiting(short_book, tmp_path, fake_engine, monkeypatch):
     job = prepare_job([short_book], tmp_path / "o", JobConfig(**SMALL))
-    real = pipeline.write_unit
+    real = write_unit
     counts = {"synth": 0, "written": 0, "ahead": 0}
 
     def slow(synth, index, worker=None):
@@ -271,7 +273,7 @@ def test_early_chapters_wait_while_free_space_is_needed_for_batches(short_book, 
 def test_an_early_chapter_failure_is_left_to_finalize(short_book, tmp_path, fake_engine, monkeypatch):
     out = tmp_path / "o"
     job = prepare_job([short_book], out, JobConfig(**SMALL))
-    real = pipeline.write_chapter
+    real = write_chapter
     failed = []
 
     def once(job_, work, records=None, memory=None):

@@ -15,7 +15,7 @@ from commands.options import job_options
 from core.errors import InputError
 from jobs.config import JobConfig
 from jobs.ingest.book import Book, Chapter
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 
 CHAPTERS = [

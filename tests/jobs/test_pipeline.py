@@ -12,7 +12,10 @@ import soundfile as sf
 from jobs.config import JobConfig
 from core.errors import InputError, JobError, UnsafePathError
 from core.files import atomic_path, inside
-from jobs.pipeline import MANIFEST_COLUMNS, finalize, load_job, prepare_job, run_batch
+from jobs.finalize import MANIFEST_COLUMNS, finalize
+from jobs.job import load_job
+from jobs.prepare import prepare_job
+from jobs.synthesize import run_batch
 from jobs.runner import run_local
 
 SMALL = dict(max_batch=3, max_batch_phonemes=803)  # many small batches, to exercise resume (803: the longest utterance)
@@ -136,42 +139,42 @@ def test_load_job_reopens_the_plan(short_book, tmp_path):
 def test_opened_jobs_are_kept_least_recently_used_first_out(short_book, tmp_path, monkeypatch):
     """A worker's engine process opens every job it gathers batches from, in turn, call after call:
     the job it keeps using stays opened while others come and go (it was first in, first out)."""
-    from jobs import pipeline
+    from jobs import job as jobs_job
 
-    monkeypatch.setattr(pipeline, "MAX_CACHED_JOBS", 2)
-    pipeline.forget_jobs()
+    monkeypatch.setattr(jobs_job, "MAX_CACHED_JOBS", 2)
+    jobs_job.forget_jobs()
     dirs = [tmp_path / n for n in "abc"]
     for i, d in enumerate(dirs):
         prepare_job([short_book], d, JobConfig(length_scale=1.0 + i / 10, **SMALL))
-    pipeline.forget_jobs()
+    jobs_job.forget_jobs()
     a = load_job(dirs[0])
     b = load_job(dirs[1])
     assert load_job(dirs[0]) is a, "kept"
     load_job(dirs[2])  # a third: the least recently used (b) goes
     assert load_job(dirs[0]) is a, "a was used since b: kept"
     assert load_job(dirs[1]) is not b, "b was dropped and opened again"
-    assert len(pipeline._JOB_CACHE) == 2
-    pipeline.forget_jobs()
-    assert not pipeline._JOB_CACHE
+    assert len(jobs_job._JOB_CACHE) == 2
+    jobs_job.forget_jobs()
+    assert not jobs_job._JOB_CACHE
 
 
 def test_a_worker_gathering_from_24_jobs_reads_each_plan_once(short_book, tmp_path, monkeypatch):
     """The bulk benchmark's 24 books, opened in turn at every engine call by a gathering worker: each
     job's plan is read from disk once (with 8 kept, every call read them again: 21-26 s per run)."""
-    from jobs import pipeline
+    from jobs import job as jobs_job
 
     dirs = [tmp_path / f"j{i:02d}" for i in range(24)]
     for i, d in enumerate(dirs):
         prepare_job([short_book], d, JobConfig(length_scale=1.0 + i / 100, **SMALL))
-    pipeline.forget_jobs()
+    jobs_job.forget_jobs()
     reads = []
-    real = pipeline.pq.read_table
-    monkeypatch.setattr(pipeline.pq, "read_table", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    real = jobs_job.pq.read_table
+    monkeypatch.setattr(jobs_job.pq, "read_table", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
     for _ in range(3):  # three engine calls, each opening every job
         for d in dirs:
             load_job(d)
     assert len(reads) == 24, f"{len(reads)} plan reads for 24 jobs"
-    pipeline.forget_jobs()
+    jobs_job.forget_jobs()
 
 
 def test_atomic_path_leaves_nothing_on_failure(tmp_path):
@@ -233,14 +236,14 @@ def test_whole_book_plan_keeps_every_word_of_every_chapter(tmp_path, name):
 
 def test_parallel_finalize_equals_one_chapter_at_a_time(short_book, tmp_path, fake_engine, monkeypatch):
     # finalize encodes chapters in threads; the files and the manifest must not depend on it
-    import jobs.pipeline as pipeline
+    import jobs.finalize as finalize_module
 
     job = prepare_job([short_book], tmp_path / "out", JobConfig(**SMALL))
     run_local(job, fake_engine)
     parallel = {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*.flac")}
     rows = manifest(tmp_path / "out")
     assert len(parallel) == 2, "the short book has two chapters"
-    monkeypatch.setattr(pipeline, "FINALIZE_THREADS", 1)
+    monkeypatch.setattr(finalize_module, "FINALIZE_THREADS", 1)
     finalize(load_job(tmp_path / "out"))
     assert {p.name: p.read_bytes() for p in (tmp_path / "out").rglob("*.flac")} == parallel
     assert manifest(tmp_path / "out") == rows
@@ -250,7 +253,7 @@ def test_parallel_finalize_equals_one_chapter_at_a_time(short_book, tmp_path, fa
 def test_batch_normalisation_equals_piper_per_item_normalisation(monkeypatch, parallel_above):
     """What write_unit writes (_normalize_concat, item by item, a big unit over threads) is exactly the
     concatenation of _normalize per item: silent items, full-scale items and -32768 included."""
-    import jobs.pipeline as pl
+    import jobs.synthesize as pl
 
     monkeypatch.setattr(pl, "_PARALLEL_NORMALIZE_SAMPLES", parallel_above)
     rng = np.random.default_rng(7)
@@ -302,7 +305,7 @@ def test_units_of_jobs_with_other_scales_share_a_call(short_book, tmp_path, voic
 
     from engines.base import Scales
     from engines.fake import FakeEngine
-    from jobs.pipeline import Unit, synthesize_units
+    from jobs.synthesize import Unit, synthesize_units
 
     cfg = dict(max_batch=3, max_batch_phonemes=803, noise_scale=0.0, noise_w=0.0)
     a = prepare_job([short_book], tmp_path / "a", JobConfig(**cfg))

@@ -60,7 +60,7 @@ def finished(short_book, tmp_path):
 def no_synthesis():
     """Inside, any engine start or synthesis fails the test."""
     import engines
-    import jobs.pipeline
+    import jobs.synthesize
     from engines.fake import FakeEngine
 
     def refuse(*a, **k):
@@ -68,8 +68,8 @@ def no_synthesis():
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(engines, "load_engine", refuse)
-        m.setattr(jobs.pipeline, "synthesize_units", refuse)
-        m.setattr(jobs.pipeline, "run_batch", refuse)
+        m.setattr(jobs.synthesize, "synthesize_units", refuse)
+        m.setattr(jobs.synthesize, "run_batch", refuse)
         m.setattr(FakeEngine, "synthesize", refuse)
         yield
 

@@ -10,7 +10,7 @@ import pytest
 import jobs.segment_pool as segment_pool
 from jobs.config import JobConfig
 from jobs.ingest import Chapter, load_book
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from jobs.plan import to_table
 from jobs.segment_pool import _pieces, segment_chapters
 

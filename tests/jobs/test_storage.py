@@ -25,12 +25,14 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-import jobs.pipeline as pipeline
+import jobs.finalize as finalize_module
+import jobs.prepare as prepare_module
+import jobs.synthesize as synthesize_module
 from cli import main
 from jobs.config import JobConfig
 from core.errors import DiskFullError, StorageError, TTSError
 from core.files import TMP_NAME, atomic_path, sweep_temp_files
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 from tests.smallfs import fill, small_tmpfs
 
@@ -118,7 +120,8 @@ def test_cli_run_full_disk_is_one_line_then_resumes(short_book, tmp_path, voice,
     assert len(job.batches) == 5
     real = files.atomic_path
     patched = lambda final: _through_dev_full(final, target, real)  # noqa: E731
-    monkeypatch.setattr(pipeline, "atomic_path", patched)
+    for module in (prepare_module, synthesize_module, finalize_module):
+        monkeypatch.setattr(module, "atomic_path", patched)
     monkeypatch.setattr(files, "atomic_path", patched)
     res = CliRunner().invoke(main, ["run", "-o", str(out), "--engine", "fake"])
     assert res.exit_code == 7, (res.output, res.exception)
@@ -242,7 +245,7 @@ def test_local_run_killed_during_finalize_then_rerun_leaves_no_temp_files(short_
     its temporary chapter files stay behind; the re-run removes them and completes."""
     out = tmp_path / "o"
     prepare_job([short_book], out, JobConfig(**SMALL))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", pipeline.FINALIZE_DELAY_ENV: "60"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", finalize_module.FINALIZE_DELAY_ENV: "60"}
     proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", "-o", str(out), "--engine", "fake"],
                             env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

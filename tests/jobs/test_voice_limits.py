@@ -59,7 +59,8 @@ def test_an_utterance_past_the_frame_cap_is_one_clear_error(short_book, tmp_path
     fails the batch with one line, instead of writing (or allocating) the audio."""
     from engines.fake import FakeEngine
     from jobs.config import JobConfig
-    from jobs.pipeline import MAX_FRAMES_PER_ID, prepare_job, run_batch
+    from jobs.prepare import prepare_job
+    from jobs.synthesize import MAX_FRAMES_PER_ID, run_batch
 
     job = prepare_job([short_book], tmp_path / "out", JobConfig(length_scale=1.0))
     runaway = FakeEngine(sample_rate=voice.sample_rate, hop_length=voice.hop_length,

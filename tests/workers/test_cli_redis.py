@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from jobs.pipeline import load_job
+from jobs.job import load_job
 from tests.workers.conftest import CLI, RedisServer
 from tests.workers.procs import free_port
 from workers.state import JobStatus, JobStore

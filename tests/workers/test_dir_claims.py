@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobs.config import JobConfig
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from tests.fake_audio import assert_rows_play_their_own_audio
 from tests.workers.test_distributed import cli, submit, wait_status
 from workers.state import JobInfo, JobStatus, JobStore

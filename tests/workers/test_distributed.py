@@ -19,7 +19,8 @@ from click.testing import CliRunner
 from cli import main
 from engines.fake import FakeEngine
 from jobs.config import JobConfig
-from jobs.pipeline import load_job, prepare_job
+from jobs.job import load_job
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 from workers.state import JobStatus, JobStore
 
@@ -443,7 +444,7 @@ def _every_batch_counted_here(store: JobStore, redis_url: str, book: Path, out: 
     """Submit ``book`` with batches of 4, then run and count every batch in this process instead of a
     worker (their messages deleted): Redis ends with the finalize guard set and no finalize message
     sent. Returns (job id, job)."""
-    from jobs.pipeline import run_batch
+    from jobs.synthesize import run_batch
     from workers.state import Holder
 
     job_id = submit(redis_url, book, out, "--max-batch", "4")

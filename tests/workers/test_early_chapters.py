@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs import chapter_records
-from jobs.pipeline import chapter_key, load_job, selected_chapters
+from jobs.finalize import chapter_key, selected_chapters
+from jobs.job import load_job
 from workers.state import JobStatus, JobStore
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
@@ -152,7 +153,7 @@ def test_a_request_for_a_job_with_every_batch_done_is_left_to_its_finalize(tmp_p
     import shutil
 
     from jobs.chapter_records import batches_of
-    from jobs.pipeline import MANIFEST_FILE
+    from jobs.job import MANIFEST_FILE
     from workers.chapter_writer import write_requested
 
     out = tmp_path / "job"

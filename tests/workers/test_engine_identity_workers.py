@@ -23,7 +23,8 @@ LEFT = "left for a worker of the job's engine"
 
 def test_an_onnx_worker_leaves_a_fake_job_to_a_fake_worker(redis_url, start_worker, short_book, tmp_path, voice):
     from engines.fake import FakeEngine
-    from jobs.pipeline import load_job, run_batch
+    from jobs.job import load_job
+    from jobs.synthesize import run_batch
 
     store = JobStore(redis_url)
     out = tmp_path / "job"

@@ -13,7 +13,9 @@ import pytest
 from engines.fake import FakeEngine
 from jobs.config import JobConfig
 from core.errors import BatchesNotDone, DiskFullError, JobError
-from jobs.pipeline import finalize, prepare_job, run_batch
+from jobs.finalize import finalize
+from jobs.prepare import prepare_job
+from jobs.synthesize import run_batch
 from workers import finalize_child
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,7 +186,7 @@ def test_the_chapter_writing_processes_run_niced():
 
 def test_chapter_processes_stay_within_the_limit(tmp_path, short_book, monkeypatch):
     from jobs import chapter_pool
-    from jobs.pipeline import selected_chapters
+    from jobs.finalize import selected_chapters
 
     job = prepare_job([short_book], tmp_path / "o", JobConfig())
     works = selected_chapters(job)

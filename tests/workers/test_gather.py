@@ -211,7 +211,8 @@ def test_gather_leases_in_one_round_and_offers_room_left_by_held_units_to_the_re
     leased to this holder with its attempt, queued_at and queue, and gone from the ready index."""
     import socket
 
-    from jobs.pipeline import load_job, synthesis_class
+    from jobs.job import load_job
+    from jobs.synthesize import synthesis_class
     from workers.batcher import Claimed, gather, unit_shape
     from workers.state import Holder
 

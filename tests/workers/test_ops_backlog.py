@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from jobs.pipeline import load_job
+from jobs.job import load_job
 from workers.celery_app import use_redis
 from workers.state import JobStatus, JobStore
 

@@ -19,7 +19,7 @@ from kombu.exceptions import OperationalError
 
 from cli import main
 from jobs.config import JobConfig
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from workers import control, recovery, runtime
 from workers.batcher import Claimed
 from workers.celery_app import use_redis

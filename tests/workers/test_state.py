@@ -210,7 +210,7 @@ def test_a_finalized_job_redis_lost_is_rebuilt_as_done(redis_url, short_book, tm
     # the job's clients waited for it forever)
     from engines.fake import FakeEngine
     from jobs.config import JobConfig
-    from jobs.pipeline import prepare_job
+    from jobs.prepare import prepare_job
     from jobs.runner import run_local
     from workers import recovery, runtime
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from jobs.config import JobConfig
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from tests.workers.test_trust import cli, tree, wait_for
 from workers.celery_app import redact_url
 from workers.node_state import MAX_RECORD_BYTES, BadRecord, read_record

@@ -17,7 +17,8 @@ from engines.fake import FakeEngine
 from jobs.config import JobConfig
 from core.errors import DiskFullError, StorageError
 from core.files import TMP_NAME
-from jobs.pipeline import FINALIZE_DELAY_ENV, prepare_job
+from jobs.finalize import FINALIZE_DELAY_ENV
+from jobs.prepare import prepare_job
 from jobs.runner import run_local
 from tests.smallfs import fill, small_tmpfs
 from workers.state import JobStatus, JobStore

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from cli import main
 from jobs.config import JobConfig
-from jobs.pipeline import prepare_job
+from jobs.prepare import prepare_job
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE
 from workers.state import JobStatus, JobStore
 
