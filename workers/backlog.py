@@ -13,7 +13,8 @@ For each queue (``tts.high``, ``tts-gpu.normal``, ...) :func:`backlog` reports
     work: **once per unit** (job, batch), however many copies wait (the reaper's re-queued
     copy next to the original), and not at all when its job is cancelled, done or failed,
     its batch is done, or a worker holds its lease (that batch is counted in ``in_flight``):
-    workers skip all of those. A message of a job Redis does not know is counted (a worker
+    workers skip all of those. A batch parked for an engine no live worker served
+    (:mod:`workers.presence`) counts here too, once, on its job's queue: it waits for a worker. A message of a job Redis does not know is counted (a worker
     rebuilds such a job from its directory).
 ``in_flight``
     tasks a worker is running right now, counted from the runner's own **lease keys**
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 import redis
 
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, default_queues
-from workers.state import PREFIX, JobStatus
+from workers.state import PARKED_KEY, PREFIX, JobStatus
 
 _ACTIVE = {s.value for s in JobStatus if s.active}
 
@@ -253,6 +254,20 @@ def _unacked(r: redis.Redis) -> dict[str, int]:
     return out
 
 
+def _parked(r: redis.Redis) -> dict[str, list[tuple[str, str]]]:
+    """Queue -> the units parked for an engine no live worker served (:mod:`workers.presence`)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for f, raw in r.hscan_iter(PARKED_KEY, count=1000):
+        job_id, _, batch = _s(f).rpartition(":")
+        try:
+            queue = json.loads(raw)["queue"]
+        except (ValueError, TypeError, KeyError):
+            continue
+        if job_id and isinstance(queue, str):
+            out.setdefault(queue, []).append((job_id, batch))
+    return out
+
+
 def backlog(r: redis.Redis, queues: list[str] | None = None, prefix: str | None = None,
             steps=PRIORITY_STEPS) -> dict[str, QueueBacklog]:
     """Backlog per queue (see the module doc).
@@ -263,10 +278,11 @@ def backlog(r: redis.Redis, queues: list[str] | None = None, prefix: str | None 
     """
     in_flight = _in_flight(r)
     unacked = _unacked(r)
+    parked = _parked(r)
     if queues:
         names = list(dict.fromkeys(queues))
     else:
-        found = {base_queue(k) for k in _list_keys(r)} | set(in_flight) | set(unacked)
+        found = {base_queue(k) for k in _list_keys(r)} | set(in_flight) | set(unacked) | set(parked)
         found |= set(default_queues(prefix) if prefix else default_queues())
         if prefix:
             found = {q for q in found if q.startswith(prefix + ".")}
@@ -278,6 +294,12 @@ def backlog(r: redis.Redis, queues: list[str] | None = None, prefix: str | None 
         q = QueueBacklog(in_flight=in_flight.get(name, 0), unacked=unacked.get(name, 0))
         _queued(r, name, q, averages, steps, units)
         out[name] = q
+    for name, q in out.items():  # parked units wait for a worker too (once each, like queued messages)
+        mine = parked.get(name, [])
+        for (job_id, _b), keep in zip(mine, units.live(mine) if mine else []):
+            if keep:
+                q.queued += 1
+                q.queued_audio_s += averages.get(job_id)
     return out
 
 

@@ -37,7 +37,7 @@ import time
 
 import redis
 
-from workers.state import PREFIX
+from workers.state import PARKED_KEY, PREFIX
 
 log = logging.getLogger("booktts.presence")
 
@@ -45,7 +45,6 @@ PRESENCE_S = 5.0
 PRESENCE_TTL_S = 3 * PRESENCE_S + 5
 MAX_BACKOFF_S = 60.0
 WORKER_PATTERN = f"{PREFIX}worker:*"
-PARKED_KEY = f"{PREFIX}parked"
 
 
 def _key(host: str, pid: int) -> str:

@@ -26,6 +26,10 @@ Keys (``<P>`` is :data:`PREFIX`, ``<J>`` a job id, ``<B>`` a batch id):
 ``<P>lease:<J>:<B>``                   string   JSON holder, with a TTL (the lease); ``<B>`` may be ``finalize``
 ``<P>reaper``                          string   a short lock so one reaper sweeps at a time
 ``<P>dir:<resolved out dir>``          string   the job id that holds the directory (:meth:`JobStore.claim_dir`)
+``<P>worker:<host>:<pid>``             string   JSON presence of a worker process (engine, device, queues),
+                                                with a TTL (:mod:`workers.presence`)
+``<P>parked``                          hash     ``<J>:<B>`` -> JSON: a batch parked for an engine no live
+                                                worker served (:mod:`workers.presence`)
 =====================================  =======  ===============================================
 
 The atomic steps (begin a batch, complete it, fail it, renew/claim a lease)
@@ -55,6 +59,8 @@ PREFIX = "booktts:"
 #: Recent jobs kept in the ``jobs`` sorted set.
 MAX_RECENT_JOBS = 1000
 FINALIZE = "finalize"
+#: Batches waiting for a worker of their job's engine (:mod:`workers.presence`).
+PARKED_KEY = f"{PREFIX}parked"
 #: Seconds a done job stays in Redis.
 DONE_JOB_TTL_S = settings.setting("BOOKTTS_DONE_JOB_TTL_S").default
 _JOB_PARTS = ("done", "failed", "running", "deliveries", "records", "requeued", "queued", FINALIZE)

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from tests.workers.test_ops_backlog import backlog_json
 from tests.workers.test_trust import cli, wait_for
 from workers.state import JobStatus, JobStore
 
@@ -47,6 +48,8 @@ def test_a_job_no_live_worker_serves_waits_visibly_and_runs_once_one_starts(redi
     assert _received(onnx) - before <= 1, onnx.output()[-3000:]
     assert store.deliveries(jid) == {} and store.get_job(jid).failed == 0
     assert list((out / ".work" / "batches").glob("b*.json")) == []
+    q = backlog_json(redis_url)["queues"]["tts.normal"]  # parked, the batches still count as waiting work
+    assert q["queued"] == n and q["queued_audio_s"] > 0, q
 
     t0 = time.monotonic()
     fake = start_worker(redis_url, "fake")
