@@ -62,7 +62,9 @@ def deliver(out_dir, redis_url, **changes) -> None:
     done = redeliver(job, changes)
     cfg = load_job(out_dir).config
     s = done.summary
-    kind = "M4B" if cfg.audio_format == "m4b" else "chapter"
+    from jobs import formats
+
+    kind = cfg.audio_format.upper() if formats.per_book(cfg.audio_format) else "chapter"
     click.echo(f"delivered: {len(done.files)} {kind} file{'' if len(done.files) == 1 else 's'}, {s.utterances} utterances, {fmt_duration(s.audio_s)} of "
                f"audio in {fmt_duration(done.seconds)}, nothing synthesized ({cfg.output_flags()})")
     if done.removed:

@@ -178,7 +178,9 @@ def _echo_planned(job_id: str, summary: dict, done: int) -> None:
 
 def _echo_done(audio_format: str, out_dir, files: list[str], utterances: int, skipped: int, total_audio_s: float,
                manifest: str, batches_run: int, batches_skipped: int, audio_s: float, wall_s: float) -> None:
-    kind = "M4B" if audio_format == "m4b" else "chapter"
+    from jobs import formats
+
+    kind = audio_format.upper() if formats.per_book(audio_format) else "chapter"
     click.echo(f"done: {len(files)} {kind} file{'' if len(files) == 1 else 's'}, {utterances} utterances "
                f"({skipped} skipped), {fmt_duration(total_audio_s)} of audio in {out_dir}")
     if batches_run:

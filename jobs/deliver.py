@@ -90,7 +90,7 @@ def write_chapter_stream(job, book_index: int, book: dict, ch: dict, pieces, sta
     from the pieces, one more pass). For M4B jobs this writes the chapter's WAV that :func:`finish`
     assembles."""
     cfg = job.config
-    tags = None if cfg.audio_format == "m4b" else tags_for(job, book, ch)
+    tags = None if formats.per_book(cfg.audio_format) else tags_for(job, book, ch)
 
     def write(blocks, rate: int) -> None:
         formats.write_chapter_audio(tmp, final, cfg.audio_format, blocks, rate, tags, writer_errors, cfg.flac_level)
@@ -128,13 +128,13 @@ def finish(job, cols: dict[str, list]) -> list[str]:
                 raise JobError(f"job {job.job_id}: chapter {ch['index']} of {book['title']!r} has no loudness "
                                f"record; run finalize again (resume the job)") from None
         report.extend(stats)
-        if cfg.audio_format == "m4b":
-            rel = formats.book_relpath(book["dir"])
+        if formats.per_book(cfg.audio_format):
+            rel = formats.book_relpath(book["dir"], cfg.audio_format)
             final = files.inside(job.out_dir, rel)
             wavs = [(files.inside(job.out_dir, ch["file"]), ch["title"] or f"Chapter {ch['index']}")
                     for ch in chapters]
             with files.atomic_path(final) as tmp:
-                starts = formats.write_m4b(tmp, wavs, tags_for(job, book, None))
+                starts = formats.WRITERS[cfg.audio_format].book(tmp, wavs, tags_for(job, book, None))
             for ch, start in zip(chapters, starts):
                 for i in rows_of.get((b_i, ch["index"]), []):
                     cols["chapter_path"][i] = rel

@@ -23,14 +23,12 @@ import logging
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from jobs.config import AUDIO_FORMATS
 from core.errors import InputError
 
-#: Formats that need PyAV (FFmpeg's encoders) and mutagen.
-AV_FORMATS = {"mp3": ("mp3", "libmp3lame"), "opus": ("ogg", "libopus"), "m4b": ("ipod", "aac")}
 BITRATES = {"mp3": 64000, "opus": 32000, "m4b": 64000}
 OPUS_RATE = 48000
 #: Intermediate chapter audio of an M4B (processed PCM, WAV) lives here, under the job's .work.
@@ -69,47 +67,47 @@ def _import_av():
 
 def check_available(fmt: str) -> None:
     """Raise one-line :class:`InputError` naming the package if ``fmt`` cannot be written here."""
-    if fmt not in AUDIO_FORMATS:
-        raise InputError(f"--format {fmt!r} is not supported; choose {', '.join(AUDIO_FORMATS)}")
-    need_mutagen = fmt != "wav"
-    if fmt in AV_FORMATS:
+    if fmt not in WRITERS:
+        raise InputError(f"--format {fmt!r} is not supported; choose {', '.join(WRITERS)}")
+    w = WRITERS[fmt]
+    if w.av is not None:
         av = _import_av()
         if av is None:
             raise InputError(f"--format {fmt} needs PyAV (FFmpeg's encoders): pip install av")
-        container, codec = AV_FORMATS[fmt]
+        container, codec = w.av
         try:
             av.codec.Codec(codec, "w")
         except Exception:
             raise InputError(f"--format {fmt}: this PyAV build has no {codec} encoder; install a PyAV wheel "
                              f"that bundles it: pip install --force-reinstall av") from None
-    if need_mutagen and importlib.util.find_spec("mutagen") is None:
+    if w.mutagen and importlib.util.find_spec("mutagen") is None:
         raise InputError(f"--format {fmt} needs mutagen to write tags: pip install mutagen")
 
 
 def describe(fmt: str) -> str:
     """One line for ``plan``."""
-    return {
-        "flac": "FLAC per chapter (lossless, Vorbis comment tags)",
-        "wav": "WAV per chapter (16-bit PCM, RIFF INFO tags)",
-        "mp3": f"MP3 per chapter (LAME, {BITRATES['mp3'] // 1000} kbit/s, ID3v2.4 tags)",
-        "opus": f"Opus in Ogg per chapter ({BITRATES['opus'] // 1000} kbit/s, 48 kHz, Vorbis comment tags)",
-        "m4b": f"one M4B per book (AAC {BITRATES['m4b'] // 1000} kbit/s, a chapter marker per chapter, MP4 tags)",
-    }[fmt]
+    return WRITERS[fmt].describe
+
+
+def per_book(fmt: str) -> bool:
+    """Whether ``fmt`` delivers one file per book (M4B) rather than a file per chapter."""
+    return WRITERS[fmt].book is not None
 
 
 # --------------------------------------------------------------------------- paths
 
 
 def chapter_relpath(book_dir: str, index: int, slug_title: str, fmt: str) -> str:
-    """Where a chapter's audio goes, relative to the job directory. For M4B: the intermediate WAV."""
-    if fmt == "m4b":
+    """Where a chapter's audio goes, relative to the job directory. For a format of one file per book
+    (M4B): the intermediate WAV."""
+    if per_book(fmt):
         return f"{M4B_CHAPTER_DIR}/{book_dir}/{index:03d}-{slug_title}.wav"
     return f"{book_dir}/{index:03d}-{slug_title}.{fmt}"
 
 
-def book_relpath(book_dir: str) -> str:
-    """The M4B of a book, relative to the job directory."""
-    return f"{book_dir}.m4b"
+def book_relpath(book_dir: str, fmt: str = "m4b") -> str:
+    """The file of a book in a format of one file per book (M4B), relative to the job directory."""
+    return f"{book_dir}.{fmt}"
 
 
 # --------------------------------------------------------------------------- the book's own metadata and cover
@@ -232,7 +230,7 @@ def _encode_av(tmp: Path, fmt: str, blocks, sample_rate: int, chapters=None,
     codec of ``fmt``)."""
     import av
 
-    container_fmt, codec = AV_FORMATS[fmt]
+    container_fmt, codec = WRITERS[fmt].av
     rate = OPUS_RATE if fmt == "opus" else sample_rate
     opts = {"movflags": "+faststart"} if fmt == "m4b" else {}
     with av.open(str(tmp), "w", format=container_fmt, options=opts) as c:
@@ -355,23 +353,34 @@ def _tag_mp4(tmp: Path, tags: Tags) -> None:
 def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm, sample_rate: int, tags: Tags | None,
                         writer_errors=contextlib.nullcontext, flac_level: int | None = None) -> None:
     """Write mono ``pcm`` (float32 or int16: one array, or an iterable of blocks, encoded as they
-    come) as ``fmt`` into ``tmp`` (renamed to ``final`` by the caller) and tag it.
+    come) as ``fmt`` into ``tmp`` (renamed to ``final`` by the caller) and tag it: ``fmt``'s :class:`Writer`.
 
     ``writer_errors(final)``: a context that maps the sound library's write errors (libsndfile's).
     ``flac_level``: libFLAC's compression level 0-8 for FLAC (None: libsndfile's default, level 5)."""
-    from jobs.loudness import to_int16
-
     check_available(fmt)
-    if fmt in ("flac", "wav", "m4b"):  # m4b: the intermediate chapter WAV, assembled by write_m4b
+    w = WRITERS[fmt]
+    blocks = _blocks(pcm) if isinstance(pcm, np.ndarray) else pcm
+    w.write(tmp, final, blocks, sample_rate, tags, writer_errors, flac_level)
+    if tags and w.tag is not None:
+        w.tag(tmp, tags)
+
+
+def _sndfile(major: str, info_tags: bool = False):
+    """A chapter writer through libsndfile (16-bit PCM in ``major``: ``FLAC``, ``WAV``); ``info_tags``:
+    the tags go into the file as it is written (WAV's RIFF INFO)."""
+
+    def write(tmp: Path, final: Path, blocks, sample_rate: int, tags: Tags | None, writer_errors, flac_level) -> None:
         import soundfile as sf
 
+        from jobs.loudness import to_int16
+
         # libsndfile takes the level as a fraction of 8 (lrint(x * 8)); 5/8 is its own default
-        level = {"compression_level": flac_level / 8} if fmt == "flac" and flac_level is not None else {}
+        level = {"compression_level": flac_level / 8} if major == "FLAC" and flac_level is not None else {}
         with writer_errors(final):
-            f = sf.SoundFile(str(tmp), "w", samplerate=sample_rate, channels=1, subtype="PCM_16",
-                             format="WAV" if fmt == "m4b" else fmt.upper(), **level)
+            f = sf.SoundFile(str(tmp), "w", samplerate=sample_rate, channels=1, subtype="PCM_16", format=major,
+                             **level)
         try:
-            if fmt == "wav" and tags:
+            if info_tags and tags:
                 f.title, f.album, f.comment, f.genre = tags.title, tags.album, tags.comment, tags.genre
                 if tags.artist:
                     f.artist = tags.artist
@@ -379,7 +388,7 @@ def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm, sample_rate: int,
                     f.date = tags.year
                 if tags.track:
                     f.tracknumber = str(tags.track[0])
-            for block in _blocks(pcm) if isinstance(pcm, np.ndarray) else pcm:
+            for block in blocks:
                 with writer_errors(final):  # read the C errno right after the failed call
                     f.write(to_int16(block))
         except BaseException:
@@ -388,12 +397,17 @@ def write_chapter_audio(tmp: Path, final: Path, fmt: str, pcm, sample_rate: int,
             raise
         with writer_errors(final):
             f.close()
-        if fmt == "flac" and tags:
-            _tag_flac(tmp, tags)
-        return
-    _encode_av(tmp, fmt, _blocks(pcm) if isinstance(pcm, np.ndarray) else pcm, sample_rate)
-    if tags:
-        {"mp3": _tag_mp3, "opus": _tag_opus}[fmt](tmp, tags)
+
+    return write
+
+
+def _av(fmt: str):
+    """A chapter writer through PyAV's encoder of ``fmt`` (:attr:`Writer.av`)."""
+
+    def write(tmp: Path, final: Path, blocks, sample_rate: int, tags: Tags | None, writer_errors, flac_level) -> None:
+        _encode_av(tmp, fmt, blocks, sample_rate)
+
+    return write
 
 
 def write_m4b(tmp: Path, chapter_wavs: list[tuple[Path, str]], tags: Tags) -> list[float]:
@@ -422,3 +436,41 @@ def write_m4b(tmp: Path, chapter_wavs: list[tuple[Path, str]], tags: Tags) -> li
     _encode_av(tmp, "m4b", blocks(), rate, chapters=chapters)
     _tag_mp4(tmp, tags)
     return starts
+
+
+# --------------------------------------------------------------------------- the formats
+
+
+@dataclass(frozen=True)
+class Writer:
+    """One deliverable format: ``--format NAME``."""
+
+    name: str
+    describe: str
+    """One line for ``plan``."""
+    write: Callable
+    """``(tmp, final, blocks, sample_rate, tags, writer_errors, flac_level)``: one chapter's file into ``tmp``
+    from its mono blocks (float32 or int16, in order)
+    (for a format of one file per book: the chapter's intermediate WAV)."""
+    tag: Callable[[Path, Tags], None] | None = None
+    """Tags a written chapter file (None: :attr:`write` wrote them, or chapter files have none)."""
+    av: tuple[str, str] | None = None
+    """(container, codec) of the PyAV encoder it needs; None: it needs no PyAV."""
+    mutagen: bool = True
+    """Needs mutagen (to write tags)."""
+    book: Callable[[Path, list, Tags], list[float]] | None = None
+    """One file per book from its chapters' WAVs: ``(tmp, [(wav, title)], tags) -> chapter starts``
+    (M4B: :func:`write_m4b`); None: the chapter files are what is delivered."""
+
+
+#: Every ``--format``, in the order the command line lists them.
+WRITERS: dict[str, Writer] = {w.name: w for w in (
+    Writer("flac", "FLAC per chapter (lossless, Vorbis comment tags)", _sndfile("FLAC"), tag=_tag_flac),
+    Writer("wav", "WAV per chapter (16-bit PCM, RIFF INFO tags)", _sndfile("WAV", info_tags=True), mutagen=False),
+    Writer("mp3", f"MP3 per chapter (LAME, {BITRATES['mp3'] // 1000} kbit/s, ID3v2.4 tags)", _av("mp3"),
+           tag=_tag_mp3, av=("mp3", "libmp3lame")),
+    Writer("opus", f"Opus in Ogg per chapter ({BITRATES['opus'] // 1000} kbit/s, 48 kHz, Vorbis comment tags)",
+           _av("opus"), tag=_tag_opus, av=("ogg", "libopus")),
+    Writer("m4b", f"one M4B per book (AAC {BITRATES['m4b'] // 1000} kbit/s, a chapter marker per chapter, MP4 "
+           f"tags)", _sndfile("WAV"), av=("ipod", "aac"), book=write_m4b),
+)}

@@ -104,8 +104,8 @@ def _deliverables(job_meta: dict, config) -> set[str]:
     fmt = config.audio_format
     for book in job_meta["books"]:
         chapters = [ch for ch in book["chapters"] if ch["selected"]]
-        audio = [formats.book_relpath(book["dir"])] if fmt == "m4b" else [ch["file"] for ch in chapters]
-        if fmt == "m4b":
+        audio = [formats.book_relpath(book["dir"], fmt)] if formats.per_book(fmt) else [ch["file"] for ch in chapters]
+        if formats.per_book(fmt):
             out.update(ch["file"] for ch in chapters)  # the M4B's chapter WAVs under .work/chapters
         for a in audio:
             out.add(a)

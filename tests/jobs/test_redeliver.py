@@ -10,6 +10,7 @@ utterance: tests/fake_audio.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import shutil
@@ -171,7 +172,7 @@ def test_a_failed_deliver_leaves_the_old_files(finished, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
         return real(tmp, tags)
 
-    monkeypatch.setattr(jobs.formats, "_tag_mp3", fail_second)
+    monkeypatch.setitem(jobs.formats.WRITERS, "mp3", dataclasses.replace(jobs.formats.WRITERS["mp3"], tag=fail_second))
     one_error_line(deliver("-o", out, "--format", "mp3", "--captions", "srt"))
     assert len(calls) == 2
     assert snapshot(out) == before
