@@ -58,20 +58,16 @@ def parse_chapter_selection(spec: str | None, count: int, where: str) -> list[in
 def estimate_workload_s(books: list[Path], config: JobConfig) -> float:
     """Seconds of speech ``books`` will roughly make, from their sizes alone (before planning; for the
     engine's start-up choices): about 15 characters of text a second at length scale 1, an EPUB's
-    markup counted as half its uncompressed size. 0 for what cannot be read (planning reports it)."""
-    import zipfile
+    markup counted as half its uncompressed size (each format's reader says:
+    :attr:`jobs.ingest.readers.Reader.text_chars`). 0 for what cannot be read (planning reports it)."""
+    from jobs.ingest import reader_for
 
     chars = 0.0
     for b in books:
         try:
             p = Path(b)
-            if p.suffix.lower() == ".epub":
-                with zipfile.ZipFile(p) as z:
-                    chars += 0.5 * sum(i.file_size for i in z.infolist()
-                                       if i.filename.lower().endswith((".xhtml", ".html", ".htm")))
-            else:
-                chars += p.stat().st_size
-        except (OSError, ValueError, RuntimeError, zipfile.BadZipFile):
+            chars += reader_for(p).text_chars(p)
+        except (OSError, ValueError, RuntimeError):
             continue
     return chars / 15.0 * (config.length_scale or 1.0)
 
@@ -85,7 +81,7 @@ def job_identity(inputs: list[dict], config: JobConfig, voice: VoiceConfig, lexi
 
 
 def _check_inputs(books: list[Path]) -> list[dict]:
-    from jobs.ingest import check_input_size
+    from jobs.ingest.readers import accepted, check_input_size
 
     if not books:
         raise InputError("no input files given; pass one or more TXT, Markdown or EPUB files")
@@ -97,7 +93,7 @@ def _check_inputs(books: list[Path]) -> list[dict]:
         if p.is_dir():
             raise InputError(f"{p}: is a directory; pass the book files inside it")
         if not p.is_file():  # a device (/dev/zero), FIFO or socket: reading it could block or never end
-            raise InputError(f"{p}: not a regular file (a device, FIFO or socket); pass a .txt, .md or .epub file")
+            raise InputError(f"{p}: not a regular file (a device, FIFO or socket); pass a {accepted()} file")
         check_input_size(p)  # before hashing: a sparse 2 GB file is refused at once, not after reading it all
         out.append({"path": str(p), "sha256": file_sha256(p)})
     return out

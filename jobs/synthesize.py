@@ -23,13 +23,12 @@ import soundfile as sf
 from core.errors import DeterministicEngineError, EngineOutOfMemory, JobError
 from core.files import atomic_path, create_json, real_directory, write_json
 from engines.base import Engine, SynthesisBatch
+from engines import registry
 from engines.spec import engine_identity
 from jobs.job import (BATCHES_DIR, BatchRecord, Job, audio_write_errors, claim_engine, default_worker_name,
                       now_iso)
 from jobs.plan import PlannedUtterance
 
-#: Engines that pass a speaker id to the voice (``--speaker``); others refuse a multi-speaker job.
-SPEAKER_ENGINES = ("onnx", "fake")
 #: Most decoder frames an utterance may take per phoneme id at length scale 1 (times the length scale
 #: above 1): about 0.58 s per id at 22.05 kHz, over ten times what speech takes. An engine that makes
 #: more (a broken or hostile model, or runaway settings) fails the batch with one line: :func:`_check_lengths`.
@@ -97,9 +96,10 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
     """Audio per row; on out-of-memory the rows are split in two and retried (recursively).
     ``item_scales``: each row's :class:`~engines.base.Scales` where the rows mix jobs of different
     scales (None: all ``scales``); an engine without ``per_item_scales`` gets one call per set."""
-    if speaker is not None and engine.info.name not in SPEAKER_ENGINES:
+    if speaker is not None and not getattr(registry.find(engine.info.name), "speakers", False):
+        # (the registry says which engines pass a speaker id to the voice; the others refuse the job)
         raise DeterministicEngineError(f"engine {engine.info.name} cannot choose a speaker (--speaker); "
-                                       f"use --engine {' or '.join(SPEAKER_ENGINES[:1])}")
+                                       f"use --engine {' or '.join(registry.speaker_engines()[:1])}")
     if item_scales is not None and not engine.info.per_item_scales:
         return _synthesize_by_scales(engine, rows, item_scales, seed, speaker, hop_length)
     try:

@@ -207,3 +207,18 @@ def test_speaker_id_reaches_the_engine_batch(tmp_path, short_book, voice, fake_e
     monkeypatch.setattr(fake_engine, "info", dataclasses.replace(fake_engine.info, name="torch"))
     with pytest.raises(Exception, match="cannot choose a speaker"):
         synthesize._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)
+
+
+def test_which_engines_take_a_speaker_is_the_registrys(tmp_path, short_book, voice, fake_engine, monkeypatch):
+    import jobs.synthesize as synthesize
+    from engines import registry
+
+    multi = dataclasses.replace(voice, num_speakers=4, speaker_id_map={"amy": 0, "bob": 3})
+    job = prepare_job([short_book], tmp_path / "o", JobConfig(speaker="bob"), voice=multi)
+    monkeypatch.setattr(fake_engine, "info", dataclasses.replace(fake_engine.info, name="tones"))
+    with pytest.raises(Exception, match=r"engine tones cannot choose a speaker \(--speaker\); use --engine onnx"):
+        synthesize._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)
+    monkeypatch.setitem(registry.ENGINES, "tones", registry.EngineEntry("tones", "engines.fake:build", registry.BY_DEVICE,
+                                                                        ("fp32",), speakers=True))
+    audio = synthesize._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)
+    assert len(audio[0]) == len(job.batch_rows(0))
