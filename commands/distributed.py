@@ -352,7 +352,6 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
                               allowed_roots=allowed_roots, state_dir=state_dir or "",
                               prepare_shapes_s=prepare_shapes_s, early_chapters=early_chapters,
                               unit_writers=unit_writers)
-    env_settings.hand_to_children(settings.child_values())  # (the pool processes inherit it)
     node = name or f"booktts.{os.getpid()}@{socket.gethostname()}"
     click.echo(f"worker {node}: {engine_spec.name} {engine_spec.precision} on {engine_spec.device}, "
                f"queues {','.join(queue_list)}, {pool} "
@@ -365,8 +364,9 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
 
     fd, status_file = tempfile.mkstemp(prefix="booktts-worker-", suffix=".status")
     os.close(fd)
-    # a pool process that cannot build its engine says why there
-    env_settings.hand_to_children({"BOOKTTS_WORKER_STATUS_FILE": status_file})
+    # the pool processes inherit the settings as one record; one that cannot build its engine says why
+    # in the status file
+    env_settings.hand_to_children(dataclasses.replace(settings, status_file=status_file).child_values())
     try:
         w = app.Worker(hostname=node, pool_cls=pool, concurrency=concurrency, queues=queue_list, loglevel=loglevel,
                        without_gossip=True, without_mingle=True, without_heartbeat=True, optimization="fair",

@@ -215,8 +215,6 @@ _declare("BOOKTTS_EARLY_CHAPTERS", integer(0), 2, "`worker --early-chapters` (0:
 _declare("BOOKTTS_UNIT_WRITERS", integer(1), 4, "`worker --unit-writers`", group="worker")
 
 # ------------------------------------------------------------------ internal: set by booktts for its children
-_declare("BOOKTTS_WORKER_STATUS_FILE", TEXT, None, "where a pool process that cannot build its engine says "
-         "why (set by `worker`)", group="internal")
 _declare("BOOKTTS_METRICS_DEVICE", TEXT, None, "the physical GPU a per-GPU worker reports (set by the "
          "supervisor)", group="internal")
 

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import soundfile as sf
 
+from core import settings
 from core.errors import BatchesNotDone, JobError
 from core.files import atomic_path, inside, read_json, sweep_temp_files, write_json
 from jobs import chapter_pool, chapter_records, deliver
@@ -34,7 +35,7 @@ from jobs.segment import PauseKind
 FINALIZE_THREADS = 8
 #: Test knob: seconds ``finalize`` waits in each chapter file (its temporary file open), so that
 #: tests can kill a worker in the middle of a finalize.
-FINALIZE_DELAY_ENV = "BOOKTTS_TEST_FINALIZE_DELAY_S"
+FINALIZE_DELAY_ENV = settings.setting("BOOKTTS_TEST_FINALIZE_DELAY_S").name
 
 log = logging.getLogger("booktts.finalize")
 
@@ -320,7 +321,7 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records
     """Write one chapter file (atomically) from the batch audio; its manifest columns, samples, skipped rows."""
     path = inside(job.out_dir, ch["file"])
     audio = _BatchAudio(job, records=records, memory=memory)  # one per chapter: open files are not shared between threads
-    delay_s = float(os.environ.get(FINALIZE_DELAY_ENV) or 0)
+    delay_s = settings.get(FINALIZE_DELAY_ENV)
     try:
         cols, pos, skipped, plan = _chapter_columns(job, b_i, book, ch, rows, audio)
         with atomic_path(path) as tmp:

@@ -22,10 +22,6 @@ ENV_READ = re.compile(r"os\.environ\b|os\.getenv\b|\bgetenv\(")
 ENV_ELSEWHERE = {
     # copies the whole environment for its child (PYTHONPATH first), reading no declared name
     "workers/finalize_child.py": 1,
-    # not yet converted: another engineer is splitting these two files (issue 30 item 1); they go
-    # through core.settings once that lands
-    "jobs/finalize.py": 1,
-    "workers/tasks.py": 2,
 }
 
 

@@ -93,6 +93,9 @@ class WorkerSettings:
     file and its fsync, the record and its fsync: mostly time outside the interpreter lock, waiting on
     the disk). The engine's next call waits while a call's units are being written, so storage with
     slow fsyncs (a network filesystem) wants more."""
+    status_file: str = ""
+    """Where a pool process that cannot build its engine writes why (set by the ``worker`` command, which
+    reports it and stops); empty: nowhere."""
 
     def __post_init__(self) -> None:
         from jobs.config import batch_defaults, runs_on_gpu
@@ -114,7 +117,8 @@ class WorkerSettings:
                 "max_deliveries": int(self.max_deliveries), "gather": bool(self.gather),
                 "max_batch_phonemes": int(self.max_batch_phonemes), "allowed_roots": list(self.allowed_roots),
                 "state_dir": self.state_dir, "prepare_shapes_s": float(self.prepare_shapes_s),
-                "early_chapters": int(self.early_chapters), "unit_writers": int(self.unit_writers)}
+                "early_chapters": int(self.early_chapters), "unit_writers": int(self.unit_writers),
+                "status_file": self.status_file}
 
     @classmethod
     def from_record(cls, record: dict) -> "WorkerSettings":
@@ -127,7 +131,8 @@ class WorkerSettings:
                        allowed_roots=real_roots(record.get("allowed_roots") or ()),
                        state_dir=str(record.get("state_dir") or ""),
                        prepare_shapes_s=float(record["prepare_shapes_s"]),
-                       early_chapters=int(record["early_chapters"]), unit_writers=int(record["unit_writers"]))
+                       early_chapters=int(record["early_chapters"]), unit_writers=int(record["unit_writers"]),
+                       status_file=str(record.get("status_file") or ""))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise env_settings.SettingError(f"environment variable {RECORD_ENV}: not a worker's settings record "
                                             f"({type(exc).__name__}: {exc}); unset it") from None

@@ -53,6 +53,7 @@ from celery import Task, signals
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
+from core import settings as env_settings
 from core.errors import (BatchesNotDone, BrokerError, EngineMismatch, EngineUnavailable, JobError, TransientEngineError,
                          UnsafePathError, VoiceError)
 from workers import runtime
@@ -609,7 +610,7 @@ def _on_process_init(**_) -> None:
     except Exception as exc:  # an unusable engine: say so once and stop the worker
         msg = f"cannot build the {s.engine.name} engine on {s.engine.device}: {exc}"
         log.error("error: %s; stopping this worker", msg)
-        status_file = os.environ.get("BOOKTTS_WORKER_STATUS_FILE")
+        status_file = s.status_file  # (set by the worker command)
         if status_file:
             try:
                 with open(status_file, "w", encoding="utf-8") as f:
@@ -634,7 +635,7 @@ def _start_presence(s) -> None:
 
 @signals.worker_process_shutdown.connect
 def _on_process_shutdown(**_) -> None:
-    batcher.drain_if_started(timeout=float(os.environ.get("BOOKTTS_SHUTDOWN_DRAIN_S", 600)))
+    batcher.drain_if_started(timeout=env_settings.get("BOOKTTS_SHUTDOWN_DRAIN_S"))
     chapter_writer.close()
     finalize_child.close_ready()
     if _reaper is not None:
