@@ -13,9 +13,9 @@ For each queue (``tts.high``, ``tts-gpu.normal``, ...) :func:`backlog` reports
     work: **once per unit** (job, batch), however many copies wait (the reaper's re-queued
     copy next to the original), and not at all when its job is cancelled, done or failed,
     its batch is done, or a worker holds its lease (that batch is counted in ``in_flight``):
-    workers skip all of those. A batch parked for an engine no live worker served
-    (:mod:`workers.presence`) counts here too, once, on its job's queue: it waits for a worker. A message of a job Redis does not know is counted (a worker
-    rebuilds such a job from its directory).
+    workers skip all of those. A message of a job Redis does not know is counted (a worker
+    rebuilds such a job from its directory). A batch parked for an engine no live worker served
+    (:mod:`workers.presence`) counts here too, once, on its job's queue: it waits for a worker.
 ``in_flight``
     tasks a worker is running right now, counted from the runner's own **lease keys**
     (``booktts:lease:<job>:<batch>``, :mod:`workers.state`), each attributed to the

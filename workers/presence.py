@@ -19,7 +19,8 @@ Every worker's presence thread moves parked batches back onto their queue (:func
 - after a back-off (``2 ** tries`` seconds, at most :data:`MAX_BACKOFF_S`) when a worker of that
   engine was live already (it shares the queue with workers of other engines, which may take the
   message again before it does);
-- never while no live worker serves it; a job no longer active, or a batch done, leaves the hash.
+- never while no live worker serves it; once one does, a batch of a job no longer active, or a batch
+  done or failed, leaves the hash instead.
 
 Taking a field out of the hash (``HDEL`` answers 1 to one caller only) decides which worker queues
 it, so a batch is queued once. ``cli.py status JOB`` names the engine a job needs and whether a live
@@ -115,8 +116,10 @@ def parked_of(r: redis.Redis, job_id: str) -> int:
 
 
 def drain(store, now: float | None = None) -> int:
-    """Queue again the parked batches that a live worker serves (see the module doc); drop those of
-    jobs no longer active and batches done. Returns how many were queued."""
+    """Queue again the parked batches that a live worker serves and whose back-off is over (see the
+    module doc), each job's in one call; of those, drop the batches of jobs no longer active and the
+    batches done or failed. Entries nobody serves cost no Redis call but the one read of the hash.
+    Returns how many batches were queued."""
     from workers.enqueue import enqueue_batches
 
     r = store.r
@@ -125,34 +128,38 @@ def drain(store, now: float | None = None) -> int:
         return 0
     now = time.time() if now is None else now
     workers = live_workers(r)
-    n = 0
+    due: dict[tuple[str, str, str], list[tuple[bytes, bytes, int]]] = {}
     for raw_field, raw in entries.items():
-        field = raw_field.decode(errors="replace")
-        job_id, _, batch = field.rpartition(":")
+        job_id, _, batch = raw_field.decode(errors="replace").rpartition(":")
         try:
             rec = json.loads(raw)
-            batch_id = int(batch)
-            ident = _ident(rec["engine"])
-        except (TypeError, ValueError, KeyError, AttributeError):
+            batch_id, ident, job_dir, queue = int(batch), _ident(rec["engine"]), str(rec["dir"]), str(rec["queue"])
+            waited = now - float(rec.get("at", 0))
+            backoff = min(2.0 ** int(rec.get("tries", 1)), MAX_BACKOFF_S) if rec.get("served") else 0.0
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
             r.hdel(PARKED_KEY, raw_field)
             continue
-        info = store.get_job(job_id) if job_id else None
-        if info is None or not info.status.active or batch_id in store.done_ids(job_id) \
-                or batch_id in store.failures(job_id):  # (a job Redis lost is queued again by its rebuild)
+        if ident is None or not job_id:
             r.hdel(PARKED_KEY, raw_field)
             continue
-        if not serving(workers, ident, rec.get("queue")):
-            continue
-        if rec.get("served") and now - float(rec.get("at", 0)) < min(2.0 ** int(rec.get("tries", 1)), MAX_BACKOFF_S):
-            continue
-        if r.hdel(PARKED_KEY, raw_field) != 1:  # another worker took it
+        if serving(workers, ident, queue) and waited >= backoff:
+            due.setdefault((job_id, job_dir, queue), []).append((raw_field, raw, batch_id))
+    n = 0
+    for (job_id, job_dir, queue), items in due.items():
+        info = store.get_job(job_id)  # (a job Redis lost is queued again by its rebuild)
+        ended = (store.done_ids(job_id) | set(store.failures(job_id))) if info is not None else set()
+        drop = [f for f, _, b in items if info is None or not info.status.active or b in ended]
+        if drop:
+            r.hdel(PARKED_KEY, *drop)
+        mine = [(f, raw, b) for f, raw, b in items if f not in drop and r.hdel(PARKED_KEY, f) == 1]
+        if not mine:  # (HDEL answers 1 to one worker only: another took them)
             continue
         try:
-            enqueue_batches(rec["dir"], job_id, [batch_id], rec["queue"])
+            enqueue_batches(job_dir, job_id, [b for _, _, b in mine], queue)
         except Exception:
-            r.hset(PARKED_KEY, raw_field, raw)  # parked again: the next tick tries once more
+            r.hset(PARKED_KEY, mapping={f: raw for f, raw, _ in mine})  # parked again: the next tick retries
             raise
-        n += 1
+        n += len(mine)
     if n:
         log.info("%d parked batches queued again for live workers of their engine", n)
     return n
