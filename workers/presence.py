@@ -5,26 +5,24 @@ Every worker process (each prefork child, or the solo worker) writes its presenc
 :data:`PRESENCE_TTL_S`): its engine identity (backend and precision), device and queues. A
 worker that dies is gone from there within the TTL.
 
-A batch of a job that another engine identity synthesizes (:func:`jobs.job.check_engine`)
-used to go back on its queue after a second, every time a worker of the wrong engine took it: with
-no worker of the job's engine running, it went round the workers once a second for ever, each time
-with a log line. Now such a worker *parks* it (:func:`park`): the batch goes into the hash
-``<P>parked`` (field ``<job>:<batch>``, JSON ``{dir, queue, engine, at, tries, waited_for}``) and its
-message is acknowledged. Nothing is leased, counted or failed: the batch stays pending in the job.
+A batch of a job that another engine identity synthesizes (:func:`jobs.job.check_engine`) used to
+go back on its queue a second after a worker of the wrong engine took it: with no worker of the job's
+engine running, it went round the workers once a second for ever, each time with a log line. Now:
 
-Every worker's presence thread moves parked batches back onto their queue (:func:`drain`):
+- while a live worker of the job's engine consumes the queue, the worker of the wrong engine still puts
+  the message back after :data:`workers.tasks.ENGINE_GIVE_BACK_S` (the other worker takes it soon);
+- while none does, it *parks* the batch (:func:`park`): the batch goes into the hash ``<P>parked``
+  (field ``<job>:<batch>``, JSON ``{dir, queue, engine, at, tries}``) and its message is acknowledged.
+  Nothing is leased, counted or failed: the batch stays pending in the job (``backlog`` counts it as
+  queued on its queue), and it causes no message, log line or work until a worker of its engine
+  appears.
 
-- at once when a live worker serves the batch's engine and none did when it was parked (a worker of
-  that engine appeared; that worker's own first tick, at its start, does it);
-- after a back-off (``2 ** tries`` seconds, at most :data:`MAX_BACKOFF_S`) when a worker of that
-  engine was live already (it shares the queue with workers of other engines, which may take the
-  message again before it does);
-- never while no live worker serves it; once one does, a batch of a job no longer active, or a batch
-  done or failed, leaves the hash instead.
-
-Taking a field out of the hash (``HDEL`` answers 1 to one caller only) decides which worker queues
-it, so a batch is queued once. ``cli.py status JOB`` names the engine a job needs and whether a live
-worker serves it (:func:`engine_line`).
+Every worker's presence thread moves parked batches back onto their queue (:func:`drain`) as soon as a
+live worker serves their engine on their queue (a worker of that engine, at its start, does it at
+once); a batch of a job no longer active, or a batch done or failed, leaves the hash instead. Taking a
+field out of the hash (``HDEL`` answers 1 to one caller only) decides which worker queues it, so a
+batch is queued once. ``cli.py status JOB`` names the engine a job needs and whether a live worker
+serves it (:func:`engine_line`).
 """
 
 from __future__ import annotations
@@ -44,7 +42,6 @@ log = logging.getLogger("booktts.presence")
 
 PRESENCE_S = 5.0
 PRESENCE_TTL_S = 3 * PRESENCE_S + 5
-MAX_BACKOFF_S = 60.0
 WORKER_PATTERN = f"{PREFIX}worker:*"
 
 
@@ -92,11 +89,15 @@ def serving(workers: list[dict], ident: tuple[str, str] | None, queue: str | Non
             and (not queue or not w.get("queues") or queue in w["queues"])]
 
 
-def park(r: redis.Redis, job_dir: str, job_id: str, batch_id: int, queue: str, engine: dict) -> tuple[bool, int]:
-    """Park a batch that needs ``engine`` (the job's identity) until a worker of it is live (see the
-    module doc). Returns (whether a live worker serves that engine now, times the batch was parked)."""
+def served(r: redis.Redis, engine: dict | None, queue: str) -> bool:
+    """Whether a live worker of ``engine`` (a job's identity; None: any) consumes ``queue``."""
+    return bool(serving(live_workers(r), _ident(engine), queue))
+
+
+def park(r: redis.Redis, job_dir: str, job_id: str, batch_id: int, queue: str, engine: dict) -> int:
+    """Park a batch that needs ``engine`` (the job's identity) until a live worker serves it (see the
+    module doc). Returns how many times the batch was parked."""
     ident = _ident(engine)
-    served = bool(serving(live_workers(r), ident, queue))
     field = f"{job_id}:{batch_id}"
     old = r.hget(PARKED_KEY, field)
     try:
@@ -104,9 +105,9 @@ def park(r: redis.Redis, job_dir: str, job_id: str, batch_id: int, queue: str, e
     except (TypeError, ValueError, AttributeError):
         tries = 0
     rec = {"dir": str(job_dir), "queue": queue, "engine": {"name": ident[0], "precision": ident[1]},
-           "at": time.time(), "tries": tries + 1, "served": served}
+           "at": time.time(), "tries": tries + 1}
     r.hset(PARKED_KEY, field, json.dumps(rec))
-    return served, tries + 1
+    return tries + 1
 
 
 def parked_of(r: redis.Redis, job_id: str) -> int:
@@ -115,18 +116,16 @@ def parked_of(r: redis.Redis, job_id: str) -> int:
     return sum(1 for f in r.hkeys(PARKED_KEY) if f.decode(errors="replace").startswith(head))
 
 
-def drain(store, now: float | None = None) -> int:
-    """Queue again the parked batches that a live worker serves and whose back-off is over (see the
-    module doc), each job's in one call; of those, drop the batches of jobs no longer active and the
-    batches done or failed. Entries nobody serves cost no Redis call but the one read of the hash.
-    Returns how many batches were queued."""
+def drain(store) -> int:
+    """Queue again the parked batches that a live worker serves (see the module doc), each job's in one
+    call; of those, drop the batches of jobs no longer active and the batches done or failed. Entries
+    nobody serves cost no Redis call but the one read of the hash. Returns how many were queued."""
     from workers.enqueue import enqueue_batches
 
     r = store.r
     entries = r.hgetall(PARKED_KEY)
     if not entries:
         return 0
-    now = time.time() if now is None else now
     workers = live_workers(r)
     due: dict[tuple[str, str, str], list[tuple[bytes, bytes, int]]] = {}
     for raw_field, raw in entries.items():
@@ -134,15 +133,13 @@ def drain(store, now: float | None = None) -> int:
         try:
             rec = json.loads(raw)
             batch_id, ident, job_dir, queue = int(batch), _ident(rec["engine"]), str(rec["dir"]), str(rec["queue"])
-            waited = now - float(rec.get("at", 0))
-            backoff = min(2.0 ** int(rec.get("tries", 1)), MAX_BACKOFF_S) if rec.get("served") else 0.0
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
+        except (TypeError, ValueError, KeyError, AttributeError):
             r.hdel(PARKED_KEY, raw_field)
             continue
         if ident is None or not job_id:
             r.hdel(PARKED_KEY, raw_field)
             continue
-        if serving(workers, ident, queue) and waited >= backoff:
+        if serving(workers, ident, queue):
             due.setdefault((job_id, job_dir, queue), []).append((raw_field, raw, batch_id))
     n = 0
     for (job_id, job_dir, queue), items in due.items():

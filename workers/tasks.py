@@ -30,9 +30,10 @@ Failure handling:
   (``.work/batches`` replaced by a link elsewhere, say: :func:`jobs.job.check_write_directories`),
   fails the batch like bad input, before anything is synthesized or written;
 - a batch of a job whose batches another engine identity synthesized (backend and precision:
-  :func:`jobs.job.check_engine`) is left for a worker of that engine: parked in Redis before its lease
-  is taken (no delivery counted, the job does not fail) and queued again once a live worker serves that
-  engine (:mod:`workers.presence`); a worker gathers only batches of jobs of its own engine or of none yet;
+  :func:`jobs.job.check_engine`) is left for a worker of that engine, before its lease is taken (no
+  delivery counted, the job does not fail): put back on its queue after :data:`ENGINE_GIVE_BACK_S` while
+  a live worker of that engine consumes it, parked in Redis until one does otherwise
+  (:mod:`workers.presence`); a worker gathers only batches of jobs of its own engine or of none yet;
 - a job directory outside the worker's allowed roots (``worker --allowed-root``,
   ``BOOKTTS_ALLOWED_ROOTS``; :func:`workers.runtime.check_job_dir`) is refused before anything is
   read or written: one ``error: refused ...`` log line, a failure recorded in the job (when Redis
@@ -75,6 +76,12 @@ RETRY_BACKOFF_MAX = 60
 RETRYABLE = (TransientEngineError, BrokerError, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
              OperationalError, OSError)
 
+
+
+#: Seconds a worker waits before it puts back the message of a batch that another engine must run while a
+#: live worker of that engine consumes the queue (so that the two do not pass it around without pause);
+#: with none live, the batch is parked instead (:mod:`workers.presence`).
+ENGINE_GIVE_BACK_S = 1.0
 
 
 def _give_back(store: JobStore, claimed, holder: Holder) -> None:
@@ -362,10 +369,13 @@ def load_job_here(path, identity: dict | None = None):
 
 
 def _leave_to_its_engine(store: JobStore, job_dir: str, job_id: str, batch_id: int, queue: str) -> bool:
-    """True if the job's batches come from another engine identity than this worker's: then its message
-    is parked until a worker of that engine is live (:func:`workers.presence.park`) while the job is
-    active and the batch not done or failed, and is dropped otherwise. Nothing is leased or counted. False: this worker may run it."""
-    from jobs.job import check_engine
+    """True if the job's batches come from another engine identity than this worker's: then, while the
+    job is active and the batch not done or failed, its message goes back on ``queue`` after
+    :data:`ENGINE_GIVE_BACK_S` if a live worker of that engine consumes the queue, and the batch is
+    parked until one does otherwise (:mod:`workers.presence`); it is dropped when the job is not active.
+    Nothing is leased or counted. False: this worker may run it."""
+    from jobs.job import check_engine, recorded_engine
+    from workers import presence
 
     try:
         check_engine(job_dir, job_id, runtime.settings().engine.identity())
@@ -377,14 +387,16 @@ def _leave_to_its_engine(store: JobStore, job_dir: str, job_id: str, batch_id: i
         if not active:
             log.info("job %s batch %d: dropped: the job is not active (%s)", job_id, batch_id, exc)
             return True
-        from jobs.job import recorded_engine
-        from workers import presence
-
-        served, tries = presence.park(store.r, job_dir, job_id, batch_id, queue, recorded_engine(job_dir))
+        engine = recorded_engine(job_dir)
+        if presence.served(store.r, engine, queue):  # a worker of its engine takes it from the queue soon
+            log.info("job %s batch %d: left for a worker of the job's engine (%s)", job_id, batch_id, exc)
+            time.sleep(ENGINE_GIVE_BACK_S)
+            enqueue_batches(job_dir, job_id, [batch_id], queue)
+            return True
+        tries = presence.park(store.r, job_dir, job_id, batch_id, queue, engine)
         if tries & (tries - 1) == 0:  # the 1st, 2nd, 4th, 8th... time: a log line, not a flood
-            log.info("job %s batch %d: left for a worker of the job's engine, parked (%s; %s) (%s)", job_id,
-                     batch_id, "a live worker serves it" if served else "no live worker serves it",
-                     f"parked {tries} times", exc)
+            log.info("job %s batch %d: left for a worker of the job's engine, parked until one is live (parked "
+                     "%d times) (%s)", job_id, batch_id, tries, exc)
         return True
 
 

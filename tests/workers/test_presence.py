@@ -1,10 +1,8 @@
 """workers.presence against a real redis-server: parked batches wait while no live worker serves their
-engine (on their queue), are queued again once one does (after a back-off when one did already), and
+engine (on their queue), are queued again once one does, and
 those of batches done leave without being queued."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 
@@ -23,7 +21,8 @@ def test_parked_batches_wait_for_a_live_worker_of_their_engine_on_their_queue(re
     out = tmp_path / "job"
     jid = cli("submit", short_book, "-o", out, "--max-batch", "2", "--redis-url", redis_url).stdout.splitlines()[0]
     r.delete("tts.normal")  # the submit's own messages: only what drain queues is counted below
-    assert presence.park(r, str(out), jid, 0, "tts.normal", TORCH) == (False, 1)
+    assert not presence.served(r, TORCH, "tts.normal")
+    assert presence.park(r, str(out), jid, 0, "tts.normal", TORCH) == 1
     assert presence.drain(store) == 0 and r.hexists(PARKED_KEY, f"{jid}:0"), "nobody serves torch: it waits"
 
     presence.announce(r, {"name": "onnx", "precision": "fp32"}, "cpu", ["tts.normal"])
@@ -34,16 +33,13 @@ def test_parked_batches_wait_for_a_live_worker_of_their_engine_on_their_queue(re
     assert r.llen("tts.normal") == 1
     assert presence.drain(store) == 0 and r.llen("tts.normal") == 1, "queued once"
 
-    # parked while a torch worker was live (it shares the queue): queued again after a back-off
-    assert presence.park(r, str(out), jid, 0, "tts.normal", TORCH) == (True, 1)
-    assert presence.drain(store) == 0
-    assert presence.drain(store, now=time.time() + 2.5) == 1 and r.llen("tts.normal") == 2
+    assert presence.served(r, TORCH, "tts.normal") and not presence.served(r, TORCH, "tts.low")
 
     # a batch done meanwhile leaves the hash without a message
     r.sadd(store.k(jid, "done"), 1)
     presence.park(r, str(out), jid, 1, "tts.normal", TORCH)
-    assert presence.drain(store, now=time.time() + 100) == 0 and not r.hexists(PARKED_KEY, f"{jid}:1")
-    assert r.llen("tts.normal") == 2
+    assert presence.drain(store) == 0 and not r.hexists(PARKED_KEY, f"{jid}:1")
+    assert r.llen("tts.normal") == 1
 
     shown = presence.engine_line(store, store.get_job(jid))
     assert shown.startswith("any engine; served by 1 live worker process"), shown  # (no batch made yet)
