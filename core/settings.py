@@ -11,9 +11,9 @@ Settings are flags first; a variable exists where a container or a child process
 docs/operations.md, section 8, is :func:`markdown_table` (``python -m core.settings`` prints it;
 ``tests/test_settings.py`` fails when the two differ).
 
-Groups: ``product`` (what operators set), ``worker`` (a worker's settings: each is also a
-``worker`` flag's variable, and ``BOOKTTS_WORKER_SETTINGS`` carries all of them to child
-processes as one record), ``internal`` (set by one booktts process for its children), ``other``
+Groups: ``product`` (what operators set), ``worker`` (a worker's settings, as a ``celery`` worker
+started directly reads them, several also ``worker`` flags' variables; ``BOOKTTS_WORKER_SETTINGS``
+carries all of them to child processes as one record), ``internal`` (set by one booktts process for its children), ``other``
 (names other software owns, read here too) and ``test`` (switches the test suite hands to the
 processes it starts; nothing in production sets them).
 
