@@ -200,13 +200,17 @@ def test_sigkill_of_whole_worker_node_mid_batch(redis_url, start_worker, short_b
     timeout: hours); the lease expires and the other worker's reaper re-enqueues the batch."""
     store = JobStore(redis_url)
     # a's batches take 30 s, so the one it holds is still running when b is ready and a is killed (with
-    # 1.5 s, a busy host could start b after a had finished that batch and taken the next); b's are quick
+    # 1.5 s, a busy host could start b after a had finished that batch and taken the next). b's take
+    # 1.5 s: b is still busy with the job's other batches when its reaper re-enqueues a's. With 0.2 s
+    # batches b sat idle, and once it re-ran the batch with no requeue noted: workers.recovery.reap
+    # enqueues before it claims the running entry, so an idle worker can begin the batch first, and
+    # the reaper then skips its note and log line.
     a = start_worker(redis_url, "a", env={"BOOKTTS_FAKE_DELAY_S": "30"})
     out = tmp_path / "dist"
     job_id = submit(redis_url, short_book, out, "--max-batch", "2")
     batch, holder = wait_running(store, job_id)
     assert holder.worker == a.name
-    b = start_worker(redis_url, "b", env={"BOOKTTS_FAKE_DELAY_S": "0.2"})
+    b = start_worker(redis_url, "b", env={"BOOKTTS_FAKE_DELAY_S": "1.5"})
     assert store.running(job_id).get(str(batch)) == holder, "a still holds the batch when it is killed"
     a.kill_group()
     killed_at = time.time()
