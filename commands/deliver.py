@@ -93,6 +93,10 @@ def _update_record(job, redis_url) -> None:
         store.r.ping()
         if record_delivery(store, job):
             click.echo(f"job {job.job_id}: its record in Redis updated ({redact_url(store.url)})")
+        else:
+            click.echo(f"note: job {job.job_id}'s record in Redis was not updated: Redis at {redact_url(store.url)} "
+                       f"has no done job {job.job_id} in {job.out_dir} (--redis-url / REDIS_URL names the Redis "
+                       f"it was submitted to)", err=True)
     except (redis.exceptions.RedisError, OSError, ValueError) as exc:  # (ValueError: an unparsable URL)
         where = redact_url(store.url) if store is not None else "Redis"
         click.echo(f"note: job {job.job_id}'s record in Redis ({where}) was not updated ({type(exc).__name__}); "

@@ -53,6 +53,13 @@ def test_deliver_updates_a_distributed_jobs_record_and_says_when_redis_is_away(r
     assert all(f.endswith(".flac") for f in json.loads((out / ".work" / "finalized.json").read_text())["chapter_files"])
     assert store.get_job(jid).summary["audio_format"] == "mp3"  # (unchanged: it could not be reached)
 
+    # a Redis that does not know the job (another database): one line, the deliver stands
+    other = redis_url.rsplit("/", 1)[0] + "/1"
+    res = cli("deliver", "-o", out, "--format", "flac", "--redis-url", other, ok=False)
+    assert res.exit_code == 0 and "Traceback" not in res.output, res.output
+    lines = [ln for ln in res.output.splitlines() if "Redis" in ln]
+    assert len(lines) == 1 and "not updated" in lines[0] and "has no done job" in lines[0], res.output
+
     # `resume OUT` brings the record up to date from the directory
     assert cli("resume", out, "--redis-url", redis_url, ok=False).exit_code == 0
     s = store.get_job(jid).summary
