@@ -1,9 +1,9 @@
 """The distributed runner: Celery moves work, ``jobs`` does it.
 
 ``workers`` knows Celery, Redis, leases, retries and priorities; it does not
-know how to synthesize or write audio. Every batch is run by
-:func:`jobs.synthesize.run_batch` and every job is assembled by
-:func:`jobs.finalize.finalize`, exactly as the local runner does.
+know how to synthesize or write audio. Every batch is synthesized by
+:func:`jobs.synthesize.synthesize_units` and written by :func:`jobs.synthesize.write_unit`, and every
+job is assembled by :func:`jobs.finalize.finalize`, exactly as the local runner does.
 
 Modules:
 

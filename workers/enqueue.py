@@ -20,6 +20,8 @@ import logging
 import os
 import threading
 
+import redis
+
 from workers.backlog import EST_HEADER, priority_lists
 from workers.celery_app import TASK_FINALIZE, TASK_SYNTHESIZE, app
 from workers.state import JobStore
@@ -109,6 +111,22 @@ def withdraw(queue: str, units) -> int:
         return 0
     keys = priority_lists(queue)
     return int(get_store().r.eval(_WITHDRAW, len(keys), *keys, WITHDRAW_SCAN, *ids))
+
+
+def withdraw_units(claimed) -> int:
+    """Take the own messages of units a worker gathered (:class:`workers.batcher.Claimed`) off their
+    queues (:func:`withdraw`), so they are not delivered only to be skipped; returns how many were
+    removed. A queue Redis fails on keeps its messages (one log line): they are delivered and skipped."""
+    by_queue: dict[str, list] = {}
+    for c in claimed:
+        by_queue.setdefault(c.queue, []).append((c.job_id, c.batch_id))
+    removed = 0
+    for queue, units in by_queue.items():
+        try:
+            removed += withdraw(queue, units)
+        except redis.exceptions.RedisError as exc:
+            log.info("gathered units' messages not withdrawn from %s (%s); they will be skipped", queue, exc)
+    return removed
 
 
 def _try_load(job_dir: str, job_id: str):

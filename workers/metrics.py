@@ -114,10 +114,12 @@ def _safe(fn):
 
 
 @_safe
-def batch_done(info, queue: str | None, items: int, audio_s: float, engine_s: float, wall_s: float,
-               planned: int = 1) -> None:
-    """One engine call of this process with the engine of ``info`` (:class:`engines.base.EngineInfo`)
-    that synthesized ``planned`` planned batches (several when the worker combined them)."""
+def engine_call(info, queue: str | None, synth, wall_s: float) -> None:
+    """One engine call of this process with the engine of ``info`` (:class:`engines.base.EngineInfo`):
+    ``synth`` (:class:`jobs.synthesize.SynthesizedUnits`) is what it made, of one or more units (planned
+    batches: several when the worker gathered them); ``wall_s`` its seconds around the engine."""
+    items, planned, engine_s = synth.size, len(synth.units), synth.infer_ms / 1000.0
+    audio_s = sum(len(a) for it in synth.items for a in it) / info.sample_rate
     m = _m()
     lab = _labels(info.name, info.precision, info.device, queue)
     m["batches"].labels(**lab).inc(planned)

@@ -1,10 +1,14 @@
 """The Celery tasks: thin wrappers that move work to :mod:`jobs.synthesize` and :mod:`jobs.finalize`.
 
 ``synthesize_batch(job_dir, job_id, batch_id, queued_at)``
-    takes the batch's lease (:meth:`workers.state.JobStore.begin`), calls
-    :func:`jobs.synthesize.run_batch` with this process's engine, counts the batch once in
-    Redis (:meth:`~workers.state.JobStore.complete`, a Lua script), and, when it completes
-    the job, enqueues exactly one ``finalize_job`` (an ``SET NX`` guard inside the script).
+    claims, calls, hands off. It takes the lease of the message's unit (:func:`_claim_unit`:
+    :meth:`workers.state.JobStore.begin`); makes one engine call of that unit and of the queued
+    units gathered to it up to the engine's capacity (:func:`_engine_call`: :func:`workers.batcher.gather`,
+    :func:`jobs.synthesize.synthesize_units` with this process's engine); and hands the audio to the
+    writer thread (:func:`_hand_off`), which writes each unit (:func:`jobs.synthesize.write_unit`),
+    counts it once in Redis (:meth:`~workers.state.JobStore.complete`, a Lua script) and, for the
+    unit that completes the job, starts exactly one finalize (an ``SET NX`` guard inside the script):
+    on this process's finalize threads, or as a ``finalize_job`` message.
 
 ``finalize_job(job_dir, job_id)``
     calls :func:`jobs.finalize.finalize` and marks the job done.
@@ -16,8 +20,8 @@ Failure handling:
   :class:`~core.errors.DiskFullError` is an ``OSError``, also for libsndfile's write errors) are
   retried by Celery (``autoretry_for`` with exponential backoff, :data:`MAX_RETRIES`); a write of
   finished audio that fails so is retried the same way on the writer thread, under the lease;
-- out-of-memory on a batch is handled inside ``run_batch``, which splits the batch in two
-  (recursively) and records the number of splits;
+- out-of-memory in an engine call is handled inside :func:`jobs.synthesize.synthesize_units`, which
+  splits the call in two (recursively) and records the number of splits in each unit's record;
 - everything else (:class:`~core.errors.DeterministicEngineError`, bad input, bugs) and
   exhausted retries are recorded in the job (batch, error, worker, attempt) by
   :meth:`BatchTask.on_failure`; the other batches still run, and the job ends ``failed``
@@ -48,6 +52,7 @@ import os
 import signal
 import socket
 import time
+from dataclasses import dataclass
 
 import redis
 from celery import Task, signals
@@ -64,7 +69,7 @@ from workers.recovery import Heartbeat, ReaperThread, rebuild_job
 from workers import metrics
 from workers import batcher, chapter_writer, finalize_child, finalize_slots
 from workers.batcher import Claimed
-from workers.enqueue import enqueue_batches, enqueue_finalize, get_store, load_checked, withdraw
+from workers.enqueue import enqueue_batches, enqueue_finalize, get_store, load_checked, withdraw_units
 from workers.state import FINALIZE, Holder, JobStore, check_job_id
 
 log = logging.getLogger("booktts.tasks")
@@ -253,24 +258,69 @@ def _hold_for_retry(store: JobStore, job_id: str, key, holder, lease_seconds: fl
           retry_backoff=RETRY_BACKOFF, retry_backoff_max=RETRY_BACKOFF_MAX, retry_jitter=True,
           acks_late=True, reject_on_worker_lost=True, ignore_result=True, throws=(OutsideAllowedRoots, UnsafePathError))
 def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: str | None = None) -> dict:
-    """Synthesize one batch of a job with this process's engine (see the module doc)."""
+    """Claim the message's unit, make one engine call of it and the units gathered to it, hand the
+    audio to the writer thread (see the module doc)."""
     t_in = time.perf_counter()
     job_dir, job_id, batch_id = _parse(job_dir, job_id, batch_id)
     store = get_store()
     if _leave_to_its_engine(store, job_dir, job_id, batch_id, _queue_of(self)):
         return {"job": job_id, "batch": batch_id, "skipped": "engine"}
-    queue, holder, verdict, value = _claim(self, store, job_dir, job_id, batch_id)
+    seed, holder, skipped = _claim_unit(self, store, job_dir, job_id, batch_id, queued_at, t_in)
+    if seed is None:
+        return skipped
+    call = _engine_call(self, store, seed, holder)
+    if not isinstance(call, _EngineCall):  # nothing to synthesize, or left to a worker of the job's engine
+        return call
+    return _hand_off(self, store, call, holder, t_in)
+
+
+def _claim_unit(task, store: JobStore, job_dir: str, job_id: str, batch_id: int, queued_at: str | None,
+                t_in: float) -> tuple[Claimed | None, Holder | None, dict | None]:
+    """Take the lease of the message's unit (:func:`_claim`). Returns (the unit, its holder, None), or
+    (None, None, the task's result) when this delivery is not to run it (done, leased, cancelled);
+    a unit delivered too often is a :class:`JobError` (recorded by :meth:`BatchTask.on_failure`)."""
+    queue, holder, verdict, value = _claim(task, store, job_dir, job_id, batch_id)
     if verdict == "exhausted":
         raise JobError(f"batch {batch_id} was started {value - 1} times without finishing (the worker running "
                        f"it died each time: out of memory, a crash?); see the worker logs")
     if verdict != "ok":
         log.info("job %s batch %d: skipped (%s)", job_id, batch_id, verdict)
         batcher.call_clock().skip(t_in, time.perf_counter())
-        return {"job": job_id, "batch": batch_id, "skipped": verdict}
+        return None, None, {"job": job_id, "batch": batch_id, "skipped": verdict}
     attempt = int(value)
+    _HOLDERS[str(task.request.id)] = (holder.to_json(), attempt)
+    return Claimed(job_dir, job_id, batch_id, attempt, queued_at, queue), holder, None
+
+
+@dataclass
+class _EngineCall:
+    """One engine call a task made: its units (the message's first), their audio, and its times."""
+
+    job: object
+    """The message's unit's job (:class:`jobs.job.Job`)."""
+    engine: object
+    synth: object
+    """The call's audio, not written yet (:class:`jobs.synthesize.SynthesizedUnits`)."""
+    claimed: list[Claimed]
+    heartbeat: Heartbeat
+    """Renews the units' leases until each is written and counted."""
+    settings: object
+    """This worker's settings (:class:`workers.runtime.WorkerSettings`) the call ran with."""
+    loaded: float
+    gathered: float
+    started: float
+    finished: float
+    """``time.perf_counter()`` after the engine was at hand, after the gather, around the engine call."""
+
+
+def _engine_call(task, store: JobStore, seed: Claimed, holder: Holder) -> _EngineCall | dict:
+    """Synthesize the leased unit ``seed``, with the units :func:`_gather_units` adds to it, in one engine
+    call. Returns the call, or the task's result when nothing was synthesized: the unit was written
+    before (counted now), or its job belongs to a worker of another engine (every unit given back).
+    On a failure the gathered units are given back and the error is raised (a node that cannot run the
+    engine gives the message back and stops)."""
     s = runtime.settings()
-    _HOLDERS[str(self.request.id)] = (holder.to_json(), attempt)
-    seed = Claimed(job_dir, job_id, batch_id, attempt, queued_at, queue)
+    job_dir, job_id, batch_id = seed.job_dir, seed.job_id, seed.batch_id
     hb = Heartbeat(store, job_id, batch_id, holder, s.lease_seconds, s.heartbeat_s).start()
     extra: list = []
     try:
@@ -281,31 +331,22 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
         existing = job.batch_record(batch_id)
         if existing is not None:  # written before (Redis lost the count): count it, nothing to run
             hb.stop()
-            return _count(store, job_dir, job_id, batch_id, holder, existing, queue)
+            return _count(store, job_dir, job_id, batch_id, holder, existing, seed.queue)
         try:
             engine = runtime.get_engine(job.voice, on_built=metrics.engine_loaded)
             t_loaded = time.perf_counter()
             if s.gather:
-                extra = batcher.gather(store, job, seed, holder, max_items=engine.info.max_batch,
-                                       max_padded=s.max_batch_phonemes, lease_s=s.lease_seconds,
-                                       max_deliveries=s.max_deliveries,
-                                       load_job=functools.partial(load_job_here, identity=s.engine.identity()),
-                                       mix_scales=engine.info.per_item_scales)
-                for c, _ in extra:
-                    hb.add(c.job_id, c.batch_id)
-                    runtime.remember_job(c.job_id, c.job_dir, c.queue, store.url)
-                _withdraw_gathered([c for c, _ in extra])
+                extra = _gather_units(store, job, seed, holder, engine, s)
+                _join_call(store, [c for c, _ in extra], hb)
             t_gathered = time.perf_counter()
             from jobs.synthesize import Unit, synthesize_units
 
-            units = [Unit(job, batch_id, attempt, queued_at)] + [Unit(j, c.batch_id, c.attempt, c.queued_at)
-                                                                 for c, j in extra]
+            units = [Unit(job, batch_id, seed.attempt, seed.queued_at)] + [Unit(j, c.batch_id, c.attempt, c.queued_at)
+                                                                           for c, j in extra]
             t0 = time.perf_counter()
             synth = synthesize_units(units, engine)
             t1 = time.perf_counter()
-            metrics.batch_done(engine.info, queue, synth.size,
-                               sum(len(a) for it in synth.items for a in it) / engine.info.sample_rate,
-                               synth.infer_ms / 1000.0, t1 - t0, planned=len(units))
+            metrics.engine_call(engine.info, seed.queue, synth, t1 - t0)
         except (EngineUnavailable, VoiceError) as exc:  # the node's fault (no package, device, voice)
             raise _EngineMissing(exc) from exc
     except _EngineMissing as exc:
@@ -313,13 +354,13 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
         _give_back(store, [c for c, _ in extra], holder)
         # This node cannot run the engine: give the message back for another node and stop.
         store.release(job_id, batch_id, holder)
-        _HOLDERS.pop(str(self.request.id), None)
+        _HOLDERS.pop(str(task.request.id), None)
         log.error("error: %s; this worker stops, batch %d goes back to the queue", exc.inner, batch_id)
         _request_worker_shutdown()
         raise Reject(str(exc.inner), requeue=True) from exc
     except EngineMismatch as exc:  # a worker of another engine took the job's first batch meanwhile
         hb.stop()
-        _HOLDERS.pop(str(self.request.id), None)
+        _HOLDERS.pop(str(task.request.id), None)
         _give_back(store, [seed] + [c for c, _ in extra], holder)
         log.info("job %s batch %d: left for a worker of the job's engine (%s)", job_id, batch_id, exc)
         return {"job": job_id, "batch": batch_id, "skipped": "engine"}
@@ -329,32 +370,47 @@ def synthesize_batch(self, job_dir: str, job_id: str, batch_id: int, queued_at: 
         if isinstance(exc, RETRYABLE):
             _hold_for_retry(store, job_id, batch_id, holder, s.lease_seconds)
         raise
-    claimed = [seed] + [c for c, _ in extra]
-    _HOLDERS.pop(str(self.request.id), None)  # from here on failures are handled by the writer
-    batcher.offloader().write(lambda: _write_and_count(store, synth, claimed, holder, hb))
-    shapes = runtime.shapes_to_record(engine, s.engine, job.voice)
+    return _EngineCall(job, engine, synth, [seed] + [c for c, _ in extra], hb, s, t_loaded, t_gathered, t0, t1)
+
+
+def _gather_units(store: JobStore, job, seed: Claimed, holder: Holder, engine, s) -> list:
+    """Queued units of any job of ``seed``'s synthesis class that join its engine call, each leased
+    (:func:`workers.batcher.gather`), up to the engine's capacity: its item limit and this worker's
+    padded-phoneme limit; jobs another engine synthesizes are left out."""
+    return batcher.gather(store, job, seed, holder, max_items=engine.info.max_batch,
+                          max_padded=s.max_batch_phonemes, lease_s=s.lease_seconds,
+                          max_deliveries=s.max_deliveries,
+                          load_job=functools.partial(load_job_here, identity=s.engine.identity()),
+                          mix_scales=engine.info.per_item_scales)
+
+
+def _join_call(store: JobStore, claimed: list[Claimed], hb: Heartbeat) -> None:
+    """The gathered units ``claimed`` join this task: their leases renewed by its heartbeat, their jobs
+    remembered by this process, their own messages taken off their queues
+    (:func:`workers.enqueue.withdraw_units`)."""
+    for c in claimed:
+        hb.add(c.job_id, c.batch_id)
+        runtime.remember_job(c.job_id, c.job_dir, c.queue, store.url)
+    batcher.call_clock().withdrew(withdraw_units(claimed))
+
+
+def _hand_off(task, store: JobStore, call: _EngineCall, holder: Holder, t_in: float) -> dict:
+    """Give the call's audio to the writer thread (each unit written, counted, its lease dropped there:
+    :func:`_write_and_count`), and the engine's shapes to the node's profile; log the call's timing.
+    The Celery message is acknowledged when this returns."""
+    seed, synth, engine = call.claimed[0], call.synth, call.engine
+    _HOLDERS.pop(str(task.request.id), None)  # from here on failures are handled by the writer
+    batcher.offloader().write(lambda: _write_and_count(store, synth, call.claimed, holder, call.heartbeat))
+    shapes = runtime.shapes_to_record(engine, call.settings.engine, call.job.voice)
     if shapes is not None:  # the node's profile of the engine's shapes, for the next worker's start
         batcher.offloader().write(shapes)
-    timing = batcher.call_clock().call(t_in, t_loaded, t_gathered, t0, t1,
+    timing = batcher.call_clock().call(t_in, call.loaded, call.gathered, call.started, call.finished,
                                        synth.infer_ms / 1000.0, time.perf_counter())
-    log.info("job %s batch %d: engine batch of %d utterances with %d more batches of %d jobs; timing %s", job_id,
-             batch_id, synth.size, len(extra), len({c.job_id for c, _ in extra} | {job_id}), timing)
-    return {"job": job_id, "batch": batch_id, "engine_batch": synth.size, "units": len(claimed)}
-
-
-def _withdraw_gathered(claimed) -> None:
-    """Take the gathered units' own messages off their queues (:func:`workers.enqueue.withdraw`), so
-    they are not delivered only to be skipped; a failure changes nothing but that."""
-    by_queue: dict[str, list] = {}
-    for c in claimed:
-        by_queue.setdefault(c.queue, []).append((c.job_id, c.batch_id))
-    for queue, units in by_queue.items():
-        try:
-            n = withdraw(queue, units)
-        except redis.exceptions.RedisError as exc:
-            log.info("gathered units' messages not withdrawn from %s (%s); they will be skipped", queue, exc)
-            continue
-        batcher.call_clock().withdrew(n)
+    extra = call.claimed[1:]
+    log.info("job %s batch %d: engine batch of %d utterances with %d more batches of %d jobs; timing %s",
+             seed.job_id, seed.batch_id, synth.size, len(extra), len({c.job_id for c in extra} | {seed.job_id}),
+             timing)
+    return {"job": seed.job_id, "batch": seed.batch_id, "engine_batch": synth.size, "units": len(call.claimed)}
 
 
 def load_job_here(path, identity: dict | None = None):
