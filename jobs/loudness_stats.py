@@ -453,3 +453,55 @@ class StreamMeter:
             blocks = _blocks_from_cumulative(energy_at, self.n, self.sample_rate)
         return ChapterStats(self.sample_rate, self.n, blocks, self.ss, self.tp if self.true_peak else self.sp,
                             self.sp)
+
+
+# --------------------------------------------------------------------------- records
+
+
+def wanted(jobs) -> bool:
+    """Whether statistics are worth making for units of ``jobs``: some job applies a loudness
+    (``--loudness none`` reports only a sample peak and RMS, summed in finalize)."""
+    return any(j.config.loudness != "none" for j in jobs)
+
+
+def engine_hook(engine, sample_rate: int, on: bool) -> None:
+    """Give an engine that computes statistics on its device (``item_stats``) the hook, or take it
+    away (``on`` False); other engines are left alone (their units are measured on the host)."""
+    if not hasattr(engine, "item_stats"):
+        return
+    if not on:
+        engine.item_stats = None
+    elif not isinstance(engine.item_stats, TorchStats) or engine.item_stats.sample_rate != sample_rate:
+        engine.item_stats = TorchStats(sample_rate)
+
+
+def unit_stats(written: list[np.ndarray], engine_items: list[np.ndarray], engine_stats: list | None,
+               normalized: bool, sample_rate: int) -> list[dict]:
+    """The record form of each item's statistics: the engine's (computed on its device; scaled as
+    peak normalisation scaled the item) where it gave them, else measured on the host from the
+    samples as written."""
+    out = []
+    for i, audio in enumerate(written):
+        st = engine_stats[i] if engine_stats is not None and i < len(engine_stats) else None
+        if st is not None and st.samples == len(audio):
+            if normalized:
+                peak = max(int(engine_items[i].max()), -int(engine_items[i].min())) if len(engine_items[i]) else 0
+                if peak:
+                    st = st.scaled(32767.0 / peak)
+        else:
+            st = utterance_stats(audio, sample_rate)
+        out.append(st.to_json())
+    return out
+
+
+def chapter_from_records(entries, samples: int, sample_rate: int) -> ChapterStats | None:
+    """A chapter's statistics from its utterances' records: ``entries`` are (offset, the record's
+    item dict) of each spoken utterance; None where one of them lacks usable statistics (a job
+    written by an older version, or with ``--loudness none``): the chapter is measured instead."""
+    parts = []
+    for offset, item in entries:
+        st = UtteranceStats.from_json(item.get("loudness"), int(item["samples"]), sample_rate)
+        if st is None:
+            return None
+        parts.append((offset, st))
+    return combine(parts, samples, sample_rate)
