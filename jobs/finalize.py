@@ -23,7 +23,7 @@ import soundfile as sf
 from core import settings
 from core.errors import BatchesNotDone, JobError
 from core.files import atomic_path, inside, read_json, sweep_temp_files, write_json
-from jobs import chapter_pool, chapter_records, deliver
+from jobs import chapter_pool, chapter_records, deliver, loudness_stats
 from jobs import claim as claims
 from jobs.config import JobConfig
 from jobs.job import (FINALIZED_FILE, MANIFEST_FILE, WORK_DIR, BatchRecord, Job, audio_write_errors,
@@ -318,25 +318,38 @@ def chapter_part(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | 
 
 def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records: dict[int, BatchRecord],
                    memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
-    """Write one chapter file (atomically) from the batch audio; its manifest columns, samples, skipped rows."""
+    """Write one chapter file (atomically) from the batch audio, streamed: each utterance is read from
+    its batch as the encoder needs it (never the chapter whole); its manifest columns, samples, skipped rows.
+    Its loudness gain comes from the utterances' statistics in their batch records (measured from the
+    stream, one more pass, where a record lacks them: jobs written by an older version)."""
     path = inside(job.out_dir, ch["file"])
     audio = _BatchAudio(job, records=records, memory=memory)  # one per chapter: open files are not shared between threads
     delay_s = settings.get(FINALIZE_DELAY_ENV)
     try:
         cols, pos, skipped, plan = _chapter_columns(job, b_i, book, ch, rows, audio)
+        stats = None
+        if job.config.loudness != "none":
+            entries, at = [], 0
+            for batch_id, batch_pos, pause in plan:
+                if batch_id >= 0:
+                    item = audio.record(batch_id).items[batch_pos]
+                    entries.append((at, item))
+                    at += int(item["samples"])
+                at += pause
+            stats = loudness_stats.chapter_from_records(entries, pos, job.sample_rate)
+        silence = np.zeros(max((p for _, _, p in plan), default=0), np.int16)
+
+        def pieces():
+            for batch_id, batch_pos, pause in plan:
+                if batch_id >= 0:
+                    yield audio.read(batch_id, batch_pos)
+                if pause:
+                    yield silence[:pause]
+
         with atomic_path(path) as tmp:
             if delay_s:
                 time.sleep(delay_s)
-            pieces: list[np.ndarray] = []
-            for batch_id, batch_pos, pause in plan:
-                if batch_id >= 0:
-                    pieces.append(audio.read(batch_id, batch_pos))
-                if pause:
-                    pieces.append(np.zeros(pause, np.int16))
-            audio.close()
-            pcm = np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
-            del pieces
-            deliver.write_chapter(job, b_i, book, ch, pcm, tmp, path, audio_write_errors)
+            deliver.write_chapter_stream(job, b_i, book, ch, pieces, stats, tmp, path, audio_write_errors)
     finally:
         audio.close()
     return cols, pos, skipped

@@ -41,6 +41,10 @@ RESAMPLE_PEAK_DB = 0.5
 #: After limiting, a level this far (LU, or dB of RMS) off the target has the chapter written again
 #: with the gain corrected (the whole-signal path of jobs.loudness allows RETRY_LU = 0.2).
 RETRY_LU = 0.05
+#: Passes at most of a metered chapter (the last one's output stays, whatever its level).
+MAX_PASSES = 4
+#: Seconds at a chapter's start on which ACX reads how resampling changes its RMS (before writing).
+SHIFT_SAMPLE_S = 60.0
 
 
 def rechunk(pieces: Iterable[np.ndarray], size: int = BLOCK) -> Iterator[np.ndarray]:
@@ -217,6 +221,21 @@ def _of(stats: ChapterStats, loudness: bool = True) -> L.Measurement:
                          stats.sample_peak_db(), stats.rms_db())
 
 
+def _resampled_rms_shift(pieces: Iterable[np.ndarray], sample_rate: int, out_rate: int) -> float:
+    """How much resampling changes the RMS (dB; its filter takes the energy near the voice's Nyquist
+    frequency away), read on the chapter's first :data:`SHIFT_SAMPLE_S` seconds."""
+    want = int(SHIFT_SAMPLE_S * sample_rate)
+    got, n = [], 0
+    for p in pieces:
+        got.append(np.asarray(p)[:want - n])
+        n += len(got[-1])
+        if n >= want:
+            break
+    x = np.concatenate(got).astype(np.float32) / 32768.0 if got else np.zeros(0, np.float32)
+    before, after = L.rms_db(x), L.rms_db(L.resample(x, sample_rate, out_rate))
+    return after - before if math.isfinite(before) and math.isfinite(after) else 0.0
+
+
 def measure_stream(pieces: Iterable[np.ndarray], sample_rate: int, loudness: bool = True) -> ChapterStats:
     """A chapter's statistics measured from its samples (for records that lack them); without
     ``loudness`` only its sample peak and RMS (``--loudness none`` reports those)."""
@@ -262,6 +281,8 @@ def process(pieces: Callable[[], Iterable[np.ndarray]], sample_rate: int, mode: 
         gain_db = L.ACX_TARGET_RMS_DB - rms if math.isfinite(rms) else 0.0
         target, ceiling, want = (f"RMS {L.ACX_TARGET_RMS_DB:g} dB, <= {L.ACX_CEILING_DBTP:g} dBFS peak",
                                  L.ACX_CEILING_DBTP, L.ACX_TARGET_RMS_DB)
+    if out_rate != sample_rate and mode == "acx":
+        gain_db -= _resampled_rms_shift(pieces(), sample_rate, out_rate)
     threshold_db = ceiling - L.LIMITER_MARGIN_DB / 2
     allowance = RESAMPLE_PEAK_DB if out_rate != sample_rate else 0.0
     peak_db = stats.true_peak_db()
@@ -275,7 +296,8 @@ def process(pieces: Callable[[], Iterable[np.ndarray]], sample_rate: int, mode: 
         return report, count[0]
     # metered passes: the limiter (or resampling) decides the output's figures
     limited = False
-    for _ in range(4):
+    tried: list[tuple[float, float]] = []  # (gain dB, level) of each pass
+    for _ in range(MAX_PASSES):
         gain = float(np.float32(10 ** (gain_db / 20)))
         meter = StreamMeter(out_rate, loudness=True, true_peak=True)
         lims: list = []
@@ -284,9 +306,14 @@ def process(pieces: Callable[[], Iterable[np.ndarray]], sample_rate: int, mode: 
         out = meter.result()
         limited = any(lim.limited for lim in lims)
         level = out.integrated_lufs() if mode == "ebu" else out.rms_db()
-        if not limited or not math.isfinite(level) or abs(level - want) <= RETRY_LU:
+        if not math.isfinite(level) or abs(level - want) <= RETRY_LU:
             break
-        gain_db += want - level
+        tried.append((gain_db, level))
+        # the limiter takes part of any more gain: step by the slope the last two passes showed
+        slope = 1.0
+        if len(tried) >= 2 and tried[-1][0] != tried[-2][0]:
+            slope = min(1.5, max(0.2, (tried[-1][1] - tried[-2][1]) / (tried[-1][0] - tried[-2][0])))
+        gain_db += (want - level) / slope
     before, after = L._rounded(src), L._rounded(_of(out))
     report = L.ChapterLoudness(mode, sample_rate, out_rate, asdict(before), asdict(after), round(gain_db, 2), gain,
                                limited, target)

@@ -27,6 +27,7 @@ from engines import registry
 from engines.spec import engine_identity
 from jobs.job import (BATCHES_DIR, BatchRecord, Job, audio_write_errors, claim_engine, default_worker_name,
                       now_iso)
+from jobs import loudness_stats
 from jobs.plan import PlannedUtterance
 
 #: Most decoder frames an utterance may take per phoneme id at length scale 1 (times the length scale
@@ -93,7 +94,9 @@ def _normalize_concat(items: list[np.ndarray]) -> np.ndarray:
 
 def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed: int | None,
                      speaker: int | None = None, item_scales: list | None = None, hop_length: int = 256):
-    """Audio per row; on out-of-memory the rows are split in two and retried (recursively).
+    """Audio per row, with the engine's milliseconds, splits, phoneme durations and loudness
+    statistics per row (None where the engine made none: the writer measures them); on
+    out-of-memory the rows are split in two and retried (recursively).
     ``item_scales``: each row's :class:`~engines.base.Scales` where the rows mix jobs of different
     scales (None: all ``scales``); an engine without ``per_item_scales`` gets one call per set."""
     if speaker is not None and not getattr(registry.find(engine.info.name), "speakers", False):
@@ -111,14 +114,15 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
             raise
         half = len(rows) // 2
         per_a, per_b = (None, None) if item_scales is None else (item_scales[:half], item_scales[half:])
-        a, ms_a, s_a, d_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker, per_a, hop_length)
-        b, ms_b, s_b, d_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker, per_b, hop_length)
-        return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b
+        a, ms_a, s_a, d_a, st_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker, per_a, hop_length)
+        b, ms_b, s_b, d_b, st_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker, per_b, hop_length)
+        return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b, st_a + st_b
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
     _check_lengths(engine, rows, res.sample_lengths, scales, item_scales, hop_length)
     durations = [_phoneme_samples(res, i, len(r.utt.phoneme_ids)) for i, r in enumerate(rows)]
-    return [res.item(i) for i in range(len(rows))], res.infer_ms, 0, durations
+    stats = list(res.stats) if getattr(res, "stats", None) is not None else [None] * len(rows)
+    return [res.item(i) for i in range(len(rows))], res.infer_ms, 0, durations, stats
 
 
 def _synthesize_by_scales(engine: Engine, rows: list[PlannedUtterance], item_scales: list, seed: int | None,
@@ -130,16 +134,17 @@ def _synthesize_by_scales(engine: Engine, rows: list[PlannedUtterance], item_sca
         groups.setdefault(sc, []).append(i)
     audio: list = [None] * len(rows)
     durations: list = [None] * len(rows)
+    stats: list = [None] * len(rows)
     infer_ms, splits = 0.0, 0
     for k, (sc, idx) in enumerate(groups.items()):
-        a, ms, sp, d = _synthesize_rows(engine, [rows[i] for i in idx], sc,
-                                        None if seed is None else (seed + k) & 0x7FFFFFFF, speaker,
-                                        hop_length=hop_length)
+        a, ms, sp, d, st = _synthesize_rows(engine, [rows[i] for i in idx], sc,
+                                            None if seed is None else (seed + k) & 0x7FFFFFFF, speaker,
+                                            hop_length=hop_length)
         for j, i in enumerate(idx):
-            audio[i], durations[i] = a[j], d[j]
+            audio[i], durations[i], stats[i] = a[j], d[j], st[j]
         infer_ms += ms
         splits += sp
-    return audio, infer_ms, splits, durations
+    return audio, infer_ms, splits, durations, stats
 
 
 def _check_lengths(engine: Engine, rows: list[PlannedUtterance], lengths, scales, item_scales,
@@ -218,6 +223,9 @@ class SynthesizedUnits:
     """Identifies the engine call (shared by every unit synthesized in it)."""
     durations: list[list] | None = None
     """Per unit, per row: whole samples per phoneme id (None where the engine gives no durations)."""
+    stats: list[list] | None = None
+    """Per unit, per row: the loudness statistics the engine computed on its device
+    (:class:`jobs.loudness_stats.UtteranceStats` of the engine's audio), or None: measured when written."""
     _written: dict = field(default_factory=dict, repr=False, compare=False)
     """:meth:`written_audio`'s results, by unit index."""
 
@@ -279,20 +287,23 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
     item_scales = None
     if any(u.job.scales != first.scales for u in units):  # jobs of several speaking rates or noise settings
         item_scales = [u.job.scales for u, rs in zip(units, rows_per) for _ in rs]
-    flat, infer_ms, splits, flat_durations = _synthesize_rows(engine, rows, first.scales, seed,
-                                                              first.meta["voice"].get("speaker_id"), item_scales,
-                                                              _hop_length(engine, first))
+    # loudness statistics on the engine's device where it makes them (torch); else the writer measures
+    loudness_stats.engine_hook(engine, first.sample_rate, loudness_stats.wanted(u.job for u in units))
+    flat, infer_ms, splits, flat_durations, flat_stats = _synthesize_rows(
+        engine, rows, first.scales, seed, first.meta["voice"].get("speaker_id"), item_scales, _hop_length(engine, first))
     items: list[list[np.ndarray]] = []
     durations: list[list] = []
+    stats: list[list] = []
     k = 0
     for u, rs in zip(units, rows_per):
         part = flat[k:k + len(rs)]
         durations.append(flat_durations[k:k + len(rs)])
+        stats.append(flat_stats[k:k + len(rs)])
         k += len(rs)
         items.append(part)  # normalised when written (write_unit), off the engine's thread on workers
     tag = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
     return SynthesizedUnits(units, items, engine.info, float(infer_ms), splits, started, now_iso(), tag,
-                            durations)
+                            durations, stats)
 
 
 def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -> BatchRecord:
@@ -316,11 +327,19 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     offsets = np.concatenate([[0], np.cumsum([len(a) for a in items])]).tolist()
     share = len(items) / max(synth.size, 1)  # this unit's share of the engine call's time
     durs = synth.durations[index] if synth.durations is not None else None
+    # each item's loudness statistics (finalize combines them into its chapter's gain): the engine's,
+    # or measured here from the samples as written; none for --loudness none (finalize sums its report)
+    louds = None
+    if loudness_stats.wanted([job]):
+        louds = loudness_stats.unit_stats(synth.written_audio(index)[1], items,
+                                          synth.stats[index] if synth.stats is not None else None,
+                                          job.config.normalize, info.sample_rate)
     rec = BatchRecord(
         batch_id=batch_id, job_id=job.job_id, audio_file=audio_name,
         items=[{"book_index": r.utt.book_index, "chapter_index": r.utt.chapter_index,
                 "utterance_index": r.utt.utterance_index, "offset": int(offsets[i]), "samples": int(len(items[i])),
-                **({"phoneme_samples": durs[i]} if durs is not None and durs[i] is not None else {})}
+                **({"phoneme_samples": durs[i]} if durs is not None and durs[i] is not None else {}),
+                **({"loudness": louds[i]} if louds is not None else {})}
                for i, r in enumerate(rows)],
         engine=info.name, precision=info.precision, device=info.device,
         infer_ms=round(synth.infer_ms * share, 3), started_at=synth.started_at, finished_at=synth.finished_at,

@@ -233,3 +233,67 @@ def test_torch_engine_returns_the_statistics_of_its_items(voice, speech):
         assert st.samples == len(res.item(i)) and len(st.k) == len(ref.k)
         assert np.max(np.abs(st.k - ref.k)) <= 1e-5 * ref.k.max()
         assert st.tp == pytest.approx(ref.tp, rel=1e-5) and st.ss == pytest.approx(ref.ss, rel=1e-5)
+
+
+# --------------------------------------------------------------------------- through finalize
+
+
+def _chapter_reports(out):
+    return sorted((out / ".work" / "loudness").glob("*.json"))
+
+
+@pytest.mark.parametrize("mode", ["ebu", "acx"])
+def test_finished_flac_meets_the_target_from_the_records_statistics(tmp_path, onnx_engine, mode):
+    """A real-voice job through the local runner: each batch record carries its utterances'
+    statistics, finalize takes the chapter's gain from them, and the decoded FLAC reads (pyloudnorm,
+    a 4x-oversampled peak) within 0.1 of the target, peaks under the ceiling. Then the records lose
+    their statistics (a job of an older version): deliver measures the chapter instead and finds
+    the same gain."""
+    import soundfile as sf
+
+    from jobs.config import JobConfig
+    from jobs.job import load_job
+    from jobs.prepare import prepare_job
+    from jobs.redeliver import redeliver
+    from jobs.runner import run_local
+
+    out = tmp_path / "o"
+    job = prepare_job([DATA / "short-story.txt"], out, JobConfig(loudness=mode, max_batch=4))
+    run_local(job, onnx_engine)
+    records = sorted((out / ".work" / "batches").glob("*.json"))
+    assert records and all("loudness" in it for r in records for it in json.loads(r.read_text())["items"])
+    reports = [json.loads(p.read_text()) for p in _chapter_reports(out)]
+    assert reports and all(r["statistics"] == "utterances" for r in reports)
+    for r in reports:
+        x, rate = sf.read(str(out / r["file"]), dtype="float64")
+        assert rate == L.output_rate(mode, job.sample_rate)
+        if mode == "ebu":
+            assert abs(pyloudnorm.Meter(rate).integrated_loudness(x) - L.EBU_TARGET_LUFS) <= 0.1, r
+            assert L.true_peak_db(x.astype(np.float32)) <= L.EBU_CEILING_DBTP, r
+        else:
+            assert abs(L.rms_db(x.astype(np.float32)) - L.ACX_TARGET_RMS_DB) <= 0.1, r
+            assert L.true_peak_db(x.astype(np.float32)) <= L.ACX_CEILING_DBTP, r
+    for rec in records:  # as an older version wrote them
+        d = json.loads(rec.read_text())
+        for it in d["items"]:
+            del it["loudness"]
+        rec.write_text(json.dumps(d))
+    redeliver(load_job(out), {"loudness": mode})
+    again = {r["file"]: r for r in (json.loads(p.read_text()) for p in _chapter_reports(out))}
+    for r in reports:
+        assert again[r["file"]]["statistics"] == "measured"
+        assert abs(again[r["file"]]["gain_db"] - r["gain_db"]) <= 0.05, (again[r["file"]], r)
+
+
+def test_loudness_none_records_no_statistics_and_the_chapter_is_the_samples(tmp_path, fake_engine):
+    from jobs.config import JobConfig
+    from jobs.prepare import prepare_job
+    from jobs.runner import run_local
+    from tests.fake_audio import assert_rows_play_their_own_audio
+
+    out = tmp_path / "o"
+    job = prepare_job([DATA / "short-story.txt"], out, JobConfig(loudness="none", audio_format="wav"))
+    run_local(job, fake_engine)
+    for r in (out / ".work" / "batches").glob("*.json"):
+        assert not any("loudness" in it for it in json.loads(r.read_text())["items"])
+    assert assert_rows_play_their_own_audio(out) > 0
