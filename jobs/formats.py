@@ -23,7 +23,7 @@ import logging
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -157,16 +157,15 @@ def read_cover(book: dict) -> tuple[bytes, str] | None:
 COVERS_DIR = ".work/covers"
 
 
-def keep_covers(out_dir, books: list[dict]) -> list[Path]:
+def keep_covers(out_dir, books: list[dict]) -> Iterator[Path]:
     """Copy each book's own cover (:func:`read_cover`: the planned file, size-limited, JPEG or PNG) into
     ``out_dir``'s :data:`COVERS_DIR`, atomically, and record it in the book's entry as ``cover_copy``
     (``file``, ``sha256``, ``mime``): the book file may be gone by finalize (a watched inbox plans from
-    a private copy it removes once the book is submitted). Returns the files written."""
+    a private copy it removes once the book is submitted). Yields each file once it is written."""
     import hashlib
 
     from core.files import atomic_path, inside
 
-    written = []
     for book in books:
         if not book.get("cover") or book.get("cover_copy"):
             continue
@@ -179,8 +178,7 @@ def keep_covers(out_dir, books: list[dict]) -> list[Path]:
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
         book["cover_copy"] = {"file": rel, "sha256": hashlib.sha256(data).hexdigest(), "mime": mime}
-        written.append(path)
-    return written
+        yield path
 
 
 def read_kept_cover(job_dir, entry: dict) -> tuple[bytes, str] | None:

@@ -223,6 +223,13 @@ def _refuse_other_output(out_dir: Path, existing: Job, inputs: list[dict], confi
                        f"change on resume: pass those options to resume, or choose another -o directory")
 
 
+def _remove_empty_dir(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:  # not there, or not empty
+        pass
+
+
 def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) -> Job:
     """Claim ``out_dir`` for ``job_id`` and write ``job`` (None: job.json is there already).
     On any failure, undo what this call created: the claim, files, folders it made."""
@@ -245,8 +252,10 @@ def _claim_and_write(out_dir: Path, job_id: str, before_write, job: Job | None) 
         for name in (PLAN_FILE, JOB_FILE):
             if not (out_dir / name).exists():
                 undo.append(lambda name=name: (out_dir / name).unlink(missing_ok=True))
-        from jobs.formats import keep_covers
+        from jobs.formats import COVERS_DIR, keep_covers
 
+        if not (out_dir / COVERS_DIR).exists():
+            undo.append(lambda: _remove_empty_dir(out_dir / COVERS_DIR))  # (after the files: undo runs reversed)
         for kept in keep_covers(out_dir, job.meta["books"]):  # the book file may be gone by finalize
             undo.append(lambda kept=kept: kept.unlink(missing_ok=True))
         with atomic_path(out_dir / PLAN_FILE) as tmp:
