@@ -29,7 +29,7 @@ from jobs.ingest.text import _Item, _roman_value
 SPLIT_LEVELS = ("part", "chapter", "section")
 
 PART_STYLES = {"part", "book", "volume"}
-SECTION_STYLES = {"scene", "section"}
+SECTION_STYLES = {"scene", "section", "numpart"}
 NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle"}
 RANKED_CHAPTER_STYLES = {"chapter", "stave", "act"}
 """The keywords that outrank the others: a book numbered by them is cut at them."""
@@ -225,21 +225,50 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
 
 
 def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
-    """Short lines in capitals set apart by two or more blank lines ("STORY OF THE DOOR") are chapter
-    headings in a book that has no numbered headings, when there are three or more of them, each
-    followed by text. The book's own title line is not one."""
+    """Title-only headings: short lines in capitals set apart by two or more blank lines ("STORY OF
+    THE DOOR", "HANS IN LUCK") are chapter headings when there are three or more of them, each
+    followed by text (or by the numbered heading of its first part), and the book has no numbered
+    chapter headings, or far fewer (a third) than such lines: then the numbered titles that start at
+    1 again under one of them are its sections ("1. HOW THEY WENT TO THE MOUNTAINS"). Once six or
+    more such lines set the pattern, a line in capitals after a single blank line that stands
+    between two paragraphs of prose is one too. The book's own title line is not one."""
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
-    if any(it.kind == "heading" and it.style in numbered for it in items):
-        return items
     title_t = tuple(_tokens(title))
-    cands = [k for k, it in enumerate(items)
-             if it.kind == "para" and it.caps and it.apart >= 2 and k + 1 < len(items) and items[k + 1].kind == "para"
-             and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text)]
-    if len(cands) < 3:
+
+    def followed(k: int) -> bool:
+        if k + 1 >= len(items):
+            return False
+        nxt = items[k + 1]
+        return nxt.kind == "para" or nxt.kind == "heading" and nxt.style == "numtitle" and nxt.num == 1
+
+    def cand(k: int, it: _Item, apart: int) -> bool:
+        return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
+                and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text))
+
+    cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
+    n_numbered = sum(1 for it in items if it.kind == "heading" and it.style in numbered)
+    if len(cands) < 3 or n_numbered * 3 > len(cands):
         return items
+    if len(cands) >= 6:  # the pattern is set: the same lines after one blank line, between prose
+        cands = sorted(set(cands) | {k for k, it in enumerate(items)
+                                     if cand(k, it, 1) and k and items[k - 1].kind == "para"
+                                     and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})
     out = list(items)
     for k in cands:
         out[k] = _Item("heading", items[k].text, style="caps")
+    if n_numbered:
+        under = False  # inside a caps chapter whose numbered titles restart at 1: its parts
+        for k, it in enumerate(out):
+            if it.kind != "heading":
+                continue
+            if it.style == "caps":
+                under = True
+                expect = 1
+            elif under and it.style == "numtitle" and it.num == expect:
+                out[k] = _Item("heading", it.text, style="numpart", num=it.num)
+                expect += 1
+            else:
+                under = False
     return out
 
 

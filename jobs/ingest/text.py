@@ -389,8 +389,9 @@ def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], lis
 def _caps_line(s: str) -> bool:
     """A short line in capitals that can be a heading ("STORY OF THE DOOR", "THE LAMB")."""
     letters = [c for c in s if c.isalpha()]
-    return (len(letters) >= 3 and all(c.isupper() for c in letters) and len(s.split()) <= 12
-            and _title_like(s) and not s.rstrip().endswith((",", ";", ":")))
+    s = s.strip()
+    return (len(letters) >= 3 and all(c.isupper() for c in letters) and len(s.split()) <= 16 and len(s) <= 90
+            and (s[0].isupper() or s[0].isdigit() or s[0] in _OPEN_CHARS) and not s.endswith((",", ";", ":")))
 
 
 _TOC_ENTRY_RE = re.compile(

@@ -426,3 +426,42 @@ def test_a_keyword_run_together_with_its_numeral_is_a_heading():
     from jobs.ingest.text import _match_heading
 
     assert _match_heading("ACTIVE.") is None and _match_heading("PARTICULARLY. So it was.") is None
+
+
+# ------------------------------------------------------------------------------------- issue 28, third round
+
+
+def _tale(n: int) -> str:
+    return (f"There was once a miller who had {n} sons, and the youngest of them was thought a simpleton by all. "
+            f"One morning he set out into the wide world to seek his fortune, and he walked until evening.\n\n"
+            f"At last he came to a little house in the wood, knocked at the door, and was let in by an old woman.")
+
+
+def test_tales_headed_by_a_title_alone_are_chapters_and_their_numbered_parts_are_sections(tmp_path):
+    """A story collection with no contents list and no numbers: each tale is headed by a short line in
+    capitals set apart by blank lines (one tale's title runs to 13 words; one stands after a single blank
+    line, between prose); one tale is told in numbered parts '1. HOW ...', which stay inside it."""
+    titles = ["THE GOLDEN KEY", "HANS AND THE GOOSE", "THE STRAW, THE COAL, AND THE BEAN",
+              "THE ADVENTURES OF THE COCK AND THE HEN",
+              "THE STORY OF THE BOY WHO WENT OUT INTO THE WORLD TO LEARN WHAT FEAR WAS",
+              "OLD SULTAN", "THE SEVEN RAVENS", "BRIAR ROSE"]
+    parts = ["FAIRY TALES OF THE OLD WORLD\n\n\n"]
+    for n, t in enumerate(titles):
+        sep = "\n\n" if t == "BRIAR ROSE" else "\n\n\n\n"
+        parts.append(f"{sep}{t}\n\n")
+        if t.startswith("THE ADVENTURES"):
+            parts.append(f"1. HOW THEY WENT TO THE HILL\n\n{_tale(n)}\n\n\n2. HOW THEY CAME HOME AGAIN\n\n{_tale(n)}")
+        else:
+            parts.append(_tale(n))
+    p = tmp_path / "tales.txt"
+    p.write_text("".join(parts) + "\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == [
+        "The Golden Key", "Hans and the Goose", "The Straw, the Coal, and the Bean",
+        "The Adventures of the Cock and the Hen",
+        "The Story of the Boy Who Went Out into the World to Learn What Fear Was",
+        "Old Sultan", "The Seven Ravens", "Briar Rose"]
+    adv = book.chapters[3]
+    assert [p for p, k in zip(adv.paragraphs, adv.kinds) if k == "heading"] == [
+        "1. How They Went to the Hill", "2. How They Came Home Again"]
+    assert all(c.paragraphs[-1].startswith("At last he came") for c in book.chapters)
