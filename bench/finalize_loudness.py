@@ -4,8 +4,9 @@
 
 Makes one plain-text book read as ONE chapter (Alice in Wonderland's prose from tests/data, its
 chapter headings dropped, repeated until the fake engine speaks about ``--hours`` hours of it),
-synthesizes it with `cli.py run --engine fake --loudness none` (tones, as long as speech: the
-batches' audio and records as any engine leaves them), then delivers it again with
+synthesizes it with `cli.py run --engine fake` (tones, as long as speech: the batches' audio and
+records as any engine leaves them, each utterance's loudness statistics included; with
+``--synth-loudness none`` the records have none, and deliver measures each chapter instead), then delivers it again with
 `cli.py deliver OUT --loudness MODE` for each mode, ``--repeats`` times, each in a child process:
 printed are its CPU seconds (user + system, the child and everything it waited for), its peak
 resident memory (the largest of those processes) and wall seconds, per hour of speech. ``deliver``
@@ -74,6 +75,8 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=2.0, help="about this much speech in the one chapter")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--modes", default="none,ebu", help="comma-separated --loudness modes, measured in turn")
+    ap.add_argument("--synth-loudness", default="ebu", help="--loudness of the synthesizing run (none: records "
+                    "without statistics)")
     ap.add_argument("--work", type=Path, default=None, help="keep the synthesized job here (reused)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
@@ -92,7 +95,7 @@ def main() -> None:
             book = work / "book.txt"
             book.write_text(book_text(a.hours), encoding="utf-8")
             t0 = time.perf_counter()
-            run_child([py, "cli.py", "run", str(book), "-o", str(out), "--engine", "fake", "--loudness", "none"])
+            run_child([py, "cli.py", "run", str(book), "-o", str(out), "--engine", "fake", "--loudness", a.synth_loudness])
             print(f"synthesized in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         summary = json.loads((out / ".work" / "finalized.json").read_text())
         hours = summary["audio_s"] / 3600.0
