@@ -1,9 +1,6 @@
-"""Utterances -> length-sorted batches, and the plan file (``plan.parquet``).
+"""A job's plan: its utterances, each with its unit (planned batch), and the plan file (``plan.parquet``).
 
-Batches are packed from utterances sorted by phoneme-id count, under two
-budgets: at most ``max_batch`` items, and at most ``max_batch_phonemes`` padded
-ids (items x longest item). Sorting keeps padding small; the padding efficiency
-(real ids / padded ids) is reported.
+How utterances are packed into units is :mod:`jobs.batching`'s (:func:`jobs.batching.pack_units`).
 """
 
 from __future__ import annotations
@@ -59,59 +56,6 @@ class BatchInfo:
     @property
     def padded_ids(self) -> int:
         return self.size * self.max_len
-
-
-def pack_batches(rows: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int,
-                 order: str = "length") -> list[BatchInfo]:
-    """Assign ``batch_id``/``batch_pos`` to speakable rows; return the batches. ``order`` ``length``:
-    shortest first, the phoneme budget counting padded ids (items x longest); ``reading``: in reading
-    order, the budget counting real ids (the engine pads per length bucket inside the batch)."""
-    speakable = [r for r in rows if r.utt.speakable]
-    if order == "reading":
-        return _pack_reading(sorted(speakable, key=lambda r: r.key), max_batch, max_batch_phonemes)
-    if order != "length":
-        raise ValueError(f"unknown batch order {order!r}")
-    todo = sorted(speakable, key=lambda r: (len(r.utt.phoneme_ids), r.key))
-    batches: list[BatchInfo] = []
-    current: list[PlannedUtterance] = []
-
-    def close() -> None:
-        if current:
-            b = BatchInfo(len(batches), len(current), len(current[-1].utt.phoneme_ids),
-                          sum(len(r.utt.phoneme_ids) for r in current))
-            for pos, r in enumerate(current):
-                r.batch_id, r.batch_pos = b.batch_id, pos
-            batches.append(b)
-            current.clear()
-
-    for r in todo:
-        n = len(r.utt.phoneme_ids)
-        if current and (len(current) >= max_batch or (len(current) + 1) * n > max_batch_phonemes):
-            close()
-        current.append(r)
-    close()
-    return batches
-
-
-def _pack_reading(todo: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int) -> list[BatchInfo]:
-    batches: list[BatchInfo] = []
-    start, real = 0, 0
-    for i, r in enumerate(todo + [None]):
-        n = len(r.utt.phoneme_ids) if r is not None else 0
-        if i > start and (r is None or i - start >= max_batch or real + n > max_batch_phonemes):
-            part = todo[start:i]
-            b = BatchInfo(len(batches), len(part), max(len(p.utt.phoneme_ids) for p in part), real)
-            for pos, p in enumerate(part):
-                p.batch_id, p.batch_pos = b.batch_id, pos
-            batches.append(b)
-            start, real = i, 0
-        real += n
-    return batches
-
-
-def padding_efficiency(batches: list[BatchInfo]) -> float:
-    padded = sum(b.padded_ids for b in batches)
-    return (sum(b.real_ids for b in batches) / padded) if padded else 1.0
 
 
 def estimate_seconds(rows: list[PlannedUtterance], length_scale: float) -> float:

@@ -1,7 +1,7 @@
 """Preparing a job: from book files to a planned job directory.
 
 :func:`prepare_job` checks the inputs, ingests, segments, phonemizes and plans the books into units
-(:mod:`jobs.plan`), then claims the output directory and writes ``job.json`` and ``plan.parquet``.
+(:func:`jobs.batching.pack_units`), then claims the output directory and writes ``job.json`` and ``plan.parquet``.
 A job's identity (:func:`job_identity`) is the hash of its inputs, voice and settings: preparing the
 same job again into its directory returns it as it is, which is how a run resumes.
 """
@@ -28,7 +28,8 @@ from jobs.job import (JOB_FILE, JOB_FORMAT_VERSION, PLAN_FILE, WORK_DIR, Job, ch
                       load_job, now_iso)
 from jobs.lexicon import lexicon_report, load_lexicon, make_speak, unknown_phonemes
 from jobs.phonemize import Phonemizer
-from jobs.plan import PlannedUtterance, estimate_seconds, pack_batches, padding_efficiency, to_table
+from jobs.batching import pack_units, padding_efficiency
+from jobs.plan import PlannedUtterance, estimate_seconds, to_table
 from jobs.segment import Segmenter
 
 
@@ -186,7 +187,7 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
     unknown = unknown_phonemes(lexicon, rows, voice, [str(b) for b in books])  # one warning line each
     if not any(r.utt.speakable for r in rows):
         raise InputError(f"{', '.join(str(b) for b in books)}: nothing speakable in the selected chapters")
-    batches = pack_batches(rows, config.max_batch, config.max_batch_phonemes, config.batch_order)
+    batches = pack_units(rows, config.max_batch, config.max_batch_phonemes, config.batch_order)
     meta = {
         "format_version": JOB_FORMAT_VERSION,
         "job_id": job_id,

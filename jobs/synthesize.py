@@ -28,6 +28,7 @@ from engines.spec import engine_identity
 from jobs.job import (BATCHES_DIR, BatchRecord, Job, audio_write_errors, claim_engine, default_worker_name,
                       now_iso)
 from jobs import loudness_stats
+from jobs.batching import group_by_scales, halve
 from jobs.plan import PlannedUtterance
 
 #: Most decoder frames an utterance may take per phoneme id at length scale 1 (times the length scale
@@ -112,10 +113,10 @@ def _synthesize_rows(engine: Engine, rows: list[PlannedUtterance], scales, seed:
     except EngineOutOfMemory:
         if len(rows) == 1:
             raise
-        half = len(rows) // 2
-        per_a, per_b = (None, None) if item_scales is None else (item_scales[:half], item_scales[half:])
-        a, ms_a, s_a, d_a, st_a = _synthesize_rows(engine, rows[:half], scales, seed, speaker, per_a, hop_length)
-        b, ms_b, s_b, d_b, st_b = _synthesize_rows(engine, rows[half:], scales, seed, speaker, per_b, hop_length)
+        rows_a, rows_b = halve(rows)
+        per_a, per_b = (None, None) if item_scales is None else halve(item_scales)
+        a, ms_a, s_a, d_a, st_a = _synthesize_rows(engine, rows_a, scales, seed, speaker, per_a, hop_length)
+        b, ms_b, s_b, d_b, st_b = _synthesize_rows(engine, rows_b, scales, seed, speaker, per_b, hop_length)
         return a + b, ms_a + ms_b, s_a + s_b + 1, d_a + d_b, st_a + st_b
     if len(res.sample_lengths) != len(rows):
         raise DeterministicEngineError(f"engine {engine.info.name} returned {len(res.sample_lengths)} items for {len(rows)}")
@@ -129,9 +130,7 @@ def _synthesize_by_scales(engine: Engine, rows: list[PlannedUtterance], item_sca
                           speaker: int | None, hop_length: int = 256):
     """:func:`_synthesize_rows` as one call per distinct set of scales (in order of first
     appearance; the k-th call's seed is ``seed + k``), results back in the rows' order."""
-    groups: dict = {}
-    for i, sc in enumerate(item_scales):
-        groups.setdefault(sc, []).append(i)
+    groups = group_by_scales(item_scales)
     audio: list = [None] * len(rows)
     durations: list = [None] * len(rows)
     stats: list = [None] * len(rows)

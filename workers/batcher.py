@@ -71,8 +71,9 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
            lease_s: float, max_deliveries: int, load_job, mix_scales: bool = True) -> list[tuple[Claimed, object]]:
     """More units to run with ``seed`` in one engine call: (claimed unit, its job), leased.
 
-    Budget: at most ``max_items`` utterances and ``max_padded`` padded phoneme ids (utterances x
-    longest) in the whole engine batch, seed included. Order: higher priorities first; within the
+    Capacity: at most ``max_items`` utterances and ``max_padded`` padded phoneme ids (utterances x
+    longest) in the whole engine call, seed included; which candidates fit is
+    :func:`jobs.batching.fill_call`'s (this reads them from Redis and leases those chosen). Order: higher priorities first; within the
     seed's priority the seed's own job first, then other jobs, each nearest in length first. Jobs
     are so finished one after the other (each one's finalize overlaps the next one's synthesis)
     rather than all at the end. Units of other jobs are taken only if their job directory opens
@@ -80,6 +81,7 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
     that takes one set of scales per call) also only if they have the seed job's scales (the
     others stay queued for another call).
     """
+    from jobs.batching import fill_call
     from jobs.synthesize import synthesis_class
 
     sclass = synthesis_class(seed_job)
@@ -119,26 +121,23 @@ def gather(store: JobStore, seed_job, seed: Claimed, holder: Holder, *, max_item
                 opened[job_id] = job if job is not None and synthesis_class(job) == sclass else None
             return opened[job_id]
 
+        def shape_of(unit: tuple[str, int]) -> tuple[int, int] | None:
+            job_id, batch_id = unit
+            job = open_job(job_id)
+            if job is None or batch_id >= len(job.batches):
+                stale.append(unit)
+                return None
+            if not mix_scales and job.scales != seed_job.scales:
+                return None  # stays queued for another call
+            return unit_shape(job, batch_id)
+
         while order and items < max_items:
-            chosen, rest, want_items, want_longest = [], [], items, longest
-            for job_id, batch_id in order:
-                job = open_job(job_id)
-                if job is None or batch_id >= len(job.batches):
-                    stale.append((job_id, batch_id))
-                    continue
-                if not mix_scales and job.scales != seed_job.scales:
-                    continue  # stays queued for another call
-                n, length = unit_shape(job, batch_id)
-                width = max(want_longest, length)
-                if want_items + n > max_items or (want_items + n) * width > max_padded:
-                    rest.append((job_id, batch_id))
-                    continue
-                chosen.append((job_id, batch_id, job, n, length))
-                want_items, want_longest = want_items + n, width
+            chosen, rest = fill_call(order, shape_of, items, longest, max_items, max_padded)
             if not chosen:
                 break
-            began = store.begin_many([(j, b) for j, b, *_ in chosen], holder, lease_s, max_deliveries)
-            for (job_id, batch_id, job, n, length), (verdict, value, queued_at, queue) in zip(chosen, began):
+            began = store.begin_many([unit for unit, _, _ in chosen], holder, lease_s, max_deliveries)
+            for ((job_id, batch_id), n, length), (verdict, value, queued_at, queue) in zip(chosen, began):
+                job = opened[job_id]
                 if verdict in ("done", "failed", "cancelled", "missing", "exhausted"):
                     stale.append((job_id, batch_id))
                     if verdict == "exhausted":  # let its own message record the failure

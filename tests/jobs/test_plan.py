@@ -1,11 +1,12 @@
-"""Batch planning: budgets, length sorting, padding efficiency, the Parquet round trip."""
+"""Packing units (jobs.batching.pack_units): budgets, length sorting, padding efficiency; the Parquet round trip."""
 
 import pytest
 from pathlib import Path
 
 import random
 
-from jobs.plan import PlannedUtterance, from_table, pack_batches, padding_efficiency, to_table
+from jobs.batching import pack_units as pack_batches, padding_efficiency
+from jobs.plan import PlannedUtterance, from_table, to_table
 from jobs.segment import PauseKind, Utterance
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -61,7 +62,8 @@ def test_reading_order_batches_are_consecutive_and_within_budget(voice):
     reading order, at most max_batch items and max_batch_phonemes real ids each."""
     from jobs.ingest import load_book
     from jobs.phonemize import Phonemizer
-    from jobs.plan import PlannedUtterance, pack_batches
+    from jobs.batching import pack_units as pack_batches
+    from jobs.plan import PlannedUtterance
     from jobs.segment import Segmenter
 
     book = load_book(DATA / "alice-pg11.txt")
