@@ -106,6 +106,7 @@ def main() -> int:
         ap.error("give BOOK files or --job DIR (one of them)")
 
     from engines import EngineSpec, load_engine
+    from jobs.calibration import CalibrationCorpus
     from jobs.config import JobConfig, batch_defaults
     from jobs.job import open_planned_job
     from jobs.prepare import prepare_job
@@ -137,7 +138,7 @@ def main() -> int:
                 t = time.perf_counter()
                 pending_est = sum(job.batch_estimated_seconds(b) for b in job.pending_batches())
                 engine = load_engine(dataclasses.replace(spec, max_batch=job.config.max_batch, workload_s=pending_est),
-                                     job.voice)
+                                     job.voice, calibration=CalibrationCorpus())
                 row["engine_load"] = time.perf_counter() - t
             else:
                 row["engine_load"] = 0.0

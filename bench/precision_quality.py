@@ -75,7 +75,8 @@ def _compare(ref, got, wall, sr) -> dict:
 def run_cpu(args, voice, seqs, scales) -> dict:
     from engines import EngineSpec
     from engines.onnx_staged import OnnxStagedEngine
-    from engines.quantize import read_report
+    from engines.tools.quantize import read_report
+    from jobs.calibration import CalibrationCorpus
 
     batches = _batches(seqs, scales, args.batch)
     cache = Path(args.cache) if args.cache else None
@@ -87,7 +88,8 @@ def run_cpu(args, voice, seqs, scales) -> dict:
     out["results"]["fp32"] = {**_compare(ref, ref, wall, voice.sample_rate), "note": "reference"}
     for prec in args.precisions:
         try:
-            eng = OnnxStagedEngine(voice, EngineSpec(precision=prec, threads=args.threads), cache_dir=cache)
+            eng = OnnxStagedEngine(voice, EngineSpec(precision=prec, threads=args.threads), cache_dir=cache,
+                                   calibration=CalibrationCorpus())
             got, wall = _run(eng, batches)
         except Exception as exc:  # say which precision could not run, and go on
             out["results"][prec] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
@@ -112,6 +114,7 @@ def run_tensorrt(args, voice, seqs, scales) -> dict:
         return {"backend": "TensorRT", "not_run": str(exc)}
     from engines import EngineSpec
     from engines.tensorrt_engine import TensorRTEngine
+    from jobs.calibration import CalibrationCorpus
 
     batches = _batches(seqs, scales, args.batch)
     out: dict = {"backend": "TensorRT", "results": {}}
@@ -119,7 +122,7 @@ def run_tensorrt(args, voice, seqs, scales) -> dict:
     ref, wall = _run(TensorRTEngine(voice, spec("fp32")), batches)
     out["results"]["fp32"] = {**_compare(ref, ref, wall, voice.sample_rate), "note": "reference"}
     for prec in args.precisions:
-        got, wall = _run(TensorRTEngine(voice, spec(prec)), batches)
+        got, wall = _run(TensorRTEngine(voice, spec(prec), calibration=CalibrationCorpus()), batches)
         out["results"][prec] = _compare(ref, got, wall, voice.sample_rate)
     return out
 

@@ -9,7 +9,7 @@ synthesized in one batch with the voice's default scales and one fixed seed. Sta
 precision yields the same sample counts and the same noise: the comparison is
 sample by sample, no alignment needed. Compared on the engine's int16 output.
 
-SNR and MCD per utterance: exact definitions in ``engines/audio_quality.py`` (one definition for
+SNR and MCD per utterance: exact definitions in ``engines/tools/audio_quality.py`` (one definition for
 the project; the MCD uses a 0-8 kHz mel filterbank and c_1..c_24 over speech frames).
 
 Also reported: ``mcd_full_band`` (the same with the filterbank up to 11025 Hz; the voice has
@@ -32,7 +32,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from engines.audio_quality import mcd, snr_db  # noqa: E402,F401  one definition for the project
+from engines.tools.audio_quality import mcd, snr_db  # noqa: E402,F401  one definition for the project
 
 
 def quality_sentences(n: int = 20) -> list[list[int]]:

@@ -40,7 +40,7 @@ def _copy(src: Path, dst: Path) -> None:
 def export_onnx_cmd(voice, precisions, out_dir, no_verify) -> None:
     """Export the PyTorch port's two stages as ONNX (dynamic batch and length axes, noise as inputs),
     checked against the port in ONNX Runtime (relative L2 <= 1e-3 in fp32)."""
-    from engines.export import export_voice, read_meta
+    from engines.tools.export import export_voice, read_meta
     from core.voice import resolve_voice
 
     v = resolve_voice(voice)
@@ -70,8 +70,9 @@ def export_onnx_cmd(voice, precisions, out_dir, no_verify) -> None:
 def calibrate_cmd(voice, corpus, out_dir, utterances, scan_utterances, method, target_mcd, threads) -> None:
     """Run the fp32 model over a calibration corpus, record activation ranges, measure each layer's
     sensitivity to int8, and write an explicitly quantized (Q/DQ) stage B."""
-    from engines import quantize as Q
-    from engines.export import FILES, ensure_exported
+    from engines.tools import quantize as Q
+    from engines.tools.export import FILES, ensure_exported
+    from jobs.calibration import DEFAULT_SCAN_UTTERANCES, DEFAULT_UTTERANCES, CalibrationCorpus
     from core.voice import resolve_voice
 
     v = resolve_voice(voice)
@@ -79,9 +80,10 @@ def calibrate_cmd(voice, corpus, out_dir, utterances, scan_utterances, method, t
     staged = ensure_exported(v, ("fp32",))
     for key in ("stage_a", "fp32", "meta"):
         _copy(staged.directory / FILES[key], out_dir / FILES[key])
+    utterances_of = CalibrationCorpus(tuple(corpus), utterances or DEFAULT_UTTERANCES,
+                                      scan_utterances or DEFAULT_SCAN_UTTERANCES)
     rep = Q.calibrate_stage_b(
-        v, staged.stage_a, staged.stage_b["fp32"], out_dir / FILES["int8"], list(corpus) or None,
-        n_utterances=utterances or Q.DEFAULT_UTTERANCES, scan_utterances=scan_utterances or Q.DEFAULT_SCAN_UTTERANCES,
+        v, staged.stage_a, staged.stage_b["fp32"], out_dir / FILES["int8"], utterances_of(v),
         method=method, target_mcd_db=target_mcd or Q.DEFAULT_TARGET_MCD_DB, threads=threads,
         progress=lambda m: click.echo(m, err=True))
     click.echo(f"wrote {out_dir / FILES['int8']}: {rep.int8_sites} of {len(rep.sites)} sites in int8 "
@@ -111,11 +113,12 @@ def build_engine_cmd(voice, precision, max_batch, max_phonemes, max_frames, out_
     """Build TensorRT plans (stage A fp32, stage B at PRECISION) for a max-batch profile, cached by
     model hash, GPU, TensorRT version, precision and profile."""
     from engines.tensorrt_engine import Profile, build_plans, require_tensorrt
+    from jobs.calibration import CalibrationCorpus
     from core.voice import resolve_voice
 
     require_tensorrt(device)  # one clear line before any export or calibration work
     rec = build_plans(resolve_voice(voice), precision, Profile(max_batch, max_phonemes, max_frames), out_dir, device,
-                      onnx_dir, workspace_gib, force)
+                      onnx_dir, workspace_gib, force, calibration=CalibrationCorpus())
     for stage, p in rec["plans"].items():
         click.echo(f"{stage}: {p['path']}")
     click.echo(f"TensorRT {rec['tensorrt']} on {rec['gpu']}, {precision}, profile {Profile(max_batch, max_phonemes, max_frames).label()}")

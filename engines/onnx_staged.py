@@ -1,4 +1,4 @@
-"""ONNX Runtime on CPU running the two exported stages (:mod:`engines.export`): fp32, fp16 or int8.
+"""ONNX Runtime on CPU running the two exported stages (:mod:`engines.tools.export`): fp32, fp16 or int8.
 
 ``python cli.py run BOOK --engine onnx --precision int8`` lands here. Nothing has to be prepared:
 the voice's staged graphs and its INT8 stage B live in the cache (``$BOOKTTS_CACHE`` or
@@ -26,7 +26,7 @@ import numpy as np
 from engines.spec import EngineSpec
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
 from engines.onnx_cpu import map_ort_error
-from engines.export import STAGE_A_INPUTS, STAGE_B_INPUTS, ensure_exported, ort_session, prior_on_frames
+from engines.tools.export import STAGE_A_INPUTS, STAGE_B_INPUTS, ensure_exported, ort_session, prior_on_frames
 from core.errors import EngineUnavailable
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -39,7 +39,7 @@ class OnnxStagedEngine:
     """The exported stages in ONNX Runtime on CPU. Text-blind; implements :class:`engines.base.Engine`."""
 
     def __init__(self, voice, spec: EngineSpec | None = None, *, cache_dir: Path | None = None,
-                 micro_batch: int = CPU_MICRO_BATCH, calibration: dict | None = None) -> None:
+                 micro_batch: int = CPU_MICRO_BATCH, calibration=None) -> None:
         spec = spec or EngineSpec(precision="int8")
         if spec.device != "cpu":
             raise EngineUnavailable(f"the onnx engine runs on cpu only (asked for {spec.device}); "
@@ -54,9 +54,10 @@ class OnnxStagedEngine:
         staged = ensure_exported(voice, precisions, cache_dir)
         extra: dict = {"staged": True, "cache": str(staged.directory)}
         if spec.precision == "int8":
-            from engines.quantize import ensure_int8, read_report
+            from engines.tools.quantize import ensure_int8, read_report
 
-            path = ensure_int8(voice, staged.directory, threads=spec.threads, **(calibration or {}))
+            # calibration: the caller's CalibrationSource, for a model not made yet
+            path = ensure_int8(voice, staged.directory, calibration, threads=spec.threads)
             rep = read_report(path)
             extra.update(int8_sites=rep.get("int8_sites"), int8_mac_share=rep.get("int8_mac_share"))
         else:

@@ -45,11 +45,18 @@ class EngineEntry:
     options: str | None = None
     """``module:Class`` of its start-up options (carried in :attr:`engines.spec.EngineSpec.options`,
     with ``from_dict``, ``to_dict`` and ``from_env``); None: it has none."""
+    warm_up: bool = True
+    """A worker synthesizes one tiny batch with it once built, so that the first real batch does not pay
+    for lazy initialisation (False for the fake engine: its test hooks count every call)."""
     offered: bool = True
     """Offered on the command line; False: only where the test suite's switch is set
     (:data:`engines.spec.TEST_ENGINES_ENV`)."""
     summary: str = ""
     """One line for the docs."""
+    calibrated: tuple[str, ...] = ()
+    """The precisions whose model is made, on first use, from calibration utterances the caller gives
+    (:func:`engines.load_engine`'s ``calibration``, passed to the builder as ``calibration=``): the
+    engines phonemize no text."""
     build_at: tuple[tuple[str, str], ...] = ()
     """``(precision, module:callable)``: another builder at that precision (the onnx engine's int8 runs
     the exported stages)."""
@@ -80,14 +87,15 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 ENGINES: dict[str, EngineEntry] = {e.name: e for e in (
     EngineEntry("onnx", "engines.onnx_cpu:OnnxEngine", CPU, ("fp32", "int8"), speakers=True, durations=("int8",),
-                build_at=(("int8", "engines.onnx_staged:OnnxStagedEngine"),), summary="ONNX Runtime on CPU (the Piper model; int8: the exported stages with a calibrated stage B)"),
+                calibrated=("int8",), build_at=(("int8", "engines.onnx_staged:OnnxStagedEngine"),), summary="ONNX Runtime on CPU (the Piper model; int8: the exported stages with a calibrated stage B)"),
     EngineEntry("torch", "engines.torch_engine:TorchEngine", BY_DEVICE, ("fp32", "fp16", "bf16"),
                 per_item_scales=True, durations=("fp32", "fp16", "bf16"), options=TORCH_OPTIONS,
                 summary="the PyTorch port, on CPU or a CUDA GPU"),
     EngineEntry("tensorrt", "engines.tensorrt_engine:TensorRTEngine", GPU, ("fp16", "int8", "fp32"),
-                summary="TensorRT plans of the exported stages, on a CUDA GPU"),
+                calibrated=("int8",), summary="TensorRT plans of the exported stages, on a CUDA GPU"),
     EngineEntry("fake", "engines.fake:build", BY_DEVICE, ("fp32",), speakers=True, per_item_scales=True,
-                durations=("fp32",), offered=False, summary="test tones of exact lengths (the test suite's)"),
+                durations=("fp32",), warm_up=False, offered=False,
+                summary="test tones of exact lengths (the test suite's)"),
 )}
 
 #: Every engine's name, in the table's order.

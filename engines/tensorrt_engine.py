@@ -1,4 +1,4 @@
-"""TensorRT backend: plans built from the exported stages (:mod:`engines.export`), run in workers.
+"""TensorRT backend: plans built from the exported stages (:mod:`engines.tools.export`), run in workers.
 
 Written against TensorRT's documented Python API for 10.x and 11.x:
 
@@ -42,7 +42,7 @@ import numpy as np
 
 from engines.spec import EngineSpec
 from engines.base import DEFAULT_MAX_PHONEMES, MAX_WAV_VALUE, EngineInfo, SynthesisBatch, SynthesisResult
-from engines.export import FILES, atomic_write_bytes, cache_lock, notice, voice_cache_dir
+from engines.tools.export import FILES, atomic_write_bytes, cache_lock, notice, voice_cache_dir
 from core.errors import (DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable,
                          InputError, TransientEngineError)
 from core import settings
@@ -181,9 +181,10 @@ def build_plan(trt, onnx_path: Path, shapes: dict, workspace_bytes: int, timing_
     return bytes(memoryview(plan))
 
 
-def onnx_for(voice, precision: str, onnx_dir: Path | None = None) -> tuple[Path, Path]:
+def onnx_for(voice, precision: str, onnx_dir: Path | None = None, calibration=None) -> tuple[Path, Path]:
     """(stage A graph, stage B graph) for a precision: from ``onnx_dir`` (``cli.py export-onnx`` /
-    ``cli.py calibrate`` output) or the voice's cache (exported / calibrated on first use)."""
+    ``cli.py calibrate`` output) or the voice's cache (exported / calibrated on first use, on the
+    utterances ``calibration`` gives: :data:`engines.tools.quantize.CalibrationSource`)."""
     if onnx_dir is not None:
         a, b = Path(onnx_dir) / FILES["stage_a"], Path(onnx_dir) / FILES[precision]
         for p in (a, b):
@@ -191,23 +192,24 @@ def onnx_for(voice, precision: str, onnx_dir: Path | None = None) -> tuple[Path,
                 hint = "cli.py calibrate --out DIR" if p.name == FILES["int8"] else "cli.py export-onnx --out DIR"
                 raise InputError(f"{p} does not exist; write it with: python {hint}")
         return a, b
-    from engines.export import ensure_exported
+    from engines.tools.export import ensure_exported
 
     staged = ensure_exported(voice, ("fp32", "fp16") if precision == "fp16" else ("fp32",))
     if precision == "int8":
-        from engines.quantize import ensure_int8
+        from engines.tools.quantize import ensure_int8
 
-        return staged.stage_a, ensure_int8(voice, staged.directory)
+        return staged.stage_a, ensure_int8(voice, staged.directory, calibration)
     return staged.stage_a, staged.stage_b[precision]
 
 
 def build_plans(voice, precision: str, profile: Profile, engine_dir: Path | None = None, device: str = "cuda:0",
-                onnx_dir: Path | None = None, workspace_gib: float = 4.0, force: bool = False) -> dict:
+                onnx_dir: Path | None = None, workspace_gib: float = 4.0, force: bool = False,
+                calibration=None) -> dict:
     """Build (or find in the cache) the two plans; returns the plan record (paths, key, versions)."""
     if precision not in PRECISIONS:
         raise InputError(f"TensorRT precision {precision!r}: choose fp16, int8 or fp32")
     trt, torch, dev = require_tensorrt(device)
-    a_onnx, b_onnx = onnx_for(voice, precision, onnx_dir)
+    a_onnx, b_onnx = onnx_for(voice, precision, onnx_dir, calibration)
     import onnx
 
     channels = int(onnx.load(str(b_onnx), load_external_data=False).graph.input[0].type.tensor_type.shape.dim[1].dim_value)
@@ -271,7 +273,7 @@ class TensorRTEngine:
     """The exported stages as TensorRT plans on one GPU. Text-blind; implements :class:`engines.base.Engine`."""
 
     def __init__(self, voice, spec: EngineSpec | None = None, *, engine_dir: Path | None = None,
-                 profile: Profile | None = None, onnx_dir: Path | None = None) -> None:
+                 profile: Profile | None = None, onnx_dir: Path | None = None, calibration=None) -> None:
         spec = spec or EngineSpec(name="tensorrt", precision="fp16", device="cuda:0")
         trt, torch, dev = require_tensorrt(spec.device)
         if spec.precision not in PRECISIONS:
@@ -279,7 +281,7 @@ class TensorRTEngine:
         t0 = time.perf_counter()
         self.trt, self.torch, self.device = trt, torch, dev
         self.profile = profile or Profile(max_batch=max(1, spec.max_batch), max_phonemes=DEFAULT_MAX_PHONEMES)
-        rec = build_plans(voice, spec.precision, self.profile, engine_dir, str(dev), onnx_dir)
+        rec = build_plans(voice, spec.precision, self.profile, engine_dir, str(dev), onnx_dir, calibration=calibration)
         self.channels = int(rec["channels"])
         self.hop = int(rec["hop_length"])
         p = self.profile

@@ -560,7 +560,7 @@ class TorchEngine:
     # ------------------------------------------------------------------ weights
     @staticmethod
     def _load_weights(voice, weights_path):
-        from engines import weights as W
+        from engines.tools import weights as W
 
         path = weights_path or None
         if path is None and str(voice.model_path).endswith(".safetensors"):

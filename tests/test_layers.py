@@ -111,6 +111,14 @@ def test_core_imports_no_other_layer():
     assert not {m: t for m, t in bad.items() if t}
 
 
+def test_engines_import_no_jobs():
+    """The engines see no text: offline tools (engines/tools/) take phoneme ids from their caller."""
+    graph = import_graph()
+    bad = {m: sorted(t for t in ts if t.split(".")[0] == "jobs")
+           for m, ts in graph.items() if m.split(".")[0] == "engines"}
+    assert not {m: t for m, t in bad.items() if t}
+
+
 def test_engines_know_no_commands_or_workers():
     graph = import_graph()
     bad = {m: sorted(t for t in ts if t.split(".")[0] in ("commands", "workers", "cli"))

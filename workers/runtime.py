@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines import EngineSpec, load_engine
+from engines import EngineSpec, load_engine, registry
 from engines.shape_profile import SHAPES_KEPT  # shapes kept per stage in the node's profiles
 from core import settings as env_settings
 from core.errors import JobError
@@ -261,8 +261,11 @@ def get_engine(voice, spec: EngineSpec | None = None, on_built=None):
         if engine is None:
             _ENGINES.clear()
             t0 = time.perf_counter()
-            engine = load_engine(spec, voice)  # (the fake engine's test hooks come from the environment there)
-            if spec.name != "fake":
+            from jobs.calibration import CalibrationCorpus
+
+            # (the fake engine's test hooks come from the environment there)
+            engine = load_engine(spec, voice, calibration=CalibrationCorpus())
+            if getattr(registry.find(spec.name), "warm_up", True):
                 _warm_up(engine, voice)
             prepared = prepare_shapes(engine, spec, voice)
             _ENGINES[key] = engine

@@ -2,7 +2,7 @@
 
 Everything that shows in weight shapes is read from them, so the medium, low and
 high Piper voices load the same way. Three things do not show in shapes and are
-taken from ``extra`` (read from the ONNX node attributes by :mod:`engines.weights`)
+taken from ``extra`` (read from the ONNX node attributes by :mod:`engines.tools.weights`)
 or, failing that, from Piper's defaults: ``upsample_rates`` (default: half the
 upsampling kernel), ``resblock_dilations`` and ``flow_dilation_rate``.
 """

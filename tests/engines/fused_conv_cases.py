@@ -111,11 +111,11 @@ def _decoder():
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.modules import Generator
     if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package
-        from engines.weights import read_weights
+        from engines.tools.weights import read_weights
 
         state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
     else:
-        from engines.weights import onnx_state_and_hparams
+        from engines.tools.weights import onnx_state_and_hparams
         from core.voice import resolve_voice
 
         state, hp = onnx_state_and_hparams(resolve_voice().model_path)

@@ -182,11 +182,11 @@ def stage_a_case(device: str) -> dict:
     against the cuBLAS/CPU GEMM path of the same FastStageA."""
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.model import VitsSynthesizer
-    from engines.weights import onnx_state_and_hparams
+    from engines.tools.weights import onnx_state_and_hparams
     from core.voice import resolve_voice
 
     if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package: the exported
-        from engines.weights import read_weights  # weights (stage A's stay float32 in an fp16 export)
+        from engines.tools.weights import read_weights  # weights (stage A's stay float32 in an fp16 export)
 
         state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
         state = {k: torch.from_numpy(np.asarray(v, dtype=np.float32)) for k, v in state.items()}

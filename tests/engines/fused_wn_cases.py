@@ -103,11 +103,11 @@ def load_flow(weights=None):
     from engines.torch_vits.modules import ResidualCouplingBlock
     weights = weights or os.environ.get("BOOKTTS_TORCH_WEIGHTS")
     if weights:  # a GPU host without the voice package
-        from engines.weights import read_weights
+        from engines.tools.weights import read_weights
 
         state, hp, _ = read_weights(weights)
     else:
-        from engines.weights import onnx_state_and_hparams
+        from engines.tools.weights import onnx_state_and_hparams
         from core.voice import resolve_voice
 
         state, hp = onnx_state_and_hparams(resolve_voice().model_path)

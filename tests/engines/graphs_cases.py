@@ -42,11 +42,11 @@ def model(device: str):
     from engines.torch_vits.model import VitsSynthesizer
 
     if os.environ.get("BOOKTTS_TORCH_WEIGHTS"):  # a GPU host without the voice package: the exported weights
-        from engines.weights import read_weights
+        from engines.tools.weights import read_weights
 
         state, hp, _ = read_weights(os.environ["BOOKTTS_TORCH_WEIGHTS"])
     else:
-        from engines.weights import onnx_state_and_hparams
+        from engines.tools.weights import onnx_state_and_hparams
         from core.voice import resolve_voice
 
         state, hp = onnx_state_and_hparams(resolve_voice().model_path)

@@ -20,7 +20,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from engines import EngineSpec  # noqa: E402
 from engines.base import Engine, Scales, SynthesisBatch  # noqa: E402
-from engines.export import (FILES, STAGE_A_INPUTS, STAGE_A_OUTPUTS, STAGE_B_INPUTS, example_inputs,  # noqa: E402
+from engines.tools.export import (FILES, STAGE_A_INPUTS, STAGE_A_OUTPUTS, STAGE_B_INPUTS, example_inputs,  # noqa: E402
                             ort_session, prior_on_frames, random_ops, rel_l2)
 
 SENTENCES = [
@@ -30,8 +30,10 @@ SENTENCES = [
 ]
 DETERMINISTIC = Scales(noise_scale=0.0, length_scale=1.0, noise_w=0.0)
 DEFAULT = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
+from jobs.calibration import CalibrationCorpus  # noqa: E402
+
 #: Tiny calibration for CI (the real default is 200 utterances and a 4-utterance scan).
-TINY_CALIBRATION = {"n_utterances": 3, "scan_utterances": 1, "max_ids": 40}
+TINY_CALIBRATION = CalibrationCorpus(n_utterances=3, scan_utterances=1, max_ids=40)
 
 
 def shared_cache(tmp_path_factory, voice):
@@ -67,7 +69,7 @@ def first_use(tmp_path_factory, voice):
 
 @pytest.fixture(scope="module")
 def port(voice):
-    from engines.export import load_port
+    from engines.tools.export import load_port
 
     return load_port(voice)
 
@@ -105,7 +107,7 @@ def test_no_random_ops_and_noise_is_an_input(first_use):
 
 
 def _run_port(port, a_in, b_in):
-    from engines.export import _stage_modules
+    from engines.tools.export import _stage_modules
 
     sa, sb = _stage_modules(port, "fp32")
     with torch.no_grad():
@@ -186,7 +188,7 @@ def test_fp16_export_is_a_half_precision_graph(first_use, voice, port):
     import onnx
     from onnx import TensorProto
 
-    from engines.export import ensure_exported
+    from engines.tools.export import ensure_exported
 
     staged = ensure_exported(voice, ("fp16",), first_use["cache"])
     model = onnx.load(str(staged.stage_b["fp16"]))

@@ -92,7 +92,7 @@ def test_decoders_the_kernel_does_not_fit_are_refused(voice):
 
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.modules import Generator
-    from engines.weights import onnx_state_and_hparams
+    from engines.tools.weights import onnx_state_and_hparams
 
     _, hp = onnx_state_and_hparams(voice.model_path)
     ours = Generator(VitsHParams.from_dict(hp))

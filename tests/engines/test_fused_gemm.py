@@ -144,7 +144,7 @@ def test_stage_a_takes_its_tiles_from_a_record_not_globals(voice):
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.model import VitsSynthesizer
     from engines.torch_vits.tiles import DEFAULT, StageATiles, tiles_for
-    from engines.weights import onnx_state_and_hparams
+    from engines.tools.weights import onnx_state_and_hparams
 
     state, hp = onnx_state_and_hparams(voice.model_path)
     m = VitsSynthesizer(VitsHParams.from_dict(hp))

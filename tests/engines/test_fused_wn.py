@@ -108,7 +108,7 @@ def _flow(hp, **changes):
 
 @pytest.fixture(scope="module")
 def voice_hp(voice):
-    from engines.weights import onnx_state_and_hparams
+    from engines.tools.weights import onnx_state_and_hparams
 
     return onnx_state_and_hparams(voice.model_path)[1]
 

@@ -93,7 +93,7 @@ def fast_model(voice):
     pytest.importorskip("onnx", reason="the onnx package is needed to read the voice's weights")
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.model import VitsSynthesizer
-    from engines.weights import onnx_state_and_hparams
+    from engines.tools.weights import onnx_state_and_hparams
 
     state, hp = onnx_state_and_hparams(voice.model_path)
     m = VitsSynthesizer(VitsHParams.from_dict(hp))

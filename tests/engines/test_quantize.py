@@ -18,8 +18,9 @@ pytest.importorskip("onnxruntime")
 
 from engines import EngineSpec  # noqa: E402
 from engines.base import Engine, Scales, SynthesisBatch  # noqa: E402
-from engines.export import FILES, STAGE_B_INPUTS, example_inputs, ort_session, rel_l2  # noqa: E402
-from engines import quantize as Q  # noqa: E402
+from engines.tools.export import FILES, STAGE_B_INPUTS, example_inputs, ort_session, rel_l2  # noqa: E402
+from engines.tools import quantize as Q  # noqa: E402
+from jobs.calibration import CalibrationCorpus  # noqa: E402
 
 SENTENCES = [  # chapter I of Alice: not in the calibration corpus (chapters VIII-XII)
     "So she was considering in her own mind, as well as she could, whether the pleasure of making a daisy-chain "
@@ -27,15 +28,15 @@ SENTENCES = [  # chapter I of Alice: not in the calibration corpus (chapters VII
     "Down, down, down. Would the fall never come to an end?",
 ]
 DEFAULT = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
-TINY_CALIBRATION = {"n_utterances": 3, "scan_utterances": 1, "max_ids": 40}
+TINY_CALIBRATION = CalibrationCorpus(n_utterances=3, scan_utterances=1, max_ids=40)
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory, voice):
-    from engines.quantize import ensure_int8
+    from engines.tools.quantize import ensure_int8
 
     directory = tmp_path_factory.getbasetemp() / "booktts-cache" / voice.model_sha256()
-    ensure_int8(voice, directory, threads=2, **TINY_CALIBRATION)
+    ensure_int8(voice, directory, TINY_CALIBRATION, threads=2)
     return directory
 
 
@@ -148,10 +149,39 @@ def test_range_statistics():
 
 
 def test_shipped_calibration_corpus(voice):
-    sents = Q.corpus_sentences()
+    from jobs import calibration as C
+
+    sents = C.corpus_sentences()
     assert len(sents) >= 300
-    cal = Q.corpus_ids(voice, n=200)
+    cal = C.corpus_ids(voice, n=200)
     assert len(cal) == 200 and all(12 <= len(s) <= 300 for s in cal)
-    scan = Q.corpus_ids(voice, n=4)
-    held_out = Q.corpus_ids(voice, n=200, skip=4)
+    scan = C.corpus_ids(voice, n=4)
+    held_out = C.corpus_ids(voice, n=200, skip=4)
     assert not any(s in held_out for s in scan)
+
+
+def test_without_calibration_utterances_a_missing_int8_model_is_one_line(cache, voice, tmp_path):
+    """The engines phonemize no text: a caller that gives no calibration utterances gets the cached model,
+    or one line saying how to make it (never a traceback from a phonemizer)."""
+    import shutil
+
+    from core.errors import EngineUnavailable
+    from engines.tools.export import FILES
+    from engines.tools.quantize import ensure_int8
+
+    assert ensure_int8(voice, cache) == cache / FILES["int8"]  # made already: no utterances needed
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for key in ("stage_a", "fp32", "meta"):
+        shutil.copy2(cache / FILES[key], bare / FILES[key])
+    with pytest.raises(EngineUnavailable, match=r"has no INT8 model in .* nothing was given to calibrate it on"):
+        ensure_int8(voice, bare)
+    assert not (bare / FILES["int8"]).exists()
+
+
+def test_calibration_set_comes_from_the_caller(voice):
+    from jobs.calibration import CalibrationCorpus
+
+    got = CalibrationCorpus(n_utterances=5, scan_utterances=2, max_ids=60)(voice)
+    assert len(got.ids) == 5 and len(got.scan_ids) == 2 and not any(s in got.ids for s in got.scan_ids)
+    assert all(isinstance(i, int) for s in got.ids for i in s) and got.source[0].endswith(".txt")

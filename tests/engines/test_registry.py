@@ -22,6 +22,7 @@ def test_each_entry_names_a_module_that_exists_and_is_not_imported_to_list_it():
         assert attr and importlib.util.find_spec(module) is not None, e.name
         assert e.runs_on in (registry.CPU, registry.BY_DEVICE, registry.GPU)
         assert set(e.durations) <= set(e.precisions)
+        assert set(e.calibrated) <= set(e.precisions)
         for precision, target in e.build_at:
             assert precision in e.precisions and importlib.util.find_spec(target.partition(":")[0]) is not None
     # reading the table imports no backend
@@ -77,6 +78,7 @@ def test_capabilities_agree_with_the_built_engine(voice):
     assert fake.info.per_item_scales == registry.get("fake").per_item_scales
     assert registry.speaker_engines() == ("onnx", "fake")
     assert [e.name for e in registry.ENGINES.values() if e.per_item_scales] == ["torch", "fake"]
+    assert [e.name for e in registry.ENGINES.values() if not e.warm_up] == ["fake"]
 
 
 def test_options_type_comes_from_the_entry():
@@ -110,3 +112,14 @@ def test_the_onnx_engine_at_int8_is_the_staged_one():
 def test_the_cpu_engines_build_from_their_entries(voice):
     for name in ("onnx", "fake"):
         assert load_engine(EngineSpec(name=name, threads=1), voice).info.name == name
+
+
+def test_load_engine_gives_calibration_only_where_the_entry_makes_a_model_from_one(monkeypatch):
+    seen = []
+    monkeypatch.setattr(registry.EngineEntry, "builder",
+                        lambda self, precision=None: lambda voice, spec, **kw: seen.append((spec.name, spec.precision, kw)))
+    source = object()
+    for name, precision in (("onnx", "int8"), ("onnx", "fp32"), ("tensorrt", "int8"), ("torch", "fp16")):
+        load_engine(EngineSpec(name=name, precision=precision), None, calibration=source)
+    assert seen == [("onnx", "int8", {"calibration": source}), ("onnx", "fp32", {}),
+                    ("tensorrt", "int8", {"calibration": source}), ("torch", "fp16", {})]

@@ -29,7 +29,7 @@ def models(voice):
     """(channel-first reference, fast copy) of the voice's fp32 weights, read from its ONNX file."""
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.model import VitsSynthesizer
-    from engines.weights import onnx_state_and_hparams
+    from engines.tools.weights import onnx_state_and_hparams
 
     state, hp = onnx_state_and_hparams(voice.model_path)
     ref = VitsSynthesizer(VitsHParams.from_dict(hp))

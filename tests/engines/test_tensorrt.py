@@ -169,16 +169,17 @@ def test_tensorrt_plans_against_the_torch_engine(tmp_path, voice):
     from engines.base import Scales, SynthesisBatch
     from engines.tensorrt_engine import Profile, TensorRTEngine
     from engines.torch_engine import TorchEngine
+    from jobs.calibration import CalibrationCorpus
     from jobs.phonemize import Phonemizer
 
     ph = Phonemizer(voice)
     ids = [ph(s).ids for s in ("Alice was beginning to get very tired.", "Oh dear!", "Down, down, down.")]
     batch = SynthesisBatch.from_sequences(ids, Scales(0.667, 1.0, 0.8), seed=3)
     ref = TorchEngine(voice, EngineSpec(name="torch", device="cuda:0"), compile=False, warmup=False).synthesize(batch)
-    mcd = __import__("engines.quantize", fromlist=["mcd_function"]).mcd_function()
+    mcd = __import__("engines.tools.quantize", fromlist=["mcd_function"]).mcd_function()
     for prec, bound in (("fp32", 0.5), ("fp16", 1.2), ("int8", 1.8)):
         eng = TensorRTEngine(voice, EngineSpec(name="tensorrt", precision=prec, device="cuda:0", max_batch=4),
-                             engine_dir=tmp_path / "plans", profile=Profile(4, 128, 512))
+                             engine_dir=tmp_path / "plans", profile=Profile(4, 128, 512), calibration=CalibrationCorpus())
         got = eng.synthesize(batch)
         np.testing.assert_array_equal(got.sample_lengths, ref.sample_lengths)
         for i in range(len(ids)):

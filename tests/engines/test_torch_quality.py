@@ -3,7 +3,7 @@
 fp16 arithmetic on CPU (``allow_cpu_half``) uses the same precision layout as on the GPU (stage A
 fp32, flow fp32 stream with half dilated convolutions, decoder half), so its error is a fair
 stand-in for the GPU's; the GPU figures are in docs/PERFORMANCE.md. Targets: SNR >= 42.5 dB and
-MCD <= 1.2 dB (definition: engines/audio_quality.py).
+MCD <= 1.2 dB (definition: engines/tools/audio_quality.py).
 """
 
 import numpy as np
@@ -13,7 +13,7 @@ pytest.importorskip("torch", reason="torch is not installed: pip install torch==
 pytest.importorskip("piper", reason="piper-tts is needed to phonemize the test sentences")
 
 from engines import EngineSpec  # noqa: E402
-from engines.audio_quality import mcd, snr_db  # noqa: E402
+from engines.tools.audio_quality import mcd, snr_db  # noqa: E402
 from engines.base import Scales, SynthesisBatch  # noqa: E402
 
 SENTENCES = [

@@ -20,14 +20,14 @@ DETERMINISTIC = Scales(0.0, 1.0, 0.0)
 
 @pytest.fixture(scope="module")
 def state_hp(voice):
-    from engines.weights import onnx_state_and_hparams
+    from engines.tools.weights import onnx_state_and_hparams
 
     return onnx_state_and_hparams(voice.model_path)
 
 
 @pytest.fixture(scope="module")
 def exported(voice, tmp_path_factory):
-    from engines.weights import export_weights
+    from engines.tools.weights import export_weights
 
     d = tmp_path_factory.mktemp("w")
     return export_weights(voice, d / "joe32.safetensors", dtype="fp32"), export_weights(voice, d / "joe16.safetensors")
@@ -94,7 +94,7 @@ def test_fp16_safetensors_without_onnx(exported, onnx_engine_out):
 
 
 def test_export_errors(voice, tmp_path):
-    from engines.weights import export_weights, read_weights
+    from engines.tools.weights import export_weights, read_weights
 
     with pytest.raises(InputError, match="fp16 or fp32"):
         export_weights(voice, tmp_path / "a.safetensors", dtype="int4")

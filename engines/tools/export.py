@@ -145,7 +145,7 @@ def _torch():
 def load_port(voice):
     """The PyTorch port of ``voice`` in float32, eval mode, on CPU."""
     torch = _torch()
-    from engines import weights as W
+    from engines.tools import weights as W
     from engines.torch_vits.hparams import VitsHParams
     from engines.torch_vits.model import VitsSynthesizer
 

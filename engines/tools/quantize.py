@@ -52,20 +52,15 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from engines.export import STAGE_A_INPUTS, STAGE_B_INPUTS, atomic_write_bytes, notice, ort_session, prior_on_frames
-from core.errors import DeterministicEngineError, InputError
+from engines.tools.export import STAGE_A_INPUTS, STAGE_B_INPUTS, atomic_write_bytes, notice, ort_session, prior_on_frames
+from core.errors import DeterministicEngineError, EngineUnavailable, InputError
 
-ROOT = Path(__file__).resolve().parent.parent
-#: The calibration corpus shipped with the project (public-domain text).
-CALIBRATION_DIR = ROOT / "data" / "calibration"
 GATE_INPUT = "booktts_qgate"
 QMAX = 127.0
-#: Calibration defaults: utterances of the corpus, utterances of the sensitivity scan.
-DEFAULT_UTTERANCES = 200
-DEFAULT_SCAN_UTTERANCES = 4
 #: The sensitivity search admits int8 sites while the scan utterances stay within this MCD against
 #: fp32 (the quality gate is MCD <= 1.8 dB on held-out text; this leaves a margin).
 DEFAULT_TARGET_MCD_DB = 1.4
@@ -77,62 +72,22 @@ _NBINS = int((_LOG_HI - _LOG_LO) * _BINS_PER_DECADE)
 _EDGES = 10.0 ** (_LOG_LO + np.arange(_NBINS + 1) / _BINS_PER_DECADE)
 
 
-# --------------------------------------------------------------------------- corpus
-def corpus_files(paths=None) -> list[Path]:
-    """The text files of a corpus: given files / directories, or the shipped :data:`CALIBRATION_DIR`."""
-    paths = [Path(p) for p in (paths or [CALIBRATION_DIR])]
-    files: list[Path] = []
-    for p in paths:
-        if p.is_dir():
-            files += sorted(q for q in p.glob("*.txt") if q.is_file())
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise InputError(f"calibration corpus {p} does not exist; pass a text file or a directory of .txt files")
-    if not files:
-        raise InputError(f"calibration corpus {', '.join(map(str, paths))} holds no .txt file")
-    return files
+# --------------------------------------------------------------------------- the utterances, from the caller
+@dataclass(frozen=True)
+class CalibrationSet:
+    """The phoneme ids calibration runs on. The engines see no text: the caller makes them
+    (:class:`jobs.calibration.CalibrationCorpus` from the shipped corpus)."""
+
+    ids: list
+    """Calibration utterances (phoneme ids each): activation ranges are measured over them."""
+    scan_ids: list
+    """Utterances held out from :attr:`ids` for the sensitivity scan."""
+    source: list = field(default_factory=list)
+    """Where they came from (the corpus files), for the report."""
 
 
-def corpus_sentences(paths=None) -> list[str]:
-    """Sentences of the corpus, in order (paragraphs split at blank lines, then into sentences)."""
-    from jobs.segment import split_sentences
-
-    out: list[str] = []
-    for f in corpus_files(paths):
-        text = f.read_text(encoding="utf-8-sig")
-        for para in re.split(r"\n\s*\n", text):
-            para = " ".join(para.split())
-            if para and not para.startswith("#"):
-                out += split_sentences(para)
-    return out
-
-
-def corpus_ids(voice, paths=None, n: int = DEFAULT_UTTERANCES, min_ids: int = 12, max_ids: int = 300,
-               skip: int = 0) -> list[list[int]]:
-    """Phoneme ids of ``n`` corpus sentences (12..300 ids), spread evenly over the corpus.
-
-    ``skip`` drops every sentence chosen by ``corpus_ids(..., n=skip)`` first, so a scan set
-    can be held out from the calibration set."""
-    from jobs.phonemize import Phonemizer
-
-    sents = corpus_sentences(paths)
-    ph = Phonemizer(voice)
-    pool = []
-    for s in sents:
-        p = ph(s)
-        if p.speakable and min_ids <= len(p.ids) <= max_ids:
-            pool.append(p.ids)
-    if not pool:
-        raise InputError("the calibration corpus has no sentence of 12..300 phoneme ids")
-    return _spread(pool, n, skip)
-
-
-def _spread(pool: list, n: int, skip: int = 0) -> list:
-    taken = set(np.linspace(0, len(pool) - 1, num=min(skip, len(pool))).astype(int).tolist()) if skip else set()
-    rest = [x for i, x in enumerate(pool) if i not in taken] or pool
-    idx = np.linspace(0, len(rest) - 1, num=min(n, len(rest))).astype(int)
-    return [rest[i] for i in sorted(set(idx.tolist()))]
+#: Makes the :class:`CalibrationSet` of a voice, where an INT8 model must be created on first use.
+CalibrationSource = Callable[[object], CalibrationSet]
 
 
 class PriorFeeder:
@@ -440,12 +395,12 @@ def build_sim_model(model, sites: list[Site], clips: dict[str, float]):
 
 
 # --------------------------------------------------------------------------- measurement
-from engines.audio_quality import snr_db  # noqa: E402  (one definition, re-exported for the bench)
+from engines.tools.audio_quality import snr_db  # noqa: E402  (one definition, re-exported for the bench)
 
 
 def mcd_function():
-    """The project's mel-cepstral distortion (:mod:`engines.audio_quality`: 0-8 kHz, c1..c24, speech frames)."""
-    from engines.audio_quality import mcd
+    """The project's mel-cepstral distortion (:mod:`engines.tools.audio_quality`: 0-8 kHz, c1..c24, speech frames)."""
+    from engines.tools.audio_quality import mcd
 
     return mcd
 
@@ -549,19 +504,20 @@ def site_macs(model, sites: list[Site], steps_per_frame: dict[str, float]) -> di
             float(steps_per_frame.get(s.acts[0][1], 1.0) * np.prod(inits[s.weight].shape)) for s in sites}
 
 
-def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: Path, corpus=None,
-                      n_utterances: int = DEFAULT_UTTERANCES, scan_utterances: int = DEFAULT_SCAN_UTTERANCES,
+def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: Path, calibration: CalibrationSet,
                       method: str = "mse", target_mcd_db: float = DEFAULT_TARGET_MCD_DB,
-                      threads: int | None = None, progress=None, max_ids: int = 300) -> CalibrationReport:
-    """Calibrate, scan, choose and write ``out_path`` (Q/DQ stage B) plus ``<out_path>.json`` (the report)."""
+                      threads: int | None = None, progress=None) -> CalibrationReport:
+    """Calibrate on ``calibration.ids``, scan on ``calibration.scan_ids``, choose and write ``out_path``
+    (Q/DQ stage B) plus ``<out_path>.json`` (the report)."""
     import onnx
 
     say = progress or (lambda msg: None)
+    if not calibration.ids or not calibration.scan_ids:
+        raise InputError("calibration needs at least one calibration and one scan utterance")
     t0 = time.perf_counter()
     model = onnx.load(str(stage_b_path))
     sites = find_sites(model)
-    scan_ids = corpus_ids(voice, corpus, n=scan_utterances, max_ids=max_ids)
-    cal_ids = corpus_ids(voice, corpus, n=n_utterances, skip=scan_utterances, max_ids=max_ids)
+    scan_ids, cal_ids = calibration.scan_ids, calibration.ids
     feeder = PriorFeeder(stage_a_path, voice, threads)
     say(f"calibration: activation ranges of {len(sites)} sites over {len(cal_ids)} utterances ({method})")
     stats = collect_ranges(model, sites, feeder.feeds(cal_ids), threads)
@@ -593,7 +549,7 @@ def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: P
         int8_sites=len(chosen), int8_mac_share=round(sum(macs[n] for n in chosen) / total, 4),
         scan_final={"mcd_db": round(final[0], 3), "snr_db": round(final[1], 2)}, scan_evals=scanner.evals,
         seconds={"calibration": round(t1 - t0, 1), "scan": round(t2 - t1, 1), "write": round(time.perf_counter() - t2, 1)},
-        corpus=[str(p) for p in corpus_files(corpus)],
+        corpus=[str(p) for p in calibration.source],
     )
     atomic_write_bytes(out_path.with_suffix(".json"), json.dumps(report.to_dict(), indent=1).encode())
     say(f"INT8 model: {len(chosen)} of {len(sites)} sites in int8 ({100 * report.int8_mac_share:.0f}% of stage-B "
@@ -601,22 +557,29 @@ def calibrate_stage_b(voice, stage_a_path: Path, stage_b_path: Path, out_path: P
     return report
 
 
-def ensure_int8(voice, cache_dir: Path | None = None, corpus=None, n_utterances: int = DEFAULT_UTTERANCES,
-                scan_utterances: int = DEFAULT_SCAN_UTTERANCES, threads: int | None = None, **kw) -> Path:
-    """The voice's cached INT8 stage B, created on first use from the shipped calibration corpus."""
-    from engines.export import FILES, cache_lock, ensure_exported
+def ensure_int8(voice, cache_dir: Path | None = None, calibration: CalibrationSource | None = None,
+                threads: int | None = None, **kw) -> Path:
+    """The voice's cached INT8 stage B, created on first use from the utterances ``calibration(voice)``
+    gives (its caller's: the engines phonemize nothing). Without ``calibration`` a missing model is
+    :class:`EngineUnavailable`, one line saying how to make it."""
+    from engines.tools.export import FILES, cache_lock, ensure_exported
 
     staged = ensure_exported(voice, ("fp32",), cache_dir)
     path = staged.directory / FILES["int8"]
     if _int8_ok(path, voice):
         return path
+    if calibration is None:
+        raise EngineUnavailable(f"voice {voice.name} has no INT8 model in {staged.directory} yet and nothing was "
+                                f"given to calibrate it on; run it once through cli.py (run, worker), or make it "
+                                f"with: python cli.py calibrate --out DIR")
     with cache_lock(staged.directory):
         if _int8_ok(path, voice):
             return path
+        cal = calibration(voice)
         notice(f"creating the INT8 model of voice {voice.name} in {staged.directory} from the calibration corpus "
-               f"({n_utterances} utterances; one time, a few minutes on CPU)")
-        calibrate_stage_b(voice, staged.stage_a, staged.stage_b["fp32"], path, corpus, n_utterances,
-                          scan_utterances, threads=threads, progress=_progress, **kw)
+               f"({len(cal.ids)} utterances; one time, a few minutes on CPU)")
+        calibrate_stage_b(voice, staged.stage_a, staged.stage_b["fp32"], path, cal, threads=threads,
+                          progress=_progress, **kw)
     return path
 
 
