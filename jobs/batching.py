@@ -14,7 +14,8 @@ Everything here is pure (no files, no Redis, no engine); its callers bring the d
   reads the candidates from Redis, in the order it wants them, and leases those chosen);
 - :func:`halve` and :func:`group_by_scales` when an engine call is split
   (:func:`jobs.synthesize.synthesize_units`: in two on out-of-memory, by scales for an engine that
-  takes one set per call).
+  takes one set per call);
+- :func:`run_order` when a local run orders its pending units (:func:`jobs.runner.run_local`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from jobs.plan import BatchInfo, PlannedUtterance
 
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
+
+#: Orders in which a local run takes its pending units: ``plan`` (unit id order), ``chapters`` (the
+#: units of chapter 1 first, then those of chapter 2 not run yet, ...: chapters complete in reading order).
+RUN_ORDERS = ("plan", "chapters")
 
 
 def pack_units(rows: list[PlannedUtterance], max_batch: int, max_batch_phonemes: int,
@@ -122,3 +127,19 @@ def group_by_scales(item_scales: Sequence[K]) -> dict[K, list[int]]:
     for i, sc in enumerate(item_scales):
         groups.setdefault(sc, []).append(i)
     return groups
+
+
+def run_order(pending: list[int], chapter_units: Iterable[Iterable[int]], order: str = "plan") -> list[int]:
+    """The ``pending`` unit ids in the order a local run takes them (:data:`RUN_ORDERS`).
+    ``chapter_units``: per chapter the run delivers, in reading order, the ids of the units its
+    utterances are in (read only for ``chapters``)."""
+    if order == "plan":
+        return list(pending)
+    if order != "chapters":
+        raise ValueError(f"unknown batch order {order!r}; choose one of {', '.join(RUN_ORDERS)}")
+    left, out = set(pending), []
+    for ids in chapter_units:
+        for b in sorted(set(ids) & left):
+            out.append(b)
+            left.discard(b)
+    return out + sorted(left)

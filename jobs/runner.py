@@ -35,6 +35,7 @@ import numpy as np
 from jobs.claim import claim, run_lock
 from core.files import free_bytes
 from jobs import chapter_pool
+from jobs.batching import RUN_ORDERS, run_order
 from jobs.finalize import (ChapterPart, ChapterWork, FinalizeSummary, chapter_key, finalize, finalized_summary,
                            selected_chapters, sweep_stale_temp_files, write_chapter, write_chapters_in_processes)
 from jobs.job import Job
@@ -50,9 +51,6 @@ CHAPTER_THREADS = 4
 TAIL_THREADS = 32
 #: Batch audio kept in memory for the chapters still to be written; past this, they read batch files.
 MEMORY_AUDIO_BYTES = 4 << 30
-#: Orders of the pending batches: ``plan`` (batch id order), ``chapters`` (the batches of chapter
-#: 1 first, then those of chapter 2 not run yet, ...: chapters complete in reading order).
-ORDERS = ("plan", "chapters")
 
 
 @dataclass
@@ -77,17 +75,9 @@ class RunStats:
 
 
 def batch_order(job: Job, pending: list[int], order: str = "plan") -> list[int]:
-    """``pending`` in the order they are run (see :data:`ORDERS`)."""
-    if order == "plan":
-        return list(pending)
-    if order != "chapters":
-        raise ValueError(f"unknown batch order {order!r}; choose one of {', '.join(ORDERS)}")
-    left, out = set(pending), []
-    for work in selected_chapters(job):
-        for b in sorted({r.batch_id for r in work[3] if r.batch_id >= 0} & left):
-            out.append(b)
-            left.discard(b)
-    return out + sorted(left)
+    """``pending`` in the order they are run (:func:`jobs.batching.run_order`, :data:`jobs.batching.RUN_ORDERS`)."""
+    chapters = ([r.batch_id for r in work[3] if r.batch_id >= 0] for work in selected_chapters(job))
+    return run_order(pending, chapters, order)
 
 
 class _Overlap:
@@ -285,15 +275,15 @@ def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = 
     ``on_batch(batch_id, audio_seconds)`` is called, on the calling thread, after each batch is
     written (for progress bars); ``on_chapter(relative_path)`` on a chapter thread after a chapter
     file was written early (not for those the final finalize writes). ``order``: see
-    :data:`ORDERS`. ``chapter_processes``: the processes that write the chapters left after the
+    :data:`jobs.batching.RUN_ORDERS`. ``chapter_processes``: the processes that write the chapters left after the
     last batch, where processes write them (a long-lived caller's, started once; default: a pool
     forked for this run). Batches already done (a previous, interrupted run) are not synthesized again,
     and the temporary files such a run left behind are removed.
     The directory's run lock is held throughout: another local run into the same directory
     (even of the same job) is refused while this one runs (:func:`jobs.claim.run_lock`).
     """
-    if order not in ORDERS:
-        raise ValueError(f"unknown batch order {order!r}; choose one of {', '.join(ORDERS)}")
+    if order not in RUN_ORDERS:
+        raise ValueError(f"unknown batch order {order!r}; choose one of {', '.join(RUN_ORDERS)}")
     with run_lock(job.out_dir, job.job_id):
         claim(job.out_dir, job.job_id)
         sweep_stale_temp_files(job)

@@ -197,7 +197,7 @@ def run_batch(job: Job, batch_id: int, engine: Engine, worker: str | None = None
 
 @dataclass
 class Unit:
-    """One planned batch of one job, as a piece of a (possibly larger) engine batch."""
+    """A unit: one planned batch of one job, as a piece of an engine call (which may hold several)."""
 
     job: Job
     batch_id: int
@@ -247,7 +247,7 @@ class SynthesizedUnits:
 
 
 def synthesis_class(job: Job) -> str:
-    """Units of jobs with the same class can share one engine batch: same voice weights, sample rate
+    """Units of jobs with the same class can share one engine call: same voice weights, sample rate
     and speaker. Their synthesis scales may differ: an engine with ``per_item_scales`` takes each
     item's own, and :func:`synthesize_units` splits the call by scales for the others."""
     ident = {"voice": job.meta["voice"]["model_sha256"], "sr": job.sample_rate}
@@ -275,7 +275,7 @@ def synthesize_units(units: list[Unit], engine: Engine) -> SynthesizedUnits:
                 f"engine sample rate {engine.info.sample_rate} differs from the voice's {u.job.sample_rate}")
         if u.job.meta["voice"].get("speaker_id") != first.meta["voice"].get("speaker_id"):
             raise JobError(f"units of jobs {first.job_id} and {u.job.job_id} have different speakers; "
-                           f"they cannot share an engine batch")
+                           f"they cannot share an engine call")
     identity = engine_identity(engine.info.name, engine.info.precision)
     for job in {id(u.job): u.job for u in units}.values():  # before any audio is made: one engine per job
         claim_engine(job, identity)

@@ -15,7 +15,7 @@ Modules:
   orphans, the rebuild of jobs Redis lost.
 - :mod:`workers.enqueue`: sending ``synthesize_batch`` / ``finalize_job`` messages by task name.
 - :mod:`workers.tasks`: the two Celery tasks (``synthesize_batch``, ``finalize_job``), thin.
-- :mod:`workers.batcher`: combining queued batches of several jobs into one engine batch.
+- :mod:`workers.batcher`: combining queued units of several jobs into one engine call.
 - :mod:`workers.finalize_child`: a job's finalize in a process of its own.
 - :mod:`workers.gpus`: one worker process per GPU (``worker --gpus``).
 

@@ -1,7 +1,9 @@
 """jobs/batching.py without Redis, files or an engine: what joins an engine call, how a call splits.
 (Packing units when a job is planned: tests/jobs/test_plan.py.)"""
 
-from jobs.batching import fill_call, group_by_scales, halve
+import pytest
+
+from jobs.batching import fill_call, group_by_scales, halve, run_order
 
 SHAPES = {"a": (4, 10), "b": (8, 10), "c": (2, 50), "d": (1, 10)}
 
@@ -45,3 +47,13 @@ def test_a_call_splits_by_scales_in_order_of_first_appearance():
     groups = group_by_scales(["slow", "fast", "slow", "mid", "fast"])
     assert list(groups) == ["slow", "fast", "mid"]
     assert groups == {"slow": [0, 2], "fast": [1, 4], "mid": [3]}
+
+
+def test_a_local_run_takes_units_by_plan_or_chapter_by_chapter():
+    pending = [0, 1, 2, 3, 4, 5]
+    chapters = [[4, 0], [0, 2, 5], [1]]  # unit 0 spans chapters 1 and 2; unit 3 is in no delivered chapter
+    assert run_order(pending, chapters, "plan") == pending
+    assert run_order(pending, chapters, "chapters") == [0, 4, 2, 5, 1, 3]
+    assert run_order([5, 1], chapters, "chapters") == [5, 1], "only the pending ones, each once"
+    with pytest.raises(ValueError, match="plan, chapters"):
+        run_order(pending, chapters, "random")
