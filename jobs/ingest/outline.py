@@ -576,7 +576,33 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             nodes[-1].items.append(it)
         else:
             front.append(it)
+    _epigraphs_forward(front, nodes)
     return Outline(_front(front, title, author), nodes)
+
+
+def _epigraphs_forward(front: list[_Item], nodes: list[Node]) -> None:
+    """An epigraph printed before its chapter's heading belongs to that chapter: a line naming the
+    chapter ("HISTORY." before "I. HISTORY.") and the verse or quotations under it (no heading or
+    scene break among them, none naming a chapter as a contents list does, 250 words at most), at the end of the text before the heading, move to
+    the start of the chapter; the naming line, which the heading says again, is not spoken."""
+    titles = {tuple(_tokens(t)) for nd in nodes for t in (nd.title, _strip_number(nd.title))} - {()}
+    for n, node in enumerate(nodes):
+        if node.level != "chapter":
+            continue
+        before = nodes[n - 1].items if n else front
+        lo = 1 if n else 0  # a node's first item is its own heading
+        names = {tuple(_tokens(node.title)), tuple(_tokens(_strip_number(node.title)))} - {()}
+        for k in range(len(before) - 2, max(lo, len(before) - 16) - 1, -1):
+            it = before[k]
+            if it.kind != "para":
+                break
+            if tuple(_tokens(it.text)) in names:
+                tail = before[k + 1:]
+                if all(t.kind == "para" and tuple(_tokens(t.text)) not in titles for t in tail) \
+                        and sum(len(t.text.split()) for t in tail) <= 250:
+                    node.items[1:1] = tail
+                    del before[k:]
+                break
 
 
 def _body(node: Node) -> list[_Item]:

@@ -465,3 +465,37 @@ def test_tales_headed_by_a_title_alone_are_chapters_and_their_numbered_parts_are
     assert [p for p, k in zip(adv.paragraphs, adv.kinds) if k == "heading"] == [
         "1. How They Went to the Hill", "2. How They Came Home Again"]
     assert all(c.paragraphs[-1].startswith("At last he came") for c in book.chapters)
+
+
+def test_an_epigraph_before_a_numbered_heading_belongs_to_the_essay_that_follows(tmp_path):
+    """Essays each opened by their name and a verse epigraph, printed before the numbered heading."""
+    prose = ("There is one mind common to all individual men, and every man is an inlet to the same and to all "
+             "of the same. He that is once admitted to the right of reason is made a freeman of the whole estate.")
+    text = ("ESSAYS\n\nBy A. Writer\n\n\n\n     HISTORY.\n\n     There is no great and no small\n"
+            "     To the Soul that maketh all.\n\n\n\nI. HISTORY.\n\n" + prose + "\n\n" + prose +
+            "\n\n*****\n\n\n     FRIENDSHIP.\n\n     \"A ruddy drop of manly blood\n     The surging sea outweighs.\"\n\n"
+            "     An old song.\n\n\n\nII. FRIENDSHIP.\n\n" + prose + "\n\n" + prose +
+            "\n\n*****\n\n\n     ART.\n\n     Give to barrows, trays and pans\n     Grace and glimmer of romance.\n\n\n\n"
+            "III. ART.\n\n" + prose + "\n")
+    p = tmp_path / "essays.txt"
+    p.write_text(text, encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["History.", "Friendship.", "Art."]
+    assert book.chapters[0].paragraphs[0].startswith("There is no great and no small")
+    assert book.chapters[1].paragraphs[:2] == ['"A ruddy drop of manly blood The surging sea outweighs."', "An old song."]
+    assert book.chapters[2].paragraphs[0].startswith("Give to barrows")
+    for c in book.chapters[:2]:  # the next essay's name and epigraph are not at the end of this one
+        assert c.paragraphs[-1] == prose
+
+
+def test_a_contents_list_of_titles_is_not_taken_for_an_epigraph(tmp_path):
+    prose = ("There was no hope for him this time: it was the third stroke. Night after night I had passed the "
+             "house and studied the lighted square of window, and night after night I had found it lighted.")
+    names = ["The Sisters", "An Encounter", "Araby", "Eveline"]
+    text = ("STORIES\n\nBy A. Writer\n\n\n\nContents\n\n" + "\n\n".join(names) + "\n\n\n\n\n" +
+            "".join(f"{n.upper()}\n\n{prose}\n\n{prose}\n\n\n\n\n" for n in names))
+    p = tmp_path / "stories.txt"
+    p.write_text(text, encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == names
+    assert book.chapters[0].paragraphs == [prose, prose]  # no contents entries spoken
