@@ -453,7 +453,7 @@ def _delivered_lines(info) -> None:
     fmt = s.get("audio_format") or _format_of(info)
     files = s.get("chapter_files") or []
     settings = ", ".join(f"{k} {s[k]}" for k in ("loudness", "captions") if s.get(k))
-    kind = "M4B" if fmt == "m4b" else fmt.upper()
+    kind = fmt.upper()
     click.echo(f"  delivered:   {len(files)} {kind} file{'' if len(files) == 1 else 's'}"
                + (f" ({settings})" if settings else ""))
     for line in audio_lines(info.out_dir, files, fmt):

@@ -139,6 +139,6 @@ def audio_lines(out_dir, files: list[str], audio_format: str) -> list[str]:
     by_dir: dict[str, list[str]] = {}
     for f in files:
         by_dir.setdefault(os.path.dirname(f), []).append(os.path.basename(f))
-    kind = "M4B" if audio_format == "m4b" else audio_format.upper()
+    kind = audio_format.upper()
     return [f"audio: {root / d if d else root}{os.sep} ({len(names)} {kind} files: {names[0]} ... {names[-1]})"
             if len(names) > 1 else f"audio: {root / d / names[0]}" for d, names in by_dir.items()]
