@@ -1,5 +1,10 @@
 """Per-chapter loudness: measure (ITU-R BS.1770 via pyloudnorm), gain to a target, limit true peaks.
 
+This module defines the targets and the whole-signal functions (the reference the tests hold the
+rest to). Finalize does not call :func:`process` on a chapter any more: it combines the utterances'
+statistics (:mod:`jobs.loudness_stats`) and applies gain, limiter and resampling as the chapter
+streams to the encoder (:mod:`jobs.loudness_stream`), with this module's filters and constants.
+
 Targets (``--loudness``):
 
 * ``ebu``: EBU R128, integrated loudness -23 LUFS, true peak at most -1 dBTP.

@@ -83,13 +83,22 @@ def test_stream_meter_is_the_whole_signal_measurement_in_any_chunking(speech):
         assert abs(r.rms_db() - L.rms_db(xf)) < 1e-9
 
 
-def test_torch_statistics_match_numpy_on_cpu_tensors(speech):
+def _device(name):
     torch = pytest.importorskip("torch", reason="the torch implementation needs torch")
+    if name == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device here (CPU-only CI runs the same functions on CPU tensors)")
+    return torch, name
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_statistics_match_numpy(speech, device):
+    torch, dev = _device(device)
     utts, sr = speech
     width = max(len(u) for u in utts) + 999
     audio = torch.full((len(utts), width), 4321, dtype=torch.int16)  # past each row's length: ignored
     for i, u in enumerate(utts):
         audio[i, :len(u)] = torch.from_numpy(u)
+    audio = audio.to(dev)
     got = S.utterance_stats_torch(audio, [len(u) for u in utts], sr)
     floats = S.utterance_stats_torch(audio.float() / 32768.0, [len(u) for u in utts], sr)
     for u, a, f in zip(utts, got, floats):
@@ -209,17 +218,18 @@ def test_loudness_none_streams_the_samples_unchanged(speech):
     assert rate == sr and np.array_equal(audio, np.concatenate(pieces)) and report.gain == 1.0
 
 
-def test_torch_engine_returns_the_statistics_of_its_items(voice, speech):
-    """The torch engine (here on the CPU) computes each item's statistics in its stage B chunks, on
-    the device, when given the hook: the same as NumPy's of the int16 audio it returns."""
-    pytest.importorskip("torch", reason="the torch engine needs torch")
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_torch_engine_returns_the_statistics_of_its_items(voice, speech, device):
+    """The torch engine computes each item's statistics in its stage B chunks, on its device, when
+    given the hook: the same as NumPy's of the int16 audio it returns."""
+    _device(device)
     pytest.importorskip("onnx", reason="the torch engine reads the voice's weights with onnx")
     from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
     from engines.torch_engine import TorchEngine
     from jobs.phonemize import Phonemizer
 
-    eng = TorchEngine(voice, EngineSpec(name="torch"))
+    eng = TorchEngine(voice, EngineSpec(name="torch", device=device if device == "cpu" else "cuda:0"))
     ph = Phonemizer(voice)
     batch = SynthesisBatch.from_sequences([ph(s).ids for s in ("Oh dear!", "It was a bright cold day in April.",
                                                                 "Down the rabbit hole she went.")],
