@@ -226,7 +226,9 @@ class TorchStats:
         with torch.no_grad():
             x = audio[:b].float() * (1.0 / 32768.0) if audio.dtype == torch.int16 else audio[:b].float()
             s = x.shape[1]
-            lens = torch.as_tensor(lengths, device=dev)
+            lens = torch.from_numpy(lengths)
+            if dev.type == "cuda":  # an asynchronous copy: the engine's stream is not waited for
+                lens = lens.pin_memory().to(dev, non_blocking=True)
             inside = torch.arange(s, device=dev)[None, :] < lens[:, None]
             x = torch.where(inside, x, 0.0)
             sub, tail = sub_samples(sample_rate), tail_samples(sample_rate)
