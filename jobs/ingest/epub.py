@@ -36,6 +36,7 @@ from defusedxml import ElementTree as SafeET
 
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
+from jobs.ingest.matter import _producer_notes
 from jobs.ingest.outline import epub_checks
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
@@ -457,6 +458,10 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             continue
         merged.append((_chain_titles([pt for pt, pd in pending if pd < depth and pt] + [t]), depth, paras))
         pending = []
+    # notes by the e-text's makers ("The images in this file ...") are not the book's text
+    merged = [(t, d, [q for i, q in enumerate(ps) if i not in _producer_notes(ps, front=n < 3)])
+              for n, (t, d, ps) in enumerate(merged)]
+    merged = [m for m in merged if m[2]]
     # leading front matter without prose (title page, contents, edition notice) is left out
     k = 0
     while k < len(merged) - 1 and not _has_prose(merged[k][2]) and any(_has_prose(c[2]) for c in merged[k + 1:]):

@@ -120,6 +120,11 @@ def _attr_tokens(el: ET.Element, name: str) -> set[str]:
     return set(v.split()) if v else set()
 
 
+_FIGURE_CLASS_RE = re.compile(r"^(?:fig|figure|fig-?(?:left|right|center|centre)|illus|illustration|image|caption)$",
+                              re.I)
+"""Classes of the boxes an illustration sits in (Gutenberg's "fig", "figleft", "figcenter")."""
+
+
 class _Extractor:
     """XHTML body -> blocks (paragraphs and headings), with the block index of every id."""
 
@@ -149,8 +154,8 @@ class _Extractor:
         if el.get("id") in ("pg-header", "pg-footer"):
             return True
         classes = _attr_tokens(el, "class")
-        if "pg-boilerplate" in classes or "pagenum" in classes:
-            return True
+        if "pg-boilerplate" in classes or "pagenum" in classes or any(_FIGURE_CLASS_RE.match(c) for c in classes):
+            return True  # an illustration's box: its file name or caption is not read (as "[Illustration: ...]")
         types, roles = _attr_tokens(el, "type"), _attr_tokens(el, "role")
         if not self.front_matter and (types | roles) & _MATTER_TYPES:
             return True

@@ -1,8 +1,8 @@
 """Front and back matter: chapters -> the chapters worth reading aloud.
 
 :func:`_drop_matter` drops, for every format, chapters titled "About the Author", "Contents",
-"Index", "Copyright", "Also by ..."; a short copyright notice among the first three chapters;
-ISBN-only paragraphs; what follows "THE END" in the last chapter (publishers' advertisements); a
+"Index", "Copyright", "Also by ..."; a short copyright notice among the first three chapters; the printer's line closing the last chapter;
+ISBN-only paragraphs; notes by the e-text's makers (:func:`_producer_notes`); what follows "THE END" in the last chapter (publishers' advertisements); a
 short last chapter that only points at Project Gutenberg; and
 a trailing "About the Author" section in the last chapter. Used
 unless ``front_matter=True``.
@@ -29,6 +29,18 @@ _RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:public
                         r"printed in|library of congress", re.I)
 
 
+_PRINTED_RE = re.compile(r"^\W*printed\s+(?:by|at|in)\b", re.I)
+
+
+def _printer_line(p: str) -> bool:
+    """The printer's line at the foot of the last page ("THE NORTHUMBERLAND PRESS, NEWCASTLE-UPON-TYNE",
+    "Printed by ..."): short, and in capitals naming a press or printers, or starting "Printed by"."""
+    if len(p.split()) > 15:
+        return False
+    return bool(_PRINTED_RE.match(p)) or (not any(c.islower() for c in p)
+                                          and re.search(r"\b(?:PRESS|PRINTERS?|PRINTING)\b", p) is not None)
+
+
 _THE_END_RE = re.compile(r"^[_*\s]*(?:the\s+end|finis)[.!_*\s]*$", re.I)
 
 
@@ -44,6 +56,35 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
     Gutenberg"): the publisher's back page, not the book."""
     text = " ".join(ch.paragraphs)
     return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
+
+
+_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|e-?text\s+editor)(?:'s|\u2019s|s'|s)?"
+                            r"\s+notes?\b", re.I)
+_FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|electronic\s+(?:edition|text|version))\b"
+                           r"|\be-?texts\b|\b(?:images|illustrations)\s+in\s+this\b|\btranscri|\bproofread"
+                           r"|\btypographical\b|\b(?:spelling|hyphenation|punctuation)\b.{0,40}\b(?:retained|preserved"
+                           r"|corrected|standardi[sz]ed|original)", re.I)
+
+
+def _producer_notes(paras: list[str], front: bool) -> set[int]:
+    """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
+    ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:" and the paragraphs under it that
+    speak of the text, its spelling or its files, up to five), and, in the first chapters, a short
+    paragraph about this file or e-book ("The images in this file are ...")."""
+    out: set[int] = set()
+    for i, p in enumerate(paras):
+        if _NOTE_LABEL_RE.match(p):
+            out.add(i)
+            if len(p.split()) <= 6:  # a label: the note is under it
+                j = i + 1
+                while j < len(paras) and j <= i + 5 and _FILE_NOTE_RE.search(paras[j]) \
+                        and len(paras[j].split()) <= 200:
+                    out.add(j)
+                    j += 1
+        elif front and len(p.split()) <= 120 and _FILE_NOTE_RE.search(p) \
+                and re.search(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?)\b|\be-?texts\b|\bin\s+this\s+file\b", p, re.I):
+            out.add(i)
+    return out
 
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
@@ -63,9 +104,12 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             continue
         if k == n - 1 and k and _is_gutenberg_note(ch):
             continue
-        kept = [(p, ch.kind(i)) for i, p in enumerate(ch.paragraphs) if not _ISBN_RE.match(p)]
+        notes = _producer_notes(ch.paragraphs, front=k < 2)
+        kept = [(p, ch.kind(i)) for i, p in enumerate(ch.paragraphs) if not _ISBN_RE.match(p) and i not in notes]
         paras = [p for p, _k in kept]
         if k == n - 1:
+            while len(kept) > 1 and _printer_line(paras[-1]):
+                kept, paras = kept[:-1], paras[:-1]  # the printer's line under the last page
             end = next((j for j, para in enumerate(paras) if _THE_END_RE.match(para)), None)
             if end is not None:
                 kept = kept[:end + 1]  # after "THE END": the publisher's advertisements

@@ -458,7 +458,7 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
-                         r"|\bpublic\s+domain\b|\bedition\s+produced\b", re.I)
+                         r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b", re.I)
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes."""
 
 
@@ -550,6 +550,32 @@ def _paged_runs(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _listed_ahead(items: list[_Item]) -> list[_Item]:
+    """A numbered CHAPTER, STAVE or ACT heading that comes again later (a play's list of scenes, "ACT I.
+    The Octagon Room", before "FIRST ACT") and has no prose under it, or a tenth of the words the later one
+    has, is an entry of a list, not a start:
+    it becomes a paragraph of the front matter (where a cast list's rules drop it)."""
+    heads = [k for k, it in enumerate(items) if it.kind == "heading"]
+    out = list(items)
+    for n, k in enumerate(heads):
+        it = items[k]
+        if it.style not in RANKED_CHAPTER_STYLES or it.num is None:
+            continue
+        again = next((m for m in range(n + 1, len(heads))
+                      if items[heads[m]].style == it.style and items[heads[m]].num == it.num), None)
+        if again is None:
+            continue
+        body, later = _body_words(items, heads, n), _body_words(items, heads, again)
+        if not _has_prose(body) or 10 * sum(len(b.split()) for b in body) < sum(len(b.split()) for b in later):
+            out[k] = _Item("para", it.text)
+    return out
+
+
+def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
+    end = heads[n + 1] if n + 1 < len(heads) else len(items)
+    return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
+
+
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
     items = _paged_runs(items)
@@ -558,6 +584,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _promote_caps(items, title)
     items = [it for it in items if not (it.kind == "para" and _NOTE_RE.match(it.text))]
     items = _heading_runs(items)
+    items = _listed_ahead(items)
     title_t = tuple(_tokens(title))
     items = [it for k, it in enumerate(items)  # the title again over the story's first heading: a half-title
              if not (title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t
@@ -787,6 +814,20 @@ def _with_parts(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
+def _lists_titles(para: str, titles: list[tuple[str, ...]]) -> bool:
+    """The paragraph is a contents list: it names three or more of the later chapters' titles, and
+    those names make at least half of its words."""
+    toks = tuple(_tokens(para))
+    if len(toks) < 6:
+        return False
+    hits, covered = 0, 0
+    for t in set(titles):
+        if t and any(toks[i:i + len(t)] == t for i in range(len(toks) - len(t) + 1)):
+            hits += 1
+            covered += len(t)
+    return hits >= 3 and 2 * covered >= len(toks)
+
+
 def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) -> list[Chapter]:
     """The checks EPUB chapters (found from the nav/NCX and ``epub:type``) share with text books:
     numbered parts listed as entries of their own go back into their chapter (:func:`_with_parts`),
@@ -794,10 +835,15 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
     "by ...") at the start of the first chapter not spoken again after the announcement."""
     chapters = _with_parts(chapters)
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
+    named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
     out = []
     for n, ch in enumerate(chapters):
         paras, kinds = list(ch.paragraphs), list(ch.kinds) if ch.kinds else None
-        if n == 0:
+        if n < 2:  # a contents list printed as running text in the first pages
+            keep = [not _lists_titles(p, [t for t in named[n + 1:] if len(t) >= 1]) for p in paras]
+            paras = [p for p, ok in zip(paras, keep) if ok]
+            kinds = [kd for kd, ok in zip(kinds, keep) if ok] if kinds else kinds
+        if n < 2:  # the title page: the first document, or the second after a producer's page
             while paras and (tuple(_tokens(paras[0])) in (title_t, author_t, ("by",)) or _BY_RE.match(paras[0])
                              and author_t and tuple(_tokens(paras[0]))[-len(author_t):] == author_t):
                 paras.pop(0)

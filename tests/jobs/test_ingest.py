@@ -873,3 +873,41 @@ def test_markdown_rule_after_a_bullet_is_not_a_heading(tmp_path):
     book = ingest.load_book(p)
     assert [c.title for c in book.chapters] == ["", "Two"]  # "One" is the book title (its single H1), announced once
     assert any("a lantern" in para for para in book.chapters[0].paragraphs)
+
+
+# ------------------------------------------------------------------------------------- issue 28: makers' notes, figures
+
+
+def test_transcribers_notes_and_file_notes_are_never_spoken(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("THE WHALE\n\nby A. Writer\n\n\n\nOriginal Transcriber\u2019s Notes:\n\n\n"
+                 "This text is a combination of etexts, one from an old project and one from the archives. "
+                 "The resulting etext was compared with a printed copy.\n\n\n\n"
+                 f"CHAPTER I.\n\n{PROSE}\n\n[Transcriber's Note: the spelling of the original is kept.]\n\n"
+                 "The sea was grey.\n\nCHAPTER II.\n\nThe ship sailed at dawn, and nobody waved.\n")
+    book = load_book(p)
+    text = " ".join(q for c in book.chapters for q in c.paragraphs)
+    assert "etext" not in text and "Transcriber" not in text and "spelling" not in text
+    assert [c.paragraphs for c in book.chapters] == [[PROSE, "The sea was grey."],
+                                                    ["The ship sailed at dawn, and nobody waved."]]
+
+
+def test_epub_figure_boxes_file_notes_and_running_contents_are_not_read(tmp_path):
+    # a Gutenberg EPUB: an images note on the title page, the contents as one run of text, each chapter's
+    # number and title as separate NCX entries with an illustration's box ("0029m") between them
+    titles = ["The Old Sea-dog", "Black Dog Appears", "The Black Spot", "The Sea-chest"]
+    title_page = ("<h1 id='t'>TREASURE TALE</h1><div class='mynote'>The images in this file are of absolute format: "
+                  "they do not reduce in size for small screens; a different version of this ebook is "
+                  "available.</div><div class='fig'>0010m</div><p id='c'>"
+                  + " ".join(f"{n}. {t}" for n, t in enumerate(titles, 1)) + "</p>")
+    chapters = "".join(f"<h2 id='n{n}'>{n}</h2><div class='fig'>00{n}9m</div><h3 id='h{n}'>{t}</h3>"
+                       f"<div class='figleft c4'>90{n}9m</div><p>{PROSE} ({n})</p>" for n, t in enumerate(titles, 1))
+    ncx = [("TREASURE TALE", "c0.xhtml#t")]
+    for n, t in enumerate(titles, 1):
+        ncx += [(str(n), f"c1.xhtml#n{n}"), (t, f"c1.xhtml#h{n}")]
+    book = load_book(make_epub(tmp_path / "ti.epub", [("c0.xhtml", title_page), ("c1.xhtml", chapters)], ncx=ncx,
+                               title="Treasure Tale"))
+    assert len(book.chapters) == 4 and all(c.title.endswith(t) for c, t in zip(book.chapters, titles))
+    assert [c.paragraphs[-1] for c in book.chapters] == [f"{PROSE} ({n})" for n in range(1, 5)]
+    text = " ".join(q for c in book.chapters for q in c.paragraphs)
+    assert "m" not in {w[-1] for w in text.split() if w[0].isdigit()} and "images" not in text

@@ -499,3 +499,26 @@ def test_a_contents_list_of_titles_is_not_taken_for_an_epigraph(tmp_path):
     book = load_book(p)
     assert [c.title for c in book.chapters] == names
     assert book.chapters[0].paragraphs == [prose, prose]  # no contents entries spoken
+
+_SPEECH = ("LORD GORING.  I have been asked to dine with the Markbys tonight, and I simply cannot go, because "
+           "the Markbys always talk about the weather and nothing else.\n\nMABEL.  That is a very good reason, "
+           "and I shall tell them so myself when I see them at the opera.\n\n")
+
+
+def test_a_plays_scene_list_cast_and_printers_line_are_front_matter(tmp_path):
+    acts = "".join(f"{o} ACT\n\n\nSCENE\n\nA room in the house.\n\n" + _SPEECH * 6 + "CURTAIN\n\n\n"
+                   for o in ("FIRST", "SECOND", "THIRD"))
+    p = tmp_path / "play.txt"
+    p.write_text("AN IDEAL PLAY\n\nBY\n\nA. WRITER\n\n_This book was First Published in 1893_\n\n"
+                 "THE PERSONS OF THE PLAY\n\n\nLORD GORING\n\nMABEL CHILTERN\n\n\nTHE SCENES OF THE PLAY\n\n"
+                 "ACT I.  _The Octagon Room in the House in Grosvenor\nSquare_.\n\n"
+                 "ACT II.  _Morning-room_.\n\nACT III.  _The Library_.\n\n"
+                 "_The action of the play is completed within twenty-four hours_.\n\n"
+                 "LORD GORING    _Mr. Charles Hawtrey_.\n\n\n\n" + acts + "* * * * *\n\n"
+                 "THE NORTHUMBERLAND PRESS, NEWCASTLE-UPON-TYNE\n")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["FIRST ACT. Scene", "SECOND ACT. Scene", "THIRD ACT. Scene"]
+    text = " ".join(q for c in book.chapters for q in c.paragraphs)
+    for gone in ("Octagon", "Hawtrey", "PRESS", "First Published", "twenty-four"):
+        assert gone not in text
+    assert [q for q in book.chapters[-1].paragraphs if q][-1] == "CURTAIN"
