@@ -500,6 +500,7 @@ def test_a_contents_list_of_titles_is_not_taken_for_an_epigraph(tmp_path):
     assert [c.title for c in book.chapters] == names
     assert book.chapters[0].paragraphs == [prose, prose]  # no contents entries spoken
 
+
 _SPEECH = ("LORD GORING.  I have been asked to dine with the Markbys tonight, and I simply cannot go, because "
            "the Markbys always talk about the weather and nothing else.\n\nMABEL.  That is a very good reason, "
            "and I shall tell them so myself when I see them at the opera.\n\n")
