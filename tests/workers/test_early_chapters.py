@@ -65,7 +65,10 @@ def outputs(out: Path):
 def test_chapters_are_written_while_the_job_runs_and_the_output_is_finalizes(redis_url, start_worker, tmp_path):
     store = JobStore(redis_url)
     src = book(tmp_path)
-    slow = {"BOOKTTS_FAKE_DELAY_S": "0.6"}  # per batch: the job runs for several seconds
+    # per batch: the job runs for over 10 s, so chapter 1 (done after its first batches) has time to be
+    # written with batches to go even on a busy host (0.6 s a batch left about 4 s, and under two
+    # pytest-xdist processes on a loaded 2-core machine chapter 1 appeared only when all 9 were done)
+    slow = {"BOOKTTS_FAKE_DELAY_S": "1.5"}
     w = start_worker(redis_url, "early", env=slow)
     out = tmp_path / "early"
     job_id = submit(redis_url, src, out)
@@ -93,7 +96,7 @@ def test_chapters_are_written_while_the_job_runs_and_the_output_is_finalizes(red
     # the same job by a worker that leaves every chapter to finalize
     w.kill_group()
     store.r.flushall()
-    start_worker(redis_url, "late", env=slow, args=["--early-chapters", "0"])
+    start_worker(redis_url, "late", args=["--early-chapters", "0"])  # no delay: nothing timed here
     ref = tmp_path / "late"
     assert submit(redis_url, src, ref) == job_id
     deadline = time.monotonic() + 120
