@@ -549,6 +549,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             h = _match_heading(lines[j])
             if h is None or (h.roman and (j != 0 or i - 1 not in roman_ok)):
                 break
+            if h.title and _runs_on(h.title, lines[j + 1:]):
+                break  # "BOOK I. (Folio), CHAPTER I. (Sperm Whale).--This whale, among the ...": a paragraph
             if h.style == "numtitle" and (j != 0 or len(lines) > 1):
                 break  # "I. A SCANDAL IN BOHEMIA" is a heading only as a line set apart
             title = h.title
@@ -581,6 +583,19 @@ def _txt_items(body: str, force=None) -> list[_Item]:
                 items[-1].text = _join_title(items[-1].text, _norm(_clean_inline(t)))
                 i += 1
     return items
+
+
+def _runs_on(title: str, rest: list[str]) -> bool:
+    """A heading's title that is the start of a sentence running on through a paragraph: it ends
+    mid-sentence (a lower-case word, no punctuation) or runs in after a dash, and three or more lines
+    follow it in its block
+    (a title printed over two lines is followed by a blank line)."""
+    last = title.rstrip().split()[-1] if title.strip() else ""
+    return len(rest) >= 3 and (last.isalpha() and last.islower() or _RUN_IN_RE.search(title) is not None)
+
+
+_RUN_IN_RE = re.compile(r"[.)]\s*(?:\u2014|--)\s*\w")
+"""A run-in heading: a label, a dash and the paragraph's first words ("(Sperm Whale).--This whale")."""
 
 
 def _add_para(items: list[_Item], lines: list[str], toc: bool = False) -> None:

@@ -523,3 +523,22 @@ def test_a_plays_scene_list_cast_and_printers_line_are_front_matter(tmp_path):
     for gone in ("Octagon", "Hawtrey", "PRESS", "First Published", "twenty-four"):
         assert gone not in text
     assert [q for q in book.chapters[-1].paragraphs if q][-1] == "CURTAIN"
+
+
+def test_a_run_in_reference_to_a_book_and_chapter_is_a_paragraph_not_a_heading(tmp_path):
+    body = ("This whale, among the English of old vaguely known as the Trumpa whale,\nand the Physeter whale, "
+            "and the Anvil Headed whale, is the present\nCachalot of the French, and the Pottsfich of the "
+            "Germans, and the\nMacrocephalus of the Long Words.")
+    p = tmp_path / "whales.txt"
+    p.write_text(f"CHAPTER 1. Loomings.\n\n{PROSE_LINE}\n\nCHAPTER 2. Cetology.\n\n{PROSE_LINE}\n\n"
+                 f"BOOK I. (_Folio_), CHAPTER I. (_Sperm Whale_).\u2014{body}\n\n"
+                 f"BOOK I. (_Folio_), CHAPTER II. (_Right Whale_).--In one respect this is\n{body}\n\n"
+                 f"CHAPTER 3. Of Whales in Paint; in Teeth; in Wood; in Sheet-Iron; in\nStone; in Stars.\n\n"
+                 f"{PROSE_LINE}\n")
+    book = load_book(p)
+    assert [c.title[:20] for c in book.chapters] == ["CHAPTER 1. Loomings.", "CHAPTER 2. Cetology.",
+                                                     "CHAPTER 3. Of Whales"]  # a two-line title stays one
+    assert book.chapters[1].paragraphs[1].startswith("BOOK I. (Folio), CHAPTER I. (Sperm Whale).")
+
+
+PROSE_LINE = "Call me Ishmael. Some years ago, never mind how long precisely, I went to sea."
