@@ -66,11 +66,18 @@ _FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|elec
                            r"|corrected|standardi[sz]ed|original)", re.I)
 
 
+_THIS_FILE_RE = re.compile(r"\bthis\s+(?:e-?text|e-?book|file|electronic\s+(?:edition|text|version))\b|\be-?texts?\b",
+                           re.I)
+_PRODUCTION_RE = re.compile(r"\b(?:images?|illustrations?|versions?|formats?|screens?|transcri\w*|proofread\w*"
+                            r"|archives?|project)\b", re.I)
+
+
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:" and the paragraphs under it that
     speak of the text, its spelling or its files, up to five), and, in the first chapters, a short
-    paragraph about this file or e-book ("The images in this file are ...")."""
+    paragraph about this file, e-book or e-text that speaks of its images, version, format or
+    making ("The images in this file are ..."); "He opened the file." stays."""
     out: set[int] = set()
     for i, p in enumerate(paras):
         if _NOTE_LABEL_RE.match(p):
@@ -81,8 +88,7 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                         and len(paras[j].split()) <= 200:
                     out.add(j)
                     j += 1
-        elif front and len(p.split()) <= 120 and _FILE_NOTE_RE.search(p) \
-                and re.search(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?)\b|\be-?texts\b|\bin\s+this\s+file\b", p, re.I):
+        elif front and len(p.split()) <= 120 and _THIS_FILE_RE.search(p) and _PRODUCTION_RE.search(p):
             out.add(i)
     return out
 

@@ -884,11 +884,12 @@ def test_transcribers_notes_and_file_notes_are_never_spoken(tmp_path):
                  "This text is a combination of etexts, one from an old project and one from the archives. "
                  "The resulting etext was compared with a printed copy.\n\n\n\n"
                  f"CHAPTER I.\n\n{PROSE}\n\n[Transcriber's Note: the spelling of the original is kept.]\n\n"
-                 "The sea was grey.\n\nCHAPTER II.\n\nThe ship sailed at dawn, and nobody waved.\n")
+                 "The sea was grey.\n\nHe opened the file and read this file twice.\n\nCHAPTER II.\n\nThe ship sailed at dawn, and nobody waved.\n")
     book = load_book(p)
     text = " ".join(q for c in book.chapters for q in c.paragraphs)
     assert "etext" not in text and "Transcriber" not in text and "spelling" not in text
-    assert [c.paragraphs for c in book.chapters] == [[PROSE, "The sea was grey."],
+    assert [c.paragraphs for c in book.chapters] == [[PROSE, "The sea was grey.",
+                                                      "He opened the file and read this file twice."],
                                                     ["The ship sailed at dawn, and nobody waved."]]
 
 
