@@ -37,7 +37,7 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.outline import epub_checks
+from jobs.ingest.outline import _BY_RE, epub_checks
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _PG_END_RE, _PG_START_RE
@@ -418,6 +418,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         key = f"{e.doc}#{e.frag}" if e.frag else None
         if key and key in skipped:
             continue  # points into Project Gutenberg boilerplate
+        if _BY_RE.match(e.label):
+            continue  # a title page's "Illustrated by ..." / "Translated by ..." line: no chapter
         if key and key in anchors:
             pos = anchors[key]
         elif e.doc in doc_start:
@@ -508,6 +510,8 @@ def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, l
                 title = b.text  # the heading says more than the TOC label
                 k += 1
             break
+    while k < len(blocks) and blocks[k].level and _BY_RE.match(blocks[k].text):
+        k += 1  # "WRITTEN BY ..." under a work's title: a title-page line
     rest = blocks[k:]
     # contents lists: 3+ short blocks linking into the book (and a "Contents" label before them)
     out: list[_Block] = []

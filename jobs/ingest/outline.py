@@ -828,12 +828,47 @@ def _lists_titles(para: str, titles: list[tuple[str, ...]]) -> bool:
     return hits >= 3 and 2 * covered >= len(toks)
 
 
+_FRONT_KEYWORD_RE = re.compile(r"^(?:introduction|preface|foreword|prefatory\s+note|translator\S*\s+(?:introduction"
+                               r"|preface))\b", re.I)
+_CHAPTER_KEYWORD_RE = re.compile(r"^(?:chapter|book|part|volume|stave|canto|act|letter|section)\s+(?:[IVXLCDM]+\b|\d|"
+                                 r"(?:one|two|three|four|five|six|seven|eight|nine|ten|the\s+first)\b)", re.I)
+_KEYWORD_START_RE = re.compile(r"^(?:chapter|book|part|volume|stave|canto|act|scene|letter|section|prologue|epilogue"
+                               r"|preface|introduction|foreword|afterword|appendix|contents)\b", re.I)
+
+
+def _introduction_sections(chapters: list[Chapter]) -> list[Chapter]:
+    """Nav entries for the sub-headings of an introduction or preface: in a book whose nav has a
+    numbered CHAPTER (BOOK, PART ...) sequence, the entries after an INTRODUCTION / PREFACE entry and
+    before the first numbered entry that carry no keyword of their own ("YOUTH", "THE MAN AND HIS
+    WORKS", a "DEDICATION") are its sections: a "heading" paragraph each, not chapters."""
+    numbered = [n for n, c in enumerate(chapters) if _CHAPTER_KEYWORD_RE.match(c.title.strip())]
+    if len(numbered) < 2:
+        return chapters
+    out: list[Chapter] = []
+    host = False  # out[-1] is an introduction taking the entries after it
+    for n, ch in enumerate(chapters):
+        if n >= numbered[0]:
+            host = False
+        if host and ch.title.strip() and not _KEYWORD_START_RE.match(ch.title.strip()):
+            prev = out[-1]
+            kinds = (list(prev.kinds) if prev.kinds else ["text"] * len(prev.paragraphs)) + ["heading"] \
+                + (list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs))
+            heading = title_case(ch.title) if _shouted(ch.title) else ch.title
+            out[-1] = Chapter(prev.index, prev.title, [*prev.paragraphs, heading, *ch.paragraphs], kinds, prev.part)
+            continue
+        host = n < numbered[0] and bool(_FRONT_KEYWORD_RE.match(ch.title.strip()))
+        out.append(ch)
+    return out
+
+
 def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) -> list[Chapter]:
     """The checks EPUB chapters (found from the nav/NCX and ``epub:type``) share with text books:
     numbered parts listed as entries of their own go back into their chapter (:func:`_with_parts`),
-    titles in capitals said in title case, and the title page's lines (the book's title, its author,
+    an introduction's sub-headings listed before the numbered chapters become its sections
+    (:func:`_introduction_sections`), a first entry titled by the book's title is left untitled (the
+    announcement says the title), titles in capitals said in title case, and the title page's lines (the book's title, its author,
     "by ...") at the start of the first chapter not spoken again after the announcement."""
-    chapters = _with_parts(chapters)
+    chapters = _introduction_sections(_with_parts(chapters))
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
     out = []
@@ -852,5 +887,8 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
             if not paras:
                 continue
         spoken = title_case(ch.title) if _shouted(ch.title) else ch.title
+        tt = tuple(_tokens(spoken))
+        if not out and title_t and tt and len(tt) % len(title_t) == 0 and tt == title_t * (len(tt) // len(title_t)):
+            spoken = ""  # front matter under the title page's entry: the announcement said the title
         out.append(Chapter(len(out) + 1, spoken, paras, kinds, ch.part))
     return out or chapters

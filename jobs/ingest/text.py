@@ -425,7 +425,9 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     return None
 
 
-_ILLUSTRATION_RE = re.compile(r"\[\s*Illustration\b[^\]\[]{0,2000}\]", re.I)
+_ILLUSTRATION_RE = re.compile(r"\[\s*(?:Illustrations?|Image|Picture|Frontispiece|Plate"
+                             r"|Transcriber(?:'s|\u2019s|s)?\s+Notes?)\b[^\]\[]{0,2000}\]", re.I)
+"""Picture notes and transcriber's notes in brackets ("[Illustration: ...]", "[Transcriber's Note: ...]")."""
 _MARK_RE = re.compile(r"\*+|_+")
 
 

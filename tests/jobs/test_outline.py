@@ -542,3 +542,62 @@ def test_a_run_in_reference_to_a_book_and_chapter_is_a_paragraph_not_a_heading(t
 
 
 PROSE_LINE = "Call me Ishmael. Some years ago, never mind how long precisely, I went to sea."
+
+
+def test_epub_nav_entries_inside_a_chapter_are_not_chapters(tmp_path):
+    """A nav that lists the title page and its 'Illustrated by' line, each chapter's number and its
+    subtitle as two entries (a picture's file name left as text between them), and an introduction's
+    sub-headings: the chapters are the numbered chapters and the introduction; the note about the
+    file's images, the linked contents list and the picture names are not spoken."""
+    from tests.jobs.test_ingest import make_epub
+
+    prose = ("It was a bitter cold winter, with long, hard frosts and heavy gales, and it was plain from the "
+             "first that my poor father was little likely to see the spring.")
+    contents = ('<p><a href="c1.xhtml#n1">1. The Old Sea-dog at the Inn</a><br/>'
+                '<a href="c1.xhtml#n2">2. Black Dog Appears and Disappears</a><br/>'
+                '<a href="c1.xhtml#n3">3. The Black Spot</a></p>')
+    doc0 = ('<h1 id="t">SEA STORIES</h1><h3 id="by">Illustrated by A. Painter</h3>'
+            '<p>The images in this file are of absolute format: they do not reduce in size for small screens.</p>'
+            f'<div class="fig">0010m</div>{contents}'
+            f'<h2 id="intro">INTRODUCTION</h2><p>{prose}</p><h2 id="youth">YOUTH</h2><p>{prose}</p>'
+            f'<h2 id="works">THE MAN AND HIS WORKS</h2><p>{prose}</p>')
+    doc1 = "".join(f'<h2 id="n{n}">Chapter {n}</h2><div class="fig">00{n}7m</div><h3 id="s{n}">{t}</h3><p>{prose} ({n})</p>'
+                   for n, t in [(1, "The Old Sea-dog at the Inn"), (2, "Black Dog Appears and Disappears"),
+                                (3, "The Black Spot")])
+    nav = [("SEA STORIES", "c0.xhtml#t", [("Illustrated by A. Painter", "c0.xhtml#by")]),
+           ("INTRODUCTION", "c0.xhtml#intro"), ("YOUTH", "c0.xhtml#youth"),
+           ("THE MAN AND HIS WORKS", "c0.xhtml#works"),
+           ("Chapter 1", "c1.xhtml#n1", [("The Old Sea-dog at the Inn", "c1.xhtml#s1")]),
+           ("Chapter 2", "c1.xhtml#n2", [("Black Dog Appears and Disappears", "c1.xhtml#s2")]),
+           ("Chapter 3", "c1.xhtml#n3", [("The Black Spot", "c1.xhtml#s3")])]
+    book = load_book(make_epub(tmp_path / "sea.epub", [("c0.xhtml", doc0), ("c1.xhtml", doc1)], nav=nav,
+                               title="Sea Stories"))
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "Chapter 1. The Old Sea-dog at the Inn", "Chapter 2. Black Dog Appears and Disappears",
+        "Chapter 3. The Black Spot"]
+    intro = book.chapters[0]
+    assert [p for p, k in zip(intro.paragraphs, intro.kinds) if k == "heading"] == ["Youth", "The Man and His Works"]
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "images in this file" not in said and "0010m" not in said and "0017m" not in said
+    assert "Illustrated" not in said and said.count("Black Spot") == 0
+    assert book.chapters[1].paragraphs == [f"{prose} (1)"]
+
+
+
+def test_transcribers_notes_and_picture_notes_are_never_spoken(tmp_path):
+    prose = ("Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my "
+             "purse, I thought I would sail about a little and see the watery part of the world.")
+    text = ("THE WHALE\n\nBy A. Writer\n\n\n\nOriginal Transcriber\u2019s Notes:\n\n\n"
+            "This text is a combination of etexts, one from a university project and one from an older archive;\n"
+            "the resulting etext was compared with a printed copy.\n\n\n\n"
+            "CHAPTER 1. Loomings.\n\n" + prose + "\n\n[Illustration: The ship at sea, drawn by a friend]\n\n" + prose +
+            " [Transcriber's Note: a misprint 'sea' for 'see' was corrected.] And so it went.\n\n[Picture: a whale]\n\n"
+            "CHAPTER 2. The Carpet-Bag.\n\n" + prose + "\n")
+    p = tmp_path / "whale.txt"
+    p.write_text(text, encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["CHAPTER 1. Loomings.", "CHAPTER 2. The Carpet-Bag."]
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    for gone in ("Transcriber", "etext", "Illustration", "ship at sea", "misprint", "Picture", "a whale"):
+        assert gone not in said
+    assert book.chapters[0].paragraphs[-1].endswith("And so it went.")
