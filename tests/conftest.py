@@ -15,6 +15,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 os.environ.setdefault("BOOKTTS_TEST_ENGINES", "1")
 
 
+#: Fault schedule summaries read back from the tests' reports (tests/faults/conftest.py puts them there).
+FAULT_SUMMARIES: list[dict] = []
+
+
+def pytest_runtest_logreport(report):
+    from tests.faults.report import SUMMARY_PROPERTY
+
+    if report.when == "teardown":
+        FAULT_SUMMARIES.extend(v for k, v in report.user_properties if k == SUMMARY_PROPERTY)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for s in FAULT_SUMMARIES:
+        terminalreporter.write_line(f"fault schedule: {s['line']}")
+
+
 @pytest.fixture(autouse=True)
 def node_state_dir(tmp_path, monkeypatch) -> Path:
     """Each test is a node of its own: its workers (in-process or started as subprocesses, which
