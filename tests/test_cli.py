@@ -203,7 +203,9 @@ def test_identical_runs_into_one_directory_at_once(short_book, tmp_path):
 
     out = tmp_path / "D"
     args = ["run", short_book, "-o", out, "--max-batch", "1", "--engine", "fake"]
-    first = cli_proc(*args, env={"BOOKTTS_FAKE_DELAY_S": "0.25"})
+    # 1 s a batch (9 batches): the second `run` must start and plan while the first still runs; with
+    # 0.25 s, under pytest -n 2 on a loaded 2-core host the first had finished before the second got there
+    first = cli_proc(*args, env={"BOOKTTS_FAKE_DELAY_S": "1.0"})
     batches = out / ".work" / "batches"
     deadline = time.monotonic() + 60
     while not (batches.exists() and any(batches.glob("*.json"))):
