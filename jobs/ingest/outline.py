@@ -224,12 +224,17 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     return out
 
 
+_ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
+_ORDINAL_LINE_RE = re.compile(rf"^({'|'.join(_ORDINALS)})\s+\w+\.?$", re.I)
+
+
 def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
     """Title-only headings: short lines in capitals set apart by two or more blank lines ("STORY OF
     THE DOOR", "HANS IN LUCK") are chapter headings when there are three or more of them, each
     followed by text (or by the numbered heading of its first part), and the book has no numbered
     chapter headings, or far fewer (a third) than such lines: then the numbered titles that start at
-    1 again under one of them are its sections ("1. HOW THEY WENT TO THE MOUNTAINS"). Once six or
+    1 again under one of them are its sections ("1. HOW THEY WENT TO THE MOUNTAINS"), as are lines
+    "FIRST STORY", "SECOND STORY" when the first comes right under a chapter's line. Once six or
     more such lines set the pattern, a line in capitals after a single blank line that stands
     between two paragraphs of prose is one too. The book's own title line is not one."""
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
@@ -256,6 +261,19 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
     out = list(items)
     for k in cands:
         out[k] = _Item("heading", items[k].text, style="caps")
+    # a chapter told in parts headed by ordinals ("THE WEDDING OF MRS FOX", then "FIRST STORY" at once,
+    # later "SECOND STORY"): the ordinal lines are its sections
+    prev_caps, expect = None, 0
+    for k, it in enumerate(out):
+        if it.kind != "heading" or it.style != "caps":
+            continue
+        m = _ORDINAL_LINE_RE.match(it.text)
+        if m and _ORDINALS.index(m.group(1).lower()) == expect and (expect or prev_caps == k - 1):
+            out[k] = _Item("heading", it.text, style="numpart", num=expect + 1)
+            expect += 1
+        else:
+            expect = 0
+        prev_caps = k
     if n_numbered:
         under = False  # inside a caps chapter whose numbered titles restart at 1: its parts
         for k, it in enumerate(out):

@@ -601,3 +601,23 @@ def test_transcribers_notes_and_picture_notes_are_never_spoken(tmp_path):
     for gone in ("Transcriber", "etext", "Illustration", "ship at sea", "misprint", "Picture", "a whale"):
         assert gone not in said
     assert book.chapters[0].paragraphs[-1].endswith("And so it went.")
+
+
+def test_a_tale_told_in_ordinal_parts_keeps_them_as_sections(tmp_path):
+    """Title-only tales where one tale is told in parts headed 'FIRST STORY' (right under the tale's
+    title) and 'SECOND STORY': the parts are sections of that tale, not tales."""
+    titles = ["THE GOLDEN KEY", "HANS AND THE GOOSE", "THE WEDDING OF MRS FOX", "OLD SULTAN"]
+    parts = ["FAIRY TALES OF THE OLD WORLD\n\n\n"]
+    for n, t in enumerate(titles):
+        parts.append(f"\n\n\n\n{t}\n\n")
+        if t.startswith("THE WEDDING"):
+            parts.append(f"\n\nFIRST STORY\n\n{_tale(n)}\n\n\nSECOND STORY\n\n{_tale(n)}")
+        else:
+            parts.append(_tale(n))
+    p = tmp_path / "tales.txt"
+    p.write_text("".join(parts) + "\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["The Golden Key", "Hans and the Goose", "The Wedding of Mrs Fox",
+                                                "Old Sultan"]
+    fox = book.chapters[2]
+    assert [q for q, k in zip(fox.paragraphs, fox.kinds) if k == "heading"] == ["First Story", "Second Story"]
