@@ -571,7 +571,7 @@ def _paged_runs(items: list[_Item]) -> list[_Item]:
 def _listed_ahead(items: list[_Item]) -> list[_Item]:
     """A numbered CHAPTER, STAVE or ACT heading that comes again later (a play's list of scenes, "ACT I.
     The Octagon Room", before "FIRST ACT") and has no prose under it, or a tenth of the words the later one
-    has, is an entry of a list, not a start:
+    has, is an entry of a list, not a start (unless a PART, BOOK or VOLUME heading comes between the two):
     it becomes a paragraph of the front matter (where a cast list's rules drop it)."""
     heads = [k for k, it in enumerate(items) if it.kind == "heading"]
     out = list(items)
@@ -581,8 +581,8 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
             continue
         again = next((m for m in range(n + 1, len(heads))
                       if items[heads[m]].style == it.style and items[heads[m]].num == it.num), None)
-        if again is None:
-            continue
+        if again is None or any(items[j].style in PART_STYLES for j in heads[n + 1:again]):
+            continue  # numbers that start again in the next part (BOOK II, CHAPTER I) are no list
         body, later = _body_words(items, heads, n), _body_words(items, heads, again)
         if not _has_prose(body) or 10 * sum(len(b.split()) for b in body) < sum(len(b.split()) for b in later):
             out[k] = _Item("para", it.text)

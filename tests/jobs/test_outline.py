@@ -583,7 +583,6 @@ def test_epub_nav_entries_inside_a_chapter_are_not_chapters(tmp_path):
     assert book.chapters[1].paragraphs == [f"{prose} (1)"]
 
 
-
 def test_transcribers_notes_and_picture_notes_are_never_spoken(tmp_path):
     prose = ("Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my "
              "purse, I thought I would sail about a little and see the watery part of the world.")
@@ -621,3 +620,13 @@ def test_a_tale_told_in_ordinal_parts_keeps_them_as_sections(tmp_path):
                                                 "Old Sultan"]
     fox = book.chapters[2]
     assert [q for q, k in zip(fox.paragraphs, fox.kinds) if k == "heading"] == ["First Story", "Second Story"]
+
+
+def test_chapter_numbers_restarting_in_the_next_part_are_not_a_list(tmp_path):
+    long = (PROSE_LINE + " ") * 60
+    p = tmp_path / "books.txt"
+    p.write_text(f"BOOK I.\n\nCHAPTER I.\n\n{PROSE_LINE}\n\nCHAPTER II.\n\n{long}\n\n"
+                 f"BOOK II.\n\nCHAPTER I.\n\n{long}\n\nCHAPTER II.\n\n{long}\n")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["BOOK I. CHAPTER I.", "CHAPTER II.", "BOOK II. CHAPTER I.",
+                                                "CHAPTER II."]
