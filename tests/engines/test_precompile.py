@@ -110,7 +110,7 @@ def cpu_engine(voice):
 def test_engine_switch(cpu_engine, voice, monkeypatch):
     from engines import EngineSpec
     from engines.torch_engine import TorchEngine
-    from core.errors import EngineUnavailable
+    from core.settings import SettingError
 
     # nothing to compile on CPU: off, whatever the switch says, and reported as such
     assert cpu_engine.info.extra["precompile"] is False and cpu_engine.info.extra["precompile_s"] == 0.0
@@ -124,7 +124,7 @@ def test_engine_switch(cpu_engine, voice, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # interpreted kernels are not compiled
     assert cpu_engine._resolve_precompile(True) is False
     monkeypatch.setenv("BOOKTTS_TORCH_PRECOMPILE", "maybe")  # the environment, read when an engine is built
-    with pytest.raises(EngineUnavailable, match="BOOKTTS_TORCH_PRECOMPILE"):
+    with pytest.raises(SettingError, match="BOOKTTS_TORCH_PRECOMPILE"):
         TorchEngine(voice, EngineSpec(name="torch", device="cpu", threads=1, max_batch=2))
     monkeypatch.delenv("BOOKTTS_TORCH_PRECOMPILE")
     # the constructor's argument wins over the options
