@@ -188,6 +188,9 @@ for _name, _doc in (("COMPILE", "torch.compile of stage B (`--torch-compile`)"),
     _declare(f"BOOKTTS_TORCH_{_name}", SWITCH, "auto", f"torch engine: {_doc}; the flag wins")
 _declare("BOOKTTS_TORCH_WARMUP", choice("full", "lazy"), "auto",
          "torch engine: warm-up of stage B's shapes at start (`--torch-warmup`); the flag wins")
+_declare("BOOKTTS_DEVICE_LOUDNESS_STATS", FLAG, False,
+         "loudness statistics of a unit computed on a GPU engine's device (1) or on the host from the written "
+         "samples (0: faster in the bulk benchmark, docs/PERFORMANCE.md)")
 
 # ------------------------------------------------------------------ worker: one worker's settings
 _declare("BOOKTTS_WORKER_SETTINGS", JSON_OBJECT, None, "all of a worker's settings as one record "

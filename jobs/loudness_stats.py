@@ -468,10 +468,13 @@ def wanted(jobs) -> bool:
 
 def engine_hook(engine, sample_rate: int, on: bool) -> None:
     """Give an engine that computes statistics on its device (``item_stats``) the hook, or take it
-    away (``on`` False); other engines are left alone (their units are measured on the host)."""
+    away (``on`` False, or the device path not chosen: ``BOOKTTS_DEVICE_LOUDNESS_STATS``); other
+    engines are left alone. Without the hook, units are measured on the host as they are written."""
     if not hasattr(engine, "item_stats"):
         return
-    if not on:
+    from core import settings
+
+    if not on or not settings.get("BOOKTTS_DEVICE_LOUDNESS_STATS"):
         engine.item_stats = None
     elif not isinstance(engine.item_stats, TorchStats) or engine.item_stats.sample_rate != sample_rate:
         engine.item_stats = TorchStats(sample_rate)

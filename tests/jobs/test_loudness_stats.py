@@ -307,3 +307,20 @@ def test_loudness_none_records_no_statistics_and_the_chapter_is_the_samples(tmp_
     for r in (out / ".work" / "batches").glob("*.json"):
         assert not any("loudness" in it for it in json.loads(r.read_text())["items"])
     assert assert_rows_play_their_own_audio(out) > 0
+
+
+def test_the_device_hook_is_given_only_when_the_device_path_is_chosen(monkeypatch):
+    """By default a GPU engine's units are measured on the host as they are written (the device path
+    slowed the engine's calls in the GPU bulk benchmark); BOOKTTS_DEVICE_LOUDNESS_STATS=1 gives the hook."""
+    class Eng:
+        item_stats = None
+
+    eng = Eng()
+    monkeypatch.delenv("BOOKTTS_DEVICE_LOUDNESS_STATS", raising=False)
+    S.engine_hook(eng, 22050, True)
+    assert eng.item_stats is None
+    monkeypatch.setenv("BOOKTTS_DEVICE_LOUDNESS_STATS", "1")
+    S.engine_hook(eng, 22050, True)
+    assert isinstance(eng.item_stats, S.TorchStats)
+    S.engine_hook(eng, 22050, False)  # a job with --loudness none takes it away
+    assert eng.item_stats is None
