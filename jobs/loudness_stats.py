@@ -466,18 +466,37 @@ def wanted(jobs) -> bool:
     return any(j.config.loudness != "none" for j in jobs)
 
 
-def engine_hook(engine, sample_rate: int, on: bool) -> None:
-    """Give an engine that computes statistics on its device (``item_stats``) the hook, or take it
-    away (``on`` False, or the device path not chosen: ``BOOKTTS_DEVICE_LOUDNESS_STATS``); other
-    engines are left alone. Without the hook, units are measured on the host as they are written."""
-    if not hasattr(engine, "item_stats"):
-        return
+def gpu_stats_at() -> str:
+    """Where a GPU engine's units get their statistics (``BOOKTTS_GPU_LOUDNESS_STATS``): ``finalize``
+    (the default: finalize meters the chapter's stream in its own processes), ``writer`` (the unit
+    writers, in the engine's process) or ``device`` (the engine's hook, :class:`TorchStats`)."""
     from core import settings
 
-    if not on or not settings.get("BOOKTTS_DEVICE_LOUDNESS_STATS"):
+    return settings.get("BOOKTTS_GPU_LOUDNESS_STATS")
+
+
+def engine_hook(engine, sample_rate: int, on: bool) -> None:
+    """Give an engine that computes statistics on its device (``item_stats``) the hook, or take it
+    away (``on`` False, or the device not chosen by :func:`gpu_stats_at`); other engines are left
+    alone."""
+    if not hasattr(engine, "item_stats"):
+        return
+    if not on or gpu_stats_at() != "device":
         engine.item_stats = None
     elif not isinstance(engine.item_stats, TorchStats) or engine.item_stats.sample_rate != sample_rate:
         engine.item_stats = TorchStats(sample_rate)
+
+
+def measured_by_writer(device: str, engine_stats: list | None) -> bool:
+    """Whether the unit writer records statistics for a unit made on ``device`` (the engine's
+    ``EngineInfo.device``): always for a CPU engine (its speed leaves the writer time to spare) and
+    where the engine gave them; for a GPU engine only where :func:`gpu_stats_at` says ``writer``. A
+    unit without them is metered by finalize from the chapter's stream."""
+    if engine_stats is not None and any(s is not None for s in engine_stats):
+        return True
+    if not str(device).startswith("cuda"):
+        return True
+    return gpu_stats_at() == "writer"
 
 
 def unit_stats(written: list[np.ndarray], engine_items: list[np.ndarray], engine_stats: list | None,

@@ -328,11 +328,12 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     durs = synth.durations[index] if synth.durations is not None else None
     # each item's loudness statistics (finalize combines them into its chapter's gain): the engine's,
     # or measured here from the samples as written; none for --loudness none (finalize sums its report)
+    # and, by default, none for a GPU engine's units (finalize meters the chapter: measured_by_writer)
     louds = None
-    if loudness_stats.wanted([job]):
+    engine_stats = synth.stats[index] if synth.stats is not None else None
+    if loudness_stats.wanted([job]) and loudness_stats.measured_by_writer(info.device, engine_stats):
         louds = loudness_stats.unit_stats(synth.written_audio(index)[1], items,
-                                          synth.stats[index] if synth.stats is not None else None,
-                                          job.config.normalize, info.sample_rate)
+                                          engine_stats, job.config.normalize, info.sample_rate)
     rec = BatchRecord(
         batch_id=batch_id, job_id=job.job_id, audio_file=audio_name,
         items=[{"book_index": r.utt.book_index, "chapter_index": r.utt.chapter_index,

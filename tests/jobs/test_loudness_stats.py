@@ -309,18 +309,67 @@ def test_loudness_none_records_no_statistics_and_the_chapter_is_the_samples(tmp_
     assert assert_rows_play_their_own_audio(out) > 0
 
 
-def test_the_device_hook_is_given_only_when_the_device_path_is_chosen(monkeypatch):
-    """By default a GPU engine's units are measured on the host as they are written (the device path
-    slowed the engine's calls in the GPU bulk benchmark); BOOKTTS_DEVICE_LOUDNESS_STATS=1 gives the hook."""
+def test_where_a_gpu_engines_units_are_measured_follows_the_setting(monkeypatch):
+    """By default a GPU engine's units carry no statistics (finalize meters the chapter in its own
+    processes: in the engine's process they slowed the GPU bulk benchmark, docs/PERFORMANCE.md);
+    BOOKTTS_GPU_LOUDNESS_STATS=writer measures them as written, =device gives the engine the hook.
+    A CPU engine's units are always measured by the writer; an engine's own statistics are kept."""
     class Eng:
         item_stats = None
 
     eng = Eng()
-    monkeypatch.delenv("BOOKTTS_DEVICE_LOUDNESS_STATS", raising=False)
+    monkeypatch.delenv("BOOKTTS_GPU_LOUDNESS_STATS", raising=False)
     S.engine_hook(eng, 22050, True)
     assert eng.item_stats is None
-    monkeypatch.setenv("BOOKTTS_DEVICE_LOUDNESS_STATS", "1")
+    assert not S.measured_by_writer("cuda:0", None)
+    assert S.measured_by_writer("cpu", None)
+    assert S.measured_by_writer("cuda:0", [S.utterance_stats(np.zeros(10, np.int16), 22050)])
+    monkeypatch.setenv("BOOKTTS_GPU_LOUDNESS_STATS", "writer")
+    S.engine_hook(eng, 22050, True)
+    assert eng.item_stats is None
+    assert S.measured_by_writer("cuda:0", None)
+    monkeypatch.setenv("BOOKTTS_GPU_LOUDNESS_STATS", "device")
     S.engine_hook(eng, 22050, True)
     assert isinstance(eng.item_stats, S.TorchStats)
+    assert not S.measured_by_writer("cuda:0", [None, None])
     S.engine_hook(eng, 22050, False)  # a job with --loudness none takes it away
     assert eng.item_stats is None
+    monkeypatch.setenv("BOOKTTS_GPU_LOUDNESS_STATS", "gpu")
+    from core.settings import SettingError
+    with pytest.raises(SettingError, match="BOOKTTS_GPU_LOUDNESS_STATS"):
+        S.gpu_stats_at()
+
+
+def test_a_gpu_engines_units_are_metered_by_finalize_by_default(tmp_path, onnx_engine, monkeypatch):
+    """Units from an engine on a CUDA device carry no statistics by default, and finalize meters each
+    chapter from its stream: the chapter still meets the EBU target; with the writer chosen
+    (BOOKTTS_GPU_LOUDNESS_STATS=writer) the same job's records carry them again."""
+    import dataclasses
+
+    import soundfile as sf
+
+    from jobs.config import JobConfig
+    from jobs.prepare import prepare_job
+    from jobs.runner import run_local
+
+    class OnCuda:  # the ONNX voice, reporting a CUDA device as a GPU engine does
+        def __init__(self, inner):
+            self._inner = inner
+            self.info = dataclasses.replace(inner.info, device="cuda:0")
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+    monkeypatch.delenv("BOOKTTS_GPU_LOUDNESS_STATS", raising=False)
+    for at, expect in (("finalize", False), ("writer", True)):
+        monkeypatch.setenv("BOOKTTS_GPU_LOUDNESS_STATS", at)
+        out = tmp_path / at
+        job = prepare_job([DATA / "short-story.txt"], out, JobConfig(loudness="ebu", max_batch=4))
+        run_local(job, OnCuda(onnx_engine))
+        items = [it for r in (out / ".work" / "batches").glob("*.json") for it in json.loads(r.read_text())["items"]]
+        assert items and all(("loudness" in it) == expect for it in items)
+        reports = [json.loads(p.read_text()) for p in _chapter_reports(out)]
+        assert reports and all(r["statistics"] == ("utterances" if expect else "measured") for r in reports)
+        for r in reports:
+            x, rate = sf.read(str(out / r["file"]), dtype="float64")
+            assert abs(pyloudnorm.Meter(rate).integrated_loudness(x) - L.EBU_TARGET_LUFS) <= 0.1, r
