@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
+from jobs.ingest.matter import _producer_notes
 from jobs.ingest.text import _Item, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
@@ -472,15 +473,27 @@ def spoken_heading(it: _Item, level: str) -> str:
 _BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by)\s+\S", re.I)
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
 _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by|e-?text\s+prepared\s+by"
+                      r"|transcribed\s+(?:from|by)\b|scanned\s+(?:and\s+proofread\s+)?by\b"
+                      r"|(?:(?:first|second|third|final)\s+)?proof(?:ed|read|s|ing)?\s+by\b"
                       r"|this\s+e-?(?:book|text)\s+is\s+for\s+the\s+use\s+of)", re.I)
 
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
-                         r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b", re.I)
-"""A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes."""
+                         r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
+                         r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b"
+                         r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
+                         r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)", re.I)
+"""A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
+the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:"),
+edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888")."""
+
+_ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s+(?:to|on)\s+(?:the|this)\s+"
+                               r"(?:project\s+gutenberg\s+)?(?:e-?text|e-?book|electronic\s+(?:edition|text|version))\b",
+                               re.I)
+"""The heading of a preface the e-text's maker wrote ("Preface to the Project Gutenberg Etext")."""
 
 
-_CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play"
+_CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play|persons\s+represented"
                             r"|(?:the\s+)?characters(?:\s+in\s+the\s+play)?|cast(?:\s+of\s+characters)?)\b\W*$",
                             re.I)
 """The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
@@ -494,8 +507,11 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
     if cast is not None:
         front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
+    front = _without_etext_prefaces(front)
     paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
              and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)]
+    notes = _producer_notes([it.text for it in paras], front=True)
+    paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     start = 0
     while start < len(paras):
         t = paras[start].text
@@ -511,6 +527,21 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
         return []
     return kept
+
+
+def _without_etext_prefaces(front: list[_Item]) -> list[_Item]:
+    """A preface the e-text's maker wrote ("Preface to the Project Gutenberg Etext") goes with what
+    is under it, up to the next rule or scene break (or the end of the front matter)."""
+    out: list[_Item] = []
+    skipping = False
+    for it in front:
+        if it.kind == "para" and _ETEXT_PREFACE_RE.match(it.text):
+            skipping = True
+        elif it.kind != "para":
+            skipping = False
+        if not skipping:
+            out.append(it)
+    return out
 
 
 # --------------------------------------------------------------------------- outline -> chapters

@@ -107,7 +107,8 @@ _PG_END_RE = re.compile(
     r"|(?:\\?\*){2,}\\?_?[ \t]*END[ \t]*OF[ \t]*TH(?:E|IS)[ \t]*PROJECT[ \t]*GUTENBERG)", re.I | re.M)
 _PG_TITLE_RE = re.compile(r"^Title:[ \t]*(\S.*)$((?:\n[ \t]+\S.*$)*)", re.M)
 _PG_AUTHOR_RE = re.compile(r"^Author:[ \t]*(\S.*)$", re.M)
-_PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by)\b", re.I)
+_PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by"
+                           r"|Transcribed (?:from|by)|Scanned (?:and proofread )?by)\b", re.I)
 
 
 _SPACED_RE = re.compile(r"(?<![\w'\u2019])[A-Z](?: [A-Z]){3,}(?![\w'\u2019])")
@@ -326,6 +327,10 @@ def _strict_title_line(block: list[str]) -> str | None:
     return s
 
 
+_RULE_LINE_RE = re.compile(r"^[ \t]*(?:-{5,}|={5,}|_{5,})[ \t]*$")
+"""A rule line: five or more hyphens, equals signs or underscores alone on a line."""
+
+
 def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], list[int]]:
     """Blank-line separated blocks of lines, the indices of forced heading blocks, and the number of
     blank lines before each block. A text written
@@ -365,6 +370,17 @@ def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], lis
             if per_line:
                 start()
                 blocks.append([line.rstrip()])
+            elif _RULE_LINE_RE.match(line):
+                # a rule printed across the page ("-----"): it ends the block above it, and the block
+                # after it starts afresh; right under a single line of about its length it underlines
+                # that line (a heading), and is no scene break
+                under = len(cur) == 1 and abs(len(line.strip()) - len(cur[0].strip())) <= 3
+                if cur:
+                    blocks.append(cur)
+                    cur = []
+                if not under:
+                    start()
+                    blocks.append([line.strip()])
             else:
                 heading = unbroken and (_match_heading(line) is not None or _is_separator(line.strip()))
                 if heading and cur:  # no blank lines: a heading starts a block of its own

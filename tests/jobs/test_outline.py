@@ -630,3 +630,60 @@ def test_chapter_numbers_restarting_in_the_next_part_are_not_a_list(tmp_path):
     book = load_book(p)
     assert [c.title for c in book.chapters] == ["BOOK I. CHAPTER I.", "CHAPTER II.", "BOOK II. CHAPTER I.",
                                                 "CHAPTER II."]
+
+
+# ------------------------------------------------------------------------------------- round 4 (heldout3 spent)
+
+
+def _said(book) -> str:
+    return " ".join([book.announcement()] + [c.title + " " + " ".join(c.paragraphs) for c in book.chapters])
+
+
+def test_transcription_credits_and_edition_lines_are_not_spoken():
+    """The Happy Prince (PG 902): "Transcribed from the 1910 David Nutt edition by ...  Second proof by ..."
+    right after the START marker, then a title page with impression and edition lines before the dedication."""
+    book = load_book(STRUCTURE / "happy-prince-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["", "The Happy Prince.", "The Nightingale and the Rose.",
+                                                "The Selfish Giant."]
+    assert book.chapters[0].paragraphs == ["TO CARLOS BLACKER"]  # the dedication stays
+    said = _said(book)
+    for gone in ("Transcribed", "Second proof", "IMPRESSION", "Impression", "First Edition", "DAVID NUTT",
+                 "JACOMB HOOD", "Page"):
+        assert gone not in said
+    assert said.count("Happy Prince and Other Tales") == 1
+
+
+def test_an_etext_makers_preface_and_notes_before_the_title_page_are_not_spoken():
+    """The Art of War (PG 132): a note about other editions of this eBook before the title page, the
+    "Preface to the Project Gutenberg Etext" (underlined, signed with e-mail addresses), rule lines
+    between the parts of the front matter, and INTRODUCTION right under a rule line."""
+    book = load_book(STRUCTURE / "art-of-war-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "" and titles[1].startswith("INTRODUCTION")
+    assert titles[2:] == ["Laying Plans", "Waging War", "Attack by Stratagem"]
+    assert book.chapters[0].paragraphs[0].startswith("To my brother Captain Valentine Giles")
+    assert book.chapters[1].paragraphs[0].startswith("Ssu-ma Ch`ien gives the following biography")
+    said = _said(book)
+    for gone in ("Please see", "Preface to the", "Lionel Giles began", "al876", "Bob Sutton", "British Museum",
+                 "OLDEST MILITARY", "First Published", "-----"):
+        assert gone not in said
+    assert said.count("Art of War") == 1 and "SUN TZU ON THE ART OF WAR" not in said
+
+
+def test_the_edition_a_text_was_reprinted_from_is_not_spoken():
+    """Hume's Enquiry (PG 9662): "Extracted from: ...", "Reprinted from The Posthumous Edition of 1777 ..."
+    and "Second Edition, 1902" on the title page: no untitled first chapter is left."""
+    book = load_book(STRUCTURE / "hume-excerpt.txt")
+    assert book.chapters[0].title.startswith("SECTION I.")
+    said = _said(book)
+    for gone in ("Extracted from", "Reprinted from", "Posthumous", "Second Edition", "Selby-Bigge"):
+        assert gone not in said
+
+
+def test_persons_represented_is_a_cast_list():
+    """Macbeth (PG 1533, the 1998 text): "Persons Represented", the cast and the scene line before ACT I."""
+    book = load_book(STRUCTURE / "macbeth-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["ACT I.", "ACT II.", "ACT III."]
+    said = _said(book)
+    for gone in ("Persons Represented", "General in the King's Army", "chiefly at Macbeth's Castle", "etext"):
+        assert gone not in said
