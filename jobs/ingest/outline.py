@@ -387,12 +387,24 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
         # an introduction, then "I." to "XXIV."), not a story's parts
         romans = sum(1 for _k, it in heads if it.style == "roman")
         romans_are_sections = restarts >= 2 or restarts == 1 and romans <= len(core)
-    has_parts = any(it.style in PART_STYLES for _k, it in heads)
+    # PART headings whose numbers start again at I under each heading of another kind ("SECTION IV.",
+    # "PART I.", "PART II.", "SECTION V.", "PART I.") are the parts of what holds them: its sections
+    restarts, under_other = 0, False
+    for _k, it in heads:
+        if it.style in PART_STYLES:
+            restarts += under_other and it.num == 1
+            under_other = False
+        else:
+            under_other = True
+    inner_parts = {k for k, it in heads if it.style in PART_STYLES} if restarts >= 2 else set()
+    has_parts = any(it.style in PART_STYLES and k not in inner_parts for k, it in heads)
     has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections for _k, it in heads)
     first_ranked = _first_ranked_chapter(heads)
     for k, it in heads:
         if first_ranked is not None and k > first_ranked and it.style in INNER_STYLES:
             levels[k] = "section"  # a journal heading or a letter inside a numbered chapter
+        elif k in inner_parts:
+            levels[k] = "section"
         elif it.style in PART_STYLES:
             levels[k] = "part" if has_chapters else "chapter"
         elif it.style in SECTION_STYLES:
@@ -599,6 +611,26 @@ def _paged_runs(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _caption_lists(items: list[_Item]) -> list[_Item]:
+    """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
+    Illustrations") label and three or more captions of a few words (eight at most), one per block,
+    up to the next heading or longer paragraph, is dropped with its label: it names no headings."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        if it.kind == "para" and _ILLUSTRATIONS_LABEL_RE.match(it.text):
+            e = k + 1
+            while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 8:
+                e += 1
+            if e - k - 1 >= 3 and (e == len(items) or items[e].kind != "para"):
+                k = e
+                continue
+        out.append(it)
+        k += 1
+    return out
+
+
 def _listed_ahead(items: list[_Item]) -> list[_Item]:
     """A numbered CHAPTER, STAVE or ACT heading that comes again later (a play's list of scenes, "ACT I.
     The Octagon Room", before "FIRST ACT") and has no prose under it, or a tenth of the words the later one
@@ -627,7 +659,7 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
 
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
-    items = _paged_runs(items)
+    items = _caption_lists(_paged_runs(items))
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)

@@ -687,3 +687,28 @@ def test_persons_represented_is_a_cast_list():
     said = _said(book)
     for gone in ("Persons Represented", "General in the King's Army", "chiefly at Macbeth's Castle", "etext"):
         assert gone not in said
+
+
+def test_a_list_of_illustrations_without_page_numbers_and_a_conclusion():
+    """Tom Sawyer (PG 74): an ILLUSTRATIONS list of captions, one per block, no page numbers, before the
+    PREFACE; the book ends with a CONCLUSION after its last chapter."""
+    book = load_book(STRUCTURE / "tom-sawyer-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Preface", "CHAPTER I. \u201cTom!\u201d", "CHAPTER II", "Conclusion"]
+    assert book.chapters[-1].paragraphs[0].startswith("SO endeth this chronicle.")
+    said = _said(book)
+    for gone in ("ILLUSTRATIONS", "Tom at Home", "Aunt Polly Beguiled", "Ain't that Work", "Contentment"):
+        assert gone not in said
+
+
+def test_parts_numbered_again_under_each_section_are_its_sections():
+    """Hume's Enquiry: SECTION I.-XII. run through the book; PART I., PART II. start again under a SECTION:
+    the sections are chapters and their parts are headings inside them, not parts of the book."""
+    book = load_book(STRUCTURE / "hume-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "SECTION I. Of the Different Species of Philosophy.", "SECTION II. Of the Origin of Ideas.",
+        "SECTION III. Of the Association of Ideas.",
+        "SECTION IV. Sceptical Doubts Concerning the Operations of the Understanding.",
+        "SECTION V. Sceptical Solution of These Doubts.", "SECTION VI. Of Probability[9]."]
+    four = book.chapters[3]
+    assert [q for q, k in zip(four.paragraphs, four.kinds) if k == "heading"] == ["PART I.", "PART II."]
+    assert four.paragraphs[1].startswith("20. All the objects of human reason")
