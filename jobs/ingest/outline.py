@@ -220,9 +220,21 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
-                or _names_start(tuple(_tokens(it.text)), named):
+                or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
             out[k] = _Item("heading", it.text, style="contents")
     return out
+
+
+def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
+    """A numbered line ("10.  The Guardian of the Gate") that has all but one of the words of a
+    contents entry of about its length ("The Guardian of the Gates", "The Wonderful City of Oz" for "The
+    Emerald City of Oz"): the same chapter, its title printed a little differently at its head."""
+    if not _LEADING_NUMBER_RE.match(line):
+        return False
+    toks = _tokens(_strip_number(line))
+    if len(toks) < 3:
+        return False
+    return any(abs(len(e) - len(toks)) <= 1 and len(set(toks) & set(e)) >= len(set(e)) - 1 >= 3 for e in named)
 
 
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
@@ -413,7 +425,33 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "section" if romans_are_sections else "chapter"
         else:
             levels[k] = "chapter"
+    _numbered_pieces(heads, levels)
     return levels
+
+
+_ARABIC_RE = re.compile(r"^(\d{1,3})\.\s")
+
+
+def _numbered_pieces(heads: list[tuple[int, _Item]], levels: dict[int, str]) -> None:
+    """Titles numbered 1., 2., 3. that start right under a chapter heading numbered otherwise (a
+    roman numeral, a keyword, or none: "XLI" / "North-West Passage", then "1. Good-Night") are that
+    chapter's pieces: sections, as long as their numbers run on."""
+    n = 0
+    while n < len(heads):
+        k, it = heads[n]
+        m = _ARABIC_RE.match(it.text)
+        if m and m.group(1) == "1" and n and heads[n - 1][0] == k - 1 \
+                and levels.get(heads[n - 1][0]) == "chapter" and not _ARABIC_RE.match(heads[n - 1][1].text):
+            expect = 1
+            while n < len(heads):
+                mm = _ARABIC_RE.match(heads[n][1].text)
+                if not mm or int(mm.group(1)) != expect:
+                    break
+                levels[heads[n][0]] = "section"
+                expect += 1
+                n += 1
+            continue
+        n += 1
 
 
 # --------------------------------------------------------------------------- spoken headings

@@ -213,6 +213,11 @@ _SECTION_RE = re.compile(
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
                             r"[ \t]+TO[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
 """A named heading with what it belongs to, in capitals: "PREFACE TO THE SECOND EDITION."."""
+_TO_READER_RE = re.compile(r"^(?P<head>(?:THE[ \t]+(?:EDITOR|AUTHOR|TRANSLATOR|PUBLISHERS?)[ \t]+)?TO[ \t]+THE[ \t]+READER\.?"
+                           r"|AN?[ \t]+LETTER[ \t]+FROM[ \t]+[A-Z][A-Z .,'\u2019-]{2,60}[ \t]+TO[ \t]+[A-Z][A-Z .,'\u2019-]{2,60})$"
+                           r"(?P<title>(?!))?")
+"""An address to the reader, or a letter's heading naming its writer and reader, on a line of its own in
+capitals: "THE EDITOR TO THE READER.", "TO THE READER", "A LETTER FROM CAPTAIN GULLIVER TO HIS COUSIN SYMPSON."."""
 _ROMAN_ALONE_RE = re.compile(rf"^{_ROMAN}\.?$")
 _OPEN_CHARS = "\"'\u201c\u2018([_*"
 
@@ -297,7 +302,7 @@ def _match_heading(line: str) -> _Heading | None:
         return _Heading(line, None, style=m.group("kw").lower(), num=_number_value(m.group("num")))
     m = _SECTION_RE.match(line)
     if m is None and _shouted(line):  # "PREFACE TO THE SECOND EDITION.", "INTRODUCTION TO PYGMALION."
-        m = _SECTION_TO_RE.match(line)
+        m = _SECTION_TO_RE.match(line) or _TO_READER_RE.match(line)
     if m:
         title = m.group("title")
         if title is not None and not _title_like(title):
@@ -499,11 +504,22 @@ def _roman_value(s: str) -> int:
     return total
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _centred_title(block: list[str]) -> bool:
+    """A numeral, then a title set further in than the text that follows it with no blank line
+    between ("XLI" / "North-West Passage" centred over a poem's first line)."""
+    return (len(block) >= 3 and _indent(block[1]) >= _indent(block[2]) + 4 and _indent(block[0]) >= 4
+            and _title_like(block[1].strip()))
+
+
 def _roman_headings(blocks: list[list[str]]) -> set[int]:
     """Blocks that start with a roman numeral alone and belong to a numbered sequence (k, then
     k+1 later): a letter signed "M." or a lone "C." is no chapter."""
     cands = [(k, _roman_value(b[0].strip())) for k, b in enumerate(blocks)
-             if len(b) <= 2 and _ROMAN_ALONE_RE.match(b[0].strip())]
+             if (len(b) <= 2 or _centred_title(b)) and _ROMAN_ALONE_RE.match(b[0].strip())]
     ok: set[int] = set()
     last = None
     for n, (k, v) in enumerate(cands):

@@ -712,3 +712,45 @@ def test_parts_numbered_again_under_each_section_are_its_sections():
     four = book.chapters[3]
     assert [q for q, k in zip(four.paragraphs, four.kinds) if k == "heading"] == ["PART I.", "PART II."]
     assert four.paragraphs[1].startswith("20. All the objects of human reason")
+
+
+def test_a_chapter_headed_a_little_differently_from_its_contents_entry_is_found():
+    """The Wonderful Wizard of Oz (PG 55): the contents list says "10. The Guardian of the Gates" and
+    "11. The Emerald City of Oz"; the chapters are headed "10.  The Guardian of the Gate" and "11.  The
+    Wonderful City of Oz"."""
+    book = load_book(STRUCTURE / "wizard-of-oz-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "9. The Queen of the Field Mice", "10. The Guardian of the Gate",
+        "11. The Wonderful City of Oz", "12. The Search for the Wicked Witch"]
+    assert book.chapters[2].paragraphs[0].startswith("It was some time before the Cowardly Lion awakened")
+
+
+def test_addresses_to_the_reader_and_a_letters_heading_are_chapters():
+    """The Sorrows of Young Werther (PG 2527): BOOK I, BOOK II, then "THE EDITOR TO THE READER."; Gulliver's
+    Travels (PG 829): "THE PUBLISHER TO THE READER." and "A LETTER FROM CAPTAIN GULLIVER TO HIS COUSIN
+    SYMPSON." before PART I."""
+    werther = load_book(STRUCTURE / "werther-excerpt.txt")
+    assert [c.title for c in werther.chapters] == ["Preface", "BOOK I. May 4.", "BOOK II. October 20.",
+                                                   "The Editor to the Reader."]
+    assert werther.chapters[-1].paragraphs[0].startswith("It is a matter of extreme regret")
+    gulliver = load_book(STRUCTURE / "gulliver-excerpt.txt")
+    titles = [c.title for c in gulliver.chapters]
+    assert titles[0].startswith("THE PUBLISHER TO THE READER.")
+    assert titles[1].startswith("A Letter from Captain Gulliver to His Cousin Sympson.")
+    assert titles[2:] == ["PART I. A Voyage to Lilliput. CHAPTER I.", "CHAPTER II."]
+
+
+def test_a_poems_centred_title_and_its_numbered_pieces():
+    """A Child's Garden of Verses (PG 136): "V" then "The Dumb Soldier" centred over the poem's first line
+    with no blank line between; poem XLI "North-West Passage" in three pieces "1. Good-Night", "2. Shadow
+    March", "3. In Port", which the contents list names too: they are its sections, not poems of their own."""
+    book = load_book(STRUCTURE / "childs-garden-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert titles[1:] == ["Chapter XXXIX. The Hayloft", "Chapter XL. Farewell to the Farm",
+                          "Chapter XLI. North-West Passage", "Chapter I. The Unseen Playmate",
+                          "Chapter II. My Ship and I", "Chapter IV. Summer Sun", "Chapter V. The Dumb Soldier",
+                          "Chapter VI. Autumn Fires"]
+    nw = book.chapters[3]
+    assert [q for q, k in zip(nw.paragraphs, nw.kinds) if k == "heading"] == [
+        "1. Good-Night", "2. Shadow March", "3. In Port"]
+    assert book.chapters[7].paragraphs[0].startswith("When the grass was closely mown")
