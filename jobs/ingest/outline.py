@@ -498,11 +498,15 @@ def _cap(w: str) -> str:
     return w
 
 
+_FOOTNOTE_MARK_RE = re.compile(r"\s?\[\d{1,3}\](?=[\s.,;:]|$)")
+
+
 def spoken_heading(it: _Item, level: str) -> str:
     """What a listener hears for a heading: capitals in title case; a story's numbered title without
     its numeral ("I. A SCANDAL IN BOHEMIA" -> "A Scandal in Bohemia"); a bare numeral chapter as
-    "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later)."""
-    text = it.text
+    "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later); a
+    footnote mark in it ("OF PROBABILITY[9].") is not said."""
+    text = _FOOTNOTE_MARK_RE.sub("", it.text)
     if it.style == "numtitle" and level == "chapter":
         text = _strip_number(text)
     elif it.style == "roman":

@@ -708,7 +708,7 @@ def test_parts_numbered_again_under_each_section_are_its_sections():
         "SECTION I. Of the Different Species of Philosophy.", "SECTION II. Of the Origin of Ideas.",
         "SECTION III. Of the Association of Ideas.",
         "SECTION IV. Sceptical Doubts Concerning the Operations of the Understanding.",
-        "SECTION V. Sceptical Solution of These Doubts.", "SECTION VI. Of Probability[9]."]
+        "SECTION V. Sceptical Solution of These Doubts.", "SECTION VI. Of Probability."]  # no footnote mark
     four = book.chapters[3]
     assert [q for q, k in zip(four.paragraphs, four.kinds) if k == "heading"] == ["PART I.", "PART II."]
     assert four.paragraphs[1].startswith("20. All the objects of human reason")
