@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
+from jobs.ingest.matter import _producer_notes
 from jobs.ingest.text import _Item, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
@@ -219,9 +220,21 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
-                or _names_start(tuple(_tokens(it.text)), named):
+                or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
             out[k] = _Item("heading", it.text, style="contents")
     return out
+
+
+def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
+    """A numbered line ("10.  The Guardian of the Gate") that has all but one of the words of a
+    contents entry of about its length ("The Guardian of the Gates", "The Wonderful City of Oz" for "The
+    Emerald City of Oz"): the same chapter, its title printed a little differently at its head."""
+    if not _LEADING_NUMBER_RE.match(line):
+        return False
+    toks = _tokens(_strip_number(line))
+    if len(toks) < 3:
+        return False
+    return any(abs(len(e) - len(toks)) <= 1 and len(set(toks) & set(e)) >= len(set(e)) - 1 >= 3 for e in named)
 
 
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
@@ -386,12 +399,24 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
         # an introduction, then "I." to "XXIV."), not a story's parts
         romans = sum(1 for _k, it in heads if it.style == "roman")
         romans_are_sections = restarts >= 2 or restarts == 1 and romans <= len(core)
-    has_parts = any(it.style in PART_STYLES for _k, it in heads)
+    # PART headings whose numbers start again at I under each heading of another kind ("SECTION IV.",
+    # "PART I.", "PART II.", "SECTION V.", "PART I.") are the parts of what holds them: its sections
+    restarts, under_other = 0, False
+    for _k, it in heads:
+        if it.style in PART_STYLES:
+            restarts += under_other and it.num == 1
+            under_other = False
+        else:
+            under_other = True
+    inner_parts = {k for k, it in heads if it.style in PART_STYLES} if restarts >= 2 else set()
+    has_parts = any(it.style in PART_STYLES and k not in inner_parts for k, it in heads)
     has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections for _k, it in heads)
     first_ranked = _first_ranked_chapter(heads)
     for k, it in heads:
         if first_ranked is not None and k > first_ranked and it.style in INNER_STYLES:
             levels[k] = "section"  # a journal heading or a letter inside a numbered chapter
+        elif k in inner_parts:
+            levels[k] = "section"
         elif it.style in PART_STYLES:
             levels[k] = "part" if has_chapters else "chapter"
         elif it.style in SECTION_STYLES:
@@ -400,7 +425,33 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "section" if romans_are_sections else "chapter"
         else:
             levels[k] = "chapter"
+    _numbered_pieces(heads, levels)
     return levels
+
+
+_ARABIC_RE = re.compile(r"^(\d{1,3})\.\s")
+
+
+def _numbered_pieces(heads: list[tuple[int, _Item]], levels: dict[int, str]) -> None:
+    """Titles numbered 1., 2., 3. that start right under a chapter heading numbered otherwise (a
+    roman numeral, a keyword, or none: "XLI" / "North-West Passage", then "1. Good-Night") are that
+    chapter's pieces: sections, as long as their numbers run on."""
+    n = 0
+    while n < len(heads):
+        k, it = heads[n]
+        m = _ARABIC_RE.match(it.text)
+        if m and m.group(1) == "1" and n and heads[n - 1][0] == k - 1 \
+                and levels.get(heads[n - 1][0]) == "chapter" and not _ARABIC_RE.match(heads[n - 1][1].text):
+            expect = 1
+            while n < len(heads):
+                mm = _ARABIC_RE.match(heads[n][1].text)
+                if not mm or int(mm.group(1)) != expect:
+                    break
+                levels[heads[n][0]] = "section"
+                expect += 1
+                n += 1
+            continue
+        n += 1
 
 
 # --------------------------------------------------------------------------- spoken headings
@@ -447,11 +498,15 @@ def _cap(w: str) -> str:
     return w
 
 
+_FOOTNOTE_MARK_RE = re.compile(r"\s?\[\d{1,3}\](?=[\s.,;:]|$)")
+
+
 def spoken_heading(it: _Item, level: str) -> str:
     """What a listener hears for a heading: capitals in title case; a story's numbered title without
     its numeral ("I. A SCANDAL IN BOHEMIA" -> "A Scandal in Bohemia"); a bare numeral chapter as
-    "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later)."""
-    text = it.text
+    "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later); a
+    footnote mark in it ("OF PROBABILITY[9].") is not said."""
+    text = _FOOTNOTE_MARK_RE.sub("", it.text)
     if it.style == "numtitle" and level == "chapter":
         text = _strip_number(text)
     elif it.style == "roman":
@@ -472,15 +527,27 @@ def spoken_heading(it: _Item, level: str) -> str:
 _BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by)\s+\S", re.I)
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
 _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by|e-?text\s+prepared\s+by"
+                      r"|transcribed\s+(?:from|by)\b|scanned\s+(?:and\s+proofread\s+)?by\b"
+                      r"|(?:(?:first|second|third|final)\s+)?proof(?:ed|read|s|ing)?\s+by\b"
                       r"|this\s+e-?(?:book|text)\s+is\s+for\s+the\s+use\s+of)", re.I)
 
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
-                         r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b", re.I)
-"""A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes."""
+                         r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
+                         r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b"
+                         r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
+                         r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)", re.I)
+"""A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
+the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:"),
+edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888")."""
+
+_ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s+(?:to|on)\s+(?:the|this)\s+"
+                               r"(?:project\s+gutenberg\s+)?(?:e-?text|e-?book|electronic\s+(?:edition|text|version))\b",
+                               re.I)
+"""The heading of a preface the e-text's maker wrote ("Preface to the Project Gutenberg Etext")."""
 
 
-_CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play"
+_CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play|persons\s+represented"
                             r"|(?:the\s+)?characters(?:\s+in\s+the\s+play)?|cast(?:\s+of\s+characters)?)\b\W*$",
                             re.I)
 """The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
@@ -494,8 +561,11 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
     if cast is not None:
         front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
+    front = _without_etext_prefaces(front)
     paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
              and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)]
+    notes = _producer_notes([it.text for it in paras], front=True)
+    paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     start = 0
     while start < len(paras):
         t = paras[start].text
@@ -511,6 +581,21 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
         return []
     return kept
+
+
+def _without_etext_prefaces(front: list[_Item]) -> list[_Item]:
+    """A preface the e-text's maker wrote ("Preface to the Project Gutenberg Etext") goes with what
+    is under it, up to the next rule or scene break (or the end of the front matter)."""
+    out: list[_Item] = []
+    skipping = False
+    for it in front:
+        if it.kind == "para" and _ETEXT_PREFACE_RE.match(it.text):
+            skipping = True
+        elif it.kind != "para":
+            skipping = False
+        if not skipping:
+            out.append(it)
+    return out
 
 
 # --------------------------------------------------------------------------- outline -> chapters
@@ -568,6 +653,26 @@ def _paged_runs(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _caption_lists(items: list[_Item]) -> list[_Item]:
+    """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
+    Illustrations") label and three or more captions of a few words (eight at most), one per block,
+    up to the next heading or longer paragraph, is dropped with its label: it names no headings."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        if it.kind == "para" and _ILLUSTRATIONS_LABEL_RE.match(it.text):
+            e = k + 1
+            while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 8:
+                e += 1
+            if e - k - 1 >= 3 and (e == len(items) or items[e].kind != "para"):
+                k = e
+                continue
+        out.append(it)
+        k += 1
+    return out
+
+
 def _listed_ahead(items: list[_Item]) -> list[_Item]:
     """A numbered CHAPTER, STAVE or ACT heading that comes again later (a play's list of scenes, "ACT I.
     The Octagon Room", before "FIRST ACT") and has no prose under it, or a tenth of the words the later one
@@ -596,7 +701,7 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
 
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
-    items = _paged_runs(items)
+    items = _caption_lists(_paged_runs(items))
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)

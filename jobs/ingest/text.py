@@ -107,7 +107,8 @@ _PG_END_RE = re.compile(
     r"|(?:\\?\*){2,}\\?_?[ \t]*END[ \t]*OF[ \t]*TH(?:E|IS)[ \t]*PROJECT[ \t]*GUTENBERG)", re.I | re.M)
 _PG_TITLE_RE = re.compile(r"^Title:[ \t]*(\S.*)$((?:\n[ \t]+\S.*$)*)", re.M)
 _PG_AUTHOR_RE = re.compile(r"^Author:[ \t]*(\S.*)$", re.M)
-_PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by)\b", re.I)
+_PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by"
+                           r"|Transcribed (?:from|by)|Scanned (?:and proofread )?by)\b", re.I)
 
 
 _SPACED_RE = re.compile(r"(?<![\w'\u2019])[A-Z](?: [A-Z]){3,}(?![\w'\u2019])")
@@ -208,10 +209,15 @@ _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<t
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
-    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
+    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
                             r"[ \t]+TO[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
 """A named heading with what it belongs to, in capitals: "PREFACE TO THE SECOND EDITION."."""
+_TO_READER_RE = re.compile(r"^(?P<head>(?:THE[ \t]+(?:EDITOR|AUTHOR|TRANSLATOR|PUBLISHERS?)[ \t]+)?TO[ \t]+THE[ \t]+READER\.?"
+                           r"|AN?[ \t]+LETTER[ \t]+FROM[ \t]+[A-Z][A-Z .,'\u2019-]{2,60}[ \t]+TO[ \t]+[A-Z][A-Z .,'\u2019-]{2,60})$"
+                           r"(?P<title>(?!))?")
+"""An address to the reader, or a letter's heading naming its writer and reader, on a line of its own in
+capitals: "THE EDITOR TO THE READER.", "TO THE READER", "A LETTER FROM CAPTAIN GULLIVER TO HIS COUSIN SYMPSON."."""
 _ROMAN_ALONE_RE = re.compile(rf"^{_ROMAN}\.?$")
 _OPEN_CHARS = "\"'\u201c\u2018([_*"
 
@@ -296,7 +302,7 @@ def _match_heading(line: str) -> _Heading | None:
         return _Heading(line, None, style=m.group("kw").lower(), num=_number_value(m.group("num")))
     m = _SECTION_RE.match(line)
     if m is None and _shouted(line):  # "PREFACE TO THE SECOND EDITION.", "INTRODUCTION TO PYGMALION."
-        m = _SECTION_TO_RE.match(line)
+        m = _SECTION_TO_RE.match(line) or _TO_READER_RE.match(line)
     if m:
         title = m.group("title")
         if title is not None and not _title_like(title):
@@ -324,6 +330,10 @@ def _strict_title_line(block: list[str]) -> str | None:
     if re.search(r"[.!?:\u2026\"'\u201d\u2019]$", s):
         return None
     return s
+
+
+_RULE_LINE_RE = re.compile(r"^[ \t]*(?:-{5,}|={5,}|_{5,})[ \t]*$")
+"""A rule line: five or more hyphens, equals signs or underscores alone on a line."""
 
 
 def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], list[int]]:
@@ -365,6 +375,17 @@ def _split_blocks(text: str, force=None) -> tuple[list[list[str]], set[int], lis
             if per_line:
                 start()
                 blocks.append([line.rstrip()])
+            elif _RULE_LINE_RE.match(line):
+                # a rule printed across the page ("-----"): it ends the block above it, and the block
+                # after it starts afresh; right under a single line of about its length it underlines
+                # that line (a heading), and is no scene break
+                under = len(cur) == 1 and abs(len(line.strip()) - len(cur[0].strip())) <= 3
+                if cur:
+                    blocks.append(cur)
+                    cur = []
+                if not under:
+                    start()
+                    blocks.append([line.strip()])
             else:
                 heading = unbroken and (_match_heading(line) is not None or _is_separator(line.strip()))
                 if heading and cur:  # no blank lines: a heading starts a block of its own
@@ -483,11 +504,22 @@ def _roman_value(s: str) -> int:
     return total
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _centred_title(block: list[str]) -> bool:
+    """A numeral, then a title set further in than the text that follows it with no blank line
+    between ("XLI" / "North-West Passage" centred over a poem's first line)."""
+    return (len(block) >= 3 and _indent(block[1]) >= _indent(block[2]) + 4 and _indent(block[0]) >= 4
+            and _title_like(block[1].strip()))
+
+
 def _roman_headings(blocks: list[list[str]]) -> set[int]:
     """Blocks that start with a roman numeral alone and belong to a numbered sequence (k, then
     k+1 later): a letter signed "M." or a lone "C." is no chapter."""
     cands = [(k, _roman_value(b[0].strip())) for k, b in enumerate(blocks)
-             if len(b) <= 2 and _ROMAN_ALONE_RE.match(b[0].strip())]
+             if (len(b) <= 2 or _centred_title(b)) and _ROMAN_ALONE_RE.match(b[0].strip())]
     ok: set[int] = set()
     last = None
     for n, (k, v) in enumerate(cands):

@@ -630,3 +630,127 @@ def test_chapter_numbers_restarting_in_the_next_part_are_not_a_list(tmp_path):
     book = load_book(p)
     assert [c.title for c in book.chapters] == ["BOOK I. CHAPTER I.", "CHAPTER II.", "BOOK II. CHAPTER I.",
                                                 "CHAPTER II."]
+
+
+# ------------------------------------------------------------------------------------- round 4 (heldout3 spent)
+
+
+def _said(book) -> str:
+    return " ".join([book.announcement()] + [c.title + " " + " ".join(c.paragraphs) for c in book.chapters])
+
+
+def test_transcription_credits_and_edition_lines_are_not_spoken():
+    """The Happy Prince (PG 902): "Transcribed from the 1910 David Nutt edition by ...  Second proof by ..."
+    right after the START marker, then a title page with impression and edition lines before the dedication."""
+    book = load_book(STRUCTURE / "happy-prince-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["", "The Happy Prince.", "The Nightingale and the Rose.",
+                                                "The Selfish Giant."]
+    assert book.chapters[0].paragraphs == ["TO CARLOS BLACKER"]  # the dedication stays
+    said = _said(book)
+    for gone in ("Transcribed", "Second proof", "IMPRESSION", "Impression", "First Edition", "DAVID NUTT",
+                 "JACOMB HOOD", "Page"):
+        assert gone not in said
+    assert said.count("Happy Prince and Other Tales") == 1
+
+
+def test_an_etext_makers_preface_and_notes_before_the_title_page_are_not_spoken():
+    """The Art of War (PG 132): a note about other editions of this eBook before the title page, the
+    "Preface to the Project Gutenberg Etext" (underlined, signed with e-mail addresses), rule lines
+    between the parts of the front matter, and INTRODUCTION right under a rule line."""
+    book = load_book(STRUCTURE / "art-of-war-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "" and titles[1].startswith("INTRODUCTION")
+    assert titles[2:] == ["Laying Plans", "Waging War", "Attack by Stratagem"]
+    assert book.chapters[0].paragraphs[0].startswith("To my brother Captain Valentine Giles")
+    assert book.chapters[1].paragraphs[0].startswith("Ssu-ma Ch`ien gives the following biography")
+    said = _said(book)
+    for gone in ("Please see", "Preface to the", "Lionel Giles began", "al876", "Bob Sutton", "British Museum",
+                 "OLDEST MILITARY", "First Published", "-----"):
+        assert gone not in said
+    assert said.count("Art of War") == 1 and "SUN TZU ON THE ART OF WAR" not in said
+
+
+def test_the_edition_a_text_was_reprinted_from_is_not_spoken():
+    """Hume's Enquiry (PG 9662): "Extracted from: ...", "Reprinted from The Posthumous Edition of 1777 ..."
+    and "Second Edition, 1902" on the title page: no untitled first chapter is left."""
+    book = load_book(STRUCTURE / "hume-excerpt.txt")
+    assert book.chapters[0].title.startswith("SECTION I.")
+    said = _said(book)
+    for gone in ("Extracted from", "Reprinted from", "Posthumous", "Second Edition", "Selby-Bigge"):
+        assert gone not in said
+
+
+def test_persons_represented_is_a_cast_list():
+    """Macbeth (PG 1533, the 1998 text): "Persons Represented", the cast and the scene line before ACT I."""
+    book = load_book(STRUCTURE / "macbeth-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["ACT I.", "ACT II.", "ACT III."]
+    said = _said(book)
+    for gone in ("Persons Represented", "General in the King's Army", "chiefly at Macbeth's Castle", "etext"):
+        assert gone not in said
+
+
+def test_a_list_of_illustrations_without_page_numbers_and_a_conclusion():
+    """Tom Sawyer (PG 74): an ILLUSTRATIONS list of captions, one per block, no page numbers, before the
+    PREFACE; the book ends with a CONCLUSION after its last chapter."""
+    book = load_book(STRUCTURE / "tom-sawyer-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Preface", "CHAPTER I. \u201cTom!\u201d", "CHAPTER II", "Conclusion"]
+    assert book.chapters[-1].paragraphs[0].startswith("SO endeth this chronicle.")
+    said = _said(book)
+    for gone in ("ILLUSTRATIONS", "Tom at Home", "Aunt Polly Beguiled", "Ain't that Work", "Contentment"):
+        assert gone not in said
+
+
+def test_parts_numbered_again_under_each_section_are_its_sections():
+    """Hume's Enquiry: SECTION I.-XII. run through the book; PART I., PART II. start again under a SECTION:
+    the sections are chapters and their parts are headings inside them, not parts of the book."""
+    book = load_book(STRUCTURE / "hume-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "SECTION I. Of the Different Species of Philosophy.", "SECTION II. Of the Origin of Ideas.",
+        "SECTION III. Of the Association of Ideas.",
+        "SECTION IV. Sceptical Doubts Concerning the Operations of the Understanding.",
+        "SECTION V. Sceptical Solution of These Doubts.", "SECTION VI. Of Probability."]  # no footnote mark
+    four = book.chapters[3]
+    assert [q for q, k in zip(four.paragraphs, four.kinds) if k == "heading"] == ["PART I.", "PART II."]
+    assert four.paragraphs[1].startswith("20. All the objects of human reason")
+
+
+def test_a_chapter_headed_a_little_differently_from_its_contents_entry_is_found():
+    """The Wonderful Wizard of Oz (PG 55): the contents list says "10. The Guardian of the Gates" and
+    "11. The Emerald City of Oz"; the chapters are headed "10.  The Guardian of the Gate" and "11.  The
+    Wonderful City of Oz"."""
+    book = load_book(STRUCTURE / "wizard-of-oz-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "9. The Queen of the Field Mice", "10. The Guardian of the Gate",
+        "11. The Wonderful City of Oz", "12. The Search for the Wicked Witch"]
+    assert book.chapters[2].paragraphs[0].startswith("It was some time before the Cowardly Lion awakened")
+
+
+def test_addresses_to_the_reader_and_a_letters_heading_are_chapters():
+    """The Sorrows of Young Werther (PG 2527): BOOK I, BOOK II, then "THE EDITOR TO THE READER."; Gulliver's
+    Travels (PG 829): "THE PUBLISHER TO THE READER." and "A LETTER FROM CAPTAIN GULLIVER TO HIS COUSIN
+    SYMPSON." before PART I."""
+    werther = load_book(STRUCTURE / "werther-excerpt.txt")
+    assert [c.title for c in werther.chapters] == ["Preface", "BOOK I. May 4.", "BOOK II. October 20.",
+                                                   "The Editor to the Reader."]
+    assert werther.chapters[-1].paragraphs[0].startswith("It is a matter of extreme regret")
+    gulliver = load_book(STRUCTURE / "gulliver-excerpt.txt")
+    titles = [c.title for c in gulliver.chapters]
+    assert titles[0].startswith("THE PUBLISHER TO THE READER.")
+    assert titles[1].startswith("A Letter from Captain Gulliver to His Cousin Sympson.")
+    assert titles[2:] == ["PART I. A Voyage to Lilliput. CHAPTER I.", "CHAPTER II."]
+
+
+def test_a_poems_centred_title_and_its_numbered_pieces():
+    """A Child's Garden of Verses (PG 136): "V" then "The Dumb Soldier" centred over the poem's first line
+    with no blank line between; poem XLI "North-West Passage" in three pieces "1. Good-Night", "2. Shadow
+    March", "3. In Port", which the contents list names too: they are its sections, not poems of their own."""
+    book = load_book(STRUCTURE / "childs-garden-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert titles[1:] == ["Chapter XXXIX. The Hayloft", "Chapter XL. Farewell to the Farm",
+                          "Chapter XLI. North-West Passage", "Chapter I. The Unseen Playmate",
+                          "Chapter II. My Ship and I", "Chapter IV. Summer Sun", "Chapter V. The Dumb Soldier",
+                          "Chapter VI. Autumn Fires"]
+    nw = book.chapters[3]
+    assert [q for q, k in zip(nw.paragraphs, nw.kinds) if k == "heading"] == [
+        "1. Good-Night", "2. Shadow March", "3. In Port"]
+    assert book.chapters[7].paragraphs[0].startswith("When the grass was closely mown")
