@@ -249,7 +249,11 @@ class TorchStats:
             ax = x.abs()
             sp = ax.amax(dim=1)
             xt = torch.nn.functional.pad(x, (6, 6))[:, None, :]
-            over = torch.nn.functional.conv1d(xt, peak_w)[:, :, :s].abs().amax(dim=1)
+            # cuDNN's autotuning off (the engine's stage B runs with it on): every chunk brings a new
+            # width, and each new shape would be timed over all of cuDNN's algorithms first; no TF32
+            with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, benchmark=False,
+                                            deterministic=False, allow_tf32=False):
+                over = torch.nn.functional.conv1d(xt, peak_w)[:, :, :s].abs().amax(dim=1)
             # per sample: itself and the 3 interpolated values after it, as jobs.loudness._oversampled_abs
             tp = torch.maximum(torch.where(inside, over, 0.0), ax).amax(dim=1)
         return {"k": k, "ss": ss, "sp": sp, "tp": tp}
