@@ -49,8 +49,10 @@ class FinalizeSummary:
     audio_s: float
     manifest: str
     encoding: dict | None = None
-    """What this finalize chose (:class:`jobs.encoding.Encoding`: the FLAC level for ``--flac-level auto``,
-    chapters at once, why); None where it wrote no chapter."""
+    """What this finalize chose, or its caller for it (:class:`jobs.encoding.Encoding`: the FLAC level for
+    ``--flac-level auto``, chapters at once, why; a local run: the chapters written after its last batch);
+    None where none was chosen (no chapter left to write). Chapters written earlier may have another level:
+    each one's is in loudness.json."""
 
 
 
@@ -235,7 +237,8 @@ def choose_here(engines_waiting: bool = False) -> encoding.Encoding:
 def _assemble(job: Job, written, memory, records, processes, chosen: encoding.Encoding | None = None):
     """finalize's work under its lock: the chapters not written yet, the book-level files, the
     manifest. Returns (delivered files, samples, skipped rows, the :class:`jobs.encoding.Encoding` its
-    chapters were written with: ``chosen``, or chosen here where it is None; None if none was written)."""
+    chapters were written with: ``chosen``, or chosen here where it is None and chapters were left to
+    write; None if neither)."""
     import pyarrow as pa
 
     chapters = selected_chapters(job)
@@ -269,7 +272,7 @@ def _assemble(job: Job, written, memory, records, processes, chosen: encoding.En
     table = pa.table(cols)
     with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
         pq.write_table(table, tmp)
-    return files, sum(n for _, n, _ in parts), sum(k for _, _, k in parts), chosen if todo else None
+    return files, sum(n for _, n, _ in parts), sum(k for _, _, k in parts), chosen
 
 
 def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: int,

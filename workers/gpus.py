@@ -77,7 +77,8 @@ def engines_per_gpu(cores: int, gpus: int, mig: bool = False) -> tuple[int, str]
     operator gives none, and why: ``cores`` of the host (:func:`usable_cores`) shared by its ``gpus``
     (visible ones, at least 1). One engine process for every :data:`CORES_PER_ENGINE` cores per GPU,
     at most :data:`MAX_ENGINES_PER_GPU`, at least 1: on an H200 with 16 host cores three were the
-    fastest (four no faster, two faster than one; docs/operations.md, "Engine processes per GPU"),
+    fastest (four no faster, two faster than one; docs/operations.md, "A worker's defaults: what the
+    benchmarks found fastest"),
     and each needs host CPU for its work between engine calls beside the finalizes and submits that
     already keep such a host 80-90 % busy. ``mig``: the GPUs are MIG instances (a slice of a GPU's
     memory and compute: one engine each)."""
