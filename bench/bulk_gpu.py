@@ -603,7 +603,8 @@ def start_workers(a, env: dict, workdir: Path, queues: str, host: str) -> list[P
             procs.append(Proc("gpu-supervisor", cmd, workdir / "worker-gpus.log", env))
         else:
             for i, g in enumerate(ids):
-                cmd = [sys.executable, str(CLI), "worker", "--device", "cuda:0", "--concurrency", str(a.per_gpu),
+                cmd = [sys.executable, str(CLI), "worker", "--device", "cuda:0",
+                       *(["--concurrency", str(a.per_gpu)] if a.per_gpu_given else []),
                        "--name", f"bulk-gpu{g}@{host}", *common]
                 procs.append(Proc(f"gpu{g}", cmd, workdir / f"worker-gpu{g}.log", {**env, "CUDA_VISIBLE_DEVICES": g}))
     else:
@@ -1009,9 +1010,10 @@ def parse_args(argv=None):
     g.add_argument("--gpu-supervisor", action="store_true",
                    help="one `worker --gpus LIST` supervisor instead of one worker process per GPU")
     g.add_argument("--cpu-workers", type=int, default=1, help="with --device cpu: worker processes")
-    g.add_argument("--per-gpu", type=int, default=1,
+    g.add_argument("--per-gpu", type=int, default=None,
                    help="pool processes per GPU worker (--concurrency), each with its own engine on that GPU: one "
-                        "runs its host work between engine calls while the other's kernels run")
+                        "runs its host work between engine calls while the other's kernels run (default: none "
+                        "given, the worker's own choice from the host's cores and GPUs, as a user gets it)")
     g.add_argument("--worker-max-batch", type=int, default=None, help="worker --max-batch (default: the worker's)")
     g.add_argument("--voice", default=None,
                    help="voice of the jobs, preloaded by the workers (default: carry/joe-fp16.safetensors if "
@@ -1040,7 +1042,9 @@ def parse_args(argv=None):
     g.add_argument("--max-batch-phonemes", type=int, default=None, help="jobs' --max-batch-phonemes (likewise)")
     g.add_argument("--submit-arg", action="append", default=[], metavar="ARG",
                    help="extra job option for plan and submit (repeat; e.g. --submit-arg=--chapters=1-3)")
-    g.add_argument("--submit-parallel", type=int, default=4, help="submits (and plans) running at once")
+    g.add_argument("--submit-parallel", type=int, default=8,
+                   help="submits (and plans) running at once: users submitting books at the same time (the "
+                        "figures in docs/PERFORMANCE.md used 8)")
     g.add_argument("--backlog", action="store_true",
                    help="submit every book before the workers start, and time the drain: from the first batch's "
                         "start to the last job done (a queue filled by submitters on other machines, or a "
@@ -1086,6 +1090,20 @@ def parse_args(argv=None):
         raise SetupError(f"--device {a.device!r}: give cuda, cuda:N or cpu")
     if a.books < 1 or a.hours < 0 or a.max_books < a.books:
         raise SetupError("--books must be >= 1, --hours >= 0 and --max-books >= --books")
+    # --per-gpu left out: the workers get no --concurrency and choose as the product does; the same
+    # choice (workers.gpus.default_concurrency) is what this script counts engines with
+    a.per_gpu_given = a.per_gpu is not None
+    if a.per_gpu is None:
+        a.per_gpu, a.per_gpu_why = 1, "not a GPU worker"
+        if a.device.startswith("cuda"):
+            try:
+                from workers.gpus import default_concurrency
+            except ImportError as exc:  # (click not importable yet): counted as one; the workers still choose
+                a.per_gpu_why = f"the worker's default, counted as 1 here ({exc})"
+            else:
+                a.per_gpu, a.per_gpu_why = default_concurrency(None, "cuda:0", True)
+    else:
+        a.per_gpu_why = "--per-gpu"
     return a
 
 
@@ -1129,7 +1147,7 @@ def main(argv=None) -> int:
         n_devices = len(gpu_ids(a.gpus)) if a.device == "cuda" else a.cpu_workers if a.device == "cpu" else 1
         res["config"] = {"engine": a.engine, "precision": a.precision, "device": a.device, "voice": a.voice,
                          "devices": n_devices, "queues": queues, "worker_env": overrides,
-                         "per_gpu": a.per_gpu,
+                         "per_gpu": a.per_gpu, "per_gpu_why": a.per_gpu_why,
                          "workers": ("--gpus supervisor" if a.gpu_supervisor else
                                      "one worker per GPU" + (f", {a.per_gpu} pool processes each" if a.per_gpu > 1 else ""))
                          if a.device == "cuda" else f"{n_devices} x {a.device}",

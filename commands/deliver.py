@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from core import settings as env_settings
-from commands.options import friendly_errors, limit_type, metadata_options
+from commands.options import FlacLevel, friendly_errors, limit_type, metadata_options
 from commands.progress import audio_lines, fmt_duration
 from jobs.config import AUDIO_FORMATS, LIMITS, LOUDNESS_MODES
 
@@ -39,8 +39,8 @@ def _with(options):
               help="Deliverable format [default: the job's].")
 @click.option("--loudness", type=click.Choice(LOUDNESS_MODES), default=None, help="Loudness [default: the job's].")
 @click.option("--captions", default=None, metavar="LIST", help="srt, vtt, srt,vtt or none [default: the job's].")
-@click.option("--flac-level", type=limit_type("flac_level"), default=None,
-              help="FLAC compression level 0-8 [default: the job's].")
+@click.option("--flac-level", type=FlacLevel(), default=None,
+              help="FLAC compression level 0-8, or auto (chosen from the host's load) [default: the job's].")
 @_with(metadata_options())
 @_with(_pause_options())
 @click.option("--redis-url", envvar=env_settings.setting("REDIS_URL").name, default=None, metavar="URL",

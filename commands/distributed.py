@@ -229,9 +229,10 @@ def _report_end(store, info) -> None:
                    f"a GPU worker combines them) [default: on for a GPU engine, off on CPU; env {GATHER_ENV}].")
 @click.option("--queues", "-Q", default=",".join(default_queues()), show_default=True,
               help="Queues to consume, comma-separated, highest priority first (taken strictly in this order).")
-@click.option("--concurrency", "-c", type=int_range(1, MAX_POOL), default=1, show_default=True,
-              help="Pool processes; each loads its own engine. With --gpus: engine processes per GPU (2 hides the "
-                   "host work between engine calls behind the other's kernels, for a second engine's memory).")
+@click.option("--concurrency", "-c", type=int_range(1, MAX_POOL), default=None,
+              help="Pool processes; each loads its own engine. With --gpus: engine processes per GPU (more hide the "
+                   "host work between engine calls behind another's kernels, each for an engine's GPU memory) "
+                   "[default: 1 on CPU; on a GPU one per 5 host cores per GPU, at most 3: docs/operations.md].")
 @click.option("--pool", type=click.Choice(["prefork", "solo"]), default="prefork", show_default=True,
               help="prefork: batches run in a child process (the parent never touches the device); "
                    "solo: in this process.")
@@ -326,8 +327,20 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
                 or pool != "prefork":
             raise click.BadParameter(f"{autoscale}: needs {MAX_POOL} >= MAX >= MIN >= 0, MAX >= 1 and the prefork "
                                      f"pool", param_hint="--autoscale")
-    if pool == "solo" and concurrency != 1:
+    if pool == "solo" and concurrency not in (None, 1):
         raise click.BadParameter("the solo pool runs one batch at a time", param_hint="--concurrency")
+    why = "--concurrency"
+    if concurrency is None:  # chosen from the GPUs and the host's cores (workers.gpus.default_concurrency)
+        from workers.gpus import default_concurrency
+
+        concurrency, why = (1, "the solo pool") if pool == "solo" or autoscale else default_concurrency(
+            gpus, engine_spec.device, runs_on_gpu(engine_spec))
+    elif concurrency > 1 and not gpus and not runs_on_gpu(engine_spec) and engine_spec.threads is None:
+        # CPU engine processes share the cores rather than each starting one thread per core
+        from workers.gpus import usable_cores
+
+        engine_spec = dataclasses.replace(engine_spec, threads=max(1, usable_cores() // concurrency))
+        why = f"--concurrency; --threads {engine_spec.threads} each: the cores shared"
     # the options are checked: now Redis (not up yet: wait for it; a refused password: one line)
     store = _connect(redis_url, wait=True)
     if gpus:
@@ -340,6 +353,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
                                  allowed_roots=allowed_roots, state_dir=state_dir or "",
                                  prepare_shapes_s=prepare_shapes_s, early_chapters=early_chapters,
                                  unit_writers=unit_writers)
+        click.echo(f"engine processes per GPU: {concurrency} ({why})", err=True)
         sys.exit(run_gpu_workers(gpus, per_gpu, queues=queue_list, pool=pool, name=name, loglevel=loglevel,
                                  redis_url=store.url, metrics_port=metrics_port, per_gpu=concurrency))
     if metrics_port:
@@ -357,7 +371,7 @@ def worker(engine_spec, max_batch, max_batch_phonemes, gather, queues, concurren
                f"queues {','.join(queue_list)}, {pool} "
                f"{'gathering up to ' if gather else 'batches alone, at most '}{max_batch} utterances / "
                f"{settings.max_batch_phonemes} padded ids a batch, "
-               f"{f'autoscale {autoscale}' if autoscale_pair else f'x{concurrency}'}, lease {lease_seconds:g} s, "
+               f"{f'autoscale {autoscale}' if autoscale_pair else f'x{concurrency} ({why})'}, lease {lease_seconds:g} s, "
                f"{f'metrics on :{metrics_port}, ' if metrics_port else ''}"
                f"Redis {redact_url(store.url)}", err=True)
     import tempfile

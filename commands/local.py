@@ -51,7 +51,9 @@ def _print_plan(job) -> None:
     from jobs import formats, loudness
 
     click.echo(f"output: {formats.describe(cfg.audio_format)}"
-               + (f", compression level {cfg.flac_level}" if cfg.audio_format == "flac" else ""))
+               + ((", compression level chosen by each finalize from the host's load (--flac-level auto)"
+                   if cfg.flac_level == "auto" else f", compression level {cfg.flac_level}")
+                  if cfg.audio_format == "flac" else ""))
     click.echo(f"loudness: {loudness.describe(cfg.loudness, job.sample_rate)}")
     click.echo(f"captions: {cfg.captions or 'none'}"
                + (" (one cue per utterance, beside each audio file)" if cfg.captions else ""))

@@ -22,6 +22,7 @@ from jobs.config import (
     AUDIO_FORMATS,
     DEFAULT_CHAPTER_PAUSE_S,
     DEFAULT_FLAC_LEVEL,
+    FLAC_LEVEL_WORDS,
     DEFAULT_SECTION_PAUSE_S,
     FOOTNOTE_MODES,
     CPU_MAX_BATCH,
@@ -58,6 +59,21 @@ def float_range(lo: float, hi: float, lo_open: bool = False) -> click.ParamType:
 
 def int_range(lo: int, hi: int) -> click.ParamType:
     return click.IntRange(lo, hi)
+
+
+class FlacLevel(click.ParamType):
+    """``--flac-level``: ``auto`` or a level in :data:`jobs.config.LIMITS`' range."""
+
+    name = "auto|0-8"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value.strip().lower() in FLAC_LEVEL_WORDS:
+            return value.strip().lower()
+        lim = LIMITS["flac_level"]
+        try:
+            return click.IntRange(int(lim.lo), int(lim.hi)).convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value!r} is not auto or a whole number from {int(lim.lo)} to {int(lim.hi)}.", param, ctx)
 
 
 def limit_type(name: str) -> click.ParamType:
@@ -200,9 +216,11 @@ def job_options(f):
         click.option("--captions", default="none", show_default=True, metavar="LIST",
                      help="Caption files beside each chapter (and each M4B), from the utterance timings: srt, vtt, "
                           "srt,vtt or none."),
-        click.option("--flac-level", type=limit_type("flac_level"), default=DEFAULT_FLAC_LEVEL, show_default=True,
-                     help="FLAC compression level, 0-8: the same audio at every level; 0 encodes with less CPU "
-                          "time (busy GPU nodes) into files a few percent larger."),
+        click.option("--flac-level", type=FlacLevel(), default=DEFAULT_FLAC_LEVEL, show_default=True,
+                     help="FLAC compression level, 0-8, or auto: chosen by each finalize from the host's load and "
+                          "the engines' backlog (0 where CPU time is short, 8 where it is spare, else 5). The same "
+                          "audio at every level; 0 encodes with less CPU time into files about 4 % larger, 8 with "
+                          "more into files about 9 % smaller."),
         click.option("--chapters", default=None, metavar="LIST",
                      help="Chapters to synthesize, 1-based, like 1,3-5 (default: all)."),
         click.option("--encoding", default=None, help="Encoding of TXT/Markdown input (default: UTF-8, BOM allowed)."),

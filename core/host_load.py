@@ -12,12 +12,15 @@ answers None: callers then decide as if the host were idle.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 
 #: Seconds between two samples of the sampler thread.
 SAMPLE_S = 0.5
+#: Fewest clock ticks (all CPUs together) between two readings for :class:`Since` to give a share.
+MIN_TICKS = 8
 
 
 def read_cpu_times(path: str | Path = "/proc/stat") -> tuple[int, int] | None:
@@ -82,3 +85,39 @@ class HostLoad:
         """Cores idle over the last interval (``cores`` x the idle share), or None while unknown."""
         b = self.busy()
         return None if b is None else self.cores * (1.0 - b)
+
+
+def _own_ticks() -> float:
+    """This process's CPU time (all its threads, user + system) in the clock ticks of ``/proc/stat``."""
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+    except (AttributeError, ValueError, OSError):
+        hz = 100
+    return time.process_time() * hz
+
+
+class Since:
+    """The busy share of the host's CPUs since this object was made, without a thread: a caller that
+    runs for a while (a local run's synthesis, a ``deliver``) makes one at its start and asks at the
+    moment it chooses. ``others=True`` leaves this process's own CPU time out (its engine, which is
+    done by then: what else keeps the host busy)."""
+
+    def __init__(self, path: str | Path = "/proc/stat") -> None:
+        self.path = path
+        self.start = read_cpu_times(path)
+        self.own = _own_ticks()
+
+    def busy(self, others: bool = False) -> float | None:
+        """The busy share (0..1) since the start; None where unreadable or under :data:`MIN_TICKS` ticks."""
+        now = read_cpu_times(self.path)
+        if now is None or self.start is None or now[1] - self.start[1] < MIN_TICKS:
+            return None
+        busy = now[0] - self.start[0] - ((_own_ticks() - self.own) if others else 0.0)
+        return min(1.0, max(0.0, busy / (now[1] - self.start[1])))
+
+
+def busy_now(seconds: float = 0.15, others: bool = False) -> float | None:
+    """The host's busy share over the next ``seconds`` (waits that long); None where unknown."""
+    s = Since()
+    time.sleep(seconds)
+    return s.busy(others)

@@ -248,6 +248,8 @@ _declare("BOOKTTS_FAKE_DELAY_S", seconds(0), 0.0, "tests only: the fake engine s
          group="test")
 _declare("BOOKTTS_TEST_FINALIZE_DELAY_S", seconds(0), 0.0, "tests only: finalize pauses this long (to kill "
          "it midway)", group="test")
+_declare("BOOKTTS_TEST_FLAC_LEVEL", integer(0), None, "tests only: `--flac-level auto` writes this level "
+         "instead of the one chosen from the host's load (files compare byte for byte between runs)", group="test")
 _declare("BOOKTTS_QUEUE_ORDER", choice("priority", "round_robin", "sorted"), "priority",
          "tests only: kombu's queue order strategy (to show what strict priority changes)", group="test")
 

@@ -31,8 +31,11 @@ SPOKEN_FIELDS = ("title", "author")
 #: Pauses between sections and between chapters (``--section-pause``, ``--chapter-pause``), seconds.
 DEFAULT_SECTION_PAUSE_S = 1.2
 DEFAULT_CHAPTER_PAUSE_S = 2.0
-#: libFLAC's compression level of FLAC chapter files when a job does not set one (the ``flac`` tool's too).
-DEFAULT_FLAC_LEVEL = 5
+#: The FLAC level of a job that does not set one: chosen by each finalize from the host's load and the
+#: engines' backlog (:mod:`jobs.encoding`); job.json keeps ``auto``.
+DEFAULT_FLAC_LEVEL = "auto"
+#: What ``--flac-level`` takes besides a level 0-8.
+FLAC_LEVEL_WORDS = ("auto",)
 FOOTNOTE_MODES = ("skip", "inline", "end")
 #: Default batch limits on CPU engines: batching buys little there (docs/PERFORMANCE.md).
 CPU_MAX_BATCH = 32
@@ -133,9 +136,11 @@ class JobConfig:
     """Per-chapter loudness: ``ebu`` (R128, -23 LUFS), ``acx`` (RMS -20 dB, peaks -3 dBFS, 44.1 kHz), ``none``."""
     captions: str | None = None
     """Caption files beside each chapter (and each M4B): ``srt``, ``vtt`` or ``srt,vtt``; None: none."""
-    flac_level: int = DEFAULT_FLAC_LEVEL
-    """libFLAC's compression level (0-8) of FLAC chapter files: the same samples at every level; a lower
-    one takes less CPU time to encode and makes larger files (docs/PERFORMANCE.md). Other formats ignore it."""
+    flac_level: int | str = DEFAULT_FLAC_LEVEL
+    """libFLAC's compression level (0-8) of FLAC chapter files, or ``auto``: chosen at finalize time from
+    the host's load and the engines' backlog (:func:`jobs.encoding.choose`). The same samples at every
+    level; a lower one takes less CPU time to encode and makes larger files (docs/PERFORMANCE.md). Other
+    formats ignore it."""
     normalize_text: bool = True
     """Rewrite numbers, dates, abbreviations, URLs... into words before phonemization (:mod:`jobs.normalize`)."""
     footnotes: str = "skip"
@@ -192,9 +197,12 @@ class JobConfig:
             value = getattr(self, name)
             if value is None and name in ("length_scale", "noise_scale", "noise_w"):
                 continue
+            if name == "flac_level" and value in FLAC_LEVEL_WORDS:
+                continue
             if not lim.allows(value):
                 kind = "a whole number " if lim.integer else ""
-                raise InputError(f"{lim.option} {value!r} is out of range: allowed {kind}{lim.describe()}")
+                words = " or auto" if name == "flac_level" else ""
+                raise InputError(f"{lim.option} {value!r} is out of range: allowed {kind}{lim.describe()}{words}")
         check_metadata(self)
         check_structure(self)
         if self.batch_order not in BATCH_ORDERS:

@@ -82,24 +82,30 @@ def write_chapter(job, book_index: int, book: dict, ch: dict, pcm: np.ndarray, t
 
 
 def write_chapter_stream(job, book_index: int, book: dict, ch: dict, pieces, stats, tmp: Path, final: Path,
-                         writer_errors=contextlib.nullcontext) -> loudness.ChapterLoudness:
+                         writer_errors=contextlib.nullcontext, flac_level: int | None = None) -> loudness.ChapterLoudness:
     """Loudness, encode and tag chapter ``ch`` into ``tmp`` (the caller renames it to ``final``) as it
     streams, and record its loudness. ``pieces()``: a fresh iterator of the chapter's int16 pieces at
     the voice's rate (utterances and pauses in order; called once per pass); ``stats``: its
     :class:`jobs.loudness_stats.ChapterStats` combined from the utterances' records (None: measured
     from the pieces, one more pass). For M4B jobs this writes the chapter's WAV that :func:`finish`
-    assembles."""
+    assembles. ``flac_level``: the level a FLAC file is written at (None: the job's, or libFLAC's
+    default where the job's is ``auto``: :func:`jobs.encoding.flac_level`)."""
     cfg = job.config
+    if flac_level is None:
+        from jobs.encoding import flac_level as level_of
+
+        flac_level = level_of(cfg.flac_level, None)
     tags = None if formats.per_book(cfg.audio_format) else tags_for(job, book, ch)
 
     def write(blocks, rate: int) -> None:
-        formats.write_chapter_audio(tmp, final, cfg.audio_format, blocks, rate, tags, writer_errors, cfg.flac_level)
+        formats.write_chapter_audio(tmp, final, cfg.audio_format, blocks, rate, tags, writer_errors, flac_level)
 
     report, samples_out = loudness_stream.process(pieces, job.sample_rate, cfg.loudness, stats, write)
     files.write_json(_stats_path(job, book_index, ch["index"]),
                      {"book_index": book_index, "chapter_index": ch["index"], "title": ch["title"],
                       "file": ch["file"], "samples_out": int(samples_out),
-                      "statistics": "measured" if stats is None else "utterances", **report.to_dict()})
+                      "statistics": "measured" if stats is None else "utterances",
+                      **({"flac_level": int(flac_level)} if cfg.audio_format == "flac" else {}), **report.to_dict()})
     return report
 
 

@@ -23,7 +23,7 @@ import soundfile as sf
 from core import settings
 from core.errors import BatchesNotDone, JobError
 from core.files import atomic_path, inside, read_json, sweep_temp_files, write_json
-from jobs import chapter_pool, chapter_records, deliver, loudness_stats
+from jobs import chapter_pool, chapter_records, deliver, encoding, loudness_stats
 from jobs import claim as claims
 from jobs.config import JobConfig
 from jobs.job import (FINALIZED_FILE, MANIFEST_FILE, WORK_DIR, BatchRecord, Job, audio_write_errors,
@@ -31,8 +31,9 @@ from jobs.job import (FINALIZED_FILE, MANIFEST_FILE, WORK_DIR, BatchRecord, Job,
 from jobs.plan import PlannedUtterance
 from jobs.segment import PauseKind
 
-#: Most chapter files encoded at once by :func:`finalize` (also bounded by the cores).
-FINALIZE_THREADS = 8
+#: Most chapter files encoded at once by :func:`finalize` (also bounded by the cores, and by the
+#: host's load: :func:`jobs.encoding.choose`).
+FINALIZE_THREADS = encoding.MAX_THREADS
 #: Test knob: seconds ``finalize`` waits in each chapter file (its temporary file open), so that
 #: tests can kill a worker in the middle of a finalize.
 FINALIZE_DELAY_ENV = settings.setting("BOOKTTS_TEST_FINALIZE_DELAY_S").name
@@ -47,6 +48,11 @@ class FinalizeSummary:
     skipped: int
     audio_s: float
     manifest: str
+    encoding: dict | None = None
+    """What this finalize chose, or its caller for it (:class:`jobs.encoding.Encoding`: the FLAC level for
+    ``--flac-level auto``, chapters at once, why; a local run: the chapters written after its last batch);
+    None where none was chosen (no chapter left to write). Chapters written earlier may have another level:
+    each one's is in loudness.json."""
 
 
 
@@ -164,23 +170,26 @@ def selected_chapters(job: Job) -> list[ChapterWork]:
 
 
 def write_chapter(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | None = None,
-                  memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
+                  memory: dict[int, list[np.ndarray]] | None = None,
+                  chosen: encoding.Encoding | None = None) -> ChapterPart:
     """Write one chapter file (atomically) as ``finalize`` does, then its record
     (:mod:`jobs.chapter_records`, which lets a later finalize keep the file); its batches must be done.
 
     ``records``: batch records already read (shared between threads, filled as read);
-    ``memory``: per batch id, the items' audio as written, read instead of the batch file.
+    ``memory``: per batch id, the items' audio as written, read instead of the batch file;
+    ``chosen``: the FLAC level for a job whose level is ``auto`` (:mod:`jobs.encoding`; None: libFLAC's default).
     """
     records = {} if records is None else records
     check_write_directories(job.out_dir, job)
-    part = _write_chapter(job, *work, records, memory)
+    part = _write_chapter(job, *work, records, memory, chosen)
     chapter_records.save(job, chapter_key(work), work[2]["file"], work[3], part[1], part[2], records)
     return part
 
 
 def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None,
              memory: dict[int, list[np.ndarray]] | None = None,
-             records: dict[int, BatchRecord] | None = None, processes: int | None = None) -> FinalizeSummary:
+             records: dict[int, BatchRecord] | None = None, processes: int | None = None,
+             chosen: encoding.Encoding | None = None) -> FinalizeSummary:
     """Assemble chapter files and ``manifest.parquet`` from the batch records. Idempotent.
 
     Raises JobError while any batch is missing. The manifest is written last, so a job
@@ -193,7 +202,9 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     writer, or by an earlier finalize) whose records still match are kept the same way
     (:func:`jobs.chapter_records.valid`). ``memory`` and ``records``: see :func:`write_chapter`. ``processes``:
     at most this many processes write chapters (:mod:`jobs.chapter_pool`; 0: threads only; None:
-    as the host's cores allow).
+    as the host's cores allow). ``chosen``: the FLAC level (for ``--flac-level auto``) and chapters at
+    once that the caller chose (:func:`jobs.encoding.choose`); None: chosen here, from the host's load
+    over a moment, as a node with no engine waiting.
     """
     claims.check_claim(job.out_dir, job.job_id)  # chapter files and manifest have fixed names
     check_write_directories(job.out_dir, job)
@@ -204,17 +215,30 @@ def finalize(job: Job, written: dict[tuple[int, int], ChapterPart] | None = None
     # starts until the manifest is written.
     with chapter_records.finishing(job):
         sweep_stale_temp_files(job)
-        files, total_samples, skipped = _assemble(job, written, memory, records, processes)
+        files, total_samples, skipped, chosen = _assemble(job, written, memory, records, processes, chosen)
     remove_unreferenced_batch_audio(job)
-    summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE)
+    summary = FinalizeSummary(files, len(job.rows), skipped, total_samples / job.sample_rate, MANIFEST_FILE,
+                              chosen.to_dict() if chosen is not None else None)
     write_json(job.out_dir / WORK_DIR / FINALIZED_FILE, {**asdict(summary), "finalized_at": now_iso()})
     claims.clear_submitted(job.out_dir, job.job_id)  # the workers' job is over: a local run may run it again
     return summary
 
 
-def _assemble(job: Job, written, memory, records, processes) -> tuple[list[str], int, int]:
+def choose_here(engines_waiting: bool = False) -> encoding.Encoding:
+    """:func:`jobs.encoding.choose` for a finalize whose caller chose nothing: the host's busy share over
+    a moment (this process's own CPU time left out), the cores this process may run on."""
+    from core.host_load import busy_now
+    from jobs.segment_pool import host_cores
+
+    busy = None if encoding.pinned_level() is not None else busy_now(others=True)  # (the test suite's level)
+    return encoding.choose(busy, engines_waiting, host_cores())
+
+
+def _assemble(job: Job, written, memory, records, processes, chosen: encoding.Encoding | None = None):
     """finalize's work under its lock: the chapters not written yet, the book-level files, the
-    manifest. Returns (delivered files, samples, skipped rows)."""
+    manifest. Returns (delivered files, samples, skipped rows, the :class:`jobs.encoding.Encoding` its
+    chapters were written with: ``chosen``, or chosen here where it is None and chapters were left to
+    write; None if neither)."""
     import pyarrow as pa
 
     chapters = selected_chapters(job)
@@ -225,13 +249,20 @@ def _assemble(job: Job, written, memory, records, processes) -> tuple[list[str],
     todo = [c for c in chapters if chapter_key(c) not in written]
     # Chapters are written in parallel: many hours of audio in processes (jobs.chapter_pool), else on
     # threads (libsndfile and most of NumPy run without the GIL); the manifest keeps book order.
+    if todo and chosen is None:
+        chosen = choose_here()
     processes = chapter_pool.processes_for(job, todo, limit=processes)
+    if todo:
+        log.info("job %s: writing %d chapters: %s%s", job.job_id, len(todo),
+                 encoding.describe(job.config.flac_level, chosen, job.config.audio_format),
+                 f", in {processes} processes" if processes else "")
     if processes:
-        new = write_chapters_in_processes(job, todo, processes)
+        new = write_chapters_in_processes(job, todo, processes, chosen=chosen)
     else:
-        threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS))
+        threads = max(1, min(len(todo), os.cpu_count() or 1, FINALIZE_THREADS, chosen.threads if chosen else FINALIZE_THREADS))
         with ThreadPoolExecutor(threads, thread_name_prefix="finalize") as pool:
-            new = dict(zip(map(chapter_key, todo), pool.map(lambda c: write_chapter(job, c, records, memory), todo)))
+            new = dict(zip(map(chapter_key, todo),
+                           pool.map(lambda c: write_chapter(job, c, records, memory, chosen), todo)))
     parts = [written[chapter_key(c)] if chapter_key(c) in written else new[chapter_key(c)] for c in chapters]
     cols: dict[str, list] = {c: [] for c in MANIFEST_COLUMNS}
     for part, _, _ in parts:
@@ -241,22 +272,27 @@ def _assemble(job: Job, written, memory, records, processes) -> tuple[list[str],
     table = pa.table(cols)
     with atomic_path(job.out_dir / MANIFEST_FILE) as tmp:
         pq.write_table(table, tmp)
-    return files, sum(n for _, n, _ in parts), sum(k for _, _, k in parts)
+    return files, sum(n for _, n, _ in parts), sum(k for _, _, k in parts), chosen
 
 
 def write_chapters_in_processes(job: Job, works: list[ChapterWork], processes: int,
-                                kept: "chapter_pool.KeptPool | None" = None) -> dict[tuple[int, int], ChapterPart]:
+                                kept: "chapter_pool.KeptPool | None" = None,
+                                chosen: encoding.Encoding | None = None) -> dict[tuple[int, int], ChapterPart]:
     """:func:`write_chapter` of each of ``works`` in up to ``processes`` processes (:mod:`jobs.chapter_pool`;
     ``kept``: those of a long-lived caller, started once), by :func:`chapter_key`."""
-    return chapter_pool.write_chapters(job, works, processes, write_chapter_of, chapter_key, kept=kept)
+    import functools
+
+    write_one = functools.partial(write_chapter_of, chosen=chosen.to_dict() if chosen is not None else None)
+    return chapter_pool.write_chapters(job, works, processes, write_one, chapter_key, kept=kept)
 
 
-def write_chapter_of(job_dir: str, job_id: str, key: tuple[int, int]) -> ChapterPart:
-    """In a chapter process: open job ``job_id`` from ``job_dir`` and write its chapter ``key``."""
+def write_chapter_of(job_dir: str, job_id: str, key: tuple[int, int], chosen: dict | None = None) -> ChapterPart:
+    """In a chapter process: open job ``job_id`` from ``job_dir`` and write its chapter ``key``
+    (``chosen``: :meth:`jobs.encoding.Encoding.to_dict`)."""
     job = load_checked(job_dir, job_id)
     for work in selected_chapters(job):
         if chapter_key(work) == key:
-            return write_chapter(job, work)
+            return write_chapter(job, work, chosen=encoding.Encoding.from_dict(chosen) if chosen else None)
     raise JobError(f"job {job_id} has no chapter {key}")
 
 
@@ -317,7 +353,8 @@ def chapter_part(job: Job, work: ChapterWork, records: dict[int, BatchRecord] | 
 
 
 def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records: dict[int, BatchRecord],
-                   memory: dict[int, list[np.ndarray]] | None = None) -> ChapterPart:
+                   memory: dict[int, list[np.ndarray]] | None = None,
+                   chosen: encoding.Encoding | None = None) -> ChapterPart:
     """Write one chapter file (atomically) from the batch audio, streamed: each utterance is read from
     its batch as the encoder needs it (never the chapter whole); its manifest columns, samples, skipped rows.
     Its loudness gain comes from the utterances' statistics in their batch records (measured from the
@@ -349,7 +386,8 @@ def _write_chapter(job: Job, b_i: int, book: dict, ch: dict, rows: list, records
         with atomic_path(path) as tmp:
             if delay_s:
                 time.sleep(delay_s)
-            deliver.write_chapter_stream(job, b_i, book, ch, pieces, stats, tmp, path, audio_write_errors)
+            deliver.write_chapter_stream(job, b_i, book, ch, pieces, stats, tmp, path, audio_write_errors,
+                                         flac_level=encoding.flac_level(job.config.flac_level, chosen))
     finally:
         audio.close()
     return cols, pos, skipped
@@ -365,4 +403,5 @@ def _durations_s(rec: BatchRecord, pos: int, samples: int, sr: int) -> list[floa
 def finalized_summary(job: Job) -> FinalizeSummary:
     """The summary that ``finalize`` recorded for a finished job."""
     d = read_json(job.out_dir / WORK_DIR / FINALIZED_FILE)
-    return FinalizeSummary(d["chapter_files"], d["utterances"], d["skipped"], d["audio_s"], d["manifest"])
+    return FinalizeSummary(d["chapter_files"], d["utterances"], d["skipped"], d["audio_s"], d["manifest"],
+                           d.get("encoding"))

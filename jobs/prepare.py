@@ -215,8 +215,12 @@ def prepare_job(books: list[Path], out_dir: Path, config: JobConfig, voice: Voic
 def _refuse_other_output(out_dir: Path, existing: Job, inputs: list[dict], config: JobConfig, voice,
                          lexicon_sha256: str | None = None) -> None:
     """``out_dir`` holds this same job but with other output settings (format, loudness,
-    captions): refuse with a line naming them (its batches and files were made for those)."""
-    if existing.config.output_settings() == config.output_settings():
+    captions): refuse with a line naming them (its batches and files were made for those). ``--flac-level
+    auto`` (the default) resumes a job made with a level (before ``auto`` existed, say): the same samples."""
+    mine = config.output_settings()
+    if mine.get("flac_level") == "auto":
+        mine["flac_level"] = existing.config.flac_level
+    if existing.config.output_settings() == mine:
         return
     same = dataclasses.replace(config, **{**existing.config.output_settings(), **existing.meta.get("planned", {})})
     if job_identity(inputs, same, voice, lexicon_sha256) == existing.job_id:

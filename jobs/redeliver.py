@@ -183,8 +183,9 @@ def redeliver(job: Job, changes: dict) -> DeliverSummary:
         try:
             staged = _StagedJob(job.job_id, staging, config, meta, job.rows, source=out)
             with chapter_records.finishing(job):  # no early chapter write or finalize meanwhile
-                files, samples, skipped = _assemble(staged, None, None, records, 0)
-                summary = FinalizeSummary(files, len(job.rows), skipped, samples / job.sample_rate, MANIFEST_FILE)
+                files, samples, skipped, chosen = _assemble(staged, None, None, records, 0)
+                summary = FinalizeSummary(files, len(job.rows), skipped, samples / job.sample_rate, MANIFEST_FILE,
+                                          chosen.to_dict() if chosen is not None else None)
                 write_json(staging / WORK_DIR / FINALIZED_FILE, {**dataclasses.asdict(summary), "finalized_at": now_iso()})
                 removed = _move_into_place(staging, out, meta, _deliverables(job.meta, job.config) -
                                            _deliverables(meta, config))

@@ -34,7 +34,8 @@ import numpy as np
 
 from jobs.claim import claim, run_lock
 from core.files import free_bytes
-from jobs import chapter_pool
+from core.host_load import Since
+from jobs import chapter_pool, encoding
 from jobs.batching import RUN_ORDERS, run_order
 from jobs.finalize import (ChapterPart, ChapterWork, FinalizeSummary, chapter_key, finalize, finalized_summary,
                            selected_chapters, sweep_stale_temp_files, write_chapter, write_chapters_in_processes)
@@ -102,6 +103,10 @@ class _Overlap:
         self.disk_trouble = False
         self.times = {"write": 0.0, "chapters_early": 0.0, "chapters_early_n": 0, "first_chapter_s": None}
         self.t0 = time.perf_counter()
+        #: the host's CPU time from here on: what the chapters' FLAC level is chosen from (jobs.encoding)
+        self.since = Since()
+        self.cores = chapter_pool.host_cores()
+        self._tail: encoding.Encoding | None = None
         pending_set = set(pending)
         self.chapters = selected_chapters(job)
         self.waiting: dict[tuple[int, int], set[int]] = {}  # chapter -> its batches not written yet
@@ -153,6 +158,14 @@ class _Overlap:
         self.thread.join()
         self.raise_error()
 
+    def tail_encoding(self) -> encoding.Encoding:
+        """The FLAC level (for ``--flac-level auto``) of the chapters written once synthesis is done:
+        no engine of this run waits, so it follows what else kept the host busy during the run (this
+        process's own CPU time left out). Chosen once, at the first call."""
+        if self._tail is None:
+            self._tail = encoding.choose(self.since.busy(others=True), False, self.cores)
+        return self._tail
+
     def finish_chapters(self) -> None:
         """Once every batch is written: the chapters still queued for the chapter threads are
         written now on up to :data:`TAIL_THREADS` threads (the loop is done, all cores may encode),
@@ -161,12 +174,16 @@ class _Overlap:
         left = [work for work, f in self.futures if f.cancel()]
         threads = max(1, min(len(left), os.cpu_count() or 1, TAIL_THREADS))
         processes = chapter_pool.processes_for(self.job, left)
+        chosen = self.tail_encoding() if left else None
+        if left:
+            log.info("job %s: %d chapters left after the last batch: %s", self.job.job_id, len(left),
+                     encoding.describe(self.job.config.flac_level, chosen, self.job.config.audio_format))
         if processes:  # hours of audio: processes, not threads that share one interpreter lock
-            self.written.update(write_chapters_in_processes(self.job, left, processes, self.kept))
+            self.written.update(write_chapters_in_processes(self.job, left, processes, self.kept, chosen))
         elif left:
             with ThreadPoolExecutor(threads, thread_name_prefix="chapters-tail") as pool:
-                for work, part in zip(left, pool.map(lambda w: write_chapter(self.job, w, self.records, self.memory),
-                                                     left)):
+                for work, part in zip(left, pool.map(lambda w: write_chapter(self.job, w, self.records, self.memory,
+                                                                             chosen), left)):
                     self.written[chapter_key(work)] = part
         for _, f in self.futures:
             if not f.cancelled():
@@ -241,8 +258,11 @@ class _Overlap:
         if self.disk_trouble or self.error is not None or not self._room_for(work):
             return  # left to the final finalize
         t0 = time.perf_counter()
+        # this run's engine has work waiting while a chapter is written early: CPU time is the engine's
+        # (on a CPU node), so the level follows the host's load with the engine counted (jobs.encoding)
+        chosen = encoding.choose(self.since.busy(), True, self.cores)
         try:
-            part = write_chapter(self.job, work, self.records, self.memory)
+            part = write_chapter(self.job, work, self.records, self.memory, chosen)
         except Exception as exc:
             self.disk_trouble = self.disk_trouble or isinstance(exc, OSError)
             log.info("job %s: chapter %s not written early (%s: %s); finalize writes it", self.job.job_id,
@@ -329,6 +349,6 @@ def run_local(job: Job, engine, on_batch: Callable[[int, float], None] | None = 
             ov.close()
             report(ov)
         t = time.perf_counter()
-        summary = finalize(job, written=ov.written, memory=ov.memory, records=ov.records)
+        summary = finalize(job, written=ov.written, memory=ov.memory, records=ov.records, chosen=ov.tail_encoding())
         phases.update(engine_busy=engine_s, write_wait=wait_s, finalize=time.perf_counter() - t, **ov.times)
     return RunStats(len(pending), skipped, audio_s, wall, summary, phases)

@@ -13,6 +13,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 # The suite's switch that offers `--engine fake` (test tones) on the command line; inherited by the CLI
 # processes and workers the tests start. Users never see that engine (engines.spec.offered_engines).
 os.environ.setdefault("BOOKTTS_TEST_ENGINES", "1")
+# `--flac-level auto` (the default) follows the host's load (jobs.encoding), which the suite's neighbours
+# on the machine change: the suite's processes write level 5 instead, so that files compare byte for byte
+# between runs. Tests of the choice unset it (monkeypatch.delenv) or call jobs.encoding.choose directly.
+os.environ.setdefault("BOOKTTS_TEST_FLAC_LEVEL", "5")
 
 
 #: Fault schedule summaries read back from the tests' reports (tests/faults/conftest.py puts them there).

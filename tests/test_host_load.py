@@ -52,3 +52,20 @@ def test_the_sampler_thread_reads_this_host():
     b = load.busy()
     assert b is not None and 0.0 <= b <= 1.0
     assert 0.0 <= load.idle_cores() <= 2.0
+
+
+def test_since_gives_the_share_since_its_start_with_or_without_this_process(tmp_path, monkeypatch):
+    from core import host_load
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1000 0 0 1000 0 0 0 0\n")
+    own = [50.0]
+    monkeypatch.setattr(host_load, "_own_ticks", lambda: own[0])
+    since = host_load.Since(stat)
+    stat.write_text("cpu  1004 0 0 1000 0 0 0 0\n")
+    assert since.busy() is None, "too few ticks to say"
+    stat.write_text("cpu  1300 0 0 1100 0 0 0 0\n")  # 300 busy of 400 ticks, 200 of them this process's
+    own[0] = 250.0
+    assert since.busy() == pytest.approx(0.75)
+    assert since.busy(others=True) == pytest.approx(0.25)
+    assert host_load.Since(tmp_path / "absent").busy() is None

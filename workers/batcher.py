@@ -224,6 +224,14 @@ class Offloader:
         idle = self.load.idle_cores() if synthesis_waiting else None
         return chapter_processes(self.load.cores, running, PROCESS_MIN_CORES, idle)
 
+    def encoding(self, running: int, synthesis_waiting: bool):
+        """The FLAC level (for ``--flac-level auto``) and chapters at once of a finalize that starts now
+        (:func:`jobs.encoding.choose`) from the host's busy share (:attr:`load`), whether batches wait for
+        an engine, and the finalizes running on this node (``running``, it included)."""
+        from jobs.encoding import choose
+
+        return choose(self.load.busy(), synthesis_waiting, self.load.cores, running)
+
     def write(self, fn) -> None:
         """Run ``fn()`` on the writer thread (blocks while :data:`WRITER_DEPTH` calls wait)."""
         self._q.put(fn)

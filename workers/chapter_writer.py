@@ -248,13 +248,19 @@ def write_requested(job_dir: str, job_id: str, keys) -> list[str]:
     records: dict = {}
     kept = {chapter_key(w) for w in chapter_records.valid(job, works, records)}
     out = []
+    # the job's own batches still wait for engines (else its finalize would write these): a chapter
+    # written now takes CPU time they may need, so --flac-level auto encodes fast (jobs.encoding)
+    from jobs.encoding import choose
+    from jobs.segment_pool import host_cores
+
+    chosen = choose(None, True, host_cores())
     for w in works:
         if chapter_key(w) in kept or chapter_records.sources(job, w[3], records) is None:
             continue
         with chapter_records.writing(job) as ok:
             if not ok or (job.out_dir / MANIFEST_FILE).exists():  # its finalize is finishing, or done
                 break
-            write_chapter(job, w, records)
+            write_chapter(job, w, records, chosen=chosen)
         out.append(w[2]["file"])
     return out
 

@@ -8,7 +8,7 @@ exception's kind, message and, for I/O errors, errno and file, for batches witho
 ids (exit status 3). :func:`run` is the caller's side: it starts the process and gives back the summary, or
 raises the error again as the same kind of exception (a full disk stays a retryable
 :class:`~core.errors.DiskFullError`). With ``--stdin`` the process does its imports first and then
-waits for its jobs on standard input (one JSON line each: ``job_dir``, ``job_id``, ``processes``) and answers
+waits for its jobs on standard input (one JSON line each: ``job_dir``, ``job_id``, ``processes``, ``encoding``) and answers
 each with its JSON line, up to ``--jobs`` (:data:`JOBS_PER_PROCESS`) jobs: :func:`run` keeps one started ahead and
 gives each process back after its job, so that a finalize neither waits for an interpreter to start
 nor pays for its imports again (on the GPU host a fresh process's imports were a large part of a
@@ -67,11 +67,13 @@ def main(argv: list[str]) -> int:
                 req = json.loads(line)
                 job_dir, job_id = str(req["job_dir"]), req.get("job_id")
                 processes = None if req.get("processes") is None else int(req["processes"])
+                chosen = req.get("encoding")
+                chosen = None if chosen is None else _encoding(chosen)
             except (ValueError, KeyError, TypeError):
                 print(json.dumps({"error": {"kind": "usage", "message": f"unreadable request {line.strip()[:200]!r}"}}),
                       flush=True)
                 return 2
-            rc = _finalize_one(job_dir, job_id, processes, more=served < jobs)
+            rc = _finalize_one(job_dir, job_id, processes, more=served < jobs, chosen=chosen)
             if rc:
                 return rc
             _forget_jobs()
@@ -87,15 +89,22 @@ def main(argv: list[str]) -> int:
                          int(opts["--processes"]) if "--processes" in opts else None, more=False)
 
 
-def _finalize_one(job_dir: str, job_id: str | None, processes: int | None, more: bool) -> int:
-    """Finalize one job; print its JSON line (``more``: this process takes another job). 0, or 3 on an error."""
+def _encoding(d: dict):
+    from jobs.encoding import Encoding
+
+    return Encoding.from_dict(d)
+
+
+def _finalize_one(job_dir: str, job_id: str | None, processes: int | None, more: bool, chosen=None) -> int:
+    """Finalize one job; print its JSON line (``more``: this process takes another job). 0, or 3 on an error.
+    ``chosen``: the worker's :class:`jobs.encoding.Encoding` (None: the finalize chooses)."""
     from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError, TTSError
     from jobs.finalize import finalize
     from jobs.job import load_checked, load_job
 
     try:
         job = load_job(Path(job_dir)) if job_id is None else load_checked(job_dir, job_id)
-        summary = finalize(job, processes=processes)
+        summary = finalize(job, processes=processes, chosen=chosen)
     except BatchesNotDone as exc:
         out = {"kind": "missing", "job_id": exc.job_id, "batches": exc.batches, "total": exc.total,
                "message": str(exc)}
@@ -235,19 +244,22 @@ def _ask(proc: subprocess.Popen, request: str) -> dict | None:
         return None
 
 
-def run(job_dir: str, processes: int | None = None, ahead: bool = True, job_id: str | None = None):
+def run(job_dir: str, processes: int | None = None, ahead: bool = True, job_id: str | None = None, chosen=None):
     """Finalize ``job_dir`` in a child process; its :class:`~jobs.finalize.FinalizeSummary`.
     ``job_id``: refuse (:class:`JobError`) if the directory now holds another job.
     :class:`~core.errors.BatchesNotDone` names the batches without a record.
     ``processes``: at most this many processes of its own write the chapters (0: threads).
     ``ahead``: use a process started ahead (or kept from an earlier finalize), whose imports are done,
-    and keep one waiting for the next finalize."""
+    and keep one waiting for the next finalize. ``chosen``: the FLAC level (``--flac-level auto``) and
+    chapters at once (:class:`jobs.encoding.Encoding`; None: the finalize process chooses, as a node with
+    no engine waiting; a process not started ahead always does)."""
     from core.errors import BatchesNotDone, DiskFullError, JobError, StorageError
     from jobs.finalize import FinalizeSummary
 
     proc = _take_ready() if ahead else None
     if proc is not None:
-        doc = _ask(proc, json.dumps({"job_dir": str(job_dir), "job_id": job_id, "processes": processes}) + "\n")
+        doc = _ask(proc, json.dumps({"job_dir": str(job_dir), "job_id": job_id, "processes": processes,
+                                     "encoding": chosen.to_dict() if chosen is not None else None}) + "\n")
         if doc is not None and doc.get("more") and proc.poll() is None:
             _give_back(proc)
         else:

@@ -28,14 +28,15 @@ _MIG_LINE = re.compile(r"^\s+MIG .*Device\s+\d+: \(UUID: ([^)]+)\)\s*$")
 _NO_DEVICES = ("", "-1", "none", "void", "nodevfiles")
 
 
-def visible_gpus(env: dict | None = None) -> tuple[list[str], str]:
+def visible_gpus(env: dict | None = None, host: bool = False) -> tuple[list[str], str]:
     """The GPUs this node may use, as CUDA_VISIBLE_DEVICES values, and where they came from.
 
     ``CUDA_VISIBLE_DEVICES`` when it is set (indices or UUIDs; empty / ``-1`` = none); else
     ``nvidia-smi -L`` (``$BOOKTTS_NVIDIA_SMI`` overrides the command): GPU indices, or the MIG
     device UUIDs of a GPU split into MIG instances. Never imports torch or initialises CUDA.
+    ``host``: the host's GPUs, as ``nvidia-smi -L`` lists them, whatever CUDA_VISIBLE_DEVICES hides.
     """
-    cvd = settings_module.setting("CUDA_VISIBLE_DEVICES").raw(env, blank_is_unset=False)
+    cvd = None if host else settings_module.setting("CUDA_VISIBLE_DEVICES").raw(env, blank_is_unset=False)
     if cvd is not None:
         ids = [x.strip() for x in cvd.split(",") if x.strip()]
         if not ids or ids[0].lower() in _NO_DEVICES:
@@ -63,6 +64,62 @@ def visible_gpus(env: dict | None = None) -> tuple[list[str], str]:
             gpus[-1][1].append(m.group(1))
     ids = [mig for idx, migs in gpus for mig in migs] + [idx for idx, migs in gpus if not migs]
     return ids, "nvidia-smi -L" if ids else "nvidia-smi -L lists no GPU"
+
+
+#: ``worker``'s engine processes per GPU when ``--concurrency`` is not given (:func:`engines_per_gpu`):
+#: one for every CORES_PER_ENGINE host cores a GPU has, at most MAX_ENGINES_PER_GPU.
+CORES_PER_ENGINE = 5
+MAX_ENGINES_PER_GPU = 3
+
+
+def engines_per_gpu(cores: int, gpus: int, mig: bool = False) -> tuple[int, str]:
+    """Engine processes per GPU (``worker --concurrency`` with ``--gpus`` or a cuda device) when the
+    operator gives none, and why: ``cores`` of the host (:func:`usable_cores`) shared by its ``gpus``
+    (visible ones, at least 1). One engine process for every :data:`CORES_PER_ENGINE` cores per GPU,
+    at most :data:`MAX_ENGINES_PER_GPU`, at least 1: on an H200 with 16 host cores three were the
+    fastest (four no faster, two faster than one; docs/operations.md, "A worker's defaults: what the
+    benchmarks found fastest"),
+    and each needs host CPU for its work between engine calls beside the finalizes and submits that
+    already keep such a host 80-90 % busy. ``mig``: the GPUs are MIG instances (a slice of a GPU's
+    memory and compute: one engine each)."""
+    gpus = max(1, gpus)
+    per = max(1, cores // gpus)
+    if mig:
+        return 1, f"MIG instances ({gpus} visible): one engine each"
+    n = max(1, min(MAX_ENGINES_PER_GPU, per // CORES_PER_ENGINE))
+    return n, f"{cores} host cores for {gpus} GPU{'' if gpus == 1 else 's'}: one engine per {CORES_PER_ENGINE} " \
+              f"cores of a GPU, at most {MAX_ENGINES_PER_GPU}"
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, bounded by its cgroup's CPU quota (a container's
+    ``--cpus`` or a Kubernetes CPU limit: ``cpu.max`` of cgroup v2), rounded up."""
+    from jobs.segment_pool import host_cores
+
+    cores = host_cores()
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max", encoding="ascii").read().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
+def default_concurrency(gpus: str | None, device: str, on_gpu: bool, env: dict | None = None) -> tuple[int, str]:
+    """``worker``'s ``--concurrency`` when not given, and why: :func:`engines_per_gpu` for a GPU worker
+    (``--gpus``, or an engine on a cuda device: its host's visible GPUs counted), else 1 (a CPU engine
+    runs its sessions on every core of the node in one process: engines.onnx_cpu)."""
+    if not (gpus or on_gpu):
+        return 1, "a CPU engine uses every core in one process"
+    visible, _ = visible_gpus(env)
+    # the host's GPUs share its cores, also those this worker's CUDA_VISIBLE_DEVICES hides (one
+    # worker per GPU started by hand, or by bench/bulk_gpu.py): nvidia-smi -L counts them
+    host, _ = visible_gpus(env, host=True)
+    selected = select_gpus(gpus, env) if gpus else []
+    ids = selected or visible
+    return engines_per_gpu(usable_cores(), max(len(host), len(visible), len(selected), 1),
+                           mig=bool(ids) and all(i.startswith("MIG-") for i in ids))
 
 
 def select_gpus(spec: str, env: dict | None = None) -> list[str]:

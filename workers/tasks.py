@@ -595,8 +595,11 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
         try:
             # the finalizes running on this node now share its cores (workers.finalize_slots)
             with finalize_slots.hold(runtime.settings().state_dir) as running:
-                processes = batcher.offloader().chapter_processes(running, _synthesis_waiting(store, job_id))
-                summary = finalize_child.run(job_dir, processes=processes, job_id=job_id)
+                waiting = _synthesis_waiting(store, job_id)
+                processes = batcher.offloader().chapter_processes(running, waiting)
+                # FLAC level (--flac-level auto) and chapters at once from the same load (jobs.encoding)
+                chosen = batcher.offloader().encoding(running, waiting)
+                summary = finalize_child.run(job_dir, processes=processes, job_id=job_id, chosen=chosen)
         except BatchesNotDone as exc:
             # Redis counted batches whose records this node cannot see (or that were deleted):
             # run them again rather than fail.
@@ -618,8 +621,9 @@ def _finalize_in_background(store: JobStore, job_dir: str, job_id: str, queue: s
             rebuild_job(store, job_dir, job_id, queue)
         runtime.forget_job(job_id)
         log.info("job %s: finalized, %d chapter files, %.1f s audio, in %.2f s (up to %d chapter processes), "
-                 "%d finalizes running on this node at its start", job_id, len(summary.chapter_files),
-                 summary.audio_s, time.perf_counter() - t0, processes, running)
+                 "%d finalizes running on this node at its start; for --flac-level auto: level %d, up to %d "
+                 "chapters at once (%s)", job_id, len(summary.chapter_files), summary.audio_s,
+                 time.perf_counter() - t0, processes, running, chosen.flac_level, chosen.threads, chosen.why)
     except RETRYABLE as exc:  # (ChildProcessError, an OSError: the finalize process died without a result)
         log.warning("job %s finalize: %s: %s; queued again", job_id, type(exc).__name__, exc)
         try:

@@ -90,7 +90,7 @@ def test_local_run_writes_its_last_chapters_in_processes(short_book, tmp_path, f
     assert outputs(out) == outputs(ref)
 
 
-def _die(*_):
+def _die(*_, **__):
     import os
 
     os._exit(9)  # a chapter process killed (out of memory, say)

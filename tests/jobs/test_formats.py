@@ -361,20 +361,20 @@ def test_cli_resume_with_other_output_settings_is_one_line(short_book, tmp_path)
         res = CliRunner().invoke(main, base + extra)
         assert res.exit_code == 4, res.output
         lines = [l for l in res.stderr.splitlines() if l.startswith("error:")]
-        assert len(lines) == 1 and "--format flac --loudness ebu --captions none --flac-level 5" in lines[0], res.stderr
+        assert len(lines) == 1 and "--format flac --loudness ebu --captions none --flac-level auto" in lines[0], res.stderr
 
 
-def test_flac_level_changes_the_files_size_not_their_audio(short_book, tmp_path):
-    """``--flac-level 0`` (less CPU to encode) and 8 give the same samples as the default (5), in files of
-    other sizes; the job is the same job (its id: the batches do not depend on it)."""
-    runs = {}
+def test_flac_level_changes_the_files_size_not_their_audio(short_book, tmp_path, monkeypatch):
+    """``--flac-level 0`` (less CPU to encode) and 8 give the same samples as the default (``auto``, here
+    chosen as 5), in files of other sizes; the job is the same job (its id: the batches do not depend on it)."""
+    runs = {}  # (the suite's BOOKTTS_TEST_FLAC_LEVEL=5 stands for the choice)
     for level in (None, 0, 8):
         out = tmp_path / f"l{level}"
         args = ["run", str(short_book), "-o", str(out), "--engine", "fake", "--loudness", "none"]
         res = CliRunner().invoke(main, args + ([] if level is None else ["--flac-level", str(level)]))
         assert res.exit_code == 0, res.output
         job = load_job(out)
-        assert job.config.flac_level == (5 if level is None else level)
+        assert job.config.flac_level == ("auto" if level is None else level)
         files = sorted(out.rglob("*.flac"))
         assert files
         runs[level] = (job.job_id, [sf.read(f, dtype="int16")[0] for f in files], sum(f.stat().st_size for f in files))
@@ -389,6 +389,69 @@ def test_flac_level_changes_the_files_size_not_their_audio(short_book, tmp_path)
     assert res.exit_code == 2 and res.stderr.count("error:") == 1 and "--flac-level" in res.stderr, res.stderr
     with pytest.raises(Exception, match="--flac-level 9 is out of range"):
         JobConfig(flac_level=9)
+    with pytest.raises(Exception, match="--flac-level 'fast' is out of range: .* or auto"):
+        JobConfig(flac_level="fast")
+
+
+def _levels(out: Path) -> set:
+    """The FLAC levels the job's chapters were written at (their loudness records, loudness.json)."""
+    return {c.get("flac_level") for c in json.loads((out / "loudness.json").read_text())["chapters"]}
+
+
+def test_flac_level_auto_is_chosen_at_finalize_and_an_explicit_level_wins(short_book, tmp_path, monkeypatch):
+    """The default ``--flac-level auto`` stays ``auto`` in job.json; each finalize chooses the level
+    (jobs.encoding.choose, here made to say 8 or 0) and records it per chapter and in finalized.json;
+    the files decode to the same samples whatever was chosen; ``--flac-level N`` (run, and deliver)
+    is kept as given whatever the choice."""
+    from jobs import encoding
+
+    monkeypatch.delenv(encoding.TEST_LEVEL_ENV)
+    chosen = {"level": 8}
+    monkeypatch.setattr(encoding, "choose",
+                        lambda busy, waiting, cores, running=1: encoding.Encoding(chosen["level"], 2, "test"))
+    samples = {}
+    for name, extra, choice in (("auto8", [], 8), ("auto0", [], 0), ("given0", ["--flac-level", "0"], 8),
+                                ("given8", ["--flac-level", "8"], 0)):
+        chosen["level"] = choice
+        out = tmp_path / name
+        res = CliRunner().invoke(main, ["run", str(short_book), "-o", str(out), "--engine", "fake", *extra])
+        assert res.exit_code == 0, res.output
+        cfg = json.loads((out / "job.json").read_text())["config"]
+        want = int(extra[1]) if extra else choice
+        assert cfg["flac_level"] == (int(extra[1]) if extra else "auto"), "job.json keeps what was asked"
+        assert _levels(out) == {want}, (name, _levels(out))
+        fin = json.loads((out / ".work" / "finalized.json").read_text())
+        assert fin["encoding"] is None or fin["encoding"]["flac_level"] == choice
+        files = sorted(out.rglob("*.flac"))
+        samples[name] = ([sf.read(f, dtype="int16")[0] for f in files], sum(f.stat().st_size for f in files))
+    for name in ("auto0", "given0", "given8"):
+        assert all(np.array_equal(a, b) for a, b in zip(samples["auto8"][0], samples[name][0])), name
+    assert samples["auto0"][1] == samples["given0"][1] > samples["auto8"][1] == samples["given8"][1]
+    # deliver: an explicit level wins over the choice, auto takes it
+    chosen["level"] = 0
+    out = tmp_path / "auto8"
+    res = CliRunner().invoke(main, ["deliver", "-o", str(out), "--flac-level", "8"])
+    assert res.exit_code == 0, res.output
+    assert _levels(out) == {8} and load_job(out).config.flac_level == 8
+    res = CliRunner().invoke(main, ["deliver", "-o", str(out), "--flac-level", "auto"])
+    assert res.exit_code == 0, res.output
+    assert _levels(out) == {0} and load_job(out).config.flac_level == "auto"
+    assert json.loads((out / ".work" / "finalized.json").read_text())["encoding"]["flac_level"] == 0
+    assert all(np.array_equal(a, sf.read(f, dtype="int16")[0])
+               for a, f in zip(samples["auto8"][0], sorted(out.rglob("*.flac"))))
+    res = CliRunner().invoke(main, ["deliver", "-o", str(out), "--flac-level", "fast"])
+    assert res.exit_code == 2 and "is not auto or a whole number from 0 to 8" in res.stderr, res.stderr
+
+
+def test_a_job_made_with_a_level_resumes_with_the_default_auto(short_book, tmp_path):
+    """A job whose job.json has a level (one made before ``auto``, or with ``--flac-level 0``) is resumed
+    by the same command without the option: ``auto`` takes the job's level (the same samples)."""
+    out = tmp_path / "o"
+    base = ["run", str(short_book), "-o", str(out), "--engine", "fake"]
+    assert CliRunner().invoke(main, base + ["--flac-level", "0"]).exit_code == 0
+    res = CliRunner().invoke(main, base)
+    assert res.exit_code == 0, res.output
+    assert load_job(out).config.flac_level == 0
 
 
 @pytest.mark.parametrize("module,args,package", [

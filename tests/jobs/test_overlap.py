@@ -276,11 +276,11 @@ def test_an_early_chapter_failure_is_left_to_finalize(short_book, tmp_path, fake
     real = write_chapter
     failed = []
 
-    def once(job_, work, records=None, memory=None):
+    def once(job_, work, records=None, memory=None, chosen=None):
         if not failed:
             failed.append(work[2]["file"])
             raise JobError("simulated failure of an early chapter write")
-        return real(job_, work, records, memory)
+        return real(job_, work, records, memory, chosen)
 
     monkeypatch.setattr(runner, "write_chapter", once)
     run_local(job, fake_engine, order="chapters")
