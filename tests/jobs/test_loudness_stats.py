@@ -62,9 +62,11 @@ def test_combined_utterance_stats_agree_with_pyloudnorm_on_the_joined_chapter(sp
     assert c.sample_peak_db() == pytest.approx(L.sample_peak_db(x.astype(np.float32)), abs=1e-6)
     # the true peak: exact where pauses are at least the interpolation filter's reach
     assert abs(c.true_peak_db() - L.true_peak_db(x.astype(np.float32))) < (0.05 if pattern == "short" else 1e-4)
-    # a chapter whose utterances were louder by 6 dB reads 6 dB louder
+    # a chapter whose utterances were louder by 6 dB reads as pyloudnorm reads that chapter (not
+    # always exactly 6 dB louder: a quiet block may cross the absolute gate, and the ONNX voice's
+    # noise is not seeded, so whether one does changes from run to run)
     loud = S.combine([(off, st.scaled(2.0)) for off, st in stats], n, sr)
-    assert loud.integrated_lufs() - c.integrated_lufs() == pytest.approx(20 * math.log10(2.0), abs=1e-9)
+    assert abs(loud.integrated_lufs() - pyloudnorm.Meter(sr).integrated_loudness(x * 2.0)) < 0.05
 
 
 def test_stream_meter_is_the_whole_signal_measurement_in_any_chunking(speech):
