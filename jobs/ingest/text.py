@@ -54,6 +54,9 @@ def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
     try:
         text = data.decode(name)
     except UnicodeDecodeError as e:
+        declared = None if encoding else _declared_legacy(where, data)
+        if declared is not None:
+            return declared
         pos = e.start
         line = data.count(b"\n", 0, pos) + 1
         col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
@@ -64,6 +67,42 @@ def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         raise InputError(f"{where} contains NUL characters; it is not a text book (pass a .txt, .md or .epub file)")
+    return text
+
+
+_DECLARED_CHARSET_RE = re.compile(rb"^[ \t]*Character[ \t]+set[ \t]+encoding:[ \t]*([^\r\n]*?)[ \t]*\r?$", re.I | re.M)
+"""Project Gutenberg's header line naming the file's encoding ("Character set encoding: ISO-8859-1")."""
+_LATIN1_NAMES = {"iso88591", "isolatin1", "latin1", "iso885915", "isolatin9", "latin9", "windows1252", "cp1252"}
+
+
+def _declared_legacy(where: str, data: bytes) -> str | None:
+    """A file that is not UTF-8 but whose Project Gutenberg header declares an 8-bit Western encoding
+    (ISO-8859-1, Latin-1, ISO-8859-15, Windows-1252: Gutenberg's "-8.txt" files), decoded as declared, with
+    a log line saying so; Windows punctuation bytes (0x80-0x9F, control codes in ISO-8859-1) make it
+    Windows-1252, which agrees with ISO-8859-1 everywhere else. None when nothing is declared before the
+    START marker, or the declaration is no such encoding, or the bytes do not decode with it."""
+    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
+    head = data[:start.start() if start else 16384]
+    m = _DECLARED_CHARSET_RE.search(head)
+    if not m:
+        return None
+    said = m.group(1).decode("ascii", "replace").strip()
+    if re.sub(r"[^a-z0-9]", "", said.lower()) not in _LATIN1_NAMES:
+        return None
+    codec = "cp1252" if re.search(rb"[\x80-\x9f]", data) else "latin-1"
+    try:
+        text = data.decode(codec)
+    except UnicodeDecodeError:
+        return None
+    import logging
+
+    logging.getLogger("booktts.ingest").warning(
+        "%s is not valid UTF-8; read as %s, the encoding its Project Gutenberg header declares (%r)%s; "
+        "pass --encoding to read it otherwise", where, "Windows-1252" if codec == "cp1252" else "ISO-8859-1",
+        said, " (its bytes 0x80-0x9F read as Windows punctuation)" if codec == "cp1252" else "")
+    text = text.lstrip("\ufeff")
+    if "\x00" in text:
+        return None
     return text
 
 
