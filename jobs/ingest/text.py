@@ -238,7 +238,7 @@ _KEYWORD = (r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|C
             r"|LETTER|Letter|ADVENTURE|Adventure|SECTION|Section)")
 _HEADING_RE = re.compile(
     rf"^(?P<head>(?P<kw>{_KEYWORD})[ \t]+(?P<num>{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
-    rf"(?:[ \t]*[.,:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
+    rf"(?:[ \t]*(?:--|[.,:\u2014\u2013-])?[ \t]*(?P<title>\S.*))?$")
 _GLUED_HEADING_RE = re.compile(
     rf"^(?P<kw>CHAPTER|BOOK|PART|VOLUME|STAVE|CANTO|ACT|SCENE|LETTER)(?P<num>{_ROMAN})\.(?:[ \t]+(?P<title>\S.*))?$")
 """A keyword in capitals run together with its numeral and a full stop, as a typesetting slip: "BOOKXXXV."."""

@@ -754,3 +754,16 @@ def test_a_poems_centred_title_and_its_numbered_pieces():
     assert [q for q, k in zip(nw.paragraphs, nw.kinds) if k == "heading"] == [
         "1. Good-Night", "2. Shadow March", "3. In Port"]
     assert book.chapters[7].paragraphs[0].startswith("When the grass was closely mown")
+
+
+def test_keyword_headings_with_a_double_hyphen_before_the_title_nest_in_parts():
+    """The Valley of Fear (PG 3289): "Part 1--The Tragedy of Birlstone" holding "Chapter 1--The Warning",
+    chapter numbers starting again under "Part 2--The Scowrers", then an Epilogue; no contents list."""
+    book = load_book(STRUCTURE / "valley-of-fear-excerpt.txt")
+    assert [(c.title, c.part) for c in book.chapters] == [
+        ("Part 1--The Tragedy of Birlstone. Chapter 1--The Warning", "Part 1--The Tragedy of Birlstone"),
+        ("Chapter 2--Sherlock Holmes Discourses", "Part 1--The Tragedy of Birlstone"),
+        ("Part 2--The Scowrers. Chapter 1--The Man", "Part 2--The Scowrers"),
+        ("Epilogue", "Part 2--The Scowrers")]
+    assert book.chapters[0].paragraphs[0] == "\u201cI am inclined to think--\u201d said I."
+    assert book.chapters[3].paragraphs[0].startswith("The police trial had passed")
