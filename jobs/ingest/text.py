@@ -273,6 +273,13 @@ def _title_like(s: str) -> bool:
     return not s.endswith((",", ";"))
 
 
+def _dashed_title(line: str, m: re.Match, title: str) -> bool:
+    """A title after a dash that starts with a small word: "Book the Second--the Golden Thread"."""
+    sep = line[m.end("head"):m.start("title")].strip()
+    return sep in ("--", "\u2014", "\u2013") and title[:1].islower() and _title_like(title[0].upper() + title[1:]) \
+        and any(w[:1].isupper() for w in title.split()[1:])
+
+
 @dataclass
 class _Heading:
     head: str
@@ -333,7 +340,7 @@ def _match_heading(line: str) -> _Heading | None:
             return _Heading(head, title, style=g.group("kw").lower(), num=_roman_value(g.group("num")))
     if m:
         title = m.group("title")
-        if title is not None and not _title_like(title):
+        if title is not None and not _title_like(title) and not _dashed_title(line, m, title):
             return None
         return _Heading(m.group("head"), title, style=m.group("kw").lower(), num=_number_value(m.group("num")))
     m = _ORDINAL_HEADING_RE.match(line)
