@@ -221,7 +221,7 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
             continue
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
                 or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
-            out[k] = _Item("heading", it.text, style="contents")
+            out[k] = _Item("heading", it.text, style="contents", caps=it.caps, apart=it.apart)
     return out
 
 
@@ -264,10 +264,13 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
                 and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
+    # lines of the same kind that the contents list has already made headings count for the pattern: a
+    # line its list misprints ("The Little Boy Pound" for THE LITTLE BOY FOUND) is found by its likeness
+    named = sum(1 for it in items if it.kind == "heading" and it.style == "contents" and it.caps and it.apart >= 2)
     n_numbered = sum(1 for it in items if it.kind == "heading" and it.style in numbered)
-    if len(cands) < 3 or n_numbered * 3 > len(cands):
+    if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
         return items
-    if len(cands) >= 6:  # the pattern is set: the same lines after one blank line, between prose
+    if len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
         cands = sorted(set(cands) | {k for k, it in enumerate(items)
                                      if cand(k, it, 1) and k and items[k - 1].kind == "para"
                                      and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})

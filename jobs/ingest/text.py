@@ -462,7 +462,7 @@ def _caps_line(s: str) -> bool:
 
 
 _TOC_ENTRY_RE = re.compile(
-    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))?[.:)]?[ \t]*"
+    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]))?[.:)]?[ \t]*"
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
 
 

@@ -768,3 +768,24 @@ def test_keyword_headings_with_a_double_hyphen_before_the_title_nest_in_parts():
         ("Epilogue", "Part 2--The Scowrers")]
     assert book.chapters[0].paragraphs[0] == "\u201cI am inclined to think--\u201d said I."
     assert book.chapters[3].paragraphs[0].startswith("The police trial had passed")
+
+
+def test_contents_entries_starting_with_a_roman_numeral_letter_are_titles_not_numbers():
+    """The Jungle Book (PG 236): a "Contents" label and its 14 entries, stories and songs, some starting
+    with M, L or D ("Mowgli's Brothers", "Lukannon", "Darzee's Chant"), which are no numerals; each title
+    comes again set apart over its story or song."""
+    book = load_book(STRUCTURE / "jungle-book-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Mowgli\u2019s Brothers", "Hunting-Song of the Seeonee Pack", "Kaa\u2019s Hunting"]
+    assert book.chapters[0].paragraphs[0].startswith("Now Rann the Kite brings home the night")
+    said = _said(book)
+    assert "Lukannon" not in said and "Parade Song" not in said and "Contents" not in said
+
+
+def test_a_line_in_capitals_that_the_contents_list_misprints_is_a_chapter_like_its_neighbours():
+    """Songs of Innocence and of Experience (PG 1934): the paged contents list prints "The Little Boy Pound"
+    for THE LITTLE BOY FOUND; the poem's title, set apart in capitals like the named ones, is a chapter."""
+    book = load_book(STRUCTURE / "songs-little-boy-found-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "The Little Boy Lost", "The Little Boy Found", "Laughing Song"]
+    assert book.chapters[2].paragraphs[0].startswith("The little boy lost in the lonely fen")
