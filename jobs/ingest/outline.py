@@ -428,8 +428,26 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "section" if romans_are_sections else "chapter"
         else:
             levels[k] = "chapter"
+    _named_sections(heads, levels, core)
     _numbered_pieces(heads, levels)
     return levels
+
+
+def _named_sections(heads: list[tuple[int, _Item]], levels: dict[int, str], core: list[int]) -> None:
+    """Bare numerals that start at I right under a named heading (an editor's "INTRODUCTION." in parts
+    "I.", "II.", "III.") are its sections when the book's chapters are headed otherwise, by keyword or
+    title, and two or more of those follow the run ("CHAPTER I." ... "CHAPTER V." after it)."""
+    for n, (_k, it) in enumerate(heads):
+        if it.style != "named" or levels.get(_k) != "chapter":
+            continue
+        run = []
+        for k2, it2 in heads[n + 1:]:
+            if it2.style != "roman" or it2.num != len(run) + 1:
+                break
+            run.append(k2)
+        if run and sum(1 for c in core if c > run[-1]) >= 2:
+            for k2 in run:
+                levels[k2] = "section"
 
 
 _ARABIC_RE = re.compile(r"^(\d{1,3})\.\s")
@@ -527,7 +545,13 @@ def spoken_heading(it: _Item, level: str) -> str:
 # --------------------------------------------------------------------------- front matter
 
 
-_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by)\s+\S", re.I)
+_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by"
+                    r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?\s+)?(?:introduction|preface"
+                    r"|foreword|notes|memoir|introductory\s+note)(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
+                    r"|edited(?:\s+and\s+\w+)?\s+by)\s+\S", re.I)
+"""A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D."."""
+_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\bCo\.,?\s+(?:Ltd|Limited|Inc)\b|\s(?:&|and)\s+Co\.(?:\W|$)")
+"""A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.")."""
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
 _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by|e-?text\s+prepared\s+by"
                       r"|transcribed\s+(?:from|by)\b|scanned\s+(?:and\s+proofread\s+)?by\b"
@@ -566,14 +590,15 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
         front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
     front = _without_etext_prefaces(front)
     paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
-             and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)]
+             and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)
+             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     start = 0
     while start < len(paras):
         t = paras[start].text
-        if _is_prose(t) or _DEDICATION_RE.match(t) and not _BY_RE.match(t) or t.startswith(("\u201c", '"')) \
-                or t.strip(" .").casefold() in ("to", "for"):
+        if (_is_prose(t) or _DEDICATION_RE.match(t) or t.startswith(("\u201c", '"'))
+                or t.strip(" .").casefold() in ("to", "for")) and not (_BY_RE.match(t) and len(t.split()) <= 20):
             break
         start += 1
     kept = paras[start:]
@@ -697,6 +722,36 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
+    """A "Contents" label over entries printed one heading per block ("CHAPTER II." then "OF THE LIBERTY
+    OF THOUGHT AND DISCUSSION 28"): the label, three or more numbered headings and the short title lines
+    between them (no prose) are a contents list and are dropped. A heading with prose under it ends the
+    list (it is the first chapter) unless it ends with a page number ("CHAPTER V. APPLICATIONS 177")."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        if it.kind == "para" and _CONTENTS_LABEL_RE.match(it.text):
+            e, entries = k + 1, 0
+            while e < len(items):
+                cur = items[e]
+                if cur.kind == "heading" and cur.num is not None:
+                    nxt = items[e + 1] if e + 1 < len(items) else None
+                    if (nxt is None or nxt.kind == "para" and _is_prose(nxt.text)) \
+                            and not re.search(r"\s\d{1,4}$", cur.text):
+                        break
+                    entries += 1
+                elif not (cur.kind == "para" and len(cur.text.split()) <= 14 and not _is_prose(cur.text)):
+                    break
+                e += 1
+            if entries >= 3:
+                k = e
+                continue
+        out.append(it)
+        k += 1
+    return out
+
+
 def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
     end = heads[n + 1] if n + 1 < len(heads) else len(items)
     return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
@@ -709,6 +764,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)
     items = [it for it in items if not (it.kind == "para" and _NOTE_RE.match(it.text))]
+    items = _labelled_entry_runs(items)
     items = _heading_runs(items)
     items = _listed_ahead(items)
     title_t = tuple(_tokens(title))

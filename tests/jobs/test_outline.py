@@ -789,3 +789,23 @@ def test_a_line_in_capitals_that_the_contents_list_misprints_is_a_chapter_like_i
     assert [c.title for c in book.chapters] == [
         "Introduction", "The Little Boy Lost", "The Little Boy Found", "Laughing Song"]
     assert book.chapters[2].paragraphs[0].startswith("The little boy lost in the lonely fen")
+
+
+def test_an_editors_introduction_in_numbered_parts_a_credit_line_and_a_contents_list_of_headings():
+    """On Liberty (PG 34901, "34901-8.txt": ISO-8859-1 as its header declares, CRLF): a title page with
+    "With an Introduction by W. L. Courtney, LL.D." and the publisher's lines, an italic dedication, the
+    editor's INTRODUCTION in parts "I.", "II.", "III.", then CONTENTS printed one heading per block
+    ("CHAPTER II." / "OF THE LIBERTY OF THOUGHT AND DISCUSSION 28"), an epigraph, the half-title and
+    "CHAPTER I." / "INTRODUCTORY."."""
+    book = load_book(STRUCTURE / "on-liberty-excerpt-8.txt")
+    assert book.announcement() == "On Liberty, by John Stuart Mill."
+    assert [c.title for c in book.chapters] == [
+        "", "Introduction.", "CHAPTER I. Introductory.", "CHAPTER II. Of the Liberty of Thought and Discussion."]
+    intro = book.chapters[1]
+    assert [q for q, k in zip(intro.paragraphs, intro.kinds) if k == "heading"] == ["Part I.", "Part II.", "Part III."]
+    assert book.chapters[0].paragraphs[0].startswith("To the beloved and deplored memory")
+    said = _said(book)
+    for gone in ("With an Introduction by", "Walter Scott Publishing", "Felling-on-Tyne", "CONTENTS", "PAGE",
+                 "APPLICATIONS 177", "INTRODUCTORY 1"):
+        assert gone not in said
+    assert "\u00a3200" in said
