@@ -723,29 +723,37 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
 
 
 def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
-    """A "Contents" label over entries printed one heading per block ("CHAPTER II." then "OF THE LIBERTY
-    OF THOUGHT AND DISCUSSION 28"): the label, three or more numbered headings and the short title lines
-    between them (no prose) are a contents list and are dropped. A heading with prose under it ends the
-    list (it is the first chapter) unless it ends with a page number ("CHAPTER V. APPLICATIONS 177")."""
+    """A "Contents" label over entries printed one per block: numbered headings ("CHAPTER II." then "OF
+    THE LIBERTY OF THOUGHT AND DISCUSSION 28") or numbered lines ("II. ON THE SITUATION, FEELINGS, AND
+    PLEASURES OF AN AMERICAN / FARMER", its title over two lines), with short lines between them (no
+    prose: titles, page numbers, a column header "LETTER"). With three or more numbered entries, the label
+    and everything up to the last entry are a contents list and are dropped. A heading with prose under it
+    ends the list (it is the first chapter) unless it ends with a page number ("CHAPTER V. APPLICATIONS 177")."""
+    def entry(it: _Item) -> bool:  # a numbered line of the list: "XI. FROM MR. IW--N AL--Z, A RUSSIAN ..."
+        return it.kind == "para" and bool(_LEADING_NUMBER_RE.match(it.text)) and len(it.text.split()) <= 40 \
+            and (_shouted(it.text) or not _is_prose(it.text))
+
     out: list[_Item] = []
     k = 0
     while k < len(items):
         it = items[k]
         if it.kind == "para" and _CONTENTS_LABEL_RE.match(it.text):
-            e, entries = k + 1, 0
+            e, entries, last = k + 1, 0, k
             while e < len(items):
                 cur = items[e]
                 if cur.kind == "heading" and cur.num is not None:
                     nxt = items[e + 1] if e + 1 < len(items) else None
-                    if (nxt is None or nxt.kind == "para" and _is_prose(nxt.text)) \
+                    if (nxt is None or nxt.kind == "para" and _is_prose(nxt.text) and not entry(nxt)) \
                             and not re.search(r"\s\d{1,4}$", cur.text):
                         break
-                    entries += 1
+                    entries, last = entries + 1, e
+                elif entry(cur):
+                    entries, last = entries + 1, e
                 elif not (cur.kind == "para" and len(cur.text.split()) <= 14 and not _is_prose(cur.text)):
                     break
                 e += 1
             if entries >= 3:
-                k = e
+                k = last + 1
                 continue
         out.append(it)
         k += 1

@@ -150,6 +150,24 @@ _PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text
                            r"|Transcribed (?:from|by)|Scanned (?:and proofread )?by)\b", re.I)
 
 
+_PGDP_RE = re.compile(r"\bDistributed\s+Proofread(?:ing|ers)\b", re.I)
+"""A credit line without "Produced by": "Steve Harris, Charles Franks and the Online Distributed Proofreading Team."."""
+_OLD_HEADER_RE = re.compile(r"\A\W*The\s+Project\s+Gutenberg\s+E-?(?:text|book)\b[\s\S]{0,3000}?"
+                            r"Please\s+do\s+not\s+remove\s+this\s+header", re.I)
+_LONE_STARS_RE = re.compile(r"^[ \t]*\*{3}[ \t]*$", re.M)
+
+
+def _old_header_end(text: str) -> re.Match | None:
+    """The end of an old (2001-2003) Project Gutenberg header that has no START marker: it opens the file
+    ("The Project Gutenberg Etext of ...", then "Please do not remove this header information.") and ends
+    at the first line of three asterisks alone, within 12000 characters."""
+    m = _OLD_HEADER_RE.match(text)
+    if not m:
+        return None
+    stars = _LONE_STARS_RE.search(text, m.end(), m.end() + 12000)
+    return stars
+
+
 _SPACED_RE = re.compile(r"(?<![\w'\u2019])[A-Z](?: [A-Z]){3,}(?![\w'\u2019])")
 _SPACED_KEYWORD_RE = re.compile(r"^(CHAPTER|BOOK|PART|VOLUME|STAVE|CANTO|ACT|SCENE|LETTER)([IVXLCDM]+)$")
 
@@ -165,7 +183,7 @@ def _unspace_letters(text: str) -> str:
 
 
 def _pg_author(text: str) -> str | None:
-    start = _PG_START_RE.search(text)
+    start = _PG_START_RE.search(text) or _old_header_end(text)
     m = _PG_AUTHOR_RE.search(text, 0, start.start()) if start else None
     return _norm(m.group(1)) if m else None
 
@@ -174,7 +192,7 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
     """Return (body, title from the header, whether PG markers were found)."""
     title = None
     found = False
-    start = _PG_START_RE.search(text)
+    start = _PG_START_RE.search(text) or _old_header_end(text)
     if start:
         found = True
         m = _PG_TITLE_RE.search(text, 0, start.start())
@@ -205,8 +223,9 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
     if start:
         # a "Produced by ..." credit paragraph right after the START marker
         stripped = body.lstrip()
-        if _PG_CREDIT_RE.match(stripped):
-            cut = re.search(r"\n[ \t]*\n", stripped)
+        cut = re.search(r"\n[ \t]*\n", stripped)
+        first = stripped[:cut.start()] if cut else stripped
+        if _PG_CREDIT_RE.match(stripped) or len(first.split()) <= 40 and _PGDP_RE.search(first):
             body = stripped[cut.end():] if cut else ""
     return body, title, found
 

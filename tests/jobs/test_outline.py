@@ -809,3 +809,20 @@ def test_an_editors_introduction_in_numbered_parts_a_credit_line_and_a_contents_
                  "APPLICATIONS 177", "INTRODUCTORY 1"):
         assert gone not in said
     assert "\u00a3200" in said
+
+
+def test_an_old_gutenberg_header_without_a_start_marker_and_a_contents_list_of_numbered_lines():
+    """Letters from an American Farmer (PG 4666, the 2002 file): the old header ("Please do not remove this
+    header information.") ends at a line "***", then a credit with no "Produced by" ("... and the Online
+    Distributed Proofreading Team."); the CONTENTS prints "LETTER" as a column header and one numbered line
+    per block, some titles over two lines ("II. ON THE SITUATION, ... AMERICAN" / "FARMER")."""
+    book = load_book(STRUCTURE / "american-farmer-excerpt.txt")
+    assert book.announcement() == "Letters from an American Farmer, by Hector St. John de Crevecoeur."
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "LETTER I. Introduction",
+        "LETTER II. On the Situation, Feelings, and Pleasures, of an American Farmer"]
+    assert book.chapters[0].paragraphs[0].startswith("Hazlitt wrote that of the three notable writers")
+    said = _said(book)
+    for gone in ("Please do not remove", "Plain Vanilla", "Distributed Proofreading", "small print", "CONTENTS",
+                 "ON SNAKES", "FROM MR. IW--N", "DISTRESSES OF A FRONTIER MAN", "INTRODUCTION AND NOTES BY"):
+        assert gone not in said
