@@ -261,7 +261,8 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
 
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
-                and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text))
+                and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text)
+                and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
     # lines of the same kind that the contents list has already made headings count for the pattern: a
@@ -760,6 +761,24 @@ def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _cast_lists(items: list[_Item]) -> list[_Item]:
+    """A play's cast list after an introduction: its label ("CHARACTERS.", "Dramatis Personae") and what
+    follows it up to the play's first numbered act (or chapter) heading, with no other heading between,
+    are the playbill, not spoken (in the front matter the same rule holds, see :func:`_front`)."""
+    for k, it in enumerate(items):
+        if it.kind != "para" or not _CAST_LABEL_RE.match(it.text):
+            continue
+        h = next((j for j in range(k + 1, len(items)) if items[j].kind == "heading"), None)
+        if h is not None and h - k <= 60 and items[h].style in RANKED_CHAPTER_STYLES and items[h].num in (1, None) \
+                and any(j < k for j in range(len(items)) if items[j].kind == "heading"):
+            return items[:k] + items[h:]
+    return items
+
+
+_NOTES_LABEL_RE = re.compile(r"^(?:foot\s*)?notes?[.:]?$", re.I)
+"""The label over a chapter's notes ("FOOTNOTES."): never a heading of its own."""
+
+
 def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
     end = heads[n + 1] if n + 1 < len(heads) else len(items)
     return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
@@ -771,14 +790,23 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)
-    items = [it for it in items if not (it.kind == "para" and _NOTE_RE.match(it.text))]
+    paras = [k for k, it in enumerate(items) if it.kind == "para"]
+    notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
+    items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]
     items = _labelled_entry_runs(items)
     items = _heading_runs(items)
     items = _listed_ahead(items)
+    items = _cast_lists(items)
     title_t = tuple(_tokens(title))
-    items = [it for k, it in enumerate(items)  # the title again over the story's first heading: a half-title
-             if not (title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t
-                     and k + 1 < len(items) and items[k + 1].kind == "heading")]
+    half = set()  # the title again over the story's first heading: a half-title, and a genre line under it
+    for k, it in enumerate(items):
+        if title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t:
+            if k + 1 < len(items) and items[k + 1].kind == "heading":
+                half.add(k)
+            elif k + 2 < len(items) and items[k + 2].kind == "heading" and items[k + 1].kind == "para" \
+                    and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
+                half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
+    items = [it for k, it in enumerate(items) if k not in half]
     levels = _assign_levels(items)
     front: list[_Item] = []
     nodes: list[Node] = []

@@ -157,6 +157,10 @@ _OLD_HEADER_RE = re.compile(r"\A\W*The\s+Project\s+Gutenberg\s+E-?(?:text|book)\
 _LONE_STARS_RE = re.compile(r"^[ \t]*\*{3}[ \t]*$", re.M)
 
 
+_CONNECTING_END_RE = re.compile(r"(?:[,;:\-\u2014]|\b(?:of|and|the|a|an|in|to|or|for|with|from|on|by|at))\s*$", re.I)
+"""A title line that runs on into the next ("The Life and Adventures of" / "Robinson Crusoe")."""
+
+
 def _old_header_end(text: str) -> re.Match | None:
     """The end of an old (2001-2003) Project Gutenberg header that has no START marker: it opens the file
     ("The Project Gutenberg Etext of ...", then "Please do not remove this header information.") and ends
@@ -202,7 +206,9 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
             # a line that starts with the title again is another name for the book ("Peter Pan" /
             # "Peter Pan and Wendy"), not the title's continuation
             more = [ln for ln in more if not ln.casefold().startswith(first.casefold())]
-            title = _norm(" ".join([first, *more]))
+            if more and more[0][:1].isupper() and not _CONNECTING_END_RE.search(first):
+                more[0] = ": " + more[0]  # a subtitle ("Hedda Gabler" / "Play In Four Acts"), said after a pause
+            title = _norm(" ".join([first, *more])).replace(" : ", ": ")
         end_of_marker = start.end()
         if not start.group(0).rstrip().endswith("***") and start.group(0).lstrip().startswith("*"):
             # the marker wraps onto the next line(s): "... ALICE'S ADVENTURES IN\nWONDERLAND ***"

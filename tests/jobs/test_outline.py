@@ -826,3 +826,19 @@ def test_an_old_gutenberg_header_without_a_start_marker_and_a_contents_list_of_n
     for gone in ("Please do not remove", "Plain Vanilla", "Distributed Proofreading", "small print", "CONTENTS",
                  "ON SNAKES", "FROM MR. IW--N", "DISTRESSES OF A FRONTIER MAN", "INTRODUCTION AND NOTES BY"):
         assert gone not in said
+
+
+def test_a_plays_introduction_footnotes_transcribers_note_and_cast_list_before_the_first_act():
+    """Hedda Gabler (PG 4093): "Title: Hedda Gabler" / "Play In Four Acts" in the header; the translator's
+    INTRODUCTION with its FOOTNOTES, a "Transcriber's Note:" label and the note under it, the half-title
+    "HEDDA GABLER." / "PLAY IN FOUR ACTS." and the CHARACTERS list, then "ACT FIRST."."""
+    book = load_book(STRUCTURE / "hedda-gabler-excerpt.txt")
+    assert book.announcement() == "Hedda Gabler: Play In Four Acts, by Henrik Ibsen."
+    assert [c.title for c in book.chapters] == ["Introduction.", "ACT FIRST.", "ACT SECOND."]
+    assert book.chapters[0].paragraphs[0].startswith("From Munich, on June 29, 1890")
+    assert any(p.startswith("(1)Letters 214") for p in book.chapters[0].paragraphs)  # its footnotes
+    assert book.chapters[1].paragraphs[0].startswith("A spacious, handsome, and tastefully furnished")
+    said = _said(book)
+    for gone in ("Translated by", "Transcriber", "inclusion or omission of commas", "CHARACTERS", "GEORGE TESMAN.",
+                 "PLAY IN FOUR ACTS", "Introduction by William Archer"):
+        assert gone not in said
