@@ -842,3 +842,13 @@ def test_a_plays_introduction_footnotes_transcribers_note_and_cast_list_before_t
     for gone in ("Translated by", "Transcriber", "inclusion or omission of commas", "CHARACTERS", "GEORGE TESMAN.",
                  "PLAY IN FOUR ACTS", "Introduction by William Archer"):
         assert gone not in said
+
+
+def test_an_index_of_first_lines_is_a_contents_list():
+    """Sonnets from the Portuguese (PG 2002): an INDEX OF FIRST LINES (numeral and first line of all 44
+    sonnets) before the sonnets, each a bare numeral over the poem; the index is not spoken."""
+    book = load_book(STRUCTURE / "sonnets-portuguese-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Chapter I.", "Chapter II."]
+    assert book.chapters[0].paragraphs[0].startswith("I thought once how Theocritus had sung")
+    said = _said(book)
+    assert "INDEX OF FIRST LINES" not in said and "How do I love thee" not in said
