@@ -503,10 +503,11 @@ def title_case(s: str) -> str:
             continue
         low = w.lower()
         core = low.strip("\"'\u201c\u2018([_*.,:;!?")
-        if n and core in _SMALL and not words[n - 1].endswith((".", ":")):
-            out.append(low)
+        prev = words[n - 1] if n else ""
+        if n and core in _SMALL and not prev.endswith((".", ":")) and not (n == 1 and prev.isdigit()):
+            out.append(low)  # ("190 A FOUR-LEAVED CLOVER": the title after its number starts with a capital)
         else:
-            out.append("-".join(_cap(p) for p in low.split("-")))
+            out.append("\u2014".join("-".join(_cap(p) for p in part.split("-")) for part in low.split("\u2014")))
     return " ".join(out)
 
 

@@ -852,3 +852,22 @@ def test_an_index_of_first_lines_is_a_contents_list():
     assert book.chapters[0].paragraphs[0].startswith("I thought once how Theocritus had sung")
     said = _said(book)
     assert "INDEX OF FIRST LINES" not in said and "How do I love thee" not in said
+
+
+def test_an_epub3_nav_branch_marked_hidden_lists_a_chapters_parts_not_chapters():
+    """Children's Literature (IDPF epub-samples, EPUB 3, one XHTML file of nested sections): the nav lists
+    "190 A FOUR-LEAVED CLOVER" with its four stories in an <ol hidden="hidden"> ("I. The Rabbi and the
+    Diadem" ...): parts of selection 190, read inside it, not chapters of their own."""
+    book = load_book(STRUCTURE / "childrens-literature-excerpt.epub")
+    assert [c.title for c in book.chapters] == [
+        "Bibliography", "190 A Four-Leaved Clover", "191 The Lord Helpeth Man and Beast"]
+    clover = book.chapters[1]
+    assert clover.paragraphs[0].startswith("The rabbis of old were good story-tellers")
+    assert "1. The Rabbi and The Diadem" in clover.paragraphs and "2. Friendship" in clover.paragraphs
+
+
+def test_title_case_after_a_number_and_a_dash():
+    from jobs.ingest.outline import title_case
+    assert title_case("190 A FOUR-LEAVED CLOVER") == "190 A Four-Leaved Clover"
+    assert title_case("FAIRY STORIES\u2014MODERN FANTASTIC TALES") == "Fairy Stories\u2014Modern Fantastic Tales"
+    assert title_case("THE LORD HELPETH MAN AND BEAST") == "The Lord Helpeth Man and Beast"
