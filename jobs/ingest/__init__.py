@@ -36,7 +36,11 @@ Text files
     UTF-8 with or without BOM, CRLF/CR/LF. ``encoding`` overrides UTF-8. A file is refused as
     binary (before decoding) when it has NUL bytes, or more than 10 % control bytes in its
     first 64 KiB; a zip or PDF given a text name gets a hint instead. UTF-16 text (BOM) needs
-    ``--encoding utf-16``.
+    ``--encoding utf-16``. A file that is not UTF-8 but whose Project Gutenberg header declares
+    ISO-8859-1 (Latin-1, ISO-8859-15, Windows-1252: "Character set encoding: ISO-8859-1", Gutenberg's
+    "-8.txt" files) is read as declared, as Windows-1252 when it has bytes 0x80-0x9F, and a warning
+    line (logger ``booktts.ingest``) says so; other 8-bit text is refused with a hint, since Latin-1
+    cannot be told reliably from other 8-bit code pages.
 
 Project Gutenberg boilerplate
     Text outside the ``*** START OF THE/THIS PROJECT GUTENBERG EBOOK`` and ``*** END OF ...`` /

@@ -116,7 +116,9 @@ def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | 
         author = guessed[1] or None
     if author:
         author = title_case(author)
-    chapters = _build_chapters(items, known or "", author, structure.split_level)
+    # the outline knows the book's title line by the main title, without a header's subtitle
+    chapters = _build_chapters(items, (known or "").split(": ")[0] if pg_title else known or "", author,
+                               structure.split_level)
     if not chapters:
         raise InputError(f"{where} has no readable text{' after the Project Gutenberg header' if pg else ''}; "
                          f"pass a file with the book's text")

@@ -74,4 +74,5 @@ def _join_title(head: str, title: str) -> str:
     return f"{head} {title}" if head[-1] in ".:!?;\u2014-" else f"{head}. {title}"
 
 
-_CONTENTS_LABEL_RE = re.compile(r"^(?:table\s+of\s+)?contents[.:]?$", re.I)
+_CONTENTS_LABEL_RE = re.compile(r"^(?:(?:table\s+of\s+)?contents|index\s+of\s+first\s+lines)[.:]?$", re.I)
+"""The label over a contents list, or over an index of first lines (a poetry book's contents by first line)."""

@@ -239,8 +239,8 @@ def _nav_entries(ep: _Epub, path: str) -> list[_TocEntry]:
                     out.append(_TocEntry(_norm("".join(label_el.itertext())), doc,
                                          unquote(href.split("#", 1)[1]) if "#" in href else "", depth))
             for sub in li:
-                if _local(sub.tag) in ("ol", "ul"):
-                    walk(sub, depth + 1)
+                if _local(sub.tag) in ("ol", "ul") and sub.get("hidden") is None:
+                    walk(sub, depth + 1)  # a hidden branch (EPUB 3 nav) lists a chapter's parts: no chapters
 
     lst = next((e for e in nav.iter() if _local(e.tag) in ("ol", "ul")), None)
     if lst is not None:

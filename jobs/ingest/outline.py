@@ -221,7 +221,7 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
             continue
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
                 or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
-            out[k] = _Item("heading", it.text, style="contents")
+            out[k] = _Item("heading", it.text, style="contents", caps=it.caps, apart=it.apart)
     return out
 
 
@@ -261,13 +261,17 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
 
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
-                and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text))
+                and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text)
+                and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
+    # lines of the same kind that the contents list has already made headings count for the pattern: a
+    # line its list misprints ("The Little Boy Pound" for THE LITTLE BOY FOUND) is found by its likeness
+    named = sum(1 for it in items if it.kind == "heading" and it.style == "contents" and it.caps and it.apart >= 2)
     n_numbered = sum(1 for it in items if it.kind == "heading" and it.style in numbered)
-    if len(cands) < 3 or n_numbered * 3 > len(cands):
+    if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
         return items
-    if len(cands) >= 6:  # the pattern is set: the same lines after one blank line, between prose
+    if len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
         cands = sorted(set(cands) | {k for k, it in enumerate(items)
                                      if cand(k, it, 1) and k and items[k - 1].kind == "para"
                                      and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})
@@ -425,8 +429,26 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "section" if romans_are_sections else "chapter"
         else:
             levels[k] = "chapter"
+    _named_sections(heads, levels, core)
     _numbered_pieces(heads, levels)
     return levels
+
+
+def _named_sections(heads: list[tuple[int, _Item]], levels: dict[int, str], core: list[int]) -> None:
+    """Bare numerals that start at I right under a named heading (an editor's "INTRODUCTION." in parts
+    "I.", "II.", "III.") are its sections when the book's chapters are headed otherwise, by keyword or
+    title, and two or more of those follow the run ("CHAPTER I." ... "CHAPTER V." after it)."""
+    for n, (_k, it) in enumerate(heads):
+        if it.style != "named" or levels.get(_k) != "chapter":
+            continue
+        run = []
+        for k2, it2 in heads[n + 1:]:
+            if it2.style != "roman" or it2.num != len(run) + 1:
+                break
+            run.append(k2)
+        if run and sum(1 for c in core if c > run[-1]) >= 2:
+            for k2 in run:
+                levels[k2] = "section"
 
 
 _ARABIC_RE = re.compile(r"^(\d{1,3})\.\s")
@@ -481,10 +503,11 @@ def title_case(s: str) -> str:
             continue
         low = w.lower()
         core = low.strip("\"'\u201c\u2018([_*.,:;!?")
-        if n and core in _SMALL and not words[n - 1].endswith((".", ":")):
-            out.append(low)
+        prev = words[n - 1] if n else ""
+        if n and core in _SMALL and not prev.endswith((".", ":")) and not (n == 1 and prev.isdigit()):
+            out.append(low)  # ("190 A FOUR-LEAVED CLOVER": the title after its number starts with a capital)
         else:
-            out.append("-".join(_cap(p) for p in low.split("-")))
+            out.append("\u2014".join("-".join(_cap(p) for p in part.split("-")) for part in low.split("\u2014")))
     return " ".join(out)
 
 
@@ -524,7 +547,13 @@ def spoken_heading(it: _Item, level: str) -> str:
 # --------------------------------------------------------------------------- front matter
 
 
-_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by)\s+\S", re.I)
+_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by"
+                    r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?\s+)?(?:introduction|preface"
+                    r"|foreword|notes|memoir|introductory\s+note)(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
+                    r"|edited(?:\s+and\s+\w+)?\s+by)\s+\S", re.I)
+"""A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D."."""
+_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\bCo\.,?\s+(?:Ltd|Limited|Inc)\b|\s(?:&|and)\s+Co\.(?:\W|$)")
+"""A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.")."""
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
 _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by|e-?text\s+prepared\s+by"
                       r"|transcribed\s+(?:from|by)\b|scanned\s+(?:and\s+proofread\s+)?by\b"
@@ -563,14 +592,15 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
         front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
     front = _without_etext_prefaces(front)
     paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
-             and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)]
+             and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)
+             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     start = 0
     while start < len(paras):
         t = paras[start].text
-        if _is_prose(t) or _DEDICATION_RE.match(t) and not _BY_RE.match(t) or t.startswith(("\u201c", '"')) \
-                or t.strip(" .").casefold() in ("to", "for"):
+        if (_is_prose(t) or _DEDICATION_RE.match(t) or t.startswith(("\u201c", '"'))
+                or t.strip(" .").casefold() in ("to", "for")) and not (_BY_RE.match(t) and len(t.split()) <= 20):
             break
         start += 1
     kept = paras[start:]
@@ -694,6 +724,62 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
+    """A "Contents" label over entries printed one per block: numbered headings ("CHAPTER II." then "OF
+    THE LIBERTY OF THOUGHT AND DISCUSSION 28") or numbered lines ("II. ON THE SITUATION, FEELINGS, AND
+    PLEASURES OF AN AMERICAN / FARMER", its title over two lines), with short lines between them (no
+    prose: titles, page numbers, a column header "LETTER"). With three or more numbered entries, the label
+    and everything up to the last entry are a contents list and are dropped. A heading with prose under it
+    ends the list (it is the first chapter) unless it ends with a page number ("CHAPTER V. APPLICATIONS 177")."""
+    def entry(it: _Item) -> bool:  # a numbered line of the list: "XI. FROM MR. IW--N AL--Z, A RUSSIAN ..."
+        return it.kind == "para" and bool(_LEADING_NUMBER_RE.match(it.text)) and len(it.text.split()) <= 40 \
+            and (_shouted(it.text) or not _is_prose(it.text))
+
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        if it.kind == "para" and _CONTENTS_LABEL_RE.match(it.text):
+            e, entries, last = k + 1, 0, k
+            while e < len(items):
+                cur = items[e]
+                if cur.kind == "heading" and cur.num is not None:
+                    nxt = items[e + 1] if e + 1 < len(items) else None
+                    if (nxt is None or nxt.kind == "para" and _is_prose(nxt.text) and not entry(nxt)) \
+                            and not re.search(r"\s\d{1,4}$", cur.text):
+                        break
+                    entries, last = entries + 1, e
+                elif entry(cur):
+                    entries, last = entries + 1, e
+                elif not (cur.kind == "para" and len(cur.text.split()) <= 14 and not _is_prose(cur.text)):
+                    break
+                e += 1
+            if entries >= 3:
+                k = last + 1
+                continue
+        out.append(it)
+        k += 1
+    return out
+
+
+def _cast_lists(items: list[_Item]) -> list[_Item]:
+    """A play's cast list after an introduction: its label ("CHARACTERS.", "Dramatis Personae") and what
+    follows it up to the play's first numbered act (or chapter) heading, with no other heading between,
+    are the playbill, not spoken (in the front matter the same rule holds, see :func:`_front`)."""
+    for k, it in enumerate(items):
+        if it.kind != "para" or not _CAST_LABEL_RE.match(it.text):
+            continue
+        h = next((j for j in range(k + 1, len(items)) if items[j].kind == "heading"), None)
+        if h is not None and h - k <= 60 and items[h].style in RANKED_CHAPTER_STYLES and items[h].num in (1, None) \
+                and any(j < k for j in range(len(items)) if items[j].kind == "heading"):
+            return items[:k] + items[h:]
+    return items
+
+
+_NOTES_LABEL_RE = re.compile(r"^(?:foot\s*)?notes?[.:]?$", re.I)
+"""The label over a chapter's notes ("FOOTNOTES."): never a heading of its own."""
+
+
 def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
     end = heads[n + 1] if n + 1 < len(heads) else len(items)
     return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
@@ -705,13 +791,23 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)
-    items = [it for it in items if not (it.kind == "para" and _NOTE_RE.match(it.text))]
+    paras = [k for k, it in enumerate(items) if it.kind == "para"]
+    notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
+    items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]
+    items = _labelled_entry_runs(items)
     items = _heading_runs(items)
     items = _listed_ahead(items)
+    items = _cast_lists(items)
     title_t = tuple(_tokens(title))
-    items = [it for k, it in enumerate(items)  # the title again over the story's first heading: a half-title
-             if not (title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t
-                     and k + 1 < len(items) and items[k + 1].kind == "heading")]
+    half = set()  # the title again over the story's first heading: a half-title, and a genre line under it
+    for k, it in enumerate(items):
+        if title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t:
+            if k + 1 < len(items) and items[k + 1].kind == "heading":
+                half.add(k)
+            elif k + 2 < len(items) and items[k + 2].kind == "heading" and items[k + 1].kind == "para" \
+                    and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
+                half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
+    items = [it for k, it in enumerate(items) if k not in half]
     levels = _assign_levels(items)
     front: list[_Item] = []
     nodes: list[Node] = []

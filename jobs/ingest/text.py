@@ -54,6 +54,9 @@ def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
     try:
         text = data.decode(name)
     except UnicodeDecodeError as e:
+        declared = None if encoding else _declared_legacy(where, data)
+        if declared is not None:
+            return declared
         pos = e.start
         line = data.count(b"\n", 0, pos) + 1
         col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
@@ -64,6 +67,42 @@ def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         raise InputError(f"{where} contains NUL characters; it is not a text book (pass a .txt, .md or .epub file)")
+    return text
+
+
+_DECLARED_CHARSET_RE = re.compile(rb"^[ \t]*Character[ \t]+set[ \t]+encoding:[ \t]*([^\r\n]*?)[ \t]*\r?$", re.I | re.M)
+"""Project Gutenberg's header line naming the file's encoding ("Character set encoding: ISO-8859-1")."""
+_LATIN1_NAMES = {"iso88591", "isolatin1", "latin1", "iso885915", "isolatin9", "latin9", "windows1252", "cp1252"}
+
+
+def _declared_legacy(where: str, data: bytes) -> str | None:
+    """A file that is not UTF-8 but whose Project Gutenberg header declares an 8-bit Western encoding
+    (ISO-8859-1, Latin-1, ISO-8859-15, Windows-1252: Gutenberg's "-8.txt" files), decoded as declared, with
+    a log line saying so; Windows punctuation bytes (0x80-0x9F, control codes in ISO-8859-1) make it
+    Windows-1252, which agrees with ISO-8859-1 everywhere else. None when nothing is declared before the
+    START marker, or the declaration is no such encoding, or the bytes do not decode with it."""
+    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
+    head = data[:start.start() if start else 16384]
+    m = _DECLARED_CHARSET_RE.search(head)
+    if not m:
+        return None
+    said = m.group(1).decode("ascii", "replace").strip()
+    if re.sub(r"[^a-z0-9]", "", said.lower()) not in _LATIN1_NAMES:
+        return None
+    codec = "cp1252" if re.search(rb"[\x80-\x9f]", data) else "latin-1"
+    try:
+        text = data.decode(codec)
+    except UnicodeDecodeError:
+        return None
+    import logging
+
+    logging.getLogger("booktts.ingest").warning(
+        "%s is not valid UTF-8; read as %s, the encoding its Project Gutenberg header declares (%r)%s; "
+        "pass --encoding to read it otherwise", where, "Windows-1252" if codec == "cp1252" else "ISO-8859-1",
+        said, " (its bytes 0x80-0x9F read as Windows punctuation)" if codec == "cp1252" else "")
+    text = text.lstrip("\ufeff")
+    if "\x00" in text:
+        return None
     return text
 
 
@@ -111,6 +150,28 @@ _PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text
                            r"|Transcribed (?:from|by)|Scanned (?:and proofread )?by)\b", re.I)
 
 
+_PGDP_RE = re.compile(r"\bDistributed\s+Proofread(?:ing|ers)\b", re.I)
+"""A credit line without "Produced by": "Steve Harris, Charles Franks and the Online Distributed Proofreading Team."."""
+_OLD_HEADER_RE = re.compile(r"\A\W*The\s+Project\s+Gutenberg\s+E-?(?:text|book)\b[\s\S]{0,3000}?"
+                            r"Please\s+do\s+not\s+remove\s+this\s+header", re.I)
+_LONE_STARS_RE = re.compile(r"^[ \t]*\*{3}[ \t]*$", re.M)
+
+
+_CONNECTING_END_RE = re.compile(r"(?:[,;:\-\u2014]|\b(?:of|and|the|a|an|in|to|or|for|with|from|on|by|at))\s*$", re.I)
+"""A title line that runs on into the next ("The Life and Adventures of" / "Robinson Crusoe")."""
+
+
+def _old_header_end(text: str) -> re.Match | None:
+    """The end of an old (2001-2003) Project Gutenberg header that has no START marker: it opens the file
+    ("The Project Gutenberg Etext of ...", then "Please do not remove this header information.") and ends
+    at the first line of three asterisks alone, within 12000 characters."""
+    m = _OLD_HEADER_RE.match(text)
+    if not m:
+        return None
+    stars = _LONE_STARS_RE.search(text, m.end(), m.end() + 12000)
+    return stars
+
+
 _SPACED_RE = re.compile(r"(?<![\w'\u2019])[A-Z](?: [A-Z]){3,}(?![\w'\u2019])")
 _SPACED_KEYWORD_RE = re.compile(r"^(CHAPTER|BOOK|PART|VOLUME|STAVE|CANTO|ACT|SCENE|LETTER)([IVXLCDM]+)$")
 
@@ -126,7 +187,7 @@ def _unspace_letters(text: str) -> str:
 
 
 def _pg_author(text: str) -> str | None:
-    start = _PG_START_RE.search(text)
+    start = _PG_START_RE.search(text) or _old_header_end(text)
     m = _PG_AUTHOR_RE.search(text, 0, start.start()) if start else None
     return _norm(m.group(1)) if m else None
 
@@ -135,7 +196,7 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
     """Return (body, title from the header, whether PG markers were found)."""
     title = None
     found = False
-    start = _PG_START_RE.search(text)
+    start = _PG_START_RE.search(text) or _old_header_end(text)
     if start:
         found = True
         m = _PG_TITLE_RE.search(text, 0, start.start())
@@ -145,7 +206,9 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
             # a line that starts with the title again is another name for the book ("Peter Pan" /
             # "Peter Pan and Wendy"), not the title's continuation
             more = [ln for ln in more if not ln.casefold().startswith(first.casefold())]
-            title = _norm(" ".join([first, *more]))
+            if more and more[0][:1].isupper() and not _CONNECTING_END_RE.search(first):
+                more[0] = ": " + more[0]  # a subtitle ("Hedda Gabler" / "Play In Four Acts"), said after a pause
+            title = _norm(" ".join([first, *more])).replace(" : ", ": ")
         end_of_marker = start.end()
         if not start.group(0).rstrip().endswith("***") and start.group(0).lstrip().startswith("*"):
             # the marker wraps onto the next line(s): "... ALICE'S ADVENTURES IN\nWONDERLAND ***"
@@ -166,8 +229,9 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
     if start:
         # a "Produced by ..." credit paragraph right after the START marker
         stripped = body.lstrip()
-        if _PG_CREDIT_RE.match(stripped):
-            cut = re.search(r"\n[ \t]*\n", stripped)
+        cut = re.search(r"\n[ \t]*\n", stripped)
+        first = stripped[:cut.start()] if cut else stripped
+        if _PG_CREDIT_RE.match(stripped) or len(first.split()) <= 40 and _PGDP_RE.search(first):
             body = stripped[cut.end():] if cut else ""
     return body, title, found
 
@@ -199,7 +263,7 @@ _KEYWORD = (r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|C
             r"|LETTER|Letter|ADVENTURE|Adventure|SECTION|Section)")
 _HEADING_RE = re.compile(
     rf"^(?P<head>(?P<kw>{_KEYWORD})[ \t]+(?P<num>{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
-    rf"(?:[ \t]*[.,:\u2014\u2013-]?[ \t]*(?P<title>\S.*))?$")
+    rf"(?:[ \t]*(?:--|[.,:\u2014\u2013-])?[ \t]*(?P<title>\S.*))?$")
 _GLUED_HEADING_RE = re.compile(
     rf"^(?P<kw>CHAPTER|BOOK|PART|VOLUME|STAVE|CANTO|ACT|SCENE|LETTER)(?P<num>{_ROMAN})\.(?:[ \t]+(?P<title>\S.*))?$")
 """A keyword in capitals run together with its numeral and a full stop, as a typesetting slip: "BOOKXXXV."."""
@@ -232,6 +296,13 @@ def _title_like(s: str) -> bool:
     if not (first.isupper() or first.isdigit() or first in _OPEN_CHARS):
         return False
     return not s.endswith((",", ";"))
+
+
+def _dashed_title(line: str, m: re.Match, title: str) -> bool:
+    """A title after a dash that starts with a small word: "Book the Second--the Golden Thread"."""
+    sep = line[m.end("head"):m.start("title")].strip()
+    return sep in ("--", "\u2014", "\u2013") and title[:1].islower() and _title_like(title[0].upper() + title[1:]) \
+        and any(w[:1].isupper() for w in title.split()[1:])
 
 
 @dataclass
@@ -294,7 +365,7 @@ def _match_heading(line: str) -> _Heading | None:
             return _Heading(head, title, style=g.group("kw").lower(), num=_roman_value(g.group("num")))
     if m:
         title = m.group("title")
-        if title is not None and not _title_like(title):
+        if title is not None and not _title_like(title) and not _dashed_title(line, m, title):
             return None
         return _Heading(m.group("head"), title, style=m.group("kw").lower(), num=_number_value(m.group("num")))
     m = _ORDINAL_HEADING_RE.match(line)
@@ -416,7 +487,7 @@ def _caps_line(s: str) -> bool:
 
 
 _TOC_ENTRY_RE = re.compile(
-    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))?[.:)]?[ \t]*"
+    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]))?[.:)]?[ \t]*"
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
 
 

@@ -487,6 +487,59 @@ def test_windows_1252_text_gets_the_cp1252_hint_and_loads_with_it(tmp_path):
     assert load_book(p, encoding="cp1252").chapters[0].paragraphs == ["\u201cHello,\u201d she said \u2014 twice."]
 
 
+# On Liberty, Project Gutenberg eBook #34901 ("34901-8.txt"): ISO-8859-1, declared in its header, CRLF lines
+ON_LIBERTY_HEAD = ("The Project Gutenberg EBook of On Liberty, by John Stuart Mill\r\n\r\n"
+                   "Title: On Liberty\r\n\r\nAuthor: John Stuart Mill\r\n\r\n"
+                   "Release Date: January 10, 2011 [EBook #34901]\r\n\r\nLanguage: English\r\n\r\n"
+                   "Character set encoding: {}\r\n\r\n"
+                   "*** START OF THIS PROJECT GUTENBERG EBOOK ON LIBERTY ***\r\n\r\n")
+ON_LIBERTY_BODY = ("INTRODUCTION.\r\n\r\n\r\nI.\r\n\r\nHe offered the Company a pension; Mill refused\r\n"
+                   "of the \xa3200 which he offered. The _Trait\xe9 de Politique Positive_ aims at\r\n"
+                   "a despotism of society over the individual.\r\n\r\n"
+                   "*** END OF THIS PROJECT GUTENBERG EBOOK ON LIBERTY ***\r\n")
+
+
+def test_gutenberg_latin1_file_is_read_as_its_header_declares_and_the_log_says_so(tmp_path, caplog):
+    p = tmp_path / "34901-8.txt"
+    p.write_bytes((ON_LIBERTY_HEAD.format("ISO-8859-1") + ON_LIBERTY_BODY).encode("latin-1"))
+    with caplog.at_level("WARNING", logger="booktts.ingest"):
+        book = load_book(p)
+    text = " ".join(pa for ch in book.chapters for pa in ch.paragraphs)
+    assert "\xa3200" in text and "Trait\xe9 de Politique" in text
+    assert book.title == "On Liberty" and book.author == "John Stuart Mill"
+    [rec] = [r for r in caplog.records if r.name == "booktts.ingest"]
+    assert "ISO-8859-1" in rec.getMessage() and str(p) in rec.getMessage() and "not valid UTF-8" in rec.getMessage()
+
+
+def test_declared_latin1_with_windows_punctuation_bytes_reads_them_as_windows_1252(tmp_path, caplog):
+    p = tmp_path / "a-8.txt"
+    body = ON_LIBERTY_BODY.replace("Mill refused", "\u201cMill refused\u201d")
+    p.write_bytes((ON_LIBERTY_HEAD.format("ISO Latin-1") + body).encode("cp1252"))
+    with caplog.at_level("WARNING", logger="booktts.ingest"):
+        book = load_book(p)
+    text = " ".join(pa for ch in book.chapters for pa in ch.paragraphs)
+    assert "\u201cMill refused\u201d" in text and "\xa3200" in text
+    assert "Windows-1252" in caplog.text
+
+
+def test_a_declared_encoding_that_is_not_western_8_bit_or_undeclared_latin1_is_still_refused(tmp_path):
+    for i, head in enumerate((ON_LIBERTY_HEAD.format("ASCII"), ON_LIBERTY_HEAD.replace("Character set encoding: {}\r\n\r\n", ""))):
+        p = tmp_path / f"b{i}.txt"
+        p.write_bytes((head + ON_LIBERTY_BODY).encode("latin-1"))
+        with pytest.raises(EncodingError) as ei:
+            load_book(p)
+        assert_one_line(ei, p, "--encoding latin-1", "0xA3")
+
+
+def test_an_explicit_encoding_wins_over_the_declared_one(tmp_path, caplog):
+    p = tmp_path / "c.txt"
+    p.write_bytes((ON_LIBERTY_HEAD.format("ISO-8859-1") + ON_LIBERTY_BODY).encode("latin-1"))
+    with caplog.at_level("WARNING", logger="booktts.ingest"):
+        book = load_book(p, encoding="iso-8859-15")
+    assert "\xa3200" in " ".join(pa for ch in book.chapters for pa in ch.paragraphs)
+    assert not [r for r in caplog.records if r.name == "booktts.ingest"]
+
+
 def test_unknown_encoding_name_is_an_input_error(tmp_path):
     p = tmp_path / "a.txt"
     p.write_text("Hello there.\n")

@@ -370,8 +370,9 @@ TALE = STRUCTURE / "tale-of-two-cities-excerpt.txt"  # A Tale of Two Cities (PG 
 
 
 def test_a_contents_block_after_a_longer_group_label_is_not_spoken():
-    book = load_book(TALE)
-    assert [c.title for c in book.chapters] == ["CHAPTER I. The Period"]
+    book = load_book(TALE)  # its own "Book the First--Recalled to Life" heading holds the chapter
+    assert [(c.title, c.part) for c in book.chapters] == [
+        ("Book the First--Recalled to Life. CHAPTER I. The Period", "Book the First--Recalled to Life")]
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "In Secret" not in said and said.startswith("It was the best of times")
 
@@ -754,3 +755,119 @@ def test_a_poems_centred_title_and_its_numbered_pieces():
     assert [q for q, k in zip(nw.paragraphs, nw.kinds) if k == "heading"] == [
         "1. Good-Night", "2. Shadow March", "3. In Port"]
     assert book.chapters[7].paragraphs[0].startswith("When the grass was closely mown")
+
+
+def test_keyword_headings_with_a_double_hyphen_before_the_title_nest_in_parts():
+    """The Valley of Fear (PG 3289): "Part 1--The Tragedy of Birlstone" holding "Chapter 1--The Warning",
+    chapter numbers starting again under "Part 2--The Scowrers", then an Epilogue; no contents list."""
+    book = load_book(STRUCTURE / "valley-of-fear-excerpt.txt")
+    assert [(c.title, c.part) for c in book.chapters] == [
+        ("Part 1--The Tragedy of Birlstone. Chapter 1--The Warning", "Part 1--The Tragedy of Birlstone"),
+        ("Chapter 2--Sherlock Holmes Discourses", "Part 1--The Tragedy of Birlstone"),
+        ("Part 2--The Scowrers. Chapter 1--The Man", "Part 2--The Scowrers"),
+        ("Epilogue", "Part 2--The Scowrers")]
+    assert book.chapters[0].paragraphs[0] == "\u201cI am inclined to think--\u201d said I."
+    assert book.chapters[3].paragraphs[0].startswith("The police trial had passed")
+
+
+def test_contents_entries_starting_with_a_roman_numeral_letter_are_titles_not_numbers():
+    """The Jungle Book (PG 236): a "Contents" label and its 14 entries, stories and songs, some starting
+    with M, L or D ("Mowgli's Brothers", "Lukannon", "Darzee's Chant"), which are no numerals; each title
+    comes again set apart over its story or song."""
+    book = load_book(STRUCTURE / "jungle-book-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Mowgli\u2019s Brothers", "Hunting-Song of the Seeonee Pack", "Kaa\u2019s Hunting"]
+    assert book.chapters[0].paragraphs[0].startswith("Now Rann the Kite brings home the night")
+    said = _said(book)
+    assert "Lukannon" not in said and "Parade Song" not in said and "Contents" not in said
+
+
+def test_a_line_in_capitals_that_the_contents_list_misprints_is_a_chapter_like_its_neighbours():
+    """Songs of Innocence and of Experience (PG 1934): the paged contents list prints "The Little Boy Pound"
+    for THE LITTLE BOY FOUND; the poem's title, set apart in capitals like the named ones, is a chapter."""
+    book = load_book(STRUCTURE / "songs-little-boy-found-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "The Little Boy Lost", "The Little Boy Found", "Laughing Song"]
+    assert book.chapters[2].paragraphs[0].startswith("The little boy lost in the lonely fen")
+
+
+def test_an_editors_introduction_in_numbered_parts_a_credit_line_and_a_contents_list_of_headings():
+    """On Liberty (PG 34901, "34901-8.txt": ISO-8859-1 as its header declares, CRLF): a title page with
+    "With an Introduction by W. L. Courtney, LL.D." and the publisher's lines, an italic dedication, the
+    editor's INTRODUCTION in parts "I.", "II.", "III.", then CONTENTS printed one heading per block
+    ("CHAPTER II." / "OF THE LIBERTY OF THOUGHT AND DISCUSSION 28"), an epigraph, the half-title and
+    "CHAPTER I." / "INTRODUCTORY."."""
+    book = load_book(STRUCTURE / "on-liberty-excerpt-8.txt")
+    assert book.announcement() == "On Liberty, by John Stuart Mill."
+    assert [c.title for c in book.chapters] == [
+        "", "Introduction.", "CHAPTER I. Introductory.", "CHAPTER II. Of the Liberty of Thought and Discussion."]
+    intro = book.chapters[1]
+    assert [q for q, k in zip(intro.paragraphs, intro.kinds) if k == "heading"] == ["Part I.", "Part II.", "Part III."]
+    assert book.chapters[0].paragraphs[0].startswith("To the beloved and deplored memory")
+    said = _said(book)
+    for gone in ("With an Introduction by", "Walter Scott Publishing", "Felling-on-Tyne", "CONTENTS", "PAGE",
+                 "APPLICATIONS 177", "INTRODUCTORY 1"):
+        assert gone not in said
+    assert "\u00a3200" in said
+
+
+def test_an_old_gutenberg_header_without_a_start_marker_and_a_contents_list_of_numbered_lines():
+    """Letters from an American Farmer (PG 4666, the 2002 file): the old header ("Please do not remove this
+    header information.") ends at a line "***", then a credit with no "Produced by" ("... and the Online
+    Distributed Proofreading Team."); the CONTENTS prints "LETTER" as a column header and one numbered line
+    per block, some titles over two lines ("II. ON THE SITUATION, ... AMERICAN" / "FARMER")."""
+    book = load_book(STRUCTURE / "american-farmer-excerpt.txt")
+    assert book.announcement() == "Letters from an American Farmer, by Hector St. John de Crevecoeur."
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "LETTER I. Introduction",
+        "LETTER II. On the Situation, Feelings, and Pleasures, of an American Farmer"]
+    assert book.chapters[0].paragraphs[0].startswith("Hazlitt wrote that of the three notable writers")
+    said = _said(book)
+    for gone in ("Please do not remove", "Plain Vanilla", "Distributed Proofreading", "small print", "CONTENTS",
+                 "ON SNAKES", "FROM MR. IW--N", "DISTRESSES OF A FRONTIER MAN", "INTRODUCTION AND NOTES BY"):
+        assert gone not in said
+
+
+def test_a_plays_introduction_footnotes_transcribers_note_and_cast_list_before_the_first_act():
+    """Hedda Gabler (PG 4093): "Title: Hedda Gabler" / "Play In Four Acts" in the header; the translator's
+    INTRODUCTION with its FOOTNOTES, a "Transcriber's Note:" label and the note under it, the half-title
+    "HEDDA GABLER." / "PLAY IN FOUR ACTS." and the CHARACTERS list, then "ACT FIRST."."""
+    book = load_book(STRUCTURE / "hedda-gabler-excerpt.txt")
+    assert book.announcement() == "Hedda Gabler: Play In Four Acts, by Henrik Ibsen."
+    assert [c.title for c in book.chapters] == ["Introduction.", "ACT FIRST.", "ACT SECOND."]
+    assert book.chapters[0].paragraphs[0].startswith("From Munich, on June 29, 1890")
+    assert any(p.startswith("(1)Letters 214") for p in book.chapters[0].paragraphs)  # its footnotes
+    assert book.chapters[1].paragraphs[0].startswith("A spacious, handsome, and tastefully furnished")
+    said = _said(book)
+    for gone in ("Translated by", "Transcriber", "inclusion or omission of commas", "CHARACTERS", "GEORGE TESMAN.",
+                 "PLAY IN FOUR ACTS", "Introduction by William Archer"):
+        assert gone not in said
+
+
+def test_an_index_of_first_lines_is_a_contents_list():
+    """Sonnets from the Portuguese (PG 2002): an INDEX OF FIRST LINES (numeral and first line of all 44
+    sonnets) before the sonnets, each a bare numeral over the poem; the index is not spoken."""
+    book = load_book(STRUCTURE / "sonnets-portuguese-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Chapter I.", "Chapter II."]
+    assert book.chapters[0].paragraphs[0].startswith("I thought once how Theocritus had sung")
+    said = _said(book)
+    assert "INDEX OF FIRST LINES" not in said and "How do I love thee" not in said
+
+
+def test_an_epub3_nav_branch_marked_hidden_lists_a_chapters_parts_not_chapters():
+    """Children's Literature (IDPF epub-samples, EPUB 3, one XHTML file of nested sections): the nav lists
+    "190 A FOUR-LEAVED CLOVER" with its four stories in an <ol hidden="hidden"> ("I. The Rabbi and the
+    Diadem" ...): parts of selection 190, read inside it, not chapters of their own."""
+    book = load_book(STRUCTURE / "childrens-literature-excerpt.epub")
+    assert [c.title for c in book.chapters] == [
+        "Bibliography", "190 A Four-Leaved Clover", "191 The Lord Helpeth Man and Beast"]
+    clover = book.chapters[1]
+    assert clover.paragraphs[0].startswith("The rabbis of old were good story-tellers")
+    assert "1. The Rabbi and The Diadem" in clover.paragraphs and "2. Friendship" in clover.paragraphs
+
+
+def test_title_case_after_a_number_and_a_dash():
+    from jobs.ingest.outline import title_case
+    assert title_case("190 A FOUR-LEAVED CLOVER") == "190 A Four-Leaved Clover"
+    assert title_case("FAIRY STORIES\u2014MODERN FANTASTIC TALES") == "Fairy Stories\u2014Modern Fantastic Tales"
+    assert title_case("THE LORD HELPETH MAN AND BEAST") == "The Lord Helpeth Man and Beast"
