@@ -19,6 +19,21 @@ os.environ.setdefault("BOOKTTS_TEST_ENGINES", "1")
 FAULT_SUMMARIES: list[dict] = []
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs the suite in pytest-xdist processes with ``--dist loadgroup``: a test goes to
+    whichever process is free, except that tests with the same ``xdist_group`` mark run in one process,
+    one after another. A test that uses a module- or class-scoped fixture (a voice's engine, a child
+    process's kernel results) is put in its module's group here, so that fixture is built once, not
+    once in each process. (tryfirst: pytest-xdist turns the marks into scopes in its own hook.)"""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        if any(d.scope in ("module", "class", "package") for ds in defs.values() for d in ds):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 def pytest_runtest_logreport(report):
     from tests.faults.report import SUMMARY_PROPERTY
 
