@@ -32,6 +32,10 @@ DETERMINISTIC = Scales(noise_scale=0.0, length_scale=1.0, noise_w=0.0)
 DEFAULT = Scales(noise_scale=0.667, length_scale=1.0, noise_w=0.8)
 from jobs.calibration import CalibrationCorpus  # noqa: E402
 
+#: One pytest-xdist process runs this module and the other one (test_export.py, test_quantize.py), so
+#: the cache under its base temporary directory is built once (each process has a base directory of its own).
+pytestmark = pytest.mark.xdist_group("onnx-staged-cache")
+
 #: Tiny calibration for CI (the real default is 200 utterances and a 4-utterance scan).
 TINY_CALIBRATION = CalibrationCorpus(n_utterances=3, scan_utterances=1, max_ids=40)
 

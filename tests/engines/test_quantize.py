@@ -22,6 +22,10 @@ from engines.tools.export import FILES, STAGE_B_INPUTS, example_inputs, ort_sess
 from engines.tools import quantize as Q  # noqa: E402
 from jobs.calibration import CalibrationCorpus  # noqa: E402
 
+#: One pytest-xdist process runs this module and the other one (test_export.py, test_quantize.py), so
+#: the cache under its base temporary directory is built once (each process has a base directory of its own).
+pytestmark = pytest.mark.xdist_group("onnx-staged-cache")
+
 SENTENCES = [  # chapter I of Alice: not in the calibration corpus (chapters VIII-XII)
     "So she was considering in her own mind, as well as she could, whether the pleasure of making a daisy-chain "
     "would be worth the trouble.",

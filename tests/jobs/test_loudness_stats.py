@@ -23,16 +23,22 @@ PAUSES = {"defaults": [0.25, 0.25, 0.6], "short": [0.0, 0.003, 0.02, 0.1], "long
 
 
 @pytest.fixture(scope="module")
-def speech(voice, onnx_engine):
-    """A dozen sentences of tests/data/short-story.txt as the voice speaks them (int16 each)."""
+def speech(voice):
+    """A dozen sentences of tests/data/short-story.txt as the voice speaks them (int16 each), the same
+    samples in every run: from an engine of one ONNX Runtime session made here (the voice's graph draws
+    its noise from the session's generator, so the shared `onnx_engine` gives other audio after other
+    tests' calls, and under pytest-xdist those differ from run to run)."""
+    from engines import EngineSpec
     from engines.base import Scales, SynthesisBatch
+    from engines.onnx_cpu import OnnxEngine
     from jobs.phonemize import Phonemizer
 
+    engine = OnnxEngine(voice, EngineSpec(threads=1, max_batch=16))
     text = (DATA / "short-story.txt").read_text(encoding="utf-8")
     sentences = [s.strip() + "." for s in text.replace("\n", " ").split(".") if len(s.split()) >= 3][:12]
     ph = Phonemizer(voice)
-    res = onnx_engine.synthesize(SynthesisBatch.from_sequences([ph(s).ids for s in sentences],
-                                                               Scales(0.667, 1.0, 0.8), seed=1))
+    res = engine.synthesize(SynthesisBatch.from_sequences([ph(s).ids for s in sentences],
+                                                          Scales(0.667, 1.0, 0.8), seed=1))
     return [np.array(res.item(i)) for i in range(len(res))], voice.sample_rate
 
 

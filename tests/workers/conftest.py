@@ -49,33 +49,49 @@ class RedisServer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.started = False
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        log = open(self.dir / "redis.log", "ab")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.dir)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        self.wait_up()
+        """Start (or restart, on the same port) and wait until this server answers. A first start
+        whose port another process took since free_port() chose it (another pytest-xdist process's
+        server, say) starts again on another port; a restart keeps its port, which workers know."""
+        for _ in range(1 if self.started else 5):
+            log = open(self.dir / "redis.log", "ab")
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                 "no", "--dir", str(self.dir)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            log.close()
+            if self.wait_up():
+                self.started = True
+                return
+            if not self.started:
+                self.port = free_port()
+        raise RuntimeError(f"redis-server did not start on port {self.port}: "
+                           f"{(self.dir / 'redis.log').read_text()[-2000:]}")
 
-    def wait_up(self, timeout: float = 10) -> None:
+    def wait_up(self, timeout: float = 10) -> bool:
+        """True once the server answering on the port is this one's process (its INFO names its pid);
+        False if the process exited first (the port was taken: the answer came from someone else's)."""
         import redis
 
         deadline = time.monotonic() + timeout
         while True:
+            if self.proc.poll() is not None:
+                return False
             try:
-                redis.Redis(port=self.port, socket_connect_timeout=0.5).ping()
-                return
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not start: "
-                                       f"{(self.dir / 'redis.log').read_text()[-2000:]}")
-                time.sleep(0.05)
+                if redis.Redis(port=self.port, socket_connect_timeout=0.5).info("server")["process_id"] == self.proc.pid:
+                    return True
+            except redis.exceptions.RedisError:  # not up yet (or someone else's, with a password)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start: "
+                                   f"{(self.dir / 'redis.log').read_text()[-2000:]}")
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """SIGKILL: everything in memory is lost (no persistence)."""

@@ -324,7 +324,10 @@ def test_cancel_then_resume(redis_url, start_worker, short_book, tmp_path, voice
     wait_status(store, job_id, min_done=1, timeout=30)
     res = cli("cancel", job_id, "--redis-url", redis_url)
     assert "cancelled" in res.stdout
-    done_at_cancel = store.get_job(job_id).done
+    # what may still finish: the units of engine calls already under way (a call gathers several units,
+    # and their writers may lag behind it on a loaded host), each leased (the `running` hash) until done
+    under_way = set(store.running(job_id))
+    done_at_cancel = store.done_ids(job_id)
     r = store.r
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and (r.llen("tts.normal") or r.hlen("unacked")):
@@ -332,7 +335,8 @@ def test_cancel_then_resume(redis_url, start_worker, short_book, tmp_path, voice
     time.sleep(1.0)
     info = store.get_job(job_id)
     assert info.status is JobStatus.CANCELLED
-    assert info.done <= done_at_cancel + 1 < total, "at most the batch already running finished"
+    late = store.done_ids(job_id) - done_at_cancel - under_way
+    assert len(late) <= 1 and info.done < total, f"at most the units already under way finished: also {late}"
     assert not (out / "manifest.parquet").exists()
     assert "cancelled" in cli("status", job_id, "--redis-url", redis_url).stdout
     res = cli("resume", job_id, "--redis-url", redis_url)
