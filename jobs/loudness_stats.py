@@ -471,9 +471,9 @@ def wanted(jobs) -> bool:
 
 
 def gpu_stats_at() -> str:
-    """Where a GPU engine's units get their statistics (``BOOKTTS_GPU_LOUDNESS_STATS``): ``finalize``
-    (the default: finalize meters the chapter's stream in its own processes), ``writer`` (the unit
-    writers, in the engine's process) or ``device`` (the engine's hook, :class:`TorchStats`)."""
+    """Where a GPU engine's units get their statistics (``BOOKTTS_GPU_LOUDNESS_STATS``): ``device``
+    (the default: the engine's hook, :class:`TorchStats`), ``finalize`` (finalize meters the
+    chapter's stream in its own processes) or ``writer`` (the unit writers, in the engine's process)."""
     from core import settings
 
     return settings.get("BOOKTTS_GPU_LOUDNESS_STATS")

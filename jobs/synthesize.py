@@ -328,7 +328,7 @@ def write_unit(synth: SynthesizedUnits, index: int, worker: str | None = None) -
     durs = synth.durations[index] if synth.durations is not None else None
     # each item's loudness statistics (finalize combines them into its chapter's gain): the engine's,
     # or measured here from the samples as written; none for --loudness none (finalize sums its report)
-    # and, by default, none for a GPU engine's units (finalize meters the chapter: measured_by_writer)
+    # and none for a GPU engine's units without the engine's own where finalize meters (measured_by_writer)
     louds = None
     engine_stats = synth.stats[index] if synth.stats is not None else None
     if loudness_stats.wanted([job]) and loudness_stats.measured_by_writer(info.device, engine_stats):

@@ -318,20 +318,26 @@ def test_loudness_none_records_no_statistics_and_the_chapter_is_the_samples(tmp_
 
 
 def test_where_a_gpu_engines_units_are_measured_follows_the_setting(monkeypatch):
-    """By default a GPU engine's units carry no statistics (finalize meters the chapter in its own
-    processes: in the engine's process they slowed the GPU bulk benchmark, docs/PERFORMANCE.md);
-    BOOKTTS_GPU_LOUDNESS_STATS=writer measures them as written, =device gives the engine the hook.
-    A CPU engine's units are always measured by the writer; an engine's own statistics are kept."""
+    """By default a GPU engine is given the device hook (its statistics cost it about 24 ms per hour
+    of speech on an H200, docs/PERFORMANCE.md); BOOKTTS_GPU_LOUDNESS_STATS=finalize leaves its units
+    without them (finalize meters the chapter), =writer measures them as written. A CPU engine's
+    units are always measured by the writer; an engine's own statistics are kept."""
     class Eng:
         item_stats = None
 
     eng = Eng()
     monkeypatch.delenv("BOOKTTS_GPU_LOUDNESS_STATS", raising=False)
     S.engine_hook(eng, 22050, True)
+    assert isinstance(eng.item_stats, S.TorchStats)
+    S.engine_hook(eng, 22050, False)  # a job with --loudness none takes it away
+    assert eng.item_stats is None
+    assert S.measured_by_writer("cpu", None)
+    assert S.measured_by_writer("cuda:0", [S.utterance_stats(np.zeros(10, np.int16), 22050)])
+    monkeypatch.setenv("BOOKTTS_GPU_LOUDNESS_STATS", "finalize")
+    S.engine_hook(eng, 22050, True)
     assert eng.item_stats is None
     assert not S.measured_by_writer("cuda:0", None)
     assert S.measured_by_writer("cpu", None)
-    assert S.measured_by_writer("cuda:0", [S.utterance_stats(np.zeros(10, np.int16), 22050)])
     monkeypatch.setenv("BOOKTTS_GPU_LOUDNESS_STATS", "writer")
     S.engine_hook(eng, 22050, True)
     assert eng.item_stats is None
@@ -340,18 +346,16 @@ def test_where_a_gpu_engines_units_are_measured_follows_the_setting(monkeypatch)
     S.engine_hook(eng, 22050, True)
     assert isinstance(eng.item_stats, S.TorchStats)
     assert not S.measured_by_writer("cuda:0", [None, None])
-    S.engine_hook(eng, 22050, False)  # a job with --loudness none takes it away
-    assert eng.item_stats is None
     monkeypatch.setenv("BOOKTTS_GPU_LOUDNESS_STATS", "gpu")
     from core.settings import SettingError
     with pytest.raises(SettingError, match="BOOKTTS_GPU_LOUDNESS_STATS"):
         S.gpu_stats_at()
 
 
-def test_a_gpu_engines_units_are_metered_by_finalize_by_default(tmp_path, onnx_engine, monkeypatch):
-    """Units from an engine on a CUDA device carry no statistics by default, and finalize meters each
-    chapter from its stream: the chapter still meets the EBU target; with the writer chosen
-    (BOOKTTS_GPU_LOUDNESS_STATS=writer) the same job's records carry them again."""
+def test_a_gpu_engines_units_are_metered_by_finalize_when_chosen(tmp_path, onnx_engine, monkeypatch):
+    """With BOOKTTS_GPU_LOUDNESS_STATS=finalize, units from an engine on a CUDA device (one without
+    a device hook) carry no statistics and finalize meters each chapter from its stream: the chapter
+    still meets the EBU target; with the writer chosen the same job's records carry them again."""
     import dataclasses
 
     import soundfile as sf
