@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from finalize_loudness import ROOT, book_text, run_child  # noqa: E402
+from finalize_loudness import ROOT, run_child, synthesize_once  # noqa: E402
 
 DEFAULT_VARIANTS = "flac:0,flac:5,flac:8,wav,opus,m4b"
 #: Files of a delivery by format (what ``bytes_per_hour`` counts).
@@ -128,12 +128,7 @@ def main() -> None:
     out = work / "job"
     py = sys.executable
     try:
-        if not (out / "manifest.parquet").exists():
-            book = work / "book.txt"
-            book.write_text(book_text(a.hours), encoding="utf-8")
-            t0 = time.perf_counter()
-            run_child([py, "cli.py", "run", str(book), "-o", str(out), "--engine", "fake", "--format", "wav"])
-            print(f"synthesized in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        synthesize_once(work, out, a.hours, ["--format", "wav"])
         summary = json.loads((out / ".work" / "finalized.json").read_text())
         hours = summary["audio_s"] / 3600.0
         print(f"job: {out} ({hours:.2f} h of audio, {len(summary['chapter_files'])} chapter file(s))", file=sys.stderr)

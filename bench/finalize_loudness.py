@@ -68,6 +68,18 @@ def run_child(args: list[str]) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def synthesize_once(work: Path, out: Path, hours: float, run_args: list[str]) -> None:
+    """The benchmark's job: the book of ``hours`` read by ``--engine fake`` into ``out`` with
+    ``run_args``, unless a finished job is already there (``--work`` reused)."""
+    if (out / "manifest.parquet").exists():
+        return
+    book = work / "book.txt"
+    book.write_text(book_text(hours), encoding="utf-8")
+    t0 = time.perf_counter()
+    run_child([sys.executable, "cli.py", "run", str(book), "-o", str(out), "--engine", "fake", *run_args])
+    print(f"synthesized in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--measure":
         return _measure(sys.argv[2:])
@@ -91,12 +103,7 @@ def main() -> None:
     out = work / "job"
     py = sys.executable
     try:
-        if not (out / "manifest.parquet").exists():
-            book = work / "book.txt"
-            book.write_text(book_text(a.hours), encoding="utf-8")
-            t0 = time.perf_counter()
-            run_child([py, "cli.py", "run", str(book), "-o", str(out), "--engine", "fake", "--loudness", a.synth_loudness])
-            print(f"synthesized in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        synthesize_once(work, out, a.hours, ["--loudness", a.synth_loudness])
         summary = json.loads((out / ".work" / "finalized.json").read_text())
         hours = summary["audio_s"] / 3600.0
         chapters = len(summary["chapter_files"])
