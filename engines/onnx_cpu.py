@@ -1,17 +1,21 @@
 """ONNX Runtime backend: runs the voice's own ONNX graph on CPU with real batches.
 
 The Piper graph returns padded audio only. To recover each item's exact length,
-the graph is patched in memory to also output its internal frame-count tensor
+the graph is patched to also output its internal frame-count tensor
 (``y_lengths``, the clamped sum of the ceiled durations); samples = frames x hop.
-Nothing is guessed from silence.
+Nothing is guessed from silence. The patched graph is kept in the voice's cache
+(:func:`patched_model`): patching means parsing and writing the whole 63 MB model,
+which costs a one-off run most of a second before its first utterance.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -19,7 +23,11 @@ from engines.spec import EngineSpec
 from engines.base import EngineInfo, SynthesisBatch, SynthesisResult, float_to_int16
 from core.errors import DeterministicEngineError, EngineError, EngineOutOfMemory, EngineUnavailable, VoiceError
 
+log = logging.getLogger("booktts.engine")
+
 LENGTHS_OUTPUT = "booktts_frame_lengths"
+#: The patched graph's file name in the voice's cache (a new name whenever :func:`patched_model_bytes` changes).
+PATCHED_NAME = "cpu-frame-lengths-v1.onnx"
 #: Items run through one ONNX Runtime session at once: this graph's convolutions already fill a
 #: core with one utterance, and larger batches only add padding and memory traffic
 #: (docs/PERFORMANCE.md, "CPU").
@@ -69,6 +77,25 @@ def patched_model_bytes(model_path) -> bytes:
     return model.SerializeToString()
 
 
+def patched_model(voice, cache_root: Path | None = None) -> Path | bytes:
+    """The patched graph (:func:`patched_model_bytes`) as a file in the voice's cache
+    (:func:`engines.tools.export.voice_cache_dir`), written there atomically on first use; its
+    bytes, made in memory, where the cache cannot be written (a read-only home, a full disk)."""
+    from engines.tools.export import atomic_write_bytes, cache_lock, voice_cache_dir
+
+    path = voice_cache_dir(voice, cache_root) / PATCHED_NAME
+    if path.is_file():
+        return path
+    try:
+        with cache_lock(path.parent):
+            if not path.is_file():
+                atomic_write_bytes(path, patched_model_bytes(voice.model_path))
+        return path
+    except OSError as exc:
+        log.debug("the patched voice graph is not cached (%s): patching it in memory", exc)
+        return patched_model_bytes(voice.model_path)
+
+
 class OnnxEngine:
     """ONNX Runtime on CPU (fp32; int8 where a quantized model is given). Text-blind."""
 
@@ -93,12 +120,22 @@ class OnnxEngine:
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         t0 = time.perf_counter()
-        model = model_bytes or patched_model_bytes(voice.model_path)
+        model = model_bytes or patched_model(voice)
         self._sessions: queue.SimpleQueue = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(n_sessions, thread_name_prefix="onnx") if n_sessions > 1 else None
 
         def make_session(_):
-            return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+            if not isinstance(model, Path):
+                return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+            fix = "delete it: the next run writes it again"
+            try:
+                session = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # onnxruntime's own exception types: a damaged file
+                raise VoiceError(f"the cached voice graph {model} cannot be read ({str(exc).splitlines()[0]}); "
+                                 f"{fix}") from exc
+            if LENGTHS_OUTPUT not in {o.name for o in session.get_outputs()}:
+                raise VoiceError(f"{model} is not the patched voice graph (it has no {LENGTHS_OUTPUT} output); {fix}")
+            return session
 
         for sess in (self._pool.map(make_session, range(n_sessions)) if self._pool else [make_session(0)]):
             self._sessions.put(sess)

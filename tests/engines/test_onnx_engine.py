@@ -79,3 +79,51 @@ def test_bad_ids_are_a_deterministic_engine_error(onnx_engine):
 
     with pytest.raises(DeterministicEngineError):
         onnx_engine.synthesize(SynthesisBatch.from_sequences([[1, 0, 9999, 0, 2]], DETERMINISTIC))
+
+
+def test_patched_graph_is_written_to_the_voice_cache_once_and_reused(voice, tmp_path, monkeypatch):
+    from engines import onnx_cpu
+
+    calls = []
+    real = onnx_cpu.patched_model_bytes
+    monkeypatch.setattr(onnx_cpu, "patched_model_bytes", lambda p: calls.append(p) or real(p))
+    first = onnx_cpu.patched_model(voice, tmp_path)
+    second = onnx_cpu.patched_model(voice, tmp_path)
+    assert first == second == tmp_path / voice.model_sha256() / onnx_cpu.PATCHED_NAME
+    assert len(calls) == 1, "patched once, then read from the cache"
+    assert first.read_bytes() == real(voice.model_path)
+    assert not [p for p in first.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_patched_graph_is_made_in_memory_where_the_cache_cannot_be_written(voice, tmp_path):
+    from engines import onnx_cpu
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    got = onnx_cpu.patched_model(voice, blocked)
+    assert isinstance(got, bytes) and onnx_cpu.LENGTHS_OUTPUT.encode() in got
+
+
+def test_a_cached_graph_that_is_not_the_patched_one_is_refused_with_the_fix(voice, tmp_path, monkeypatch):
+    from core.errors import VoiceError
+    from engines import EngineSpec, onnx_cpu
+
+    wrong = tmp_path / voice.model_sha256() / onnx_cpu.PATCHED_NAME
+    wrong.parent.mkdir(parents=True)
+    wrong.write_bytes(voice.model_path.read_bytes())  # the voice's own graph: no frame-length output
+    monkeypatch.setenv("BOOKTTS_CACHE", str(tmp_path))
+    with pytest.raises(VoiceError, match="delete it"):
+        onnx_cpu.OnnxEngine(voice, EngineSpec(threads=1), sessions=1)
+
+
+def test_a_damaged_cached_graph_gets_one_line_naming_the_file_and_the_fix(voice, tmp_path, monkeypatch):
+    from core.errors import VoiceError
+    from engines import EngineSpec, onnx_cpu
+
+    bad = tmp_path / voice.model_sha256() / onnx_cpu.PATCHED_NAME
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(onnx_cpu.patched_model_bytes(voice.model_path)[:100_000])  # cut short
+    monkeypatch.setenv("BOOKTTS_CACHE", str(tmp_path))
+    with pytest.raises(VoiceError, match="cannot be read.*delete it") as err:
+        onnx_cpu.OnnxEngine(voice, EngineSpec(threads=1), sessions=1)
+    assert str(bad) in str(err.value) and "\n" not in str(err.value)
