@@ -152,7 +152,11 @@ class OnnxEngine:
         elif self._pool is None:
             parts = [self._run(batch.slice(a, b)) for a, b in slices]
         else:
-            parts = list(self._pool.map(lambda ab: self._run(batch.slice(*ab)), slices))
+            # longest first: the sessions then end the batch on short items together, instead of
+            # one session running the longest item alone while the others wait (a batch is a barrier)
+            longest_first = sorted(range(len(slices)), key=lambda k: -int(batch.lengths[slices[k][0]:slices[k][1]].max()))
+            done = dict(zip(longest_first, self._pool.map(lambda k: self._run(batch.slice(*slices[k])), longest_first)))
+            parts = [done[k] for k in range(len(slices))]
         lengths = np.concatenate([l for _, l in parts])
         audio = np.zeros((len(batch), int(max(a.shape[1] for a, _ in parts))), dtype=np.int16)
         row = 0
