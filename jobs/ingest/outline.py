@@ -215,7 +215,8 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     for k, it in enumerate(out):
         if k < after or tuple(_tokens(it.text)) == title_t:
             continue
-        if it.kind != "para" or len(it.text.split()) > 14 or k + 1 >= len(out) or out[k + 1].kind != "para":
+        if it.kind != "para" or len(it.text.split()) > 14 or k + 1 >= len(out) or not (
+                out[k + 1].kind == "para" or _first_part(out[k + 1])):
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
@@ -223,6 +224,12 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
                 or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
             out[k] = _Item("heading", it.text, style="contents", caps=it.caps, apart=it.apart)
     return out
+
+
+def _first_part(it: _Item) -> bool:
+    """The heading of a chapter's first numbered part ("I", "1. HOW THEY WENT ..."): a title line right
+    above it heads the chapter."""
+    return it.kind == "heading" and it.style in ("roman", "numtitle") and it.num == 1
 
 
 def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
@@ -683,6 +690,41 @@ def _paged_runs(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _labelled_title_lines(items: list[_Item]) -> list[_Item]:
+    """A "Contents" label over plain titles printed one per block ("THE LADY WITH THE DOG", "A DOCTOR'S
+    VISIT", ... with no numbers or pages): three or more short lines that are no prose, up to the line
+    that says the first entry again (the first story's own heading) or a line with prose under it, are
+    a contents list when the list ends at its first entry again or half of them come again later; they
+    become one labelled contents-list item."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        out.append(it)
+        k += 1
+        if it.kind != "para" or not _CONTENTS_LABEL_RE.match(it.text):
+            continue
+        e, first, again = k, None, False
+        while e < len(items):
+            cur = items[e]
+            if cur.kind != "para" or len(cur.text.split()) > 14 or _is_prose(cur.text) \
+                    or _LEADING_NUMBER_RE.match(cur.text) or _PAGED_ENTRY_RE.match(cur.text):
+                break
+            if first is not None and tuple(_tokens(cur.text)) == first:
+                again = True
+                break  # the list is over: its first entry again, as the heading of its chapter
+            if e + 1 < len(items) and items[e + 1].kind == "para" and _is_prose(items[e + 1].text):
+                break  # a heading with its text under it
+            first = first or tuple(_tokens(cur.text))
+            e += 1
+        entries = [items[j].text for j in range(k, e)]
+        later = {tuple(_tokens(x.text)) for x in items[e:] if x.kind in ("para", "heading") and len(x.text) <= 120}
+        if len(entries) >= 3 and (again or 2 * sum(1 for t in entries if tuple(_tokens(t)) in later) >= len(entries)):
+            out.append(_Item("toc", " ".join(entries), entries=entries, label=True))
+            k = e
+    return out
+
+
 def _caption_lists(items: list[_Item]) -> list[_Item]:
     """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
     Illustrations") label and three or more captions of a few words (eight at most), one per block,
@@ -787,7 +829,7 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
 
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
-    items = _caption_lists(_paged_runs(items))
+    items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)
@@ -808,6 +850,11 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                     and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
     items = [it for k, it in enumerate(items) if k not in half]
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
+    if first is not None and items[first].style in PART_STYLES and title_t \
+            and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
+            and len(_tokens(items[first].text)) - len(title_t) <= 3:
+        items[first] = _Item("para", items[first].text)  # a series' "VOLUME 3" over the book's title: the title page
     levels = _assign_levels(items)
     front: list[_Item] = []
     nodes: list[Node] = []

@@ -871,3 +871,21 @@ def test_title_case_after_a_number_and_a_dash():
     assert title_case("190 A FOUR-LEAVED CLOVER") == "190 A Four-Leaved Clover"
     assert title_case("FAIRY STORIES\u2014MODERN FANTASTIC TALES") == "Fairy Stories\u2014Modern Fantastic Tales"
     assert title_case("THE LORD HELPETH MAN AND BEAST") == "The Lord Helpeth Man and Beast"
+
+
+# ------------------------------------------------------------------------------------- round 6 (heldout5 spent)
+
+
+def test_stories_titled_in_capitals_after_a_contents_list_of_titles_keep_their_numerals_as_parts():
+    """The Lady with the Dog and Other Stories (PG 13415, ISO-8859-1, CRLF): a series title page ("THE TALES
+    OF CHEKHOV" / "VOLUME 3" / the book's title), a CONTENTS of plain titles one per block, then stories
+    headed by their titles in capitals, some told in bare-numeral parts "I", "II": the stories are the
+    chapters, the numerals their parts; the volume line, the translator's credit and the list are not spoken."""
+    book = load_book(STRUCTURE / "lady-with-the-dog-excerpt-8.txt")
+    assert [c.title for c in book.chapters] == ["The Lady with the Dog", "A Doctor's Visit", "Ionitch"]
+    lady = book.chapters[0]
+    assert [p for i, p in enumerate(lady.paragraphs) if lady.kind(i) == "heading"] == ["Part I.", "Part II."]
+    assert lady.paragraphs[1].startswith("IT was said that a new person had appeared")
+    said = _said(book)
+    for gone in ("VOLUME 3", "Translated by", "CONTENTS", "AN UPHEAVAL", "THE BLACK MONK"):
+        assert gone not in said
