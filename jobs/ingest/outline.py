@@ -25,7 +25,7 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import _Item, _roman_value
+from jobs.ingest.text import _Item, _number_value, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -244,6 +244,8 @@ def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
     return any(abs(len(e) - len(toks)) <= 1 and len(set(toks) & set(e)) >= len(set(e)) - 1 >= 3 for e in named)
 
 
+_PART_LINE_RE = re.compile(r"^([IVXLCDM]+|\d{1,3})\.\s*(?:--|\u2014|\u2013)\s*\S")
+"""A numbered part's line with its title after a dash: "III.\u2014ON FALLING IN LOVE"."""
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
 _ORDINAL_LINE_RE = re.compile(rf"^({'|'.join(_ORDINALS)})\s+\w+\.?$", re.I)
 
@@ -264,7 +266,7 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
         if k + 1 >= len(items):
             return False
         nxt = items[k + 1]
-        return nxt.kind == "para" or nxt.kind == "heading" and nxt.style == "numtitle" and nxt.num == 1
+        return nxt.kind == "para" or _first_part(nxt)
 
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
@@ -275,7 +277,19 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
     # lines of the same kind that the contents list has already made headings count for the pattern: a
     # line its list misprints ("The Little Boy Pound" for THE LITTLE BOY FOUND) is found by its likeness
     named = sum(1 for it in items if it.kind == "heading" and it.style == "contents" and it.caps and it.apart >= 2)
-    n_numbered = sum(1 for it in items if it.kind == "heading" and it.style in numbered)
+    # bare numerals that start at I right under such a line and run on are its parts, not chapters
+    parts: set[int] = set()
+    for k in cands:
+        expect, j = 1, k + 1
+        while j < len(items) and not (j != k + 1 and j in cands):
+            it = items[j]
+            if it.kind == "heading" and it.style == "roman" and it.num == expect:
+                parts.add(j)
+                expect += 1
+            elif it.kind == "heading":
+                break
+            j += 1
+    n_numbered = sum(1 for k, it in enumerate(items) if it.kind == "heading" and it.style in numbered and k not in parts)
     if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
         return items
     if len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
@@ -298,6 +312,18 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
         else:
             expect = 0
         prev_caps = k
+    expect = 0  # lines in capitals that go on numbering a chapter's bare-numeral parts: "III.--ON FALLING IN LOVE"
+    for k, it in enumerate(out):
+        if it.kind != "heading":
+            continue
+        m = _PART_LINE_RE.match(it.text) if it.style == "caps" else None
+        if it.style == "roman" and it.num == expect + 1:
+            expect += 1
+        elif m and expect and _number_value(m.group(1)) == expect + 1:
+            out[k] = _Item("heading", it.text, style="numpart", num=expect + 1)
+            expect += 1
+        else:
+            expect = 0
     if n_numbered:
         under = False  # inside a caps chapter whose numbered titles restart at 1: its parts
         for k, it in enumerate(out):
@@ -537,6 +563,9 @@ def spoken_heading(it: _Item, level: str) -> str:
     "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later); a
     footnote mark in it ("OF PROBABILITY[9].") is not said."""
     text = _FOOTNOTE_MARK_RE.sub("", it.text)
+    m = _PART_LINE_RE.match(text) if it.style == "numpart" else None
+    if m:  # "III.\u2014ON FALLING IN LOVE", a part like the bare "II." before it: "Part III. On Falling in Love"
+        return f"Part {m.group(1)}. " + title_case(text[m.end() - 1:])
     if it.style == "numtitle" and level == "chapter":
         text = _strip_number(text)
     elif it.style == "roman":

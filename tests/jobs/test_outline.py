@@ -889,3 +889,33 @@ def test_stories_titled_in_capitals_after_a_contents_list_of_titles_keep_their_n
     said = _said(book)
     for gone in ("VOLUME 3", "Translated by", "CONTENTS", "AN UPHEAVAL", "THE BLACK MONK"):
         assert gone not in said
+
+
+def test_stories_titled_in_capitals_with_bare_numeral_parts_and_no_contents_list(tmp_path):
+    """Four stories headed by lines in capitals set apart, each told in parts "I", "II", "III" (more
+    numerals than titles) with no contents list: the titles are the chapters, the numerals their parts."""
+    titles = ["THE BLACK MONK", "VOLODYA", "AN ANONYMOUS STORY", "THE HUSBAND"]
+    parts = ["TALES OF THE STEPPE\n\n"]
+    for n, t in enumerate(titles):
+        parts.append(f"\n\n\n\n{t}\n\n\n" + "\n\n".join(f"{r}\n\n{_tale(n)}" for r in ("I", "II", "III")))
+    p = tmp_path / "stories.txt"
+    p.write_text("".join(parts) + "\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["The Black Monk", "Volodya", "An Anonymous Story", "The Husband"]
+    assert all([q for i, q in enumerate(c.paragraphs) if c.kind(i) == "heading"] == ["Part I.", "Part II.", "Part III."]
+               for c in book.chapters)
+
+
+def test_essays_titled_in_capitals_and_an_essay_in_parts_numbered_on_in_titled_lines():
+    """Virginibus Puerisque (PG 386): eleven essays headed by their titles in capitals, the first (its title
+    in quotation marks) in four parts "I.", "II.", "III.\u2014ON FALLING IN LOVE", "IV.\u2014TRUTH OF
+    INTERCOURSE": the parts are sections of the first essay, the third and fourth said like the first two."""
+    book = load_book(STRUCTURE / "virginibus-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "\u201cVirginibus Puerisque\u201d", "Crabbed Age and Youth", "An Apology for Idlers", "Ordered South",
+        "\u00c6s Triplex"]
+    first = book.chapters[0]
+    assert [p for i, p in enumerate(first.paragraphs) if first.kind(i) == "heading"] == [
+        "Part I.", "Part II.", "Part III. On Falling in Love", "Part IV. Truth of Intercourse"]
+    assert first.paragraphs[1].startswith("WITH the single exception of Falstaff")
+    assert book.chapters[1].paragraphs[0].startswith("\u201cYou know my mother now and then argues")
