@@ -63,7 +63,8 @@ _NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|
 _FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|electronic\s+(?:edition|text|version))\b"
                            r"|\be-?texts\b|\b(?:images|illustrations)\s+in\s+this\b|\btranscri|\bproofread"
                            r"|\btypographical\b|\b(?:spelling|hyphenation|punctuation)\b.{0,40}\b(?:retained|preserved"
-                           r"|corrected|standardi[sz]ed|original)", re.I)
+                           r"|corrected|standardi[sz]ed|original|made)"
+                           r"|\bthis\s+text\b|\bto\s+indicate\s+italics\b|\bend-?notes\b", re.I)
 
 
 _THIS_FILE_RE = re.compile(r"\bthis\s+(?:e-?text|e-?book|file|electronic\s+(?:edition|text|version))\b|\be-?texts?\b",

@@ -919,3 +919,47 @@ def test_essays_titled_in_capitals_and_an_essay_in_parts_numbered_on_in_titled_l
         "Part I.", "Part II.", "Part III. On Falling in Love", "Part IV. Truth of Intercourse"]
     assert first.paragraphs[1].startswith("WITH the single exception of Falstaff")
     assert book.chapters[1].paragraphs[0].startswith("\u201cYou know my mother now and then argues")
+
+
+def test_epub_nav_entries_nested_under_a_numbered_chapter_are_its_sections(tmp_path):
+    """The Elements of Style (PG 37134, EPUB 3, the whole book in one XHTML file): the nav nests the numbered
+    rules ("1. Form the possessive ...") under "II. ELEMENTARY RULES OF USAGE", which has no text of its own
+    before rule 1, and "WORDS OFTEN MISSPELLED" under "VI. SPELLING": they are sections of those chapters, not
+    chapters. The transcriber's notes under their label and the title page are not spoken."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc = ('<p class="center"><b>Transcriber\'s Notes:</b></p>'
+           '<p>Every effort has been made to replicate this text as faithfully as possible, including '
+           'inconsistencies in spelling and hyphenation.</p>'
+           '<p>Some corrections of spelling and punctuation have been made. They are marked like this in the '
+           'text.</p>'
+           '<h1 id="t">THE ELEMENTS OF STYLE</h1><p>BY WILLIAM STRUNK, Jr.</p><p>PROFESSOR OF ENGLISH IN CORNELL '
+           'UNIVERSITY</p><p>NEW YORK HARCOURT, BRACE AND COMPANY</p>'
+           '<h2 id="c1">I. INTRODUCTORY</h2><p>This book aims to give in brief space the principal requirements '
+           'of plain English style.</p>'
+           '<h2 id="c2">II. ELEMENTARY RULES OF USAGE</h2>'
+           '<h3 id="r1">1. Form the possessive singular of nouns by adding \'s.</h3>'
+           '<p>Follow this rule whatever the final consonant. Thus write, Charles\'s friend.</p>'
+           '<h3 id="r2">2. In a series of three or more terms with a single conjunction, use a comma after each '
+           'term except the last.</h3><p>Thus write, red, white, and blue.</p>'
+           '<h2 id="c6">VI. SPELLING</h2><p>The spelling of English words is not fixed and invariable, nor does '
+           'it depend on any other authority than general agreement.</p>'
+           '<h3 id="w">WORDS OFTEN MISSPELLED</h3><p>accidentally</p>')
+    nav = [("THE ELEMENTS OF STYLE", "c.xhtml#t"), ("I. INTRODUCTORY", "c.xhtml#c1"),
+           ("II. ELEMENTARY RULES OF USAGE", "c.xhtml#c2",
+            [("1. Form the possessive singular of nouns by adding 's.", "c.xhtml#r1"),
+             ("2. In a series of three or more terms with a single conjunction, use a comma after each term "
+              "except the last.", "c.xhtml#r2")]),
+           ("VI. SPELLING", "c.xhtml#c6", [("WORDS OFTEN MISSPELLED", "c.xhtml#w")])]
+    book = load_book(make_epub(tmp_path / "style.epub", [("c.xhtml", doc)], nav=nav, title="The Elements of Style"))
+    assert [c.title for c in book.chapters] == ["I. Introductory", "II. Elementary Rules of Usage", "VI. Spelling"]
+    rules = book.chapters[1]
+    assert [p for i, p in enumerate(rules.paragraphs) if rules.kind(i) == "heading"] == [
+        "1. Form the possessive singular of nouns by adding 's.",
+        "2. In a series of three or more terms with a single conjunction, use a comma after each term except the last."]
+    assert rules.paragraphs[1].startswith("Follow this rule whatever the final consonant")
+    spelling = book.chapters[2]
+    assert spelling.paragraphs[-2:] == ["Words Often Misspelled", "accidentally"] and spelling.kind(1) == "heading"
+    said = _said(book)
+    for gone in ("Transcriber", "Every effort", "Some corrections", "HARCOURT", "PROFESSOR OF ENGLISH"):
+        assert gone not in said
