@@ -778,11 +778,22 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
     """A numbered CHAPTER, STAVE or ACT heading that comes again later (a play's list of scenes, "ACT I.
     The Octagon Room", before "FIRST ACT") and has no prose under it, or a tenth of the words the later one
     has, is an entry of a list, not a start (unless a PART, BOOK or VOLUME heading comes between the two):
-    it becomes a paragraph of the front matter (where a cast list's rules drop it)."""
+    it becomes a paragraph of the front matter (where a cast list's rules drop it). So does a PART (BOOK,
+    VOLUME) heading with no prose under it that comes again later after one numbered lower (a note naming
+    "Part II" before "PART I.")."""
     heads = [k for k, it in enumerate(items) if it.kind == "heading"]
     out = list(items)
     for n, k in enumerate(heads):
         it = items[k]
+        if it.style in PART_STYLES and it.num is not None:
+            # a note naming a later part ("Part II, The Country of the Saints, deals much with ...") before the
+            # part numbered lower that starts the book's sequence, with no prose under it, is no heading
+            later = [items[j] for j in heads[n + 1:] if items[j].style == it.style and items[j].num is not None]
+            lower = next((m for m, h in enumerate(later) if h.num < it.num), None)
+            if lower is not None and any(h.num == it.num for h in later[lower + 1:]) \
+                    and not _has_prose(_body_words(items, heads, n)):
+                out[k] = _Item("para", it.text)
+            continue
         if it.style not in RANKED_CHAPTER_STYLES or it.num is None:
             continue
         again = next((m for m in range(n + 1, len(heads))

@@ -963,3 +963,22 @@ def test_epub_nav_entries_nested_under_a_numbered_chapter_are_its_sections(tmp_p
     said = _said(book)
     for gone in ("Transcriber", "Every effort", "Some corrections", "HARCOURT", "PROFESSOR OF ENGLISH"):
         assert gone not in said
+
+
+def test_notes_run_in_after_a_transcribers_label_a_pg_editors_note_and_a_note_naming_a_later_part():
+    """A Study in Scarlet (PG 244): "Original Transcriber's Note: This etext ..." with its note run in and
+    a second paragraph about the text ("... the underscore character to indicate italics"), a "Project
+    Gutenberg Editor's Note:", an indented line naming "Part II" before PART I, and ORIGINAL TRANSCRIBER'S
+    NOTES at the end made of bracketed "[Footnote n: ...]" entries: none of the notes is spoken, and the
+    line naming Part II is no part heading (PART II comes later, after PART I)."""
+    book = load_book(STRUCTURE / "study-in-scarlet-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert titles[1:] == ["PART I.", "CHAPTER I. Mr. Sherlock Holmes.", "CHAPTER II. The Science of Deduction.",
+                          "PART II. The Country of the Saints. CHAPTER I. On the Great Alkali Plain.",
+                          "CHAPTER II. The Flower of Utah."]
+    assert book.chapters[0].paragraphs == ["Part II, The Country of the Saints, deals much with the Mormon Church."]
+    said = _said(book)
+    for gone in ("Transcriber", "Additions to the text", "Editor\u2019s Note", "reproofing", "Footnote",
+                 "Frontispiece", "period should be a comma"):
+        assert gone not in said
+    assert book.chapters[-1].paragraphs[-1].endswith("were to be theirs for evermore.")
