@@ -982,3 +982,19 @@ def test_notes_run_in_after_a_transcribers_label_a_pg_editors_note_and_a_note_na
                  "Frontispiece", "period should be a comma"):
         assert gone not in said
     assert book.chapters[-1].paragraphs[-1].endswith("were to be theirs for evermore.")
+
+
+def test_a_prologue_headed_with_its_writer_and_a_transcribers_comments_in_topics():
+    """The School for Scandal (PG 1929): "Transcriber's Comments on the preparation of this E-Text:" with
+    topics under labels of their own ("SQUARE BRACKETS:", "FOOTNOTES:", "CHANGES TO THE TEXT:"), an editor's
+    note, Sheridan's poem, the DRAMATIS PERSONAE, then "PROLOGUE WRITTEN BY MR. GARRICK" before ACT I: the
+    prologue is a chapter, the transcriber's comments are not spoken."""
+    book = load_book(STRUCTURE / "school-for-scandal-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "", "Prologue Written by Mr. Garrick", "ACT I", "ACT V", "Epilogue. By Mr. Colman"]
+    assert book.chapters[0].paragraphs[0].startswith("The text of THE SCHOOL FOR SCANDAL in this edition")
+    assert book.chapters[1].paragraphs[0].startswith("A school for Scandal! tell me, I beseech you")
+    said = _said(book)
+    for gone in ("Transcriber", "SQUARE BRACKETS", "square brackets, i.e.", "consolidated at the end",
+                 "Numbering of the footnotes", "Character names have been expanded", "Mr. Palmer"):
+        assert gone not in said
