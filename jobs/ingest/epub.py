@@ -477,7 +477,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
                        ["text"] * len(paras)))
         pending = []
     # notes by the e-text's makers ("The images in this file ...") are not the book's text
-    kept = [[i not in _producer_notes(ps, front=j < 3) for i in range(len(ps))] for j, (_t, _d, ps, _k) in enumerate(merged)]
+    kept = [[i not in _producer_notes(ps, front=j < 3) for i in range(len(ps))]
+            for j, (_t, _d, ps, _k) in enumerate(merged)]
     merged = [(t, d, [q for q, ok in zip(ps, keep) if ok], [kd for kd, ok in zip(ks, keep) if ok])
               for (t, d, ps, ks), keep in zip(merged, kept)]
     merged = [m for m in merged if "text" in m[3]]
@@ -498,7 +499,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
 # --------------------------------------------------------------------------- blocks -> chapters
 
 
-_NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|letter|stave|canto)\s+(?:[IVXLCDM]+|\d{1,3})\b|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")
+_NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|letter|stave|canto)\s+(?:[IVXLCDM]+|\d{1,3})\b"
+                                r"|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")
 """A nav entry for a numbered chapter ("II. ELEMENTARY RULES OF USAGE", "CHAPTER IV"), not a part."""
 _BARE_ENTRY_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.?$")
 

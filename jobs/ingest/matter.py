@@ -58,8 +58,8 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
     return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
 
 
-_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|e-?text\s+editor|project\s+gutenberg\s+editor)"
-                            r"(?:'s|\u2019s|s'|s)?"
+_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|e-?text\s+editor"
+                            r"|project\s+gutenberg\s+editor)(?:'s|\u2019s|s'|s)?"
                             r"\s+(?:notes?|comments?)\b", re.I)
 _SUB_LABEL_RE = re.compile(r"^[A-Z][A-Za-z'\u2019 -]{0,40}:$")
 """A topic's label inside a transcriber's note ("SQUARE BRACKETS:", "CHANGES TO THE TEXT:")."""
@@ -71,8 +71,8 @@ _FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|elec
 
 
 _END_NOTE_RE = re.compile(r"^\[\s*(?:foot\s*)?note\s+\d{1,3}\s*:", re.I)
-"""A numbered note in brackets ("[Footnote 1: Frontispiece, with the caption ...]"): under a transcriber's label,
-every such note in a row is the transcriber's."""
+"""A numbered note in brackets ("[Footnote 1: Frontispiece, with the caption ...]"): under a transcriber's
+label, every such note in a row is the transcriber's."""
 _THIS_FILE_RE = re.compile(r"\bthis\s+(?:e-?text|e-?book|file|electronic\s+(?:edition|text|version))\b|\be-?texts?\b",
                            re.I)
 _PRODUCTION_RE = re.compile(r"\b(?:images?|illustrations?|versions?|formats?|screens?|transcri\w*|proofread\w*"
@@ -91,7 +91,7 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     for i, p in enumerate(paras):
         if _NOTE_LABEL_RE.match(p):
             out.add(i)
-            if len(p.split()) <= 6 or not p.startswith(("[", "(")):  # a label (or a note run in after it): more under it
+            if len(p.split()) <= 6 or not p.startswith(("[", "(")):  # a label, or one with its note run in
                 j, under = i + 1, 0  # under: paragraphs still taken under a topic's label
                 while j < len(paras):
                     q = paras[j]
@@ -99,7 +99,8 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                         under = 3
                     elif under and _is_prose(q) and len(q.split()) <= 120:
                         under -= 1
-                    elif not (j <= i + 5 and _FILE_NOTE_RE.search(q) and len(q.split()) <= 200 or _END_NOTE_RE.match(q)):
+                    elif not (j <= i + 5 and _FILE_NOTE_RE.search(q) and len(q.split()) <= 200
+                              or _END_NOTE_RE.match(q)):
                         break
                     out.add(j)
                     j += 1

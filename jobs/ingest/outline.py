@@ -289,7 +289,8 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
             elif it.kind == "heading":
                 break
             j += 1
-    n_numbered = sum(1 for k, it in enumerate(items) if it.kind == "heading" and it.style in numbered and k not in parts)
+    n_numbered = sum(1 for k, it in enumerate(items)
+                     if it.kind == "heading" and it.style in numbered and k not in parts)
     if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
         return items
     if len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
