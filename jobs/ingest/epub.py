@@ -37,7 +37,7 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.outline import _BY_RE, epub_checks
+from jobs.ingest.outline import _BY_RE, _KEYWORD_START_RE, _shouted, epub_checks, title_case
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _PG_END_RE, _PG_START_RE
@@ -450,20 +450,38 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         segments.append((label, depth, stream[pos:end]))
 
     _front_title, paras0 = _segment_paragraphs(None, segments[0][2])
-    merged: list[tuple[str, int, list[str]]] = [(title, 0, paras0)] if paras0 else []
+    merged: list[tuple[str, int, list[str], list[str]]] = [(title, 0, paras0, ["text"] * len(paras0))] if paras0 else []
     # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
     pending: list[tuple[str, int]] = []
-    for label, depth, blocks in segments[1:]:
+    host: int | None = None  # the depth of a numbered chapter's entry, whose nested entries are its sections
+    for n, (label, depth, blocks) in enumerate(segments[1:], 1):
         t, paras = _segment_paragraphs(label, blocks)
+        if host is not None and depth <= host:
+            host = None
+        if host is not None and _nested_section(t):
+            if pending:  # the chapter's entry has no text of its own before its first section
+                merged.append((_chain_titles([pt for pt, _pd in pending if pt]), host, [], []))
+                pending = []
+            pt, pd, ps, ks = merged[-1]
+            merged[-1] = (pt, pd, ps + [_spoken(t)] + paras, ks + ["heading"] + ["text"] * len(paras))
+            continue
+        # a numbered chapter's entry holds sections, except one lone entry under a number with no text of
+        # its own, which is the chapter's title ("Chapter 1" / "The Old Sea-dog at the Inn")
+        inner = next((m for m in range(n + 1, len(segments)) if segments[m][1] <= depth), len(segments)) - n - 1
+        if _NUMBERED_ENTRY_RE.match(t) and (inner >= 2 or paras and inner):
+            host = depth
         if not paras:
             pending = [(pt, pd) for pt, pd in pending if pd < depth] + [(t, depth)]
             continue
-        merged.append((_chain_titles([pt for pt, pd in pending if pd < depth and pt] + [t]), depth, paras))
+        merged.append((_chain_titles([pt for pt, pd in pending if pd < depth and pt] + [t]), depth, paras,
+                       ["text"] * len(paras)))
         pending = []
     # notes by the e-text's makers ("The images in this file ...") are not the book's text
-    merged = [(t, d, [q for i, q in enumerate(ps) if i not in _producer_notes(ps, front=n < 3)])
-              for n, (t, d, ps) in enumerate(merged)]
-    merged = [m for m in merged if m[2]]
+    kept = [[i not in _producer_notes(ps, front=j < 3) for i in range(len(ps))]
+            for j, (_t, _d, ps, _k) in enumerate(merged)]
+    merged = [(t, d, [q for q, ok in zip(ps, keep) if ok], [kd for kd, ok in zip(ks, keep) if ok])
+              for (t, d, ps, ks), keep in zip(merged, kept)]
+    merged = [m for m in merged if "text" in m[3]]
     # leading front matter without prose (title page, contents, edition notice) is left out
     k = 0
     while k < len(merged) - 1 and not _has_prose(merged[k][2]) and any(_has_prose(c[2]) for c in merged[k + 1:]):
@@ -472,12 +490,31 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     if not merged:
         raise InputError(f"{where} has no readable text in its documents; pass a book with text")
     return Book(title=book_title, source=p, format="epub",
-                chapters=epub_checks([Chapter(i + 1, t, ps) for i, (t, _d, ps) in enumerate(merged)], title, author),
+                chapters=epub_checks([Chapter(i + 1, t, ps, None if "heading" not in ks else ks)
+                                      for i, (t, _d, ps, ks) in enumerate(merged)], title, author),
                 author=author,
                 title_known=bool(title))
 
 
 # --------------------------------------------------------------------------- blocks -> chapters
+
+
+_NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|letter|stave|canto)\s+(?:[IVXLCDM]+|\d{1,3})\b"
+                                r"|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")
+"""A nav entry for a numbered chapter ("II. ELEMENTARY RULES OF USAGE", "CHAPTER IV"), not a part."""
+_BARE_ENTRY_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.?$")
+
+
+def _nested_section(label: str) -> bool:
+    """An entry nested under a numbered chapter's entry is one of its sections ("1. Form the possessive
+    singular of nouns by adding 's.", "WORDS OFTEN MISSPELLED", "I. Punctuate:"), unless it is a bare
+    numeral (a story's part: see ``epub_checks``) or a keyword heading of its own ("CHAPTER I", "PART II")."""
+    label = label.strip()
+    return bool(label) and not _BARE_ENTRY_RE.match(label) and not _KEYWORD_START_RE.match(label)
+
+
+def _spoken(label: str) -> str:
+    return title_case(label) if _shouted(label) else label
 
 
 def _chain_titles(titles: list[str]) -> str:

@@ -58,14 +58,21 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
     return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
 
 
-_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|e-?text\s+editor)(?:'s|\u2019s|s'|s)?"
-                            r"\s+notes?\b", re.I)
+_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|e-?text\s+editor"
+                            r"|project\s+gutenberg\s+editor)(?:'s|\u2019s|s'|s)?"
+                            r"\s+(?:notes?|comments?)\b", re.I)
+_SUB_LABEL_RE = re.compile(r"^[A-Z][A-Za-z'\u2019 -]{0,40}:$")
+"""A topic's label inside a transcriber's note ("SQUARE BRACKETS:", "CHANGES TO THE TEXT:")."""
 _FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|electronic\s+(?:edition|text|version))\b"
                            r"|\be-?texts\b|\b(?:images|illustrations)\s+in\s+this\b|\btranscri|\bproofread"
                            r"|\btypographical\b|\b(?:spelling|hyphenation|punctuation)\b.{0,40}\b(?:retained|preserved"
-                           r"|corrected|standardi[sz]ed|original)", re.I)
+                           r"|corrected|standardi[sz]ed|original|made)"
+                           r"|\bthis\s+text\b|\bto\s+indicate\s+italics\b|\bend-?notes\b", re.I)
 
 
+_END_NOTE_RE = re.compile(r"^\[\s*(?:foot\s*)?note\s+\d{1,3}\s*:", re.I)
+"""A numbered note in brackets ("[Footnote 1: Frontispiece, with the caption ...]"): under a transcriber's
+label, every such note in a row is the transcriber's."""
 _THIS_FILE_RE = re.compile(r"\bthis\s+(?:e-?text|e-?book|file|electronic\s+(?:edition|text|version))\b|\be-?texts?\b",
                            re.I)
 _PRODUCTION_RE = re.compile(r"\b(?:images?|illustrations?|versions?|formats?|screens?|transcri\w*|proofread\w*"
@@ -74,18 +81,27 @@ _PRODUCTION_RE = re.compile(r"\b(?:images?|illustrations?|versions?|formats?|scr
 
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
-    ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:" and the paragraphs under it that
-    speak of the text, its spelling or its files, up to five), and, in the first chapters, a short
+    ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in,
+    and the paragraphs under it that speak of the text, its spelling or its files, up to five, all the
+    bracketed numbered notes "[Footnote 1: ...]" in a row under it, and topics under labels of their own
+    ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
     paragraph about this file, e-book or e-text that speaks of its images, version, format or
     making ("The images in this file are ..."); "He opened the file." stays."""
     out: set[int] = set()
     for i, p in enumerate(paras):
         if _NOTE_LABEL_RE.match(p):
             out.add(i)
-            if len(p.split()) <= 6:  # a label: the note is under it
-                j = i + 1
-                while j < len(paras) and j <= i + 5 and _FILE_NOTE_RE.search(paras[j]) \
-                        and len(paras[j].split()) <= 200:
+            if len(p.split()) <= 6 or not p.startswith(("[", "(")):  # a label, or one with its note run in
+                j, under = i + 1, 0  # under: paragraphs still taken under a topic's label
+                while j < len(paras):
+                    q = paras[j]
+                    if _SUB_LABEL_RE.match(q) and len(q.split()) <= 5:
+                        under = 3
+                    elif under and _is_prose(q) and len(q.split()) <= 120:
+                        under -= 1
+                    elif not (j <= i + 5 and _FILE_NOTE_RE.search(q) and len(q.split()) <= 200
+                              or _END_NOTE_RE.match(q)):
+                        break
                     out.add(j)
                     j += 1
         elif front and len(p.split()) <= 120 and _THIS_FILE_RE.search(p) and _PRODUCTION_RE.search(p):

@@ -25,7 +25,7 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import _Item, _roman_value
+from jobs.ingest.text import _Item, _number_value, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -215,7 +215,8 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     for k, it in enumerate(out):
         if k < after or tuple(_tokens(it.text)) == title_t:
             continue
-        if it.kind != "para" or len(it.text.split()) > 14 or k + 1 >= len(out) or out[k + 1].kind != "para":
+        if it.kind != "para" or len(it.text.split()) > 14 or k + 1 >= len(out) or not (
+                out[k + 1].kind == "para" or _first_part(out[k + 1])):
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
@@ -223,6 +224,12 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
                 or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
             out[k] = _Item("heading", it.text, style="contents", caps=it.caps, apart=it.apart)
     return out
+
+
+def _first_part(it: _Item) -> bool:
+    """The heading of a chapter's first numbered part ("I", "1. HOW THEY WENT ..."): a title line right
+    above it heads the chapter."""
+    return it.kind == "heading" and it.style in ("roman", "numtitle") and it.num == 1
 
 
 def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
@@ -237,6 +244,8 @@ def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
     return any(abs(len(e) - len(toks)) <= 1 and len(set(toks) & set(e)) >= len(set(e)) - 1 >= 3 for e in named)
 
 
+_PART_LINE_RE = re.compile(r"^([IVXLCDM]+|\d{1,3})\.\s*(?:--|\u2014|\u2013)\s*\S")
+"""A numbered part's line with its title after a dash: "III.\u2014ON FALLING IN LOVE"."""
 _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
 _ORDINAL_LINE_RE = re.compile(rf"^({'|'.join(_ORDINALS)})\s+\w+\.?$", re.I)
 
@@ -257,7 +266,7 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
         if k + 1 >= len(items):
             return False
         nxt = items[k + 1]
-        return nxt.kind == "para" or nxt.kind == "heading" and nxt.style == "numtitle" and nxt.num == 1
+        return nxt.kind == "para" or _first_part(nxt)
 
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
@@ -268,7 +277,20 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
     # lines of the same kind that the contents list has already made headings count for the pattern: a
     # line its list misprints ("The Little Boy Pound" for THE LITTLE BOY FOUND) is found by its likeness
     named = sum(1 for it in items if it.kind == "heading" and it.style == "contents" and it.caps and it.apart >= 2)
-    n_numbered = sum(1 for it in items if it.kind == "heading" and it.style in numbered)
+    # bare numerals that start at I right under such a line and run on are its parts, not chapters
+    parts: set[int] = set()
+    for k in cands:
+        expect, j = 1, k + 1
+        while j < len(items) and not (j != k + 1 and j in cands):
+            it = items[j]
+            if it.kind == "heading" and it.style == "roman" and it.num == expect:
+                parts.add(j)
+                expect += 1
+            elif it.kind == "heading":
+                break
+            j += 1
+    n_numbered = sum(1 for k, it in enumerate(items)
+                     if it.kind == "heading" and it.style in numbered and k not in parts)
     if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
         return items
     if len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
@@ -291,6 +313,18 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
         else:
             expect = 0
         prev_caps = k
+    expect = 0  # lines in capitals that go on numbering a chapter's bare-numeral parts: "III.--ON FALLING IN LOVE"
+    for k, it in enumerate(out):
+        if it.kind != "heading":
+            continue
+        m = _PART_LINE_RE.match(it.text) if it.style == "caps" else None
+        if it.style == "roman" and it.num == expect + 1:
+            expect += 1
+        elif m and expect and _number_value(m.group(1)) == expect + 1:
+            out[k] = _Item("heading", it.text, style="numpart", num=expect + 1)
+            expect += 1
+        else:
+            expect = 0
     if n_numbered:
         under = False  # inside a caps chapter whose numbered titles restart at 1: its parts
         for k, it in enumerate(out):
@@ -530,6 +564,9 @@ def spoken_heading(it: _Item, level: str) -> str:
     "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later); a
     footnote mark in it ("OF PROBABILITY[9].") is not said."""
     text = _FOOTNOTE_MARK_RE.sub("", it.text)
+    m = _PART_LINE_RE.match(text) if it.style == "numpart" else None
+    if m:  # "III.\u2014ON FALLING IN LOVE", a part like the bare "II." before it: "Part III. On Falling in Love"
+        return f"Part {m.group(1)}. " + title_case(text[m.end() - 1:])
     if it.style == "numtitle" and level == "chapter":
         text = _strip_number(text)
     elif it.style == "roman":
@@ -683,6 +720,41 @@ def _paged_runs(items: list[_Item]) -> list[_Item]:
     return out
 
 
+def _labelled_title_lines(items: list[_Item]) -> list[_Item]:
+    """A "Contents" label over plain titles printed one per block ("THE LADY WITH THE DOG", "A DOCTOR'S
+    VISIT", ... with no numbers or pages): three or more short lines that are no prose, up to the line
+    that says the first entry again (the first story's own heading) or a line with prose under it, are
+    a contents list when the list ends at its first entry again or half of them come again later; they
+    become one labelled contents-list item."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        out.append(it)
+        k += 1
+        if it.kind != "para" or not _CONTENTS_LABEL_RE.match(it.text):
+            continue
+        e, first, again = k, None, False
+        while e < len(items):
+            cur = items[e]
+            if cur.kind != "para" or len(cur.text.split()) > 14 or _is_prose(cur.text) \
+                    or _LEADING_NUMBER_RE.match(cur.text) or _PAGED_ENTRY_RE.match(cur.text):
+                break
+            if first is not None and tuple(_tokens(cur.text)) == first:
+                again = True
+                break  # the list is over: its first entry again, as the heading of its chapter
+            if e + 1 < len(items) and items[e + 1].kind == "para" and _is_prose(items[e + 1].text):
+                break  # a heading with its text under it
+            first = first or tuple(_tokens(cur.text))
+            e += 1
+        entries = [items[j].text for j in range(k, e)]
+        later = {tuple(_tokens(x.text)) for x in items[e:] if x.kind in ("para", "heading") and len(x.text) <= 120}
+        if len(entries) >= 3 and (again or 2 * sum(1 for t in entries if tuple(_tokens(t)) in later) >= len(entries)):
+            out.append(_Item("toc", " ".join(entries), entries=entries, label=True))
+            k = e
+    return out
+
+
 def _caption_lists(items: list[_Item]) -> list[_Item]:
     """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
     Illustrations") label and three or more captions of a few words (eight at most), one per block,
@@ -707,11 +779,22 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
     """A numbered CHAPTER, STAVE or ACT heading that comes again later (a play's list of scenes, "ACT I.
     The Octagon Room", before "FIRST ACT") and has no prose under it, or a tenth of the words the later one
     has, is an entry of a list, not a start (unless a PART, BOOK or VOLUME heading comes between the two):
-    it becomes a paragraph of the front matter (where a cast list's rules drop it)."""
+    it becomes a paragraph of the front matter (where a cast list's rules drop it). So does a PART (BOOK,
+    VOLUME) heading with no prose under it that comes again later after one numbered lower (a note naming
+    "Part II" before "PART I.")."""
     heads = [k for k, it in enumerate(items) if it.kind == "heading"]
     out = list(items)
     for n, k in enumerate(heads):
         it = items[k]
+        if it.style in PART_STYLES and it.num is not None:
+            # a note naming a later part ("Part II, The Country of the Saints, deals much with ...") before the
+            # part numbered lower that starts the book's sequence, with no prose under it, is no heading
+            later = [items[j] for j in heads[n + 1:] if items[j].style == it.style and items[j].num is not None]
+            lower = next((m for m, h in enumerate(later) if h.num < it.num), None)
+            if lower is not None and any(h.num == it.num for h in later[lower + 1:]) \
+                    and not _has_prose(_body_words(items, heads, n)):
+                out[k] = _Item("para", it.text)
+            continue
         if it.style not in RANKED_CHAPTER_STYLES or it.num is None:
             continue
         again = next((m for m in range(n + 1, len(heads))
@@ -787,7 +870,7 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
 
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
-    items = _caption_lists(_paged_runs(items))
+    items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
     items = _promote_caps(items, title)
@@ -808,6 +891,11 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                     and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
     items = [it for k, it in enumerate(items) if k not in half]
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
+    if first is not None and items[first].style in PART_STYLES and title_t \
+            and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
+            and len(_tokens(items[first].text)) - len(title_t) <= 3:
+        items[first] = _Item("para", items[first].text)  # a series' "VOLUME 3" over the book's title: the title page
     levels = _assign_levels(items)
     front: list[_Item] = []
     nodes: list[Node] = []

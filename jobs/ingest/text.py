@@ -275,8 +275,9 @@ _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
-                            r"[ \t]+TO[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
-"""A named heading with what it belongs to, in capitals: "PREFACE TO THE SECOND EDITION."."""
+                            r"[ \t]+(?:TO|(?:WRITTEN[ \t]+|SPOKEN[ \t]+)?BY)[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
+"""A named heading with what it belongs to or who wrote it, in capitals: "PREFACE TO THE SECOND EDITION.",
+"PROLOGUE WRITTEN BY MR. GARRICK"."""
 _TO_READER_RE = re.compile(r"^(?P<head>(?:THE[ \t]+(?:EDITOR|AUTHOR|TRANSLATOR|PUBLISHERS?)[ \t]+)?TO[ \t]+THE[ \t]+READER\.?"
                            r"|AN?[ \t]+LETTER[ \t]+FROM[ \t]+[A-Z][A-Z .,'\u2019-]{2,60}[ \t]+TO[ \t]+[A-Z][A-Z .,'\u2019-]{2,60})$"
                            r"(?P<title>(?!))?")
