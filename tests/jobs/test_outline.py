@@ -1110,3 +1110,22 @@ def test_epub_notes_headed_after_a_tale_and_naming_it_are_read_with_that_tale(tm
     nav = [("V. WHAT THE THUNDER SAID", "c.xhtml#ch5"), ('NOTES ON "THE WASTE LAND"', "c.xhtml#rearnotes")]
     book = load_book(make_epub(tmp_path / "waste.epub", [("c.xhtml", doc)], nav=nav, title="The Waste Land"))
     assert [c.title for c in book.chapters] == ["V. What the Thunder Said", 'Notes on "the Waste Land"']
+
+
+def test_markdown_act_headings_group_the_scene_headings_at_their_level():
+    """The Tempest (mlschmitt/classic-books-markdown): "### ACT I" and "### SCENE I." share one Markdown
+    level, after metadata headings ("# Title: The Tempest", "## Author: William Shakespeare", "## Year: 1610"):
+    the acts and the EPILOGUE are the chapters, the scenes sections of their act (as SCENE lines are in a
+    text book); the metadata headings are the title page: the title said without its label, the year not
+    spoken."""
+    book = load_book(STRUCTURE / "tempest-excerpt.md")
+    assert book.announcement() == "The Tempest, by William Shakespeare."
+    assert [c.title for c in book.chapters] == ["ACT I", "ACT II", "Epilogue"]
+    act1, act2 = book.chapters[:2]
+    assert [p for i, p in enumerate(act1.paragraphs) if act1.kind(i) == "heading"] == ["SCENE I.", "SCENE II."]
+    assert act1.paragraphs[1] == "On a ship at sea: a tempestuous noise of thunder and lightning heard."
+    assert [p for i, p in enumerate(act2.paragraphs) if act2.kind(i) == "heading"] == [
+        "SCENE I.", "SCENE II. Another part of the island."]
+    assert book.chapters[2].paragraphs[0].startswith("SPOKEN BY PROSPERO Now my charms are all o'erthrown")
+    said = _said(book)
+    assert "1610" not in said and "Title:" not in said and "Author:" not in said
