@@ -71,6 +71,8 @@ def _guess_title_author(items: list[_Item]) -> tuple[str, str] | None:
     for a, b in zip(paras, paras[1:]):
         if _BY_RE.match(b) and 1 <= len(a.split()) <= 15 and not _is_prose(a):
             author = _norm(b[2:]).strip(" .,")
+            if len(author.split()) > 8 and author[:1].islower():
+                continue  # "BY late accounts from Rotterdam, that city seems ...": a tale's first sentence
             return a, (author if 1 <= len(author.split()) <= 8 else "")
     return None
 

@@ -275,6 +275,15 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
+    # a line naming the notes of the title above it ("NOTES TO HANS PFAAL") is no chapter: its notes stay
+    # with that chapter, as under a "FOOTNOTES." label
+    above, notes = "", set()
+    for k, it in enumerate(items):
+        if k in cands and above and _notes_of(it.text, above):
+            notes.add(k)
+        elif k in cands or it.kind == "heading":
+            above = it.text
+    cands = [k for k in cands if k not in notes]
     # lines of the same kind that the contents list has already made headings count for the pattern: a
     # line its list misprints ("The Little Boy Pound" for THE LITTLE BOY FOUND) is found by its likeness
     named = sum(1 for it in items if it.kind == "heading" and it.style == "contents" and it.caps and it.apart >= 2)
@@ -864,6 +873,24 @@ _NOTES_LABEL_RE = re.compile(r"^(?:foot\s*)?notes?[.:]?$", re.I)
 """The label over a chapter's notes ("FOOTNOTES."): never a heading of its own."""
 
 
+_NOTES_ENTRY_RE = re.compile(r"^(?:foot|end)?notes?\b\W*(?:(?:to|on|for)\b)?(?P<subject>.*)$", re.I)
+"""A notes entry: "Notes", "FOOTNOTES.", "Notes to Hans Pfaal", "Footnotes\u2014Four Beasts"."""
+
+
+def _folded(s: str) -> set[str]:
+    """The words of ``s`` without accents ("Rog\u00eat" -> "roget"), small words left out."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", s) if not unicodedata.combining(c))
+    return set(_tokens(plain)) - _SMALL
+
+
+def _notes_of(label: str, before: str) -> bool:
+    """``label`` heads the notes of the chapter titled ``before``: a notes label alone ("Notes",
+    "FOOTNOTES.") or with what it is about ("Notes to Hans Pfaal", "Footnotes\u2014Four Beasts") when every
+    word of that is in ``before`` ("THE UNPARALLELED ADVENTURES OF ONE HANS PFAAL"), accents aside."""
+    m = _NOTES_ENTRY_RE.match(label.strip())
+    return bool(m) and bool(before.strip()) and _folded(m.group("subject")) <= _folded(before)
+
+
 def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
     end = heads[n + 1] if n + 1 < len(heads) else len(items)
     return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
@@ -1204,16 +1231,6 @@ def _play_sections(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
-_NOTES_ENTRY_RE = re.compile(r"^(?:foot|end)?notes?\b\W*(?:(?:to|on|for)\b)?(?P<subject>.*)$", re.I)
-"""A notes entry: "Notes", "FOOTNOTES.", "Notes to Hans Pfaal", "Footnotes\u2014Four Beasts"."""
-
-
-def _folded(s: str) -> set[str]:
-    """The words of ``s`` without accents ("Rog\u00eat" -> "roget"), small words left out."""
-    plain = "".join(c for c in unicodedata.normalize("NFKD", s) if not unicodedata.combining(c))
-    return set(_tokens(plain)) - _SMALL
-
-
 def _notes_sections(chapters: list[Chapter]) -> list[Chapter]:
     """Notes headed after a work: an entry titled by a notes label ("Notes", "FOOTNOTES") alone, or with
     what it is about ("Notes to Hans Pfaal", "Footnotes\u2014Four Beasts") when every word of that names
@@ -1222,8 +1239,7 @@ def _notes_sections(chapters: list[Chapter]) -> list[Chapter]:
     WASTE LAND"' after part V of the poem) stay a chapter."""
     out: list[Chapter] = []
     for ch in chapters:
-        m = _NOTES_ENTRY_RE.match(ch.title.strip())
-        if m and out and out[-1].title.strip() and _folded(m.group("subject")) <= _folded(out[-1].title):
+        if out and _notes_of(ch.title, out[-1].title):
             out[-1] = _with_heading(out[-1], ch)
             continue
         out.append(ch)

@@ -1129,3 +1129,40 @@ def test_markdown_act_headings_group_the_scene_headings_at_their_level():
     assert book.chapters[2].paragraphs[0].startswith("SPOKEN BY PROSPERO Now my charms are all o'erthrown")
     said = _said(book)
     assert "1610" not in said and "Title:" not in said and "Author:" not in said
+
+
+def test_text_notes_headed_after_a_tale_and_naming_it_stay_with_that_tale(tmp_path):
+    """The same Poe tales laid out as a plain-text book: titles in capitals set apart by blank lines, and after
+    two tales a line naming their notes ("NOTES TO HANS PFAAL", "FOOTNOTES\u2014FOUR BEASTS"), set apart the
+    same way: the notes stay in their tale (as under a bare "FOOTNOTES." label), they are not chapters. The
+    first tale's opening sentence ("BY late accounts from Rotterdam, ...") is no byline naming an author."""
+    tales = [
+        ("THE UNPARALLELED ADVENTURES OF ONE HANS PFAAL",
+         ["BY late accounts from Rotterdam, that city seems to be in a high state of philosophical excitement.",
+          "Don\u2019t believe it\u2014don\u2019t believe a word of it."]),
+        ("NOTES TO HANS PFAAL",
+         ["(*1) NOTE\u2014Strictly speaking, there is but little similarity between the above sketchy trifle and the "
+          "celebrated \u201cMoon-Story\u201d of Mr. Locke."]),
+        ("THE GOLD-BUG", ["MANY years ago, I contracted an intimacy with a Mr. William Legrand.",
+                          "He was of an ancient Huguenot family, and had once been wealthy."]),
+        ("FOUR BEASTS IN ONE\u2014THE HOMO-CAMELEOPARD",
+         ["ANTIOCHUS EPIPHANES is very generally looked upon as the Gog of the prophet Ezekiel.",
+          "Come let us be off."]),
+        ("FOOTNOTES\u2014FOUR BEASTS",
+         ["(*1) Flavius Vospicus says, that the hymn here introduced was sung by the rabble upon the occasion of "
+          "Aurelian, in the Sarmatic war."]),
+        ("THE MURDERS IN THE RUE MORGUE",
+         ["The mental features discoursed of as the analytical, are, in themselves, but little susceptible of "
+          "analysis.", "We appreciate them only in their effects."]),
+    ]
+    text = "THE WORKS OF EDGAR ALLAN POE\n\nIN FIVE VOLUMES\n\nThe Raven Edition\n"
+    text += "".join(f"\n\n\n\n{t}\n\n\n" + "\n\n".join(ps) + "\n" for t, ps in tales)
+    p = tmp_path / "poe.txt"
+    p.write_text(text, encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == [
+        "The Unparalleled Adventures of One Hans Pfaal", "The Gold-Bug", "Four Beasts in One\u2014The Homo-Cameleopard",
+        "The Murders in the Rue Morgue"]
+    assert book.chapters[0].paragraphs[-2:] == ["NOTES TO HANS PFAAL", tales[1][1][0]]
+    assert book.chapters[2].paragraphs[-2:] == ["FOOTNOTES\u2014FOUR BEASTS", tales[4][1][0]]
+    assert book.title != "The Unparalleled Adventures of One Hans Pfaal"  # "BY late accounts ..." is no byline
