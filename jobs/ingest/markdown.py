@@ -18,6 +18,7 @@ import html
 import re
 
 from jobs.ingest.common import _is_separator, _norm
+from jobs.ingest.outline import _CAST_LABEL_RE
 from jobs.ingest.text import _clean_inline, _Item, _match_heading, _txt_items
 
 
@@ -185,12 +186,13 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
         if k == skip:
             continue
         text = _norm(text)
-        if kind == "heading" and text and lvl <= level:
+        if kind == "heading" and text and lvl <= level and not _CAST_LABEL_RE.match(text):
             # a keyword heading ("ACT I", "SCENE II.", "PART ONE", "EPILOGUE") gets its kind and number as a
             # heading line of a text book does, so the outline ranks it the same way (scenes inside acts)
             h = _match_heading(text)
             keyword = h is not None and h.style != "numtitle"
             items.append(_Item("heading", text, style=h.style if keyword else "", num=h.num if keyword else None))
         elif text and not _is_separator(text):
+            # a cast list's label ("### Dramatis Personae") is read as in a text book: the playbill, no chapter
             items.append(_Item("para", text, toc))
     return items, title_h1, meta.get("author")

@@ -1166,3 +1166,23 @@ def test_text_notes_headed_after_a_tale_and_naming_it_stay_with_that_tale(tmp_pa
     assert book.chapters[0].paragraphs[-2:] == ["NOTES TO HANS PFAAL", tales[1][1][0]]
     assert book.chapters[2].paragraphs[-2:] == ["FOOTNOTES\u2014FOUR BEASTS", tales[4][1][0]]
     assert book.title != "The Unparalleled Adventures of One Hans Pfaal"  # "BY late accounts ..." is no byline
+
+
+def test_markdown_cast_list_under_a_heading_of_its_own_is_not_a_chapter(tmp_path):
+    """Macbeth (macbeth-excerpt.txt) written as Markdown: "### Persons Represented" over the cast, then "### ACT
+    I." and "### SCENE I. An open Place. Thunder and Lightning." at the same level: the cast list is not
+    spoken and is no chapter (as in the text book), the acts are the chapters, the scenes their sections."""
+    lines = [ln.rstrip() for ln in (STRUCTURE / "macbeth-excerpt.txt").read_text(encoding="utf-8").split("\n")]
+    out = []
+    for ln in lines[lines.index("Persons Represented"):]:
+        heading = ln == "Persons Represented" or ln.startswith(("ACT ", "SCENE "))
+        out.append(f"### {ln}\n" if heading else ln)
+    p = tmp_path / "macbeth.md"
+    p.write_text("# MACBETH\n\nby William Shakespeare\n\n" + "\n".join(out) + "\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["ACT I.", "ACT II.", "ACT III."]
+    act1 = book.chapters[0]
+    assert act1.paragraphs[0] == "SCENE I. An open Place. Thunder and Lightning." and act1.kind(0) == "heading"
+    said = _said(book)
+    for gone in ("Persons Represented", "General in the King's Army", "chiefly at Macbeth's Castle"):
+        assert gone not in said
