@@ -18,7 +18,8 @@ import html
 import re
 
 from jobs.ingest.common import _is_separator, _norm
-from jobs.ingest.text import _clean_inline, _Item, _txt_items
+from jobs.ingest.outline import _CAST_LABEL_RE
+from jobs.ingest.text import _clean_inline, _Item, _match_heading, _txt_items
 
 
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -137,14 +138,36 @@ def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
     return [b for b in out if b[0] == "heading" or b[2].strip()]
 
 
-def _md_items(body: str) -> tuple[list[_Item], str | None]:
-    """Markdown -> items and the title H1 (if the file has one). Falls back to plain-text headings."""
-    blocks = _md_blocks(body)
+_META_RE = re.compile(r"^(?P<key>title|subtitle|author|authors|translator|editor|illustrator|year|date|published"
+                      r"|publisher|language|source)[ \t]*:[ \t]*(?P<value>\S.*)$", re.I)
+"""A metadata heading at the top of a file: "# Title: The Tempest", "## Author: William Shakespeare",
+"## Year: 1610"."""
+
+
+def _md_metadata(blocks: list[tuple[str, int, str, bool]]) -> tuple[list[tuple[str, int, str, bool]], dict[str, str]]:
+    """Headings before the first paragraph that read "Label: value" (Title:, Author:, Year: ...) are the
+    file's metadata, not headings of the book: they are taken out, and their values returned by label."""
+    first = next((k for k, b in enumerate(blocks) if b[0] != "heading"), len(blocks))
+    meta: dict[str, str] = {}
+    out = []
+    for k, b in enumerate(blocks):
+        m = _META_RE.match(b[2]) if k < first and b[0] == "heading" else None
+        if m:
+            meta.setdefault(m.group("key").lower(), _norm(m.group("value")))
+        else:
+            out.append(b)
+    return out, meta
+
+
+def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
+    """Markdown -> items, the title H1 (if the file has one) and the author its metadata names. Falls back
+    to plain-text headings."""
+    blocks, meta = _md_metadata(_md_blocks(body))
     headings = [(k, b) for k, b in enumerate(blocks) if b[0] == "heading" and b[2]]
     if not headings:
         # no Markdown headings: find plain-text chapter headings ("CHAPTER I.") as in a TXT file
-        return _txt_items("\n\n".join(b[2] for b in blocks)), None
-    title_h1 = None
+        return _txt_items("\n\n".join(b[2] for b in blocks)), meta.get("title"), meta.get("author")
+    title_h1 = meta.get("title")
     skip = -1
     h1s = [k for k, b in headings if b[1] == 1]
     if len(h1s) == 1 and headings[0][1][1] == 1 and len(headings) > 1:
@@ -163,8 +186,13 @@ def _md_items(body: str) -> tuple[list[_Item], str | None]:
         if k == skip:
             continue
         text = _norm(text)
-        if kind == "heading" and text and lvl <= level:
-            items.append(_Item("heading", text))
+        if kind == "heading" and text and lvl <= level and not _CAST_LABEL_RE.match(text):
+            # a keyword heading ("ACT I", "SCENE II.", "PART ONE", "EPILOGUE") gets its kind and number as a
+            # heading line of a text book does, so the outline ranks it the same way (scenes inside acts)
+            h = _match_heading(text)
+            keyword = h is not None and h.style != "numtitle"
+            items.append(_Item("heading", text, style=h.style if keyword else "", num=h.num if keyword else None))
         elif text and not _is_separator(text):
+            # a cast list's label ("### Dramatis Personae") is read as in a text book: the playbill, no chapter
             items.append(_Item("para", text, toc))
-    return items, title_h1
+    return items, title_h1, meta.get("author")

@@ -19,13 +19,14 @@ Does not read files, decode, or know TXT/Markdown syntax; does not drop copyrigh
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import _Item, _number_value, _roman_value
+from jobs.ingest.text import _Item, _match_heading, _number_value, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -274,6 +275,15 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
+    # a line naming the notes of the title above it ("NOTES TO HANS PFAAL") is no chapter: its notes stay
+    # with that chapter, as under a "FOOTNOTES." label
+    above, notes = "", set()
+    for k, it in enumerate(items):
+        if k in cands and above and _notes_of(it.text, above):
+            notes.add(k)
+        elif k in cands or it.kind == "heading":
+            above = it.text
+    cands = [k for k in cands if k not in notes]
     # lines of the same kind that the contents list has already made headings count for the pattern: a
     # line its list misprints ("The Little Boy Pound" for THE LITTLE BOY FOUND) is found by its likeness
     named = sum(1 for it in items if it.kind == "heading" and it.style == "contents" and it.caps and it.apart >= 2)
@@ -863,6 +873,24 @@ _NOTES_LABEL_RE = re.compile(r"^(?:foot\s*)?notes?[.:]?$", re.I)
 """The label over a chapter's notes ("FOOTNOTES."): never a heading of its own."""
 
 
+_NOTES_ENTRY_RE = re.compile(r"^(?:foot|end)?notes?\b\W*(?:(?:to|on|for)\b)?(?P<subject>.*)$", re.I)
+"""A notes entry: "Notes", "FOOTNOTES.", "Notes to Hans Pfaal", "Footnotes\u2014Four Beasts"."""
+
+
+def _folded(s: str) -> set[str]:
+    """The words of ``s`` without accents ("Rog\u00eat" -> "roget"), small words left out."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", s) if not unicodedata.combining(c))
+    return set(_tokens(plain)) - _SMALL
+
+
+def _notes_of(label: str, before: str) -> bool:
+    """``label`` heads the notes of the chapter titled ``before``: a notes label alone ("Notes",
+    "FOOTNOTES.") or with what it is about ("Notes to Hans Pfaal", "Footnotes\u2014Four Beasts") when every
+    word of that is in ``before`` ("THE UNPARALLELED ADVENTURES OF ONE HANS PFAAL"), accents aside."""
+    m = _NOTES_ENTRY_RE.match(label.strip())
+    return bool(m) and bool(before.strip()) and _folded(m.group("subject")) <= _folded(before)
+
+
 def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
     end = heads[n + 1] if n + 1 < len(heads) else len(items)
     return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
@@ -1168,14 +1196,66 @@ def _introduction_sections(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
+def _with_heading(prev: Chapter, ch: Chapter) -> Chapter:
+    """``prev`` with ``ch`` read inside it: ``ch``'s title a "heading" paragraph (title case when in
+    capitals), then its paragraphs."""
+    kinds = (list(prev.kinds) if prev.kinds else ["text"] * len(prev.paragraphs)) + ["heading"] \
+        + (list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs))
+    heading = title_case(ch.title) if _shouted(ch.title) else ch.title
+    return Chapter(prev.index, prev.title, [*prev.paragraphs, heading, *ch.paragraphs], kinds, prev.part)
+
+
+def _heading_style(title: str) -> str:
+    h = _match_heading(title.strip())
+    return h.style if h else ""
+
+
+def _play_sections(chapters: list[Chapter]) -> list[Chapter]:
+    """A play's nav or files: in a book with two or more ACT entries ("Act I.", "ACT IV.", "FIRST ACT"),
+    a SCENE entry after an act ("Scene 1.I.", "SCENE II.") is a section of that act, read inside it with
+    its heading, whether the nav nests it under the act or lists it at the act's level; an entry titled
+    by a cast-list label ("Dramatis personae", "Persons Represented") before the first act is the
+    playbill, not spoken (as in a text book's front matter)."""
+    styles = [_heading_style(ch.title) for ch in chapters]
+    acts = [n for n, s in enumerate(styles) if s == "act"]
+    if len(acts) < 2:
+        return chapters
+    out: list[Chapter] = []
+    for n, ch in enumerate(chapters):
+        if n < acts[0] and _CAST_LABEL_RE.match(ch.title.strip()):
+            continue
+        if n > acts[0] and styles[n] == "scene" and out:
+            out[-1] = _with_heading(out[-1], ch)
+            continue
+        out.append(ch)
+    return out
+
+
+def _notes_sections(chapters: list[Chapter]) -> list[Chapter]:
+    """Notes headed after a work: an entry titled by a notes label ("Notes", "FOOTNOTES") alone, or with
+    what it is about ("Notes to Hans Pfaal", "Footnotes\u2014Four Beasts") when every word of that names
+    the chapter just before it ("THE UNPARALLELED ADVENTURES OF ONE HANS PFAAL"), is that chapter's: read
+    inside it under its heading, not a chapter of its own. Notes naming something else ('NOTES ON "THE
+    WASTE LAND"' after part V of the poem) stay a chapter."""
+    out: list[Chapter] = []
+    for ch in chapters:
+        if out and _notes_of(ch.title, out[-1].title):
+            out[-1] = _with_heading(out[-1], ch)
+            continue
+        out.append(ch)
+    return out
+
+
 def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) -> list[Chapter]:
     """The checks EPUB chapters (found from the nav/NCX and ``epub:type``) share with text books:
+    a play's scenes listed as entries go into their act and its cast list is not spoken
+    (:func:`_play_sections`), notes headed after a work go into it (:func:`_notes_sections`),
     numbered parts listed as entries of their own go back into their chapter (:func:`_with_parts`),
     an introduction's sub-headings listed before the numbered chapters become its sections
     (:func:`_introduction_sections`), a first entry titled by the book's title is left untitled (the
     announcement says the title), titles in capitals said in title case, and the title page's lines (the book's title, its author,
     "by ...") at the start of the first chapter not spoken again after the announcement."""
-    chapters = _introduction_sections(_with_parts(chapters))
+    chapters = _notes_sections(_introduction_sections(_with_parts(_play_sections(chapters))))
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
     out = []

@@ -998,3 +998,191 @@ def test_a_prologue_headed_with_its_writer_and_a_transcribers_comments_in_topics
     for gone in ("Transcriber", "SQUARE BRACKETS", "square brackets, i.e.", "consolidated at the end",
                  "Numbering of the footnotes", "Character names have been expanded", "Mr. Palmer"):
         assert gone not in said
+
+
+# ------------------------------------------------------------------------------------- round 7 (heldout6 spent)
+
+
+_CYRANO_TITLE = ('<h1 id="t">Cyrano de Bergerac</h1><h3 id="s">A Play in Five Acts</h3><h2>By Edmond Rostand</h2>'
+                 '<p>Translated from the French by Gladys Thomas and Mary F. Guillemard</p>')
+_CYRANO_CAST = ('<h2 id="dp">Dramatis personae</h2><p>CYRANO DE BERGERAC<br/>CHRISTIAN DE NEUVILLETTE<br/>'
+                'COUNT DE GUICHE<br/>RAGUENEAU<br/>LE BRET</p><p>The crowd, troopers, burghers (male and female), '
+                'marquises, musketeers, pickpockets, pastry-cooks, poets, Gascons cadets, actors (male and female), '
+                'violinists, pages, children, soldiers, Spaniards, spectators (male and female), precieuses, nuns, '
+                'etc.</p>')
+_CYRANO_ACT1 = ('<h2 id="a1">Act I.</h2><p>A Representation at the Hotel de Bourgogne.</p>'
+                '<p>The hall of the Hotel de Bourgogne, in 1640. A sort of tennis-court arranged and decorated for a '
+                'theatrical performance.</p>'
+                '<h3 id="s11">Scene 1.I.</h3><p>The public, arriving by degrees. Troopers, burghers, lackeys, pages, a '
+                'pickpocket, the doorkeeper, etc., followed by the marquises.</p>'
+                '<p>(A confusion of loud voices is heard outside the door. A trooper enters hastily.)</p>'
+                '<p>THE DOORKEEPER (following him):<br/>Hollo! You there! Your money!</p>'
+                '<h3 id="s12">Scene 1.II.</h3><p>The same. Christian, Lignière, then Ragueneau and Le Bret.</p>'
+                '<p>CUIGY:<br/>Lignière!</p>')
+_CYRANO_ACT2 = ('<h2 id="a2">Act II.</h2><p>The Poet’s Eating-House.</p>'
+                '<p>Ragueneau’s cook and pastry-shop. A large kitchen at the corner of the Rue St. Honore and the Rue '
+                'de l’Arbre Sec, which are seen in the background through the glass door, in the gray dawn.</p>'
+                '<h3 id="s21">Scene 2.I.</h3><p>Ragueneau, pastry-cooks, then Lise. Ragueneau is writing, with an '
+                'inspired air, at a small table, and counting on his fingers.</p>'
+                '<p>FIRST PASTRY-COOK (bringing in an elaborate fancy dish):<br/>Fruits in nougat!</p>')
+
+
+@pytest.mark.parametrize("nested", [True, False])
+def test_epub_scenes_are_sections_of_their_act_and_the_cast_list_is_not_a_chapter(tmp_path, nested):
+    """Cyrano de Bergerac (PG 1254, EPUB 3): a file per act, its name as the first paragraph under "Act I.",
+    the scenes "Scene 1.I.", "Scene 1.II." headed inside it, a "Dramatis personae" file before the first act:
+    the acts are the chapters and the scenes their sections, whether the nav nests the scenes under their act
+    or lists them at one level with it; the cast list is not spoken."""
+    from tests.jobs.test_ingest import make_epub
+
+    docs = [("c0.xhtml", _CYRANO_TITLE), ("c1.xhtml", _CYRANO_CAST), ("c2.xhtml", _CYRANO_ACT1),
+            ("c3.xhtml", _CYRANO_ACT2)]
+    scenes1 = [("Scene 1.I.", "c2.xhtml#s11"), ("Scene 1.II.", "c2.xhtml#s12")]
+    scenes2 = [("Scene 2.I.", "c3.xhtml#s21")]
+    front = [("Cyrano de Bergerac", "c0.xhtml#t"), ("A Play in Five Acts", "c0.xhtml#s"),
+             ("Dramatis personae", "c1.xhtml#dp")]
+    if nested:
+        nav = front + [("Act I.", "c2.xhtml#a1", scenes1), ("Act II.", "c3.xhtml#a2", scenes2)]
+    else:
+        nav = front + [("Act I.", "c2.xhtml#a1"), *scenes1, ("Act II.", "c3.xhtml#a2"), *scenes2]
+    book = load_book(make_epub(tmp_path / "cyrano.epub", docs, nav=nav, title="Cyrano de Bergerac"))
+    assert [c.title for c in book.chapters] == ["Act I.", "Act II."]
+    act1 = book.chapters[0]
+    assert act1.paragraphs[0] == "A Representation at the Hotel de Bourgogne."
+    assert [p for i, p in enumerate(act1.paragraphs) if act1.kind(i) == "heading"] == ["Scene 1.I.", "Scene 1.II."]
+    assert book.chapters[1].paragraphs[2:4] == ["Scene 2.I.", book.chapters[1].paragraphs[3]]
+    assert book.chapters[1].kind(2) == "heading"
+    said = _said(book)
+    assert "CHRISTIAN DE NEUVILLETTE" not in said and "Dramatis" not in said
+    assert said.count("Cyrano de Bergerac") == 1
+
+
+def test_epub_notes_headed_after_a_tale_and_naming_it_are_read_with_that_tale(tmp_path):
+    """The Works of Edgar Allan Poe, vol. 1 (PG 2147, EPUB 2, NCX at one level): the notes after a tale have an
+    entry and a heading of their own naming the tale ("Notes to Hans Pfaal", "Footnotes\u2014Four Beasts",
+    "FOOTNOTES\u2014Marie Rog\u00eat" for "THE MYSTERY OF MARIE ROGET."): they are sections of that tale, not
+    chapters. Notes naming something else stay a chapter (The Waste Land's NOTES ON "THE WASTE LAND" after
+    its part V)."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc1 = ('<h2 id="h">THE UNPARALLELED ADVENTURES OF ONE HANS PFAAL (*1)</h2><p>BY late accounts from Rotterdam, '
+            'that city seems to be in a high state of philosophical excitement.</p>'
+            '<p>Don\u2019t believe it\u2014don\u2019t believe a word of it.</p>'
+            '<h2 id="hn">Notes to Hans Pfaal</h2><p>(*1) NOTE\u2014Strictly speaking, there is but little similarity '
+            'between the above sketchy trifle and the celebrated \u201cMoon-Story\u201d of Mr. Locke.</p>')
+    doc2 = ('<h2 id="f">FOUR BEASTS IN ONE\u2014THE HOMO-CAMELEOPARD</h2><p>ANTIOCHUS EPIPHANES is very generally '
+            'looked upon as the Gog of the prophet Ezekiel.</p><p>Come let us be off.</p>'
+            '<h2 id="fn">Footnotes\u2014Four Beasts</h2><p>(*1) Flavius Vospicus says, that the hymn here introduced '
+            'was sung by the rabble upon the occasion of Aurelian, in the Sarmatic war.</p>'
+            '<h2 id="m">THE MYSTERY OF MARIE ROGET.(*1)</h2><p>THERE are few persons, even among the calmest '
+            'thinkers, who have not occasionally been startled into a vague yet thrilling half-credence in the '
+            'supernatural.</p>'
+            '<h2 id="mn">FOOTNOTES\u2014Marie Rog\u00eat</h2><p>(*2) The nom de plume of Von Hardenburg.</p>'
+            '<h2 id="b">THE BALLOON-HOAX</h2><p>THE great problem is at length solved!</p>')
+    ncx = [("THE UNPARALLELED ADVENTURES OF ONE HANS PFAAL (*1)", "c1.xhtml#h"), ("Notes to Hans Pfaal", "c1.xhtml#hn"),
+           ("FOUR BEASTS IN ONE\u2014THE HOMO-CAMELEOPARD", "c2.xhtml#f"),
+           ("Footnotes\u2014Four Beasts", "c2.xhtml#fn"),
+           ("THE MYSTERY OF MARIE ROGET.(*1)", "c2.xhtml#m"), ("FOOTNOTES\u2014Marie Rog\u00eat", "c2.xhtml#mn"),
+           ("THE BALLOON-HOAX", "c2.xhtml#b")]
+    book = load_book(make_epub(tmp_path / "poe.epub", [("c1.xhtml", doc1), ("c2.xhtml", doc2)], ncx=ncx,
+                               title="The Works of Edgar Allan Poe"))
+    assert [c.title for c in book.chapters] == [
+        "The Unparalleled Adventures of One Hans Pfaal (*1)", "Four Beasts in One\u2014The Homo-Cameleopard",
+        "The Mystery of Marie Roget.(*1)", "The Balloon-Hoax"]
+    pfaal, beasts, marie = book.chapters[:3]
+    assert pfaal.paragraphs[-2:] == ["Notes to Hans Pfaal", pfaal.paragraphs[-1]] and pfaal.kind(2) == "heading"
+    assert beasts.paragraphs[2] == "Footnotes\u2014Four Beasts" and beasts.kind(2) == "heading"
+    assert marie.paragraphs[-2] == "FOOTNOTES\u2014Marie Rog\u00eat" and marie.kind(1) == "heading"
+
+    lines = ["After the torchlight red on sweaty faces", "After the frosty silence in the gardens",
+             "After the agony in stony places", "The shouting and the crying", "Prison and palace and reverberation",
+             "Of thunder of spring over distant mountains", "He who was living is now dead",
+             "We who were living are now dying", "With a little patience", "Here is no water but only rock",
+             "Rock and no water and the sandy road", "The road winding above among the mountains",
+             "Which are mountains of rock without water", "If there were water we should stop and drink",
+             "Amongst the rock one cannot stop or think", "Sweat is dry and feet are in the sand",
+             "If there were only water amongst the rock", "Dead mountain mouth of carious teeth that cannot spit"]
+    verse = "".join(f"<div>{line}</div>" for line in lines)
+    doc = (f'<section id="ch5"><h2>V. WHAT THE THUNDER SAID</h2><div class="linegroup">{verse}</div></section>'
+           '<section id="rearnotes"><h2>NOTES ON "THE WASTE LAND"</h2><p>Not only the title, but the plan and a good '
+           'deal of the incidental symbolism of the poem were suggested by Miss Jessie L. Weston\'s book on the Grail '
+           'legend: From Ritual to Romance</p></section>')
+    nav = [("V. WHAT THE THUNDER SAID", "c.xhtml#ch5"), ('NOTES ON "THE WASTE LAND"', "c.xhtml#rearnotes")]
+    book = load_book(make_epub(tmp_path / "waste.epub", [("c.xhtml", doc)], nav=nav, title="The Waste Land"))
+    assert [c.title for c in book.chapters] == ["V. What the Thunder Said", 'Notes on "the Waste Land"']
+
+
+def test_markdown_act_headings_group_the_scene_headings_at_their_level():
+    """The Tempest (mlschmitt/classic-books-markdown): "### ACT I" and "### SCENE I." share one Markdown
+    level, after metadata headings ("# Title: The Tempest", "## Author: William Shakespeare", "## Year: 1610"):
+    the acts and the EPILOGUE are the chapters, the scenes sections of their act (as SCENE lines are in a
+    text book); the metadata headings are the title page: the title said without its label, the year not
+    spoken."""
+    book = load_book(STRUCTURE / "tempest-excerpt.md")
+    assert book.announcement() == "The Tempest, by William Shakespeare."
+    assert [c.title for c in book.chapters] == ["ACT I", "ACT II", "Epilogue"]
+    act1, act2 = book.chapters[:2]
+    assert [p for i, p in enumerate(act1.paragraphs) if act1.kind(i) == "heading"] == ["SCENE I.", "SCENE II."]
+    assert act1.paragraphs[1] == "On a ship at sea: a tempestuous noise of thunder and lightning heard."
+    assert [p for i, p in enumerate(act2.paragraphs) if act2.kind(i) == "heading"] == [
+        "SCENE I.", "SCENE II. Another part of the island."]
+    assert book.chapters[2].paragraphs[0].startswith("SPOKEN BY PROSPERO Now my charms are all o'erthrown")
+    said = _said(book)
+    assert "1610" not in said and "Title:" not in said and "Author:" not in said
+
+
+def test_text_notes_headed_after_a_tale_and_naming_it_stay_with_that_tale(tmp_path):
+    """The same Poe tales laid out as a plain-text book: titles in capitals set apart by blank lines, and after
+    two tales a line naming their notes ("NOTES TO HANS PFAAL", "FOOTNOTES\u2014FOUR BEASTS"), set apart the
+    same way: the notes stay in their tale (as under a bare "FOOTNOTES." label), they are not chapters. The
+    first tale's opening sentence ("BY late accounts from Rotterdam, ...") is no byline naming an author."""
+    tales = [
+        ("THE UNPARALLELED ADVENTURES OF ONE HANS PFAAL",
+         ["BY late accounts from Rotterdam, that city seems to be in a high state of philosophical excitement.",
+          "Don\u2019t believe it\u2014don\u2019t believe a word of it."]),
+        ("NOTES TO HANS PFAAL",
+         ["(*1) NOTE\u2014Strictly speaking, there is but little similarity between the above sketchy trifle and the "
+          "celebrated \u201cMoon-Story\u201d of Mr. Locke."]),
+        ("THE GOLD-BUG", ["MANY years ago, I contracted an intimacy with a Mr. William Legrand.",
+                          "He was of an ancient Huguenot family, and had once been wealthy."]),
+        ("FOUR BEASTS IN ONE\u2014THE HOMO-CAMELEOPARD",
+         ["ANTIOCHUS EPIPHANES is very generally looked upon as the Gog of the prophet Ezekiel.",
+          "Come let us be off."]),
+        ("FOOTNOTES\u2014FOUR BEASTS",
+         ["(*1) Flavius Vospicus says, that the hymn here introduced was sung by the rabble upon the occasion of "
+          "Aurelian, in the Sarmatic war."]),
+        ("THE MURDERS IN THE RUE MORGUE",
+         ["The mental features discoursed of as the analytical, are, in themselves, but little susceptible of "
+          "analysis.", "We appreciate them only in their effects."]),
+    ]
+    text = "THE WORKS OF EDGAR ALLAN POE\n\nIN FIVE VOLUMES\n\nThe Raven Edition\n"
+    text += "".join(f"\n\n\n\n{t}\n\n\n" + "\n\n".join(ps) + "\n" for t, ps in tales)
+    p = tmp_path / "poe.txt"
+    p.write_text(text, encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == [
+        "The Unparalleled Adventures of One Hans Pfaal", "The Gold-Bug", "Four Beasts in One\u2014The Homo-Cameleopard",
+        "The Murders in the Rue Morgue"]
+    assert book.chapters[0].paragraphs[-2:] == ["NOTES TO HANS PFAAL", tales[1][1][0]]
+    assert book.chapters[2].paragraphs[-2:] == ["FOOTNOTES\u2014FOUR BEASTS", tales[4][1][0]]
+    assert book.title != "The Unparalleled Adventures of One Hans Pfaal"  # "BY late accounts ..." is no byline
+
+
+def test_markdown_cast_list_under_a_heading_of_its_own_is_not_a_chapter(tmp_path):
+    """Macbeth (macbeth-excerpt.txt) written as Markdown: "### Persons Represented" over the cast, then "### ACT
+    I." and "### SCENE I. An open Place. Thunder and Lightning." at the same level: the cast list is not
+    spoken and is no chapter (as in the text book), the acts are the chapters, the scenes their sections."""
+    lines = [ln.rstrip() for ln in (STRUCTURE / "macbeth-excerpt.txt").read_text(encoding="utf-8").split("\n")]
+    out = []
+    for ln in lines[lines.index("Persons Represented"):]:
+        heading = ln == "Persons Represented" or ln.startswith(("ACT ", "SCENE "))
+        out.append(f"### {ln}\n" if heading else ln)
+    p = tmp_path / "macbeth.md"
+    p.write_text("# MACBETH\n\nby William Shakespeare\n\n" + "\n".join(out) + "\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["ACT I.", "ACT II.", "ACT III."]
+    act1 = book.chapters[0]
+    assert act1.paragraphs[0] == "SCENE I. An open Place. Thunder and Lightning." and act1.kind(0) == "heading"
+    said = _said(book)
+    for gone in ("Persons Represented", "General in the King's Army", "chiefly at Macbeth's Castle"):
+        assert gone not in said
