@@ -55,15 +55,19 @@ def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
         text = data.decode(name)
     except UnicodeDecodeError as e:
         declared = None if encoding else _declared_legacy(where, data)
+        if declared is None and not encoding:
+            declared = _undeclared_western(where, data)
         if declared is not None:
             return declared
         pos = e.start
         line = data.count(b"\n", 0, pos) + 1
         col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+        hint = f"--encoding {_guess_legacy(data)} (or the file's real encoding)"
+        if not encoding and _high_share(data) > _WESTERN_HIGH_SHARE:
+            hint = "--encoding with the file's real encoding (such as cp1251, koi8-r or iso-8859-7)"
         raise EncodingError(
             f"{where} is not valid {label} text: byte 0x{data[pos]:02X} at byte offset {pos} (line {line}, "
-            f"column {col}) cannot be decoded; re-save it as UTF-8 or pass --encoding {_guess_legacy(data)} "
-            f"(or the file's real encoding)") from None
+            f"column {col}) cannot be decoded; re-save it as UTF-8 or pass {hint}") from None
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         raise InputError(f"{where} contains NUL characters; it is not a text book (pass a .txt, .md or .epub file)")
@@ -103,6 +107,49 @@ def _declared_legacy(where: str, data: bytes) -> str | None:
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         return None
+    return text
+
+
+_NOT_ASCII_LETTERS = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
+_ASCII_BYTES = bytes(range(128))
+_WESTERN_HIGH_SHARE = 0.25
+"""Western text written in an 8-bit code page: its accented letters and Windows punctuation (bytes 0x80-0xFF)
+are a few in a hundred of its letters, even in French or Icelandic; in Cyrillic, Greek or Hebrew text
+read the same way they are nearly all of them."""
+
+
+def _high_share(data: bytes) -> float:
+    """Bytes 0x80-0xFF as a share of those bytes and the ASCII letters together."""
+    high = len(data.translate(None, _ASCII_BYTES))
+    letters = len(data.translate(None, _NOT_ASCII_LETTERS))
+    return high / (high + letters) if high else 0.0
+
+
+def _undeclared_western(where: str, data: bytes) -> str | None:
+    """A file that is not UTF-8 and declares no encoding its bytes are in (no declaration, or one such as
+    "Character set encoding: ASCII" that its bytes belie), read as Windows-1252, the 8-bit encoding of Western
+    text (ISO-8859-1 with printable punctuation at 0x80-0x9F, so it reads Latin-1 files alike), with a warning
+    line naming the encoding and ``--encoding``. None when that is implausible: a byte Windows-1252 leaves
+    undefined (0x81, 0x8D, 0x8F, 0x90, 0x9D), or bytes 0x80-0xFF making up more than a quarter of the letters
+    (a Cyrillic, Greek or Hebrew code page, which would be spoken as accented garbage)."""
+    if _high_share(data) > _WESTERN_HIGH_SHARE:
+        return None
+    try:
+        text = data.decode("cp1252")
+    except UnicodeDecodeError:
+        return None
+    text = text.lstrip("\ufeff")
+    if "\x00" in text:
+        return None
+    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
+    m = _DECLARED_CHARSET_RE.search(data[:start.start() if start else 16384])
+    said = f"its header declares {m.group(1).decode('latin-1').strip()!r}, which its bytes are not" if m else \
+        "it declares no encoding"
+    import logging
+
+    logging.getLogger("booktts.ingest").warning(
+        "%s is not valid UTF-8 and %s; read as Windows-1252 (ISO-8859-1 with Windows punctuation), the usual "
+        "8-bit encoding of Western text; pass --encoding to read it otherwise", where, said)
     return text
 
 
