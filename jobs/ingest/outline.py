@@ -185,7 +185,7 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
             out.append(it)
             continue
         if _confirmed_toc(items, k):
-            named.update(tuple(_tokens(e)) for e in it.entries or [])
+            named.update(form for e in it.entries or [] for form in _entry_forms(e))
             j = len(out)
             while j and out[j - 1].kind == "heading":
                 j -= 1  # headings right before a contents block are its group labels ("BOOK I")
@@ -196,6 +196,17 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
         else:
             out.append(_Item("para", it.text))
     return out, named, after
+
+
+def _entry_forms(entry: str) -> list[tuple[str, ...]]:
+    """The words of a contents entry, and, for an entry inverted at its one comma as an index of names prints
+    it ("Armstrong, Hannah", "Tanner, Robert Fulton", "Spooniad, The"), the words of the heading it names,
+    the words after the comma first ("Hannah Armstrong", "Robert Fulton Tanner", "The Spooniad")."""
+    forms = [tuple(_tokens(entry))]
+    if entry.count(",") == 1:
+        last, first = entry.split(",")
+        forms.append(tuple(_tokens(first)) + tuple(_tokens(last)))
+    return forms
 
 
 def _names_start(line: tuple[str, ...], named: set[tuple[str, ...]]) -> bool:

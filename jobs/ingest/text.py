@@ -535,7 +535,7 @@ def _caps_line(s: str) -> bool:
 
 
 _TOC_ENTRY_RE = re.compile(
-    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]))?[.:)]?[ \t]*"
+    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]|['\u2019]))?[.:)]?[ \t]*"
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
 
 
@@ -660,6 +660,34 @@ def _run_on_entries(block: list[str]) -> list[str] | None:
     return None
 
 
+def _initial(entry: str) -> str:
+    return next((c for c in entry.casefold() if c.isalpha()), "")
+
+
+def _index_group(items: list[_Item], block: list[str]) -> list[str] | None:
+    """A group of one or two entries in a contents list printed in alphabetical order, a block for each
+    initial ("Ehrenhardt, Imanuel" alone between the D and F names, "Yee Bow", "Zoll, Perry" at its end):
+    the list so far, from its "Contents" label, six entries or more with their initials in alphabetical
+    order (three initials at least: "CHAPTER I", "CHAPTER II" ... is no such list), and the block's initials
+    coming after them; a heading line ("PRELUDE") is no entry. The first heading after such a list ("The
+    Hill") starts again earlier in the alphabet and ends it."""
+    lines = [ln.strip() for ln in block]
+    if not 1 <= len(lines) <= 2 or not items or items[-1].kind != "toc" or not items[-1].label:
+        return None
+    if any(len(ln) > 60 or not _title_like(ln) or _match_heading(ln) for ln in lines):
+        return None
+    before: list[str] = []
+    for it in reversed(items):
+        if it.kind != "toc" or not it.label:
+            break
+        before[:0] = it.entries or []
+    heads = [_initial(e) for e in before] + [_initial(ln) for ln in lines]
+    if len(before) < 6 or len(set(heads)) < 4 or not all(heads) or heads != sorted(heads) \
+            or heads[len(before)] == heads[len(before) - 1]:
+        return None
+    return lines
+
+
 def _after_contents_label(items: list[_Item]) -> bool:
     """The next block continues a contents list: a "Contents" label, a contents block or contents
     headings ("THE PROLOGUE.", "ACT I") come right before it."""
@@ -688,7 +716,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             i += 1
             continue
         after_label = _after_contents_label(items)
-        entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i])
+        entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i]) \
+            or _index_group(items, blocks[i])
         if entries is not None and not (i in roman_ok):
             items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
                                entries=[_norm(_clean_inline(t)) for t in entries], label=after_label))

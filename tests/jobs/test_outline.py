@@ -998,3 +998,35 @@ def test_a_prologue_headed_with_its_writer_and_a_transcribers_comments_in_topics
     for gone in ("Transcriber", "SQUARE BRACKETS", "square brackets, i.e.", "consolidated at the end",
                  "Numbering of the footnotes", "Character names have been expanded", "Mr. Palmer"):
         assert gone not in said
+
+
+def test_poems_headed_by_names_that_a_contents_list_by_surname_names():
+    """Spoon River Anthology (PG 1280): a "Contents:" list of the speakers by surname, "Armstrong, Hannah",
+    one block per initial letter, some of one or two names ("Ehrenhardt, Imanuel"; "Yee Bow", "Zoll, Perry"
+    at its end), then each poem headed by its speaker's name as printed ("Hannah Armstrong", "Robert Fulton
+    Tanner", "The Spooniad"): the headings are chapters, the whole list is not spoken."""
+    book = load_book(STRUCTURE / "spoon-river-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "The Hill", "Hod Putt", "Ollie McGee", "Fletcher McGee", "Robert Fulton Tanner", "Cassius Hueffer",
+        "Serepta Mason", "Amanda Barker", "The Spooniad"]
+    assert book.chapters[0].paragraphs[0].startswith("Where are Elmer, Herman, Bert, Tom and Charley,")
+    said = _said(book)
+    for gone in ("Contents", "Armstrong, Hannah", "Ehrenhardt", "Newcomer, Professor", "Osborne, Mabel",
+                 "Yee Bow", "Zoll, Perry"):
+        assert gone not in said
+
+
+def test_an_index_initial_is_no_roman_numeral_and_a_list_in_book_order_takes_no_lone_line():
+    """A contents entry "M'Cumber, Daniel" keeps its M (no numeral before an apostrophe); a list whose
+    entries are not in alphabetical order takes no block of one line after it (a first story's title), one in
+    alphabetical order takes the blocks whose initials come later ("Dunn, Dora", "Zoll, Perry"), not "The Hill"."""
+    from jobs.ingest.text import _txt_items
+    items = _txt_items("Contents:\n\nM'Cumber, Daniel\nMcDowell, Rutherford\nMcGee, Fletcher\n\n")
+    assert items[-1].kind == "toc" and items[-1].entries[0] == "M'Cumber, Daniel"
+    listed = "CONTENTS\n\nThe Red Room\nA Dead Man\nBeyond the Hills\nThe Ferry\nAt Sea\nWinter\n\n"
+    items = _txt_items(listed + "The Yellow Door\n\nIt was a long way home that night, and we walked.\n")
+    assert [it.kind for it in items] == ["para", "toc", "para", "para"]
+    index = ("Contents:\n\nAllen, Ann\nAmes, Al\nBrown, Bess\nBush, Bo\nClay, Cy\nCole, Cal\n\nDunn, Dora\n\n"
+             "Eady, Eve\nFry, Fay\nGage, Gus\n\n")
+    items = _txt_items(index + "Zoll, Perry\n\nThe Hill\n\nWhere are Elmer, Herman, Bert, Tom and Charley,\n")
+    assert [it.kind for it in items] == ["para", "toc", "toc", "toc", "toc", "para", "para"]
