@@ -193,7 +193,7 @@ _PG_END_RE = re.compile(
     r"|(?:\\?\*){2,}\\?_?[ \t]*END[ \t]*OF[ \t]*TH(?:E|IS)[ \t]*PROJECT[ \t]*GUTENBERG)", re.I | re.M)
 _PG_TITLE_RE = re.compile(r"^Title:[ \t]*(\S.*)$((?:\n[ \t]+\S.*$)*)", re.M)
 _PG_AUTHOR_RE = re.compile(r"^Author:[ \t]*(\S.*)$", re.M)
-_PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by"
+_PG_CREDIT_RE = re.compile(r"^(?:Produced by|(?:This )?e-?(?:text|book) (?:was )?(?:prepared|created|produced|made) by"
                            r"|Transcribed (?:from|by)|Scanned (?:and proofread )?by)\b", re.I)
 
 

@@ -1030,3 +1030,35 @@ def test_an_index_initial_is_no_roman_numeral_and_a_list_in_book_order_takes_no_
              "Eady, Eve\nFry, Fay\nGage, Gus\n\n")
     items = _txt_items(index + "Zoll, Perry\n\nThe Hill\n\nWhere are Elmer, Herman, Bert, Tom and Charley,\n")
     assert [it.kind for it in items] == ["para", "toc", "toc", "toc", "toc", "para", "para"]
+
+
+WINESBURG_TALES = [
+    "Hands", "Paper Pills", "Mother", "The Philosopher", "Nobody Knows", "Godliness", "A Man of Ideas", "Adventure",
+    "Respectability", "The Thinker", "Tandy", "The Strength of God", "The Teacher", "Loneliness", "An Awakening",
+    '"Queer"', "The Untold Lie", "Drink", "Death", "Sophistication", "Departure"]
+
+
+def test_a_contents_list_that_glosses_each_title_and_the_authors_name_over_the_title():
+    """Winesburg, Ohio (PG 416, each tale's first paragraph kept): "This etext was created by ...", the
+    title page with the author's name in capitals over the title, a CONTENTS whose entries gloss the titles
+    in lower case ("HANDS, concerning Wing Biddlebaum", "INTRODUCTION by Irving Howe"), one per block, one
+    over five lines: the credit, the title page and the list are not spoken, the tales are chapters (the
+    first, printed over two lines under the half-title THE TALES AND THE PERSONS, is announced with it)."""
+    book = load_book(STRUCTURE / "winesburg-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "The Tales and the Persons. The Book of the Grotesque"] + WINESBURG_TALES
+    assert book.chapters[1].paragraphs[0].startswith("The writer, an old man with a white mustache")
+    said = _said(book)
+    for gone in ("etext", "Judith Boss", "concerning", "SHERWOOD ANDERSON", "CONTENTS"):
+        assert gone not in said
+    assert not [c for c in book.chapters if "Anderson" in c.title]
+
+
+def test_a_tale_whose_first_part_is_unheaded_keeps_its_numbered_parts():
+    """GODLINESS, "A Tale in Four Parts": part I follows the title unheaded, then "II", "III" / "Surrender"
+    and "IV" / "Terror": the numerals from II on are the tale's parts (said "Part II."), not chapters."""
+    book = load_book(STRUCTURE / "winesburg-excerpt.txt")
+    godliness = next(c for c in book.chapters if c.title == "Godliness")
+    assert [p for p in godliness.paragraphs if p.startswith("Part ")] == [
+        "Part II.", "Part III. Surrender", "Part IV. Terror"]
+    assert not [c for c in book.chapters if c.title.startswith("Chapter")]
