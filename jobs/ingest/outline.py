@@ -25,7 +25,7 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import _Item, _number_value, _roman_value
+from jobs.ingest.text import _ORDINAL_HEADING_RE, _Item, _number_value, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -613,7 +613,7 @@ def spoken_heading(it: _Item, level: str) -> str:
         text = f"{'Chapter' if level == 'chapter' else 'Part'} {numeral}" + (f" {rest}" if rest else "")
     if it.style in _KEYWORDS and it.style != "forced":
         m = re.match(r"^(\S+\s+\S+?[.:]?)(\s+.*)?$", text)  # "CHAPTER XIV." as printed, its title de-shouted
-        if m and m.group(2):
+        if m and m.group(2) and not _ORDINAL_HEADING_RE.match(text):  # "THE FIRST BOOK" as printed too
             return m.group(1) + " " + title_case(m.group(2).strip())
         return text
     return title_case(text)

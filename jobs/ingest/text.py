@@ -320,7 +320,9 @@ _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<t
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
-    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
+    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT"
+    r"|APPENDIX)\.?)"
+    r"(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
                             r"[ \t]+(?:TO|(?:WRITTEN[ \t]+|SPOKEN[ \t]+)?BY)[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
 """A named heading with what it belongs to or who wrote it, in capitals: "PREFACE TO THE SECOND EDITION.",
@@ -771,11 +773,17 @@ def _runs_on(title: str, rest: list[str]) -> bool:
     """A heading's title that is the start of a sentence running on through a paragraph: it ends
     mid-sentence (a lower-case word, no punctuation) or runs in after a dash, and three or more lines
     follow it in its block
-    (a title printed over two lines is followed by a blank line)."""
+    (a title printed over two lines is followed by a blank line); or a note's reference, a line that
+    holds a sentence's end and the start of another and runs on in its block ('BOOK II "Both to frequent"
+    (4). Gr. to mh, C. conjectures to me. The', 'BOOK V XIV. katorqwseiz (15): Acts of "rightness" ...')."""
     last = title.rstrip().split()[-1] if title.strip() else ""
-    return len(rest) >= 3 and (last.isalpha() and last.islower() or _RUN_IN_RE.search(title) is not None)
+    return len(rest) >= 3 and (last.isalpha() and last.islower() or _RUN_IN_RE.search(title) is not None) \
+        or bool(rest) and _SENTENCE_IN_TITLE_RE.search(title) is not None
 
 
+_SENTENCE_IN_TITLE_RE = re.compile(r"(?:[a-z]|\d|\)|\w{3})(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bJr)"
+                                   r"(?<!\bSr)[.:][)\"'\u201d]?\s+\S+\s+\S")
+"""A sentence's end and more words after it ("(4). Gr. to mh", "(18): This is"), not "Mr. Brooke" alone."""
 _RUN_IN_RE = re.compile(r"[.)]\s*(?:\u2014|--)\s*\w")
 """A run-in heading: a label, a dash and the paragraph's first words ("(Sperm Whale).--This whale")."""
 

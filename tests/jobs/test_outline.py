@@ -1062,3 +1062,19 @@ def test_a_tale_whose_first_part_is_unheaded_keeps_its_numbered_parts():
     assert [p for p in godliness.paragraphs if p.startswith("Part ")] == [
         "Part II.", "Part III. Surrender", "Part IV. Terror"]
     assert not [c for c in book.chapters if c.title.startswith("Chapter")]
+
+
+def test_an_appendix_is_a_chapter_and_references_run_into_notes_are_not_headings():
+    """Meditations (PG 2680, ISO-8859-1 as declared; each BOOK's first paragraph kept): THE FIRST BOOK ...
+    THE TWELFTH BOOK, then APPENDIX, then NOTES whose paragraphs open with a reference run into the note
+    ('BOOK II "Both to frequent" (4). Gr. to mh, C. conjectures to me. The' / 'text is probably right: ...'):
+    the appendix is a chapter, the references are read inside the notes, the books are said as printed."""
+    book = load_book(STRUCTURE / "meditations-excerpt-8.txt")
+    ordinals = ["FIRST", "SECOND", "THIRD", "FOURTH", "FIFTH", "SIXTH", "SEVENTH", "EIGHTH", "NINTH", "TENTH",
+                "ELEVENTH", "TWELFTH"]
+    assert [c.title for c in book.chapters] == ["Introduction"] + [f"THE {o} BOOK" for o in ordinals] + [
+        "Appendix. Correspondence of M. Aurelius Antoninus and M. Cornelius Fronto'"]
+    appendix = book.chapters[-1].paragraphs
+    assert appendix[0].startswith("M. CORNELIUS FRONTO(1) was a Roman by descent")
+    assert any(p.startswith('BOOK II "Both to frequent" (4). Gr. to mh') for p in appendix)
+    assert any(p.startswith("BOOK X XXII. The Greek means") for p in appendix)
