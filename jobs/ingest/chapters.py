@@ -93,7 +93,7 @@ def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | 
     if not body.strip():
         raise InputError(f"{where} holds only a Project Gutenberg header/licence and no book text; "
                          f"pass the complete book file")
-    h1 = None
+    h1 = md_author = None
     structure = structure or Structure()
     if fmt == "md" and not _has_blank_lines(body):
         # Markdown converted from print without blank lines: no Markdown block structure to read;
@@ -101,7 +101,7 @@ def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | 
         first_line = text.count("\n", 0, max(text.find(body), 0)) + 1
         items = _txt_items(_MD_ESCAPE_RE.sub(r"\1", body), structure.line_test(where, first_line, text.count("\n") + 1))
     elif fmt == "md":
-        items, h1 = _md_items(body)
+        items, h1, md_author = _md_items(body)
         items = structure.force_items(where, items)
     else:
         first_line = text.count("\n", 0, max(text.find(body), 0)) + 1
@@ -111,7 +111,7 @@ def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | 
     if known and not pg_title and not h1:
         known = title_case(known)  # a title page in capitals is not shouted in the announcement
     title = known or p.stem
-    author = _pg_author(text) if pg_title else None
+    author = _pg_author(text) if pg_title else md_author
     if author is None and guessed and (not pg_title or guessed[0] == known):
         author = guessed[1] or None
     if author:

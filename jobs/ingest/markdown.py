@@ -5,7 +5,8 @@ headings, fenced code (its text is kept), block quotes, bullet and numbered list
 breaks, link reference definitions, HTML comments and raw ``<script>``/``<style>``/``<template>``
 elements with their content (dropped); inline clean-up turns links into
 their text and drops images, tags, footnote references and escapes. :func:`_md_items` picks the
-chapter level ("# Part" / "## Chapter") and the book-title H1; a file without Markdown headings
+chapter level ("# Part" / "## Chapter") and the book-title H1 (or the title and author that field
+headings opening the file state: "# Title: ...", "## Author: ..."); a file without Markdown headings
 falls back to the plain-text heading heuristics of ``jobs.ingest.text``.
 
 Works on decoded, Gutenberg-stripped text; does not know decoding, how items become chapters
@@ -137,17 +138,34 @@ def _md_blocks(body: str) -> list[tuple[str, int, str, bool]]:
     return [b for b in out if b[0] == "heading" or b[2].strip()]
 
 
-def _md_items(body: str) -> tuple[list[_Item], str | None]:
-    """Markdown -> items and the title H1 (if the file has one). Falls back to plain-text headings."""
-    blocks = _md_blocks(body)
+_FIELD_RE = re.compile(r"^(title|author|authors|year|date|translator|language)\s*:\s*(\S.*)$", re.I)
+"""A heading that states one of the book's fields ("# Title: Persian Letters", "## Author: Montesquieu")."""
+
+
+def _md_fields(blocks: list[tuple[str, int, str, bool]]) -> tuple[list[tuple[str, int, str, bool]], dict[str, str]]:
+    """The headings that open the file stating its fields ("# Title: ...", "## Author: ...", "## Year: ...",
+    as a collection of Markdown books writes them), taken out of the blocks: a field named, not a chapter."""
+    fields: dict[str, str] = {}
+    k = 0
+    while k < len(blocks) and blocks[k][0] == "heading" and _FIELD_RE.match(blocks[k][2]):
+        m = _FIELD_RE.match(blocks[k][2])
+        fields.setdefault(m.group(1).lower().rstrip("s"), m.group(2).strip())
+        k += 1
+    return (blocks[k:], fields) if "title" in fields or "author" in fields else (blocks, {})
+
+
+def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
+    """Markdown -> items, the title H1 (if the file has one) and the author its field headings name
+    ("## Author: Montesquieu"). Falls back to plain-text headings."""
+    blocks, fields = _md_fields(_md_blocks(body))
     headings = [(k, b) for k, b in enumerate(blocks) if b[0] == "heading" and b[2]]
     if not headings:
         # no Markdown headings: find plain-text chapter headings ("CHAPTER I.") as in a TXT file
-        return _txt_items("\n\n".join(b[2] for b in blocks)), None
-    title_h1 = None
+        return _txt_items("\n\n".join(b[2] for b in blocks)), fields.get("title"), fields.get("author")
+    title_h1 = fields.get("title")
     skip = -1
     h1s = [k for k, b in headings if b[1] == 1]
-    if len(h1s) == 1 and headings[0][1][1] == 1 and len(headings) > 1:
+    if title_h1 is None and len(h1s) == 1 and headings[0][1][1] == 1 and len(headings) > 1:
         skip = headings[0][0]
         title_h1 = headings[0][1][2]
     levels = sorted({b[1] for k, b in headings if k != skip})
@@ -167,4 +185,4 @@ def _md_items(body: str) -> tuple[list[_Item], str | None]:
             items.append(_Item("heading", text))
         elif text and not _is_separator(text):
             items.append(_Item("para", text, toc))
-    return items, title_h1
+    return items, title_h1, fields.get("author")

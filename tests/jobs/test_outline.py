@@ -1078,3 +1078,15 @@ def test_an_appendix_is_a_chapter_and_references_run_into_notes_are_not_headings
     assert appendix[0].startswith("M. CORNELIUS FRONTO(1) was a Roman by descent")
     assert any(p.startswith('BOOK II "Both to frequent" (4). Gr. to mh') for p in appendix)
     assert any(p.startswith("BOOK X XXII. The Greek means") for p in appendix)
+
+
+def test_markdown_field_headings_name_the_title_and_author_and_are_not_spoken():
+    """Persian Letters as Markdown (mlschmitt/classic-books-markdown, its first three letters): "# Title:
+    Persian Letters", "## Author: Montesquieu", "## Year: 1721", then the translator's line and "## Letter 1":
+    the fields name the book (announced "Persian Letters, by Montesquieu."), none is spoken or a chapter."""
+    book = load_book(STRUCTURE / "persian-letters-excerpt.md")
+    assert (book.title, book.author) == ("Persian Letters", "Montesquieu")
+    assert [c.title for c in book.chapters] == ["Letter 1", "Letter 2", "Letter 3"]
+    said = _said(book)
+    for gone in ("Title:", "Author:", "Year", "1721", "Translated by"):
+        assert gone not in said
