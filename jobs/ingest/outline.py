@@ -672,6 +672,7 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
              and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
+    paras = _without_other_books(paras)
     start = 0
     while start < len(paras):
         t = paras[start].text
@@ -687,6 +688,39 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
         return []
     return kept
+
+
+_OTHER_BOOKS_RE = re.compile(r"^[\W_]*(?:author\s+of|(?:also\s+)?by\s+the\s+same\s+(?:author|writer)|also\s+by"
+                            r"|(?:other\s+)?(?:books|works)\s+by)\b", re.I)
+"""The title page's label over the author's other books: "Author of", "By the same author", "Also by ..."."""
+
+
+def _titles_list(text: str) -> bool:
+    """A list of book titles run on with commas ("\u201cThe Shuttle,\u201d \u201cThe Making of a Marchioness,\u201d ...
+    etc."): three or more pieces of eight words at most, the list's "etc." aside."""
+    listed = re.sub(r"\betc\.?[\W_]*$", "", text.strip())
+    pieces = [p for p in re.split(r"\s*[,;]\s*", listed) if p.strip(" ._\u201c\u201d\"'")]
+    return len(pieces) >= 3 and all(len(p.split()) <= 8 for p in pieces)
+
+
+def _without_other_books(paras: list[_Item]) -> list[_Item]:
+    """The author's other books on the title page go: an "Author of" label ("_Author of_" / "\u201cThe Shuttle,\u201d
+    \u201cThe Making of a Marchioness,\u201d ... etc.") and the list of titles under it or run on after it."""
+    out: list[_Item] = []
+    n = 0
+    while n < len(paras):
+        t = paras[n].text
+        m = _OTHER_BOOKS_RE.match(t)
+        rest = t[m.end():].strip(" :_") if m else ""
+        if m and not rest and n + 1 < len(paras) and _titles_list(paras[n + 1].text):
+            n += 2
+            continue
+        if m and rest and (_titles_list(rest) or len(rest.split()) <= 8 and not _is_prose(rest)):
+            n += 1
+            continue
+        out.append(paras[n])
+        n += 1
+    return out
 
 
 def _without_etext_prefaces(front: list[_Item]) -> list[_Item]:

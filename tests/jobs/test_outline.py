@@ -1090,3 +1090,15 @@ def test_markdown_field_headings_name_the_title_and_author_and_are_not_spoken():
     said = _said(book)
     for gone in ("Title:", "Author:", "Year", "1721", "Translated by"):
         assert gone not in said
+
+
+def test_the_authors_other_books_on_the_title_page_are_not_spoken():
+    """The Secret Garden (PG 113, its first two chapters' openings): the title page lists the author's other
+    books under an italic label ("_Author of" / "\u201cThe Shuttle,\u201d \u201cThe Making of a Marchioness,\u201d ...
+    etc._"): the list is title page, neither spoken nor an untitled first chapter."""
+    book = load_book(STRUCTURE / "secret-garden-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["CHAPTER I. There Is No One Left",
+                                                "CHAPTER II. Mistress Mary Quite Contrary"]
+    said = _said(book)
+    for gone in ("Author of", "The Shuttle", "Little Lord Fauntleroy", "etc."):
+        assert gone not in said
