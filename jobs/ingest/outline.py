@@ -239,9 +239,13 @@ def _names_start(line: tuple[str, ...], named: set[tuple[str, ...]]) -> bool:
                                   for e in named)
 
 
+_BRACKETED_TAIL_RE = re.compile(r"\s+\([^()]{1,80}\)\W*$")
+"""A note in brackets after a heading's name, which its contents entry leaves out."""
+
+
 def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, title: str) -> list[_Item]:
     """A short line after the contents list that the list names is a chapter heading (not the
-    book's own title line)."""
+    book's own title line), also with a note in brackets after the name the list gives."""
     if not named:
         return items
     out = list(items)
@@ -254,8 +258,10 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
+        bare = _BRACKETED_TAIL_RE.sub("", it.text)  # "Jonathan Swift Somers (Author of the Spooniad)"
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
-                or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
+                or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named) \
+                or bare != it.text and tuple(_tokens(bare)) in named:
             out[k] = _Item("heading", it.text, style="contents", caps=it.caps, apart=it.apart)
     return out
 

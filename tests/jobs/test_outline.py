@@ -1004,11 +1004,12 @@ def test_poems_headed_by_names_that_a_contents_list_by_surname_names():
     """Spoon River Anthology (PG 1280): a "Contents:" list of the speakers by surname, "Armstrong, Hannah",
     one block per initial letter, some of one or two names ("Ehrenhardt, Imanuel"; "Yee Bow", "Zoll, Perry"
     at its end), then each poem headed by its speaker's name as printed ("Hannah Armstrong", "Robert Fulton
-    Tanner", "The Spooniad"): the headings are chapters, the whole list is not spoken."""
+    Tanner", "The Spooniad"; "Jonathan Swift Somers (Author of the Spooniad)" for "Somers, Jonathan Swift"): the
+    headings are chapters, the whole list is not spoken."""
     book = load_book(STRUCTURE / "spoon-river-excerpt.txt")
     assert [c.title for c in book.chapters] == [
         "The Hill", "Hod Putt", "Ollie McGee", "Fletcher McGee", "Robert Fulton Tanner", "Cassius Hueffer",
-        "Serepta Mason", "Amanda Barker", "The Spooniad"]
+        "Serepta Mason", "Amanda Barker", "Jonathan Swift Somers (Author of the Spooniad)", "The Spooniad"]
     assert book.chapters[0].paragraphs[0].startswith("Where are Elmer, Herman, Bert, Tom and Charley,")
     said = _said(book)
     for gone in ("Contents", "Armstrong, Hannah", "Ehrenhardt", "Newcomer, Professor", "Osborne, Mabel",
