@@ -51,6 +51,9 @@ def bad_inputs(tmp_path):
     (d / "empty.txt").write_text("")
     (d / "binary.txt").write_bytes(bytes(range(256)) * 40)
     (d / "latin1.txt").write_bytes("Caf\xe9 au lait.\n\nChapter 1\n\nIt was a fine d\xe9j\xe0 vu.\n".encode("latin-1"))
+    # Russian in KOI8-R: not UTF-8, and nearly every letter a byte 0x80-0xFF, so no Western 8-bit text either
+    (d / "koi8.txt").write_bytes("\u0413\u043b\u0430\u0432\u0430 1\n\n\u0421\u0447\u0430\u0441\u0442\u044c\u0435 "
+                                 "\u043d\u0430\u0448\u0435 \u0431\u043b\u0438\u0437\u043a\u043e.\n".encode("koi8-r"))
     (d / "corrupt.epub").write_bytes(b"PK\x03\x04 this is not really a zip file")
     epub(d / "drm.epub", {"META-INF/container.xml": CONTAINER,
                           "META-INF/encryption.xml": '<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
@@ -67,7 +70,7 @@ def bad_inputs(tmp_path):
     (".", ["directory"]),
     ("empty.txt", ["empty.txt"]),
     ("binary.txt", ["binary.txt"]),
-    ("latin1.txt", ["latin1.txt", "--encoding"]),
+    ("koi8.txt", ["koi8.txt", "--encoding"]),
     ("corrupt.epub", ["corrupt.epub"]),
     ("drm.epub", ["drm"]),
     ("escape.epub", ["escape.epub"]),
@@ -83,6 +86,16 @@ def test_wrong_encoding_works_with_encoding_option(bad_inputs, tmp_path):
     res = cli("plan", bad_inputs / "latin1.txt", "--encoding", "latin-1")
     assert res.returncode == 0, res.stderr
     assert "utterances" in res.stdout
+    res = cli("plan", bad_inputs / "koi8.txt", "--encoding", "koi8-r")
+    assert res.returncode == 0, res.stderr
+
+
+def test_undeclared_8_bit_western_text_plans_with_one_warning_line(bad_inputs, tmp_path):
+    res = cli("plan", bad_inputs / "latin1.txt", "-o", tmp_path / "p")
+    assert res.returncode == 0, res.stderr
+    assert "utterances" in res.stdout
+    warned = [line for line in res.stderr.splitlines() if "Windows-1252" in line]
+    assert len(warned) == 1 and "latin1.txt" in warned[0] and "--encoding" in warned[0], res.stderr
 
 
 def test_bad_options_are_one_line(short_book, tmp_path):

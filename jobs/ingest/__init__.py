@@ -39,8 +39,11 @@ Text files
     ``--encoding utf-16``. A file that is not UTF-8 but whose Project Gutenberg header declares
     ISO-8859-1 (Latin-1, ISO-8859-15, Windows-1252: "Character set encoding: ISO-8859-1", Gutenberg's
     "-8.txt" files) is read as declared, as Windows-1252 when it has bytes 0x80-0x9F, and a warning
-    line (logger ``booktts.ingest``) says so; other 8-bit text is refused with a hint, since Latin-1
-    cannot be told reliably from other 8-bit code pages.
+    line (logger ``booktts.ingest``) says so. Other text that is not UTF-8 (no declaration, or one its
+    bytes belie, such as "ASCII") is read as Windows-1252, the 8-bit encoding of Western text, with a
+    warning line naming it and ``--encoding``, unless that is implausible: a byte Windows-1252 leaves
+    undefined, or bytes 0x80-0xFF making up more than a quarter of the letters (Cyrillic, Greek ...
+    code pages); such text is refused in one line with a hint.
 
 Project Gutenberg boilerplate
     Text outside the ``*** START OF THE/THIS PROJECT GUTENBERG EBOOK`` and ``*** END OF ...`` /

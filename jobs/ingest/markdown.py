@@ -5,7 +5,8 @@ headings, fenced code (its text is kept), block quotes, bullet and numbered list
 breaks, link reference definitions, HTML comments and raw ``<script>``/``<style>``/``<template>``
 elements with their content (dropped); inline clean-up turns links into
 their text and drops images, tags, footnote references and escapes. :func:`_md_items` picks the
-chapter level ("# Part" / "## Chapter") and the book-title H1; a file without Markdown headings
+chapter level ("# Part" / "## Chapter") and the book-title H1 (or the title and author that field
+headings opening the file state: "# Title: ...", "## Author: ..."); a file without Markdown headings
 falls back to the plain-text heading heuristics of ``jobs.ingest.text``.
 
 Works on decoded, Gutenberg-stripped text; does not know decoding, how items become chapters
@@ -170,7 +171,7 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
     title_h1 = meta.get("title")
     skip = -1
     h1s = [k for k, b in headings if b[1] == 1]
-    if len(h1s) == 1 and headings[0][1][1] == 1 and len(headings) > 1:
+    if title_h1 is None and len(h1s) == 1 and headings[0][1][1] == 1 and len(headings) > 1:
         skip = headings[0][0]
         title_h1 = headings[0][1][2]
     levels = sorted({b[1] for k, b in headings if k != skip})

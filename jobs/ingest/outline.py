@@ -26,7 +26,7 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import _Item, _match_heading, _number_value, _roman_value
+from jobs.ingest.text import _ORDINAL_HEADING_RE, _Item, _match_heading, _number_value, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -186,7 +186,7 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
             out.append(it)
             continue
         if _confirmed_toc(items, k):
-            named.update(tuple(_tokens(e)) for e in it.entries or [])
+            named.update(form for e in it.entries or [] for form in _entry_forms(e))
             j = len(out)
             while j and out[j - 1].kind == "heading":
                 j -= 1  # headings right before a contents block are its group labels ("BOOK I")
@@ -199,6 +199,40 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
     return out, named, after
 
 
+_SENTENCE_STOP_RE = re.compile(r"[.!?](?:\s|$)")
+
+
+def _glossed_title(entry: str) -> str | None:
+    """The title of a contents entry that glosses it in lower case after its title in capitals ("HANDS,
+    concerning Wing Biddlebaum", "INTRODUCTION by Irving Howe", "GODLINESS, a Tale in Four Parts I,
+    concerning ..."): the capitals ("HANDS"); None for any other entry, or a gloss that holds a sentence."""
+    words = entry.split()
+    n = 0
+    while n < len(words) and not any(c.islower() for c in words[n]):
+        n += 1
+    lead = " ".join(words[:n]).rstrip(",;:")
+    if not n or n == len(words) or not words[n][:1].islower() or sum(c.isupper() for c in lead) < 2 \
+            or _SENTENCE_STOP_RE.search(" ".join(words[n:])) or len(words) > 40:
+        return None
+    return lead
+
+
+def _entry_forms(entry: str) -> list[tuple[str, ...]]:
+    """The words of a contents entry, and of the heading it names when that is printed otherwise: the title
+    of an entry glossed in lower case ("HANDS" for "HANDS, concerning Wing Biddlebaum"), or, for an entry
+    inverted at its one comma as an index of names prints it ("Armstrong, Hannah", "Tanner, Robert Fulton",
+    "Spooniad, The"), the words after the comma first ("Hannah Armstrong", "Robert Fulton Tanner", "The
+    Spooniad")."""
+    forms = [tuple(_tokens(entry))]
+    glossed = _glossed_title(entry)
+    if glossed:
+        forms.append(tuple(_tokens(glossed)))
+    elif entry.count(",") == 1:
+        last, first = entry.split(",")
+        forms.append(tuple(_tokens(first)) + tuple(_tokens(last)))
+    return forms
+
+
 def _names_start(line: tuple[str, ...], named: set[tuple[str, ...]]) -> bool:
     """The line is the start of an entry the contents list names, the entry adding a subtitle
     ("THE CUSTOM-HOUSE." for "THE CUSTOM HOUSE.--INTRODUCTORY"): two words or more, half the entry."""
@@ -206,9 +240,13 @@ def _names_start(line: tuple[str, ...], named: set[tuple[str, ...]]) -> bool:
                                   for e in named)
 
 
+_BRACKETED_TAIL_RE = re.compile(r"\s+\([^()]{1,80}\)\W*$")
+"""A note in brackets after a heading's name, which its contents entry leaves out."""
+
+
 def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, title: str) -> list[_Item]:
     """A short line after the contents list that the list names is a chapter heading (not the
-    book's own title line)."""
+    book's own title line), also with a note in brackets after the name the list gives."""
     if not named:
         return items
     out = list(items)
@@ -221,8 +259,10 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
+        bare = _BRACKETED_TAIL_RE.sub("", it.text)  # "Jonathan Swift Somers (Author of the Spooniad)"
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
-                or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named):
+                or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named) \
+                or bare != it.text and tuple(_tokens(bare)) in named:
             out[k] = _Item("heading", it.text, style="contents", caps=it.caps, apart=it.apart)
     return out
 
@@ -251,7 +291,7 @@ _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", 
 _ORDINAL_LINE_RE = re.compile(rf"^({'|'.join(_ORDINALS)})\s+\w+\.?$", re.I)
 
 
-def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
+def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> list[_Item]:
     """Title-only headings: short lines in capitals set apart by two or more blank lines ("STORY OF
     THE DOOR", "HANS IN LUCK") are chapter headings when there are three or more of them, each
     followed by text (or by the numbered heading of its first part), and the book has no numbered
@@ -259,9 +299,11 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
     1 again under one of them are its sections ("1. HOW THEY WENT TO THE MOUNTAINS"), as are lines
     "FIRST STORY", "SECOND STORY" when the first comes right under a chapter's line. Once six or
     more such lines set the pattern, a line in capitals after a single blank line that stands
-    between two paragraphs of prose is one too. The book's own title line is not one."""
+    between two paragraphs of prose is one too. The book's own title line is not one, nor is its author's
+    name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio")."""
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
     title_t = tuple(_tokens(title))
+    author_t = tuple(_tokens(author or ""))
 
     def followed(k: int) -> bool:
         if k + 1 >= len(items):
@@ -271,7 +313,7 @@ def _promote_caps(items: list[_Item], title: str) -> list[_Item]:
 
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
-                and tuple(_tokens(it.text)) != title_t and not _BY_RE.match(it.text)
+                and tuple(_tokens(it.text)) not in (title_t, author_t) and not _BY_RE.match(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
@@ -432,16 +474,18 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
     core = [k for k, it in heads if it.style in NUMBERED_CHAPTER_STYLES or it.style in ("contents", "caps", "")]
     romans_are_sections = False
     if core:
-        # bare numerals that start again at one after each chapter heading are the chapters' parts
+        # bare numerals that start again at one after each chapter heading are the chapters' parts; so are
+        # numerals starting at two under a chapter whose text comes first (its part one, unheaded)
         restarts = 0
-        seen_core = False
+        seen_core = None
         for k, it in heads:
             if k in core:
-                seen_core = True
+                seen_core = k
                 first_after = True
                 continue
-            if it.style == "roman" and seen_core and first_after:
-                restarts += it.num == 1
+            if it.style == "roman" and seen_core is not None and first_after:
+                restarts += it.num == 1 or it.num == 2 and any(
+                    items[x].kind == "para" and _is_prose(items[x].text) for x in range(seen_core + 1, k))
                 first_after = False
         # one run longer than the chapter headings is the book's own chapter sequence (a preface and
         # an introduction, then "I." to "XXIV."), not a story's parts
@@ -585,7 +629,7 @@ def spoken_heading(it: _Item, level: str) -> str:
         text = f"{'Chapter' if level == 'chapter' else 'Part'} {numeral}" + (f" {rest}" if rest else "")
     if it.style in _KEYWORDS and it.style != "forced":
         m = re.match(r"^(\S+\s+\S+?[.:]?)(\s+.*)?$", text)  # "CHAPTER XIV." as printed, its title de-shouted
-        if m and m.group(2):
+        if m and m.group(2) and not _ORDINAL_HEADING_RE.match(text):  # "THE FIRST BOOK" as printed too
             return m.group(1) + " " + title_case(m.group(2).strip())
         return text
     return title_case(text)
@@ -602,7 +646,8 @@ _BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\
 _PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\bCo\.,?\s+(?:Ltd|Limited|Inc)\b|\s(?:&|and)\s+Co\.(?:\W|$)")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.")."""
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
-_NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by|e-?text\s+prepared\s+by"
+_NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by"
+                      r"|(?:this\s+)?e-?(?:text|book)\s+(?:was\s+)?(?:prepared|created|produced|made)\s+by"
                       r"|transcribed\s+(?:from|by)\b|scanned\s+(?:and\s+proofread\s+)?by\b"
                       r"|(?:(?:first|second|third|final)\s+)?proof(?:ed|read|s|ing)?\s+by\b"
                       r"|this\s+e-?(?:book|text)\s+is\s+for\s+the\s+use\s+of)", re.I)
@@ -643,6 +688,7 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
              and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
+    paras = _without_other_books(paras)
     start = 0
     while start < len(paras):
         t = paras[start].text
@@ -658,6 +704,39 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
         return []
     return kept
+
+
+_OTHER_BOOKS_RE = re.compile(r"^[\W_]*(?:author\s+of|(?:also\s+)?by\s+the\s+same\s+(?:author|writer)|also\s+by"
+                            r"|(?:other\s+)?(?:books|works)\s+by)\b", re.I)
+"""The title page's label over the author's other books: "Author of", "By the same author", "Also by ..."."""
+
+
+def _titles_list(text: str) -> bool:
+    """A list of book titles run on with commas ("\u201cThe Shuttle,\u201d \u201cThe Making of a Marchioness,\u201d ...
+    etc."): three or more pieces of eight words at most, the list's "etc." aside."""
+    listed = re.sub(r"\betc\.?[\W_]*$", "", text.strip())
+    pieces = [p for p in re.split(r"\s*[,;]\s*", listed) if p.strip(" ._\u201c\u201d\"'")]
+    return len(pieces) >= 3 and all(len(p.split()) <= 8 for p in pieces)
+
+
+def _without_other_books(paras: list[_Item]) -> list[_Item]:
+    """The author's other books on the title page go: an "Author of" label ("_Author of_" / "\u201cThe Shuttle,\u201d
+    \u201cThe Making of a Marchioness,\u201d ... etc.") and the list of titles under it or run on after it."""
+    out: list[_Item] = []
+    n = 0
+    while n < len(paras):
+        t = paras[n].text
+        m = _OTHER_BOOKS_RE.match(t)
+        rest = t[m.end():].strip(" :_") if m else ""
+        if m and not rest and n + 1 < len(paras) and _titles_list(paras[n + 1].text):
+            n += 2
+            continue
+        if m and rest and (_titles_list(rest) or len(rest.split()) <= 8 and not _is_prose(rest)):
+            n += 1
+            continue
+        out.append(paras[n])
+        n += 1
+    return out
 
 
 def _without_etext_prefaces(front: list[_Item]) -> list[_Item]:
@@ -747,19 +826,21 @@ def _labelled_title_lines(items: list[_Item]) -> list[_Item]:
         e, first, again = k, None, False
         while e < len(items):
             cur = items[e]
-            if cur.kind != "para" or len(cur.text.split()) > 14 or _is_prose(cur.text) \
-                    or _LEADING_NUMBER_RE.match(cur.text) or _PAGED_ENTRY_RE.match(cur.text):
+            if cur.kind != "para" or not _glossed_title(cur.text) and (len(cur.text.split()) > 14 or _is_prose(
+                    cur.text)) or _LEADING_NUMBER_RE.match(cur.text) or _PAGED_ENTRY_RE.match(cur.text):
                 break
             if first is not None and tuple(_tokens(cur.text)) == first:
                 again = True
                 break  # the list is over: its first entry again, as the heading of its chapter
-            if e + 1 < len(items) and items[e + 1].kind == "para" and _is_prose(items[e + 1].text):
+            if e + 1 < len(items) and items[e + 1].kind == "para" and _is_prose(items[e + 1].text) \
+                    and not _glossed_title(items[e + 1].text):
                 break  # a heading with its text under it
             first = first or tuple(_tokens(cur.text))
             e += 1
         entries = [items[j].text for j in range(k, e)]
         later = {tuple(_tokens(x.text)) for x in items[e:] if x.kind in ("para", "heading") and len(x.text) <= 120}
-        if len(entries) >= 3 and (again or 2 * sum(1 for t in entries if tuple(_tokens(t)) in later) >= len(entries)):
+        seen = sum(1 for t in entries if any(form in later for form in _entry_forms(t)))
+        if len(entries) >= 3 and (again or 2 * seen >= len(entries)):
             out.append(_Item("toc", " ".join(entries), entries=entries, label=True))
             k = e
     return out
@@ -901,7 +982,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
-    items = _promote_caps(items, title)
+    items = _promote_caps(items, title, author)
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
     notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]

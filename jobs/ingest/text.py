@@ -55,15 +55,19 @@ def _decode_text(where: str, data: bytes, encoding: str | None) -> str:
         text = data.decode(name)
     except UnicodeDecodeError as e:
         declared = None if encoding else _declared_legacy(where, data)
+        if declared is None and not encoding:
+            declared = _undeclared_western(where, data)
         if declared is not None:
             return declared
         pos = e.start
         line = data.count(b"\n", 0, pos) + 1
         col = pos - (data.rfind(b"\n", 0, pos) + 1) + 1
+        hint = f"--encoding {_guess_legacy(data)} (or the file's real encoding)"
+        if not encoding and _high_share(data) > _WESTERN_HIGH_SHARE:
+            hint = "--encoding with the file's real encoding (such as cp1251, koi8-r or iso-8859-7)"
         raise EncodingError(
             f"{where} is not valid {label} text: byte 0x{data[pos]:02X} at byte offset {pos} (line {line}, "
-            f"column {col}) cannot be decoded; re-save it as UTF-8 or pass --encoding {_guess_legacy(data)} "
-            f"(or the file's real encoding)") from None
+            f"column {col}) cannot be decoded; re-save it as UTF-8 or pass {hint}") from None
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         raise InputError(f"{where} contains NUL characters; it is not a text book (pass a .txt, .md or .epub file)")
@@ -103,6 +107,49 @@ def _declared_legacy(where: str, data: bytes) -> str | None:
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         return None
+    return text
+
+
+_NOT_ASCII_LETTERS = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
+_ASCII_BYTES = bytes(range(128))
+_WESTERN_HIGH_SHARE = 0.25
+"""Western text written in an 8-bit code page: its accented letters and Windows punctuation (bytes 0x80-0xFF)
+are a few in a hundred of its letters, even in French or Icelandic; in Cyrillic, Greek or Hebrew text
+read the same way they are nearly all of them."""
+
+
+def _high_share(data: bytes) -> float:
+    """Bytes 0x80-0xFF as a share of those bytes and the ASCII letters together."""
+    high = len(data.translate(None, _ASCII_BYTES))
+    letters = len(data.translate(None, _NOT_ASCII_LETTERS))
+    return high / (high + letters) if high else 0.0
+
+
+def _undeclared_western(where: str, data: bytes) -> str | None:
+    """A file that is not UTF-8 and declares no encoding its bytes are in (no declaration, or one such as
+    "Character set encoding: ASCII" that its bytes belie), read as Windows-1252, the 8-bit encoding of Western
+    text (ISO-8859-1 with printable punctuation at 0x80-0x9F, so it reads Latin-1 files alike), with a warning
+    line naming the encoding and ``--encoding``. None when that is implausible: a byte Windows-1252 leaves
+    undefined (0x81, 0x8D, 0x8F, 0x90, 0x9D), or bytes 0x80-0xFF making up more than a quarter of the letters
+    (a Cyrillic, Greek or Hebrew code page, which would be spoken as accented garbage)."""
+    if _high_share(data) > _WESTERN_HIGH_SHARE:
+        return None
+    try:
+        text = data.decode("cp1252")
+    except UnicodeDecodeError:
+        return None
+    text = text.lstrip("\ufeff")
+    if "\x00" in text:
+        return None
+    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
+    m = _DECLARED_CHARSET_RE.search(data[:start.start() if start else 16384])
+    said = f"its header declares {m.group(1).decode('latin-1').strip()!r}, which its bytes are not" if m else \
+        "it declares no encoding"
+    import logging
+
+    logging.getLogger("booktts.ingest").warning(
+        "%s is not valid UTF-8 and %s; read as Windows-1252 (ISO-8859-1 with Windows punctuation), the usual "
+        "8-bit encoding of Western text; pass --encoding to read it otherwise", where, said)
     return text
 
 
@@ -146,7 +193,7 @@ _PG_END_RE = re.compile(
     r"|(?:\\?\*){2,}\\?_?[ \t]*END[ \t]*OF[ \t]*TH(?:E|IS)[ \t]*PROJECT[ \t]*GUTENBERG)", re.I | re.M)
 _PG_TITLE_RE = re.compile(r"^Title:[ \t]*(\S.*)$((?:\n[ \t]+\S.*$)*)", re.M)
 _PG_AUTHOR_RE = re.compile(r"^Author:[ \t]*(\S.*)$", re.M)
-_PG_CREDIT_RE = re.compile(r"^(?:Produced by|E-?text prepared by|This e-?(?:text|book) was produced by"
+_PG_CREDIT_RE = re.compile(r"^(?:Produced by|(?:This )?e-?(?:text|book) (?:was )?(?:prepared|created|produced|made) by"
                            r"|Transcribed (?:from|by)|Scanned (?:and proofread )?by)\b", re.I)
 
 
@@ -273,7 +320,9 @@ _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<t
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
-    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT)\.?)(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
+    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT"
+    r"|APPENDIX)\.?)"
+    r"(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
                             r"[ \t]+(?:TO|(?:WRITTEN[ \t]+|SPOKEN[ \t]+)?BY)[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
 """A named heading with what it belongs to or who wrote it, in capitals: "PREFACE TO THE SECOND EDITION.",
@@ -488,7 +537,7 @@ def _caps_line(s: str) -> bool:
 
 
 _TOC_ENTRY_RE = re.compile(
-    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]))?[.:)]?[ \t]*"
+    rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]|['\u2019]))?[.:)]?[ \t]*"
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
 
 
@@ -613,6 +662,34 @@ def _run_on_entries(block: list[str]) -> list[str] | None:
     return None
 
 
+def _initial(entry: str) -> str:
+    return next((c for c in entry.casefold() if c.isalpha()), "")
+
+
+def _index_group(items: list[_Item], block: list[str]) -> list[str] | None:
+    """A group of one or two entries in a contents list printed in alphabetical order, a block for each
+    initial ("Ehrenhardt, Imanuel" alone between the D and F names, "Yee Bow", "Zoll, Perry" at its end):
+    the list so far, from its "Contents" label, six entries or more with their initials in alphabetical
+    order (three initials at least: "CHAPTER I", "CHAPTER II" ... is no such list), and the block's initials
+    coming after them; a heading line ("PRELUDE") is no entry. The first heading after such a list ("The
+    Hill") starts again earlier in the alphabet and ends it."""
+    lines = [ln.strip() for ln in block]
+    if not 1 <= len(lines) <= 2 or not items or items[-1].kind != "toc" or not items[-1].label:
+        return None
+    if any(len(ln) > 60 or not _title_like(ln) or _match_heading(ln) for ln in lines):
+        return None
+    before: list[str] = []
+    for it in reversed(items):
+        if it.kind != "toc" or not it.label:
+            break
+        before[:0] = it.entries or []
+    heads = [_initial(e) for e in before] + [_initial(ln) for ln in lines]
+    if len(before) < 6 or len(set(heads)) < 4 or not all(heads) or heads != sorted(heads) \
+            or heads[len(before)] == heads[len(before) - 1]:
+        return None
+    return lines
+
+
 def _after_contents_label(items: list[_Item]) -> bool:
     """The next block continues a contents list: a "Contents" label, a contents block or contents
     headings ("THE PROLOGUE.", "ACT I") come right before it."""
@@ -641,7 +718,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             i += 1
             continue
         after_label = _after_contents_label(items)
-        entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i])
+        entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i]) \
+            or _index_group(items, blocks[i])
         if entries is not None and not (i in roman_ok):
             items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
                                entries=[_norm(_clean_inline(t)) for t in entries], label=after_label))
@@ -695,11 +773,17 @@ def _runs_on(title: str, rest: list[str]) -> bool:
     """A heading's title that is the start of a sentence running on through a paragraph: it ends
     mid-sentence (a lower-case word, no punctuation) or runs in after a dash, and three or more lines
     follow it in its block
-    (a title printed over two lines is followed by a blank line)."""
+    (a title printed over two lines is followed by a blank line); or a note's reference, a line that
+    holds a sentence's end and the start of another and runs on in its block ('BOOK II "Both to frequent"
+    (4). Gr. to mh, C. conjectures to me. The', 'BOOK V XIV. katorqwseiz (15): Acts of "rightness" ...')."""
     last = title.rstrip().split()[-1] if title.strip() else ""
-    return len(rest) >= 3 and (last.isalpha() and last.islower() or _RUN_IN_RE.search(title) is not None)
+    return len(rest) >= 3 and (last.isalpha() and last.islower() or _RUN_IN_RE.search(title) is not None) \
+        or bool(rest) and _SENTENCE_IN_TITLE_RE.search(title) is not None
 
 
+_SENTENCE_IN_TITLE_RE = re.compile(r"(?:[a-z]|\d|\)|\w{3})(?<!\bMr)(?<!\bMrs)(?<!\bMs)(?<!\bDr)(?<!\bSt)(?<!\bJr)"
+                                   r"(?<!\bSr)[.:][)\"'\u201d]?\s+\S+\s+\S")
+"""A sentence's end and more words after it ("(4). Gr. to mh", "(18): This is"), not "Mr. Brooke" alone."""
 _RUN_IN_RE = re.compile(r"[.)]\s*(?:\u2014|--)\s*\w")
 """A run-in heading: a label, a dash and the paragraph's first words ("(Sperm Whale).--This whale")."""
 

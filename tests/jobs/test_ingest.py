@@ -461,13 +461,41 @@ def test_emphasis_and_illustrations_are_cleaned_but_words_kept(tmp_path):
 # ------------------------------------------------------------------------------------- encodings
 
 
-def test_latin1_text_is_an_encoding_error_naming_the_position(tmp_path):
+def test_undeclared_latin1_text_is_read_as_windows_1252_and_the_log_says_so(tmp_path, caplog):
+    # not UTF-8 and no declaration: read as Windows-1252 (it reads ISO-8859-1 alike), one warning line
     p = tmp_path / "latin1.txt"
     p.write_bytes("Chapter 1\n\nCaf\xe9 au lait.\n".encode("latin-1"))
+    with caplog.at_level("WARNING", logger="booktts.ingest"):
+        book = load_book(p)
+    assert book.chapters[0].paragraphs == ["Caf\xe9 au lait."]
+    [rec] = [r for r in caplog.records if r.name == "booktts.ingest"]
+    msg = rec.getMessage()
+    assert "\n" not in msg and str(p) in msg and "not valid UTF-8" in msg
+    assert "Windows-1252" in msg and "declares no encoding" in msg and "--encoding" in msg
+
+
+def test_text_with_bytes_windows_1252_leaves_undefined_is_still_refused_naming_the_position(tmp_path):
+    # 0x81 (or 0x8D, 0x8F, 0x90, 0x9D) means no text in Windows-1252: refused in one line, as before
+    p = tmp_path / "odd.txt"
+    p.write_bytes(b"Chapter 1\n\nCaf\x81 au lait.\n")
     with pytest.raises(EncodingError) as ei:
         load_book(p)
-    msg = assert_one_line(ei, p, "--encoding", "utf-8")
-    assert "byte offset 14" in msg and "line 3" in msg and "0xE9" in msg
+    msg = assert_one_line(ei, p, "--encoding latin-1", "utf-8")
+    assert "byte offset 14" in msg and "line 3" in msg and "0x81" in msg
+
+
+def test_8_bit_text_in_another_script_is_still_refused_with_a_hint(tmp_path):
+    # Russian saved as Windows-1251 decodes in Windows-1252 too, but as accented garbage: nearly every letter
+    # is a byte 0x80-0xFF, which Western text never is, so it is refused in one line
+    p = tmp_path / "ru.txt"
+    p.write_bytes("\u0413\u043b\u0430\u0432\u0430 1\n\n\u0412\u0441\u0435 \u0441\u0447\u0430\u0441\u0442"
+                  "\u043b\u0438\u0432\u044b\u0435 \u0441\u0435\u043c\u044c\u0438 \u043f\u043e\u0445\u043e"
+                  "\u0436\u0438 \u0434\u0440\u0443\u0433 \u043d\u0430 \u0434\u0440\u0443\u0433\u0430.\n"
+                  .encode("cp1251"))
+    with pytest.raises(EncodingError) as ei:
+        load_book(p)
+    assert_one_line(ei, p, "--encoding", "cp1251", "line 1")
+    assert load_book(p, encoding="cp1251").chapters[0].paragraphs[-1].startswith("\u0412\u0441\u0435 ")
 
 
 def test_latin1_text_loads_with_its_encoding(tmp_path):
@@ -477,14 +505,27 @@ def test_latin1_text_loads_with_its_encoding(tmp_path):
     assert book.chapters[0].paragraphs == ["Caf\xe9 au lait."]
 
 
-def test_windows_1252_text_gets_the_cp1252_hint_and_loads_with_it(tmp_path):
+def test_undeclared_windows_1252_text_reads_its_punctuation_bytes(tmp_path, caplog):
     # curly quotes saved by Windows are bytes 0x93/0x94; latin-1 would turn them into control characters
     p = tmp_path / "win.txt"
     p.write_bytes("\u201cHello,\u201d she said \u2014 twice.\n".encode("cp1252"))
-    with pytest.raises(EncodingError) as ei:
-        load_book(p)
-    assert_one_line(ei, p, "--encoding cp1252", "byte offset 0", "line 1")
+    with caplog.at_level("WARNING", logger="booktts.ingest"):
+        assert load_book(p).chapters[0].paragraphs == ["\u201cHello,\u201d she said \u2014 twice."]
+    assert "Windows-1252" in caplog.text
     assert load_book(p, encoding="cp1252").chapters[0].paragraphs == ["\u201cHello,\u201d she said \u2014 twice."]
+
+
+def test_a_gutenberg_file_declaring_ascii_with_windows_1252_bytes_loads(caplog):
+    # Spoon River Anthology, Project Gutenberg eBook #1280: "Character set encoding: ASCII", yet "that\x92s"
+    # twice in Robert Fulton Tanner; it used to be refused, so none of its poems was heard
+    p = DATA / "structure" / "spoon-river-excerpt.txt"
+    with caplog.at_level("WARNING", logger="booktts.ingest"):
+        book = load_book(p)
+    text = " ".join(pa for ch in book.chapters for pa in ch.paragraphs)
+    assert "You enter the room--that\u2019s being born;" in text and "But there\u2019s work to do" in text
+    assert book.title == "Spoon River Anthology" and book.author == "Edgar Lee Masters"
+    [rec] = [r for r in caplog.records if r.name == "booktts.ingest"]
+    assert "'ASCII'" in rec.getMessage() and "Windows-1252" in rec.getMessage()
 
 
 # On Liberty, Project Gutenberg eBook #34901 ("34901-8.txt"): ISO-8859-1, declared in its header, CRLF lines
@@ -522,13 +563,19 @@ def test_declared_latin1_with_windows_punctuation_bytes_reads_them_as_windows_12
     assert "Windows-1252" in caplog.text
 
 
-def test_a_declared_encoding_that_is_not_western_8_bit_or_undeclared_latin1_is_still_refused(tmp_path):
-    for i, head in enumerate((ON_LIBERTY_HEAD.format("ASCII"), ON_LIBERTY_HEAD.replace("Character set encoding: {}\r\n\r\n", ""))):
+def test_a_declaration_the_bytes_belie_or_none_reads_latin1_text_as_windows_1252(tmp_path, caplog):
+    # "ASCII" cannot be what a file with byte 0xA3 is in, and no declaration says nothing: both are read as
+    # Western 8-bit text (they used to be refused with a hint to pass --encoding latin-1)
+    heads = (ON_LIBERTY_HEAD.format("ASCII"), ON_LIBERTY_HEAD.replace("Character set encoding: {}\r\n\r\n", ""))
+    for i, head in enumerate(heads):
         p = tmp_path / f"b{i}.txt"
         p.write_bytes((head + ON_LIBERTY_BODY).encode("latin-1"))
-        with pytest.raises(EncodingError) as ei:
-            load_book(p)
-        assert_one_line(ei, p, "--encoding latin-1", "0xA3")
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="booktts.ingest"):
+            book = load_book(p)
+        assert "\xa3200" in " ".join(pa for ch in book.chapters for pa in ch.paragraphs)
+        [rec] = [r for r in caplog.records if r.name == "booktts.ingest"]
+        assert "Windows-1252" in rec.getMessage() and ("'ASCII'" in rec.getMessage()) == (i == 0)
 
 
 def test_an_explicit_encoding_wins_over_the_declared_one(tmp_path, caplog):

@@ -1186,3 +1186,108 @@ def test_markdown_cast_list_under_a_heading_of_its_own_is_not_a_chapter(tmp_path
     said = _said(book)
     for gone in ("Persons Represented", "General in the King's Army", "chiefly at Macbeth's Castle"):
         assert gone not in said
+
+
+def test_poems_headed_by_names_that_a_contents_list_by_surname_names():
+    """Spoon River Anthology (PG 1280): a "Contents:" list of the speakers by surname, "Armstrong, Hannah",
+    one block per initial letter, some of one or two names ("Ehrenhardt, Imanuel"; "Yee Bow", "Zoll, Perry"
+    at its end), then each poem headed by its speaker's name as printed ("Hannah Armstrong", "Robert Fulton
+    Tanner", "The Spooniad"; "Jonathan Swift Somers (Author of the Spooniad)" for "Somers, Jonathan Swift"): the
+    headings are chapters, the whole list is not spoken."""
+    book = load_book(STRUCTURE / "spoon-river-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "The Hill", "Hod Putt", "Ollie McGee", "Fletcher McGee", "Robert Fulton Tanner", "Cassius Hueffer",
+        "Serepta Mason", "Amanda Barker", "Jonathan Swift Somers (Author of the Spooniad)", "The Spooniad"]
+    assert book.chapters[0].paragraphs[0].startswith("Where are Elmer, Herman, Bert, Tom and Charley,")
+    said = _said(book)
+    for gone in ("Contents", "Armstrong, Hannah", "Ehrenhardt", "Newcomer, Professor", "Osborne, Mabel",
+                 "Yee Bow", "Zoll, Perry"):
+        assert gone not in said
+
+
+def test_an_index_initial_is_no_roman_numeral_and_a_list_in_book_order_takes_no_lone_line():
+    """A contents entry "M'Cumber, Daniel" keeps its M (no numeral before an apostrophe); a list whose
+    entries are not in alphabetical order takes no block of one line after it (a first story's title), one in
+    alphabetical order takes the blocks whose initials come later ("Dunn, Dora", "Zoll, Perry"), not "The Hill"."""
+    from jobs.ingest.text import _txt_items
+    items = _txt_items("Contents:\n\nM'Cumber, Daniel\nMcDowell, Rutherford\nMcGee, Fletcher\n\n")
+    assert items[-1].kind == "toc" and items[-1].entries[0] == "M'Cumber, Daniel"
+    listed = "CONTENTS\n\nThe Red Room\nA Dead Man\nBeyond the Hills\nThe Ferry\nAt Sea\nWinter\n\n"
+    items = _txt_items(listed + "The Yellow Door\n\nIt was a long way home that night, and we walked.\n")
+    assert [it.kind for it in items] == ["para", "toc", "para", "para"]
+    index = ("Contents:\n\nAllen, Ann\nAmes, Al\nBrown, Bess\nBush, Bo\nClay, Cy\nCole, Cal\n\nDunn, Dora\n\n"
+             "Eady, Eve\nFry, Fay\nGage, Gus\n\n")
+    items = _txt_items(index + "Zoll, Perry\n\nThe Hill\n\nWhere are Elmer, Herman, Bert, Tom and Charley,\n")
+    assert [it.kind for it in items] == ["para", "toc", "toc", "toc", "toc", "para", "para"]
+
+
+WINESBURG_TALES = [
+    "Hands", "Paper Pills", "Mother", "The Philosopher", "Nobody Knows", "Godliness", "A Man of Ideas", "Adventure",
+    "Respectability", "The Thinker", "Tandy", "The Strength of God", "The Teacher", "Loneliness", "An Awakening",
+    '"Queer"', "The Untold Lie", "Drink", "Death", "Sophistication", "Departure"]
+
+
+def test_a_contents_list_that_glosses_each_title_and_the_authors_name_over_the_title():
+    """Winesburg, Ohio (PG 416, each tale's first paragraph kept): "This etext was created by ...", the
+    title page with the author's name in capitals over the title, a CONTENTS whose entries gloss the titles
+    in lower case ("HANDS, concerning Wing Biddlebaum", "INTRODUCTION by Irving Howe"), one per block, one
+    over five lines: the credit, the title page and the list are not spoken, the tales are chapters (the
+    first, printed over two lines under the half-title THE TALES AND THE PERSONS, is announced with it)."""
+    book = load_book(STRUCTURE / "winesburg-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Introduction", "The Tales and the Persons. The Book of the Grotesque"] + WINESBURG_TALES
+    assert book.chapters[1].paragraphs[0].startswith("The writer, an old man with a white mustache")
+    said = _said(book)
+    for gone in ("etext", "Judith Boss", "concerning", "SHERWOOD ANDERSON", "CONTENTS"):
+        assert gone not in said
+    assert not [c for c in book.chapters if "Anderson" in c.title]
+
+
+def test_a_tale_whose_first_part_is_unheaded_keeps_its_numbered_parts():
+    """GODLINESS, "A Tale in Four Parts": part I follows the title unheaded, then "II", "III" / "Surrender"
+    and "IV" / "Terror": the numerals from II on are the tale's parts (said "Part II."), not chapters."""
+    book = load_book(STRUCTURE / "winesburg-excerpt.txt")
+    godliness = next(c for c in book.chapters if c.title == "Godliness")
+    assert [p for p in godliness.paragraphs if p.startswith("Part ")] == [
+        "Part II.", "Part III. Surrender", "Part IV. Terror"]
+    assert not [c for c in book.chapters if c.title.startswith("Chapter")]
+
+
+def test_an_appendix_is_a_chapter_and_references_run_into_notes_are_not_headings():
+    """Meditations (PG 2680, ISO-8859-1 as declared; each BOOK's first paragraph kept): THE FIRST BOOK ...
+    THE TWELFTH BOOK, then APPENDIX, then NOTES whose paragraphs open with a reference run into the note
+    ('BOOK II "Both to frequent" (4). Gr. to mh, C. conjectures to me. The' / 'text is probably right: ...'):
+    the appendix is a chapter, the references are read inside the notes, the books are said as printed."""
+    book = load_book(STRUCTURE / "meditations-excerpt-8.txt")
+    ordinals = ["FIRST", "SECOND", "THIRD", "FOURTH", "FIFTH", "SIXTH", "SEVENTH", "EIGHTH", "NINTH", "TENTH",
+                "ELEVENTH", "TWELFTH"]
+    assert [c.title for c in book.chapters] == ["Introduction"] + [f"THE {o} BOOK" for o in ordinals] + [
+        "Appendix. Correspondence of M. Aurelius Antoninus and M. Cornelius Fronto'"]
+    appendix = book.chapters[-1].paragraphs
+    assert appendix[0].startswith("M. CORNELIUS FRONTO(1) was a Roman by descent")
+    assert any(p.startswith('BOOK II "Both to frequent" (4). Gr. to mh') for p in appendix)
+    assert any(p.startswith("BOOK X XXII. The Greek means") for p in appendix)
+
+
+def test_markdown_field_headings_name_the_title_and_author_and_are_not_spoken():
+    """Persian Letters as Markdown (mlschmitt/classic-books-markdown, its first three letters): "# Title:
+    Persian Letters", "## Author: Montesquieu", "## Year: 1721", then the translator's line and "## Letter 1":
+    the fields name the book (announced "Persian Letters, by Montesquieu."), none is spoken or a chapter."""
+    book = load_book(STRUCTURE / "persian-letters-excerpt.md")
+    assert (book.title, book.author) == ("Persian Letters", "Montesquieu")
+    assert [c.title for c in book.chapters] == ["Letter 1", "Letter 2", "Letter 3"]
+    said = _said(book)
+    for gone in ("Title:", "Author:", "Year", "1721", "Translated by"):
+        assert gone not in said
+
+
+def test_the_authors_other_books_on_the_title_page_are_not_spoken():
+    """The Secret Garden (PG 113, its first two chapters' openings): the title page lists the author's other
+    books under an italic label ("_Author of" / "\u201cThe Shuttle,\u201d \u201cThe Making of a Marchioness,\u201d ...
+    etc._"): the list is title page, neither spoken nor an untitled first chapter."""
+    book = load_book(STRUCTURE / "secret-garden-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["CHAPTER I. There Is No One Left",
+                                                "CHAPTER II. Mistress Mary Quite Contrary"]
+    said = _said(book)
+    for gone in ("Author of", "The Shuttle", "Little Lord Fauntleroy", "etc."):
+        assert gone not in said
