@@ -1291,3 +1291,26 @@ def test_the_authors_other_books_on_the_title_page_are_not_spoken():
     said = _said(book)
     for gone in ("Author of", "The Shuttle", "Little Lord Fauntleroy", "etc."):
         assert gone not in said
+
+
+BACON = STRUCTURE / "bacon-essays-excerpt.txt"
+"""Bacon's Essays (PG 575, CRLF): the header's title "Essays" with its fuller name on the lines under it, the
+title page, "THE ESSAYS" over all 59 titles in one block (no label, numbers or pages), the dedication, then each
+essay's heading ("Of Truth" ...) set apart and the first lines of its text; two body lines that begin with "Of"."""
+
+
+def test_a_block_of_titles_that_come_again_as_headings_is_a_contents_list():
+    book = load_book(BACON)
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 60 and titles[0] == ""  # the dedication, kept as an untitled first chapter
+    assert titles[1:4] == ["Of Truth", "Of Death", "Of Unity In Religion"] and titles[-1] == "Of Fame"
+    assert book.chapters[1].paragraphs[0].startswith("WHAT is truth? said jesting Pilate")
+    assert any(p.startswith("Of this I may give only this advice") for p in book.chapters[3].paragraphs)
+    said = _said(book)
+    assert "Of Truth Of Death" not in said and "Of Vicissitude of Things Of Fame" not in said
+
+
+def test_a_header_title_line_that_says_the_title_again_after_an_article_is_not_announced():
+    book = load_book(BACON)
+    assert book.announcement() == "Essays, by Francis Bacon."  # not "Essays: The Essays Or Counsels, ..."
+
