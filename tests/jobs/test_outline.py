@@ -1314,3 +1314,18 @@ def test_a_header_title_line_that_says_the_title_again_after_an_article_is_not_a
     book = load_book(BACON)
     assert book.announcement() == "Essays, by Francis Bacon."  # not "Essays: The Essays Or Counsels, ..."
 
+
+def test_a_parts_epigraph_goes_with_the_part_into_its_first_chapter():
+    """Jude the Obscure (PG 153, ISO-8859-1 as declared, CRLF; two chapters of each of the first two parts):
+    "Part First" / "AT MARYGREEN", a quotation with its source after a dash ('..."--ESDRAS.'; two in Part
+    Second), then chapters headed by bare numerals that restart in each part: the part is announced at its
+    chapter I, its epigraph opening that chapter, and is no chapter of its own."""
+    book = load_book(STRUCTURE / "jude-the-obscure-excerpt-8.txt")
+    assert [c.title for c in book.chapters] == ["Part First. At Marygreen. Chapter I.", "Chapter II.",
+                                                "Part Second. At Christminster. Chapter I.", "Chapter II."]
+    first = book.chapters[0].paragraphs
+    assert first[0].startswith('"Yea, many there be') and first[0].endswith('--ESDRAS.')
+    assert first[1].startswith("The schoolmaster was leaving the village")
+    second = book.chapters[2].paragraphs
+    assert second[1].endswith("--OVID.") and second[2].startswith("The next noteworthy move in Jude's life")
+
