@@ -1329,3 +1329,16 @@ def test_a_parts_epigraph_goes_with_the_part_into_its_first_chapter():
     second = book.chapters[2].paragraphs
     assert second[1].endswith("--OVID.") and second[2].startswith("The next noteworthy move in Jude's life")
 
+
+def test_topics_under_a_line_about_the_text_in_a_transcribers_note_are_not_spoken():
+    """The Duchess of Malfi (PG 2232, CRLF; the introduction, the openings of Acts I and V, footnotes): after
+    END OF PLAY, "Transcriber's Note:" / "Comments on the preparation of this e-text:" over four topics and an
+    example ("All of the footnotes have been re-numbered ...", "Leading blanks are reproduced ... Eg.:" /
+    "FERDINAND.  Sister, I have a suit to you."): none of it is spoken."""
+    book = load_book(STRUCTURE / "duchess-of-malfi-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["", "ACT I", "Act V"]
+    assert book.chapters[-1].paragraphs[-1] == "END OF PLAY"
+    said = _said(book)
+    for gone in ("Transcriber", "Comments on the preparation", "re-numbered", "angle brackets", "spelled out",
+                 "Leading blanks", "Sister, I have a suit"):
+        assert gone not in said
