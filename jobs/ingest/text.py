@@ -724,7 +724,8 @@ def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...]
     "Of Death", ... under "THE ESSAYS") each of which comes again later, in the same order, as a line set
     apart (the heading of its chapter); one in ten may be missing. None for any other block."""
     lines = [ln.strip() for ln in blocks[i]]
-    if len(lines) < 3 or not all(_title_like(ln) and len(ln.split()) <= 10 for ln in lines):
+    if len(lines) < 3 or not all(_title_like(ln) and len(ln.split()) <= 10 and any(c.isalpha() for c in ln)
+                                 for ln in lines):
         return None
     pos = i
     found = 0

@@ -1342,3 +1342,12 @@ def test_topics_under_a_line_about_the_text_in_a_transcribers_note_are_not_spoke
     for gone in ("Transcriber", "Comments on the preparation", "re-numbered", "angle brackets", "spelled out",
                  "Leading blanks", "Sister, I have a suit"):
         assert gone not in said
+
+
+def test_a_block_of_scene_break_lines_is_no_contents_list():
+    """The contents rule for titles that come again later needs words: three "* * *" lines in one block, with
+    more "* * *" lines set apart later, are scene breaks, not a contents list."""
+    from jobs.ingest.text import _txt_items
+
+    body = "Title page\n\n* * *\n* * *\n* * *\n\nSome text here.\n\n* * *\n\nMore text.\n\n* * *\n\nEven more.\n\n* * *\n"
+    assert [it.kind for it in _txt_items(body)][:3] == ["para", "break", "para"]
