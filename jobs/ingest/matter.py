@@ -84,8 +84,7 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in,
     and the paragraphs under it that speak of the text, its spelling or its files, up to five, all the
     bracketed numbered notes "[Footnote 1: ...]" in a row under it, and topics under labels of their own
-    ("SQUARE BRACKETS:" and up to three paragraphs of prose under it; a line about the text that introduces
-    them, "Comments on the preparation of this e-text:", up to five), and, in the first chapters, a short
+    ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
     paragraph about this file, e-book or e-text that speaks of its images, version, format or
     making ("The images in this file are ..."); "He opened the file." stays."""
     out: set[int] = set()
@@ -99,7 +98,10 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                     if _SUB_LABEL_RE.match(q) and len(q.split()) <= 5:
                         under = 3
                     elif q.rstrip().endswith(":") and len(q.split()) <= 12 and _FILE_NOTE_RE.search(q):
-                        under = 5  # "Comments on the preparation of this e-text:" over the note's topics
+                        # a line about the text that introduces the note's topics ("Comments on the preparation
+                        # of this e-text:"): up to five short paragraphs under it, prose or a line ending in a
+                        # colon before its example ("Leading blanks are reproduced ... Eg.:")
+                        under = 5
                     elif under and (_is_prose(q) or q.rstrip().endswith(":")) and len(q.split()) <= 120:
                         under -= 1
                     elif not (j <= i + 5 and _FILE_NOTE_RE.search(q) and len(q.split()) <= 200
