@@ -97,7 +97,12 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                     q = paras[j]
                     if _SUB_LABEL_RE.match(q) and len(q.split()) <= 5:
                         under = 3
-                    elif under and _is_prose(q) and len(q.split()) <= 120:
+                    elif q.rstrip().endswith(":") and len(q.split()) <= 12 and _FILE_NOTE_RE.search(q):
+                        # a line about the text that introduces the note's topics ("Comments on the preparation
+                        # of this e-text:"): up to five short paragraphs under it, prose or a line ending in a
+                        # colon before its example ("Leading blanks are reproduced ... Eg.:")
+                        under = 5
+                    elif under and (_is_prose(q) or q.rstrip().endswith(":")) and len(q.split()) <= 120:
                         under -= 1
                     elif not (j <= i + 5 and _FILE_NOTE_RE.search(q) and len(q.split()) <= 200
                               or _END_NOTE_RE.match(q)):

@@ -1074,10 +1074,16 @@ def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]
         _add_items(out[-1], outline.front)
     part: str | None = None
     pending: list[str] = []  # spoken headings waiting for a file to start (a part before its chapter)
+    held: list[_Item] = []  # a part's epigraph, waiting for its first chapter
     chapter_title = ""
-    for node in outline.nodes:
+    for n, node in enumerate(outline.nodes):
         spoken = spoken_heading(node.items[0], node.level)
         body = _body(node)
+        if node.level == "part" and "chapter" in cut and n + 1 < len(outline.nodes) \
+                and outline.nodes[n + 1].level == "chapter" and _epigraph_only(body):
+            held, body = body, []  # said after the part's heading, at the start of its first chapter
+        elif held:
+            body, held = held + body, []
         has_text = any(it.kind == "para" for it in body)
         if node.level == "chapter":
             chapter_title = spoken
@@ -1154,6 +1160,19 @@ def merge_fragments(chapters: list[Chapter]) -> list[Chapter]:
             continue
         out.append(Chapter(len(out) + 1, ch.title, ch.paragraphs, ch.kinds, ch.part))
     return out
+
+
+_ATTRIBUTED_RE = re.compile(r"(?:--|\u2014)\s*[A-Z][^\"\u201d]{0,60}$")
+"""A quotation's source after a dash at its end ('...for women."--ESDRAS.', '--R. BROWNING.')."""
+
+
+def _epigraph_only(body: list[_Item]) -> bool:
+    """A part's own text is only its epigraph: one to four quotations (each opening with a quotation mark,
+    its source after a dash at its end), 150 words at most in all."""
+    paras = [it.text for it in body if it.kind == "para"]
+    return 1 <= len(paras) <= 4 and all(it.kind in ("para", "break") for it in body) \
+        and sum(len(t.split()) for t in paras) <= 150 \
+        and all(t.lstrip()[:1] in "\"\u201c'\u2018" and _ATTRIBUTED_RE.search(t) for t in paras)
 
 
 def _join_all(titles: list[str]) -> str:

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from core.errors import EncodingError, InputError
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _is_separator, _join_title, _norm
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _is_separator, _join_title, _norm, _tokens
 
 
 
@@ -239,6 +239,9 @@ def _pg_author(text: str) -> str | None:
     return _norm(m.group(1)) if m else None
 
 
+_ARTICLE_RE = re.compile(r"^(?:the|an?)\s+", re.I)
+
+
 def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
     """Return (body, title from the header, whether PG markers were found)."""
     title = None
@@ -250,9 +253,11 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
         if m:
             first = _norm(m.group(1))
             more = [_norm(ln) for ln in m.group(2).split("\n") if ln.strip()]
-            # a line that starts with the title again is another name for the book ("Peter Pan" /
-            # "Peter Pan and Wendy"), not the title's continuation
-            more = [ln for ln in more if not ln.casefold().startswith(first.casefold())]
+            # a line that starts with the title again, also after an article, is another name for the book
+            # ("Peter Pan" / "Peter Pan and Wendy", "Essays" / "The Essays Or Counsels, Civil And Moral,
+            # Of Francis Ld." / "Verulam ..."), not the title's continuation; nor are the lines that go on with it
+            again = [n for n, ln in enumerate(more) if _ARTICLE_RE.sub("", ln).casefold().startswith(first.casefold())]
+            more = more[:again[0]] if again else more
             if more and more[0][:1].isupper() and not _CONNECTING_END_RE.search(first):
                 more[0] = ": " + more[0]  # a subtitle ("Hedda Gabler" / "Play In Four Acts"), said after a pause
             title = _norm(" ".join([first, *more])).replace(" : ", ": ")
@@ -705,11 +710,39 @@ def _after_contents_label(items: list[_Item]) -> bool:
     return False
 
 
+def _single_lines(blocks: list[list[str]]) -> dict[tuple[str, ...], list[int]]:
+    """Where each line set apart as a block of its own stands: its words -> the block indices, in order."""
+    where: dict[tuple[str, ...], list[int]] = {}
+    for n, block in enumerate(blocks):
+        if len(block) == 1:
+            where.setdefault(tuple(_tokens(block[0])), []).append(n)
+    return where
+
+
+def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...], list[int]]) -> list[str] | None:
+    """A contents list with no label, numbers or pages: a block of three or more short title lines ("Of Truth",
+    "Of Death", ... under "THE ESSAYS") each of which comes again later, in the same order, as a line set
+    apart (the heading of its chapter); one in ten may be missing. None for any other block."""
+    lines = [ln.strip() for ln in blocks[i]]
+    if len(lines) < 3 or not all(_title_like(ln) and len(ln.split()) <= 10 and any(c.isalpha() for c in ln)
+                                 for ln in lines):
+        return None
+    pos = i
+    found = 0
+    for ln in lines:
+        later = [n for n in singles.get(tuple(_tokens(ln)), ()) if n > pos]
+        if later:
+            pos = later[0]
+            found += 1
+    return lines if len(lines) - found <= len(lines) // 10 else None
+
+
 def _txt_items(body: str, force=None) -> list[_Item]:
     """Plain text -> heading, paragraph, break and contents-entry ("toc") items. ``force``: see
     :func:`_split_blocks`; a forced line is a heading item with ``forced`` set."""
     blocks, forced, gaps = _split_blocks(body, force)
     roman_ok = _roman_headings(blocks)
+    singles = _single_lines(blocks)
     items: list[_Item] = []
     i = 0
     while i < len(blocks):
@@ -719,7 +752,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             continue
         after_label = _after_contents_label(items)
         entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i]) \
-            or _index_group(items, blocks[i])
+            or _index_group(items, blocks[i]) or _titles_again(blocks, i, singles)
         if entries is not None and not (i in roman_ok):
             items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
                                entries=[_norm(_clean_inline(t)) for t in entries], label=after_label))

@@ -1291,3 +1291,63 @@ def test_the_authors_other_books_on_the_title_page_are_not_spoken():
     said = _said(book)
     for gone in ("Author of", "The Shuttle", "Little Lord Fauntleroy", "etc."):
         assert gone not in said
+
+
+BACON = STRUCTURE / "bacon-essays-excerpt.txt"
+"""Bacon's Essays (PG 575, CRLF): the header's title "Essays" with its fuller name on the lines under it, the
+title page, "THE ESSAYS" over all 59 titles in one block (no label, numbers or pages), the dedication, then each
+essay's heading ("Of Truth" ...) set apart and the first lines of its text; two body lines that begin with "Of"."""
+
+
+def test_a_block_of_titles_that_come_again_as_headings_is_a_contents_list():
+    book = load_book(BACON)
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 60 and titles[0] == ""  # the dedication, kept as an untitled first chapter
+    assert titles[1:4] == ["Of Truth", "Of Death", "Of Unity In Religion"] and titles[-1] == "Of Fame"
+    assert book.chapters[1].paragraphs[0].startswith("WHAT is truth? said jesting Pilate")
+    assert any(p.startswith("Of this I may give only this advice") for p in book.chapters[3].paragraphs)
+    said = _said(book)
+    assert "Of Truth Of Death" not in said and "Of Vicissitude of Things Of Fame" not in said
+
+
+def test_a_header_title_line_that_says_the_title_again_after_an_article_is_not_announced():
+    book = load_book(BACON)
+    assert book.announcement() == "Essays, by Francis Bacon."  # not "Essays: The Essays Or Counsels, ..."
+
+
+def test_a_parts_epigraph_goes_with_the_part_into_its_first_chapter():
+    """Jude the Obscure (PG 153, ISO-8859-1 as declared, CRLF; two chapters of each of the first two parts):
+    "Part First" / "AT MARYGREEN", a quotation with its source after a dash ('..."--ESDRAS.'; two in Part
+    Second), then chapters headed by bare numerals that restart in each part: the part is announced at its
+    chapter I, its epigraph opening that chapter, and is no chapter of its own."""
+    book = load_book(STRUCTURE / "jude-the-obscure-excerpt-8.txt")
+    assert [c.title for c in book.chapters] == ["Part First. At Marygreen. Chapter I.", "Chapter II.",
+                                                "Part Second. At Christminster. Chapter I.", "Chapter II."]
+    first = book.chapters[0].paragraphs
+    assert first[0].startswith('"Yea, many there be') and first[0].endswith('--ESDRAS.')
+    assert first[1].startswith("The schoolmaster was leaving the village")
+    second = book.chapters[2].paragraphs
+    assert second[1].endswith("--OVID.") and second[2].startswith("The next noteworthy move in Jude's life")
+
+
+def test_topics_under_a_line_about_the_text_in_a_transcribers_note_are_not_spoken():
+    """The Duchess of Malfi (PG 2232, CRLF; the introduction, the openings of Acts I and V, footnotes): after
+    END OF PLAY, "Transcriber's Note:" / "Comments on the preparation of this e-text:" over four topics and an
+    example ("All of the footnotes have been re-numbered ...", "Leading blanks are reproduced ... Eg.:" /
+    "FERDINAND.  Sister, I have a suit to you."): none of it is spoken."""
+    book = load_book(STRUCTURE / "duchess-of-malfi-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["", "ACT I", "Act V"]
+    assert book.chapters[-1].paragraphs[-1] == "END OF PLAY"
+    said = _said(book)
+    for gone in ("Transcriber", "Comments on the preparation", "re-numbered", "angle brackets", "spelled out",
+                 "Leading blanks", "Sister, I have a suit"):
+        assert gone not in said
+
+
+def test_a_block_of_scene_break_lines_is_no_contents_list():
+    """The contents rule for titles that come again later needs words: three "* * *" lines in one block, with
+    more "* * *" lines set apart later, are scene breaks, not a contents list."""
+    from jobs.ingest.text import _txt_items
+
+    body = "Title page\n\n* * *\n* * *\n* * *\n\nSome text here.\n\n* * *\n\nMore text.\n\n* * *\n\nEven more.\n\n* * *\n"
+    assert [it.kind for it in _txt_items(body)][:3] == ["para", "break", "para"]
