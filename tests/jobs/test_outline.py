@@ -1281,6 +1281,22 @@ def test_markdown_field_headings_name_the_title_and_author_and_are_not_spoken():
         assert gone not in said
 
 
+def test_markdown_chapter_headings_printed_one_level_down_are_chapters_too():
+    """Ghost Stories of an Antiquary as Markdown (mlschmitt/classic-books-markdown): most stories are "## LOST
+    HEARTS", but the preface ("### PART 1"), the first story ("### CANON ALBERIC'S SCRAP-BOOK", before any "##"
+    heading) and one story between two others ("### 'OH, WHISTLE, AND I'LL COME TO YOU, MY LAD'", the only
+    "###" heading under "## COUNT MAGNUS") are printed a level down: all are chapters; "### I" and "### II"
+    under THE TREASURE OF ABBOT THOMAS stay its parts, not chapters (six headings at each level, as in the book)."""
+    book = load_book(STRUCTURE / "ghost-stories-excerpt.md")
+    assert [c.title for c in book.chapters] == [
+        "PART 1", "Canon Alberic's Scrap-Book", "Lost Hearts", "The Mezzotint", "The Ash-Tree", "Number 13",
+        "Count Magnus", "'Oh, Whistle, and I'll Come to You, My Lad'", "The Treasure of Abbot Thomas"]
+    assert book.chapters[0].paragraphs[0].startswith("If anyone is curious about my local settings")
+    assert book.chapters[7].paragraphs[0].startswith("'I suppose you will be getting away pretty soon")
+    treasure = book.chapters[8].paragraphs
+    assert treasure[0] == "I" and "II" in treasure and treasure[-1] == "This was Mr Somerton's story:"
+
+
 def test_the_authors_other_books_on_the_title_page_are_not_spoken():
     """The Secret Garden (PG 113, its first two chapters' openings): the title page lists the author's other
     books under an italic label ("_Author of" / "\u201cThe Shuttle,\u201d \u201cThe Making of a Marchioness,\u201d ...
