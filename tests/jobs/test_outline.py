@@ -1112,6 +1112,50 @@ def test_epub_notes_headed_after_a_tale_and_naming_it_are_read_with_that_tale(tm
     assert [c.title for c in book.chapters] == ["V. What the Thunder Said", 'Notes on "the Waste Land"']
 
 
+def test_epub_sentences_marked_up_as_headings_after_a_numbered_chapter_are_its_text(tmp_path):
+    """In Flanders Fields (PG 353, EPUB 3): the memoir's numbered parts ("II. With the Guns") are chapters, but
+    sentences of its text set as <h2> and listed in the nav as entries of the same level ("And here follow some
+    general observations upon the experience:", "At this time the Canadian division was moving south to take
+    its share in", "With Ian Hamilton's column near Balmoral.", "At Lyndenburg:") are not: they stay in the
+    part before them, as its headings."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc = ('<h2 id="p1">I. In Flanders Fields</h2><p>"In Flanders Fields", the piece of verse from which this little '
+           "book takes its title, first appeared in 'Punch' in the issue of December 8th, 1915.</p>"
+           '<h2 id="p2">II. With the Guns</h2><p>If there was nothing remarkable about the publication of "In '
+           'Flanders Fields", there was something momentous in the moment of writing it.</p>'
+           '<h2 id="s1">Here ends the account of his part in this memorable battle,</h2>'
+           '<h2 id="s2">And here follow some general observations upon the experience:</h2>'
+           '<p>Northern France, May 10th, 1915.</p><p>We got here to refit and rest this morning at 4, having '
+           'marched last night at 10. The general impression in my mind is of a nightmare.</p>'
+           '<h2 id="s3">At this time the Canadian division was moving south to take its share in</h2>'
+           '<p>the events that happened in the La Bassee sector. Here is the record:</p>'
+           '<h2 id="p3">III. The Brand of War</h2><p>There are men who pass through such scenes unmoved. If they '
+           'have eyes, they do not see; and ears, they do not hear.</p>'
+           '<h2 id="p5">V. South Africa</h2><p>In the Autumn of 1914, after John McCrae had gone over-seas, I was in '
+           'a warehouse in Montreal, in which one might find an old piece of mahogany wood.</p>'
+           '<h2 id="s4">Three weeks later he writes:</h2><p>April 10th, 1900.</p>'
+           '<h2 id="s5">With Ian Hamilton\'s column near Balmoral.</h2><p>The day was cold, much like a December '
+           'day at home, and by my kit going astray I had only light clothing.</p>'
+           '<h2 id="s6">At Lyndenburg:</h2><p>The Boers opened on us at about 10,000 yards, the fire being accurate '
+           'from the first.</p>')
+    sentences = ["Here ends the account of his part in this memorable battle,",
+                 "And here follow some general observations upon the experience:",
+                 "At this time the Canadian division was moving south to take its share in",
+                 "Three weeks later he writes:", "With Ian Hamilton's column near Balmoral.", "At Lyndenburg:"]
+    nav = [("I. In Flanders Fields", "c.xhtml#p1"), ("II. With the Guns", "c.xhtml#p2"),
+           *[(t, f"c.xhtml#s{n}") for n, t in enumerate(sentences[:3], 1)],
+           ("III. The Brand of War", "c.xhtml#p3"), ("V. South Africa", "c.xhtml#p5"),
+           *[(t, f"c.xhtml#s{n}") for n, t in enumerate(sentences[3:], 4)]]
+    book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", doc)], nav=nav,
+                               title="In Flanders Fields, and Other Poems"))
+    assert [c.title for c in book.chapters] == [
+        "I. In Flanders Fields", "II. With the Guns", "III. The Brand of War", "V. South Africa"]
+    heads = [p for c in book.chapters for i, p in enumerate(c.paragraphs) if c.kind(i) == "heading"]
+    assert heads == sentences
+    assert book.chapters[1].paragraphs[-1] == "the events that happened in the La Bassee sector. Here is the record:"
+
+
 def test_markdown_act_headings_group_the_scene_headings_at_their_level():
     """The Tempest (mlschmitt/classic-books-markdown): "### ACT I" and "### SCENE I." share one Markdown
     level, after metadata headings ("# Title: The Tempest", "## Author: William Shakespeare", "## Year: 1610"):
