@@ -109,6 +109,33 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     return out
 
 
+_ADS_HEAD_RE = re.compile(r"\b(?:books|catalogue|publications|advertisements?)\b", re.I)
+_PRICE_RE = re.compile(r"\bprice\b|\bcents\b|\bcts\.|\$\s?\d|\b\d{1,2}s\.\s?(?:\d{1,2}d\.)?(?!\w)|\bshillings?\b",
+                       re.I)
+_PUBLISHERS_LINE_RE = re.compile(r"\bpublishers\b", re.I)
+
+
+def _advertisements(paras: list[str]) -> int | None:
+    """Where the publisher's advertisements at the end of a book start, if they do: a short line naming books
+    ("New Picture Books for Little Children.", "Catalogue of ..."), and from it to the end only short
+    paragraphs (lists of titles, series lines: 60 words at most) that name prices twice or more ("TEN CENTS
+    EACH.", "PRICE, 75 Cts.", "3s. 6d.") or a price and the publishers ("McLOUGHLIN BROS., PUBLISHERS, New
+    York."), less than half the chapter's words; None when there are none."""
+    total = sum(len(p.split()) for p in paras)
+    start = None
+    for j in range(len(paras) - 1, 0, -1):
+        if len(paras[j].split()) > 60:
+            break
+        if len(paras[j].split()) > 12 or not _ADS_HEAD_RE.search(paras[j]):
+            continue
+        tail = paras[j:]
+        prices = sum(1 for p in tail if _PRICE_RE.search(p))
+        if (prices >= 2 or prices and any(_PUBLISHERS_LINE_RE.search(p) for p in tail)) \
+                and 2 * sum(len(p.split()) for p in tail) < total:
+            start = j  # the earliest such line opens the list
+    return start
+
+
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
     "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
@@ -136,6 +163,9 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             if end is not None:
                 kept = kept[:end + 1]  # after "THE END": the publisher's advertisements
                 paras = paras[:end + 1]
+            ads = _advertisements(paras)
+            if ads is not None:
+                kept, paras = kept[:ads], paras[:ads]  # the publisher's list of books with their prices
             for j, para in enumerate(paras):
                 if j > 0 and re.match(r"^about\s+the\s+authors?[.:]?$", para, re.I) \
                         and len(" ".join(paras[j + 1:]).split()) <= 400:

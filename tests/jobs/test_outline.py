@@ -1156,6 +1156,24 @@ def test_epub_sentences_marked_up_as_headings_after_a_numbered_chapter_are_its_t
     assert book.chapters[1].paragraphs[-1] == "the events that happened in the La Bassee sector. Here is the record:"
 
 
+def test_publishers_advertisements_after_the_story_are_not_spoken(tmp_path):
+    """The Three Bears (PG 23322, a hand-made EPUB 2 with an NCX; the story's first and last stanzas): after
+    the story the publisher's list of books ("New Picture Books for Little Children.", series headings, "TEN
+    CENTS EACH.", titles in tables, "PRICE, 75 Cts.", "McLOUGHLIN BROS., PUBLISHERS, New York.") and the
+    e-book's closing lines are back matter, never spoken; the story ends at its last line."""
+    from tests.jobs.test_ingest import make_epub
+
+    body = (STRUCTURE / "three-bears-excerpt.xhtml").read_text(encoding="utf-8")
+    book = load_book(make_epub(tmp_path / "bears.epub", [("bears.xhtml", body)],
+                               ncx=[("The Three Bears", "bears.xhtml")], title="The Three Bears"))
+    assert len(book.chapters) == 1
+    assert book.chapters[0].paragraphs[-1].endswith("there never existed THREE BEARS.")
+    said = _said(book)
+    for gone in ("New Picture Books", "TEN CENTS", "PRICE", "PUBLISHERS", "Imperial 16mo", "Tom Thumb",
+                 "HTML and other formats"):
+        assert gone.casefold() not in said.casefold()
+
+
 def test_markdown_act_headings_group_the_scene_headings_at_their_level():
     """The Tempest (mlschmitt/classic-books-markdown): "### ACT I" and "### SCENE I." share one Markdown
     level, after metadata headings ("# Title: The Tempest", "## Author: William Shakespeare", "## Year: 1610"):
