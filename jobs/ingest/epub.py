@@ -420,6 +420,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             continue  # points into Project Gutenberg boilerplate
         if _BY_RE.match(e.label):
             continue  # a title page's "Illustrated by ..." / "Translated by ..." line: no chapter
+        if _producer_notes([e.label], front=True):
+            continue  # a note by the e-text's maker ("[This text is taken from the New York edition of 1919.]")
         if key and key in anchors:
             pos = anchors[key]
         elif e.doc in doc_start:

@@ -1174,6 +1174,30 @@ def test_publishers_advertisements_after_the_story_are_not_spoken(tmp_path):
         assert gone.casefold() not in said.casefold()
 
 
+def test_epub_makers_notes_source_line_and_facsimile_in_the_front_matter_are_not_spoken(tmp_path):
+    """In Flanders Fields (PG 353, EPUB 3; its title page and first two poems): the nav lists the title page's
+    credit line ("WITH AND ESSAY IN CHARACTER by Sir Andrew Macphail", misprint and all) and the source line
+    "[This text is taken from the New York edition of 1919.]" as entries; neither starts a chapter nor is
+    spoken, nor is the producer's note in braces ("{Although the poem itself is included shortly, ... — A.
+    L.}") or the facsimile of the first poem with its caption ("{From a} Facsimile of an autograph copy of the
+    poem ..."), so the first poem is read once, as printed in the book."""
+    from tests.jobs.test_ingest import make_epub
+
+    body = (STRUCTURE / "flanders-front-excerpt.xhtml").read_text(encoding="utf-8")
+    nav = [("IN FLANDERS FIELDS", "c.xhtml#pgepubid00000"), ("[Canadian Poet, 1872-1918]", "c.xhtml#pgepubid00001"),
+           ("WITH AND ESSAY IN CHARACTER by Sir Andrew Macphail", "c.xhtml#pgepubid00002",
+            [("[This text is taken from the New York edition of 1919.]", "c.xhtml#pgepubid00003")]),
+           ("In Flanders Fields", "c.xhtml#pgepubid00005"), ("The Anxious Dead", "c.xhtml#pgepubid00006")]
+    book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", body)], nav=nav,
+                               title="In Flanders Fields, and Other Poems"))
+    assert [c.title for c in book.chapters][-2:] == ["In Flanders Fields", "The Anxious Dead"]
+    assert book.chapters[-2].paragraphs[0].startswith("In Flanders fields the poppies blow")
+    said = _said(book)
+    for gone in ("WITH AND ESSAY", "This text is taken", "Although the poem itself", "Facsimile",
+                 "the poppies grow", "A. L."):
+        assert gone not in said
+
+
 def test_markdown_act_headings_group_the_scene_headings_at_their_level():
     """The Tempest (mlschmitt/classic-books-markdown): "### ACT I" and "### SCENE I." share one Markdown
     level, after metadata headings ("# Title: The Tempest", "## Author: William Shakespeare", "## Year: 1610"):
