@@ -480,6 +480,14 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
                        ["text"] * len(paras)))
         numbered = bool(_NUMBERED_ENTRY_RE.match(t))
         pending = []
+    # a work's own title page inside the book (its entry holds only its "by ..." line) opens the work's first
+    # chapter, whose title it leads, as a part's does ("JOHN MCCRAE. An Essay in Character. I. In Flanders Fields")
+    for k in range(len(merged) - 2, 0, -1):
+        t, d, ps, ks = merged[k]
+        if ps and all(_BY_RE.match(q) and len(q.split()) <= 12 for q in ps):
+            nt, nd, nps, nks = merged[k + 1]
+            merged[k + 1] = (_chain_titles([t, nt]), nd, ps + nps, ks + nks)
+            del merged[k]
     # notes by the e-text's makers ("The images in this file ...") are not the book's text
     kept = [[i not in _producer_notes(ps, front=j < 3) for i in range(len(ps))]
             for j, (_t, _d, ps, _k) in enumerate(merged)]

@@ -1198,6 +1198,31 @@ def test_epub_makers_notes_source_line_and_facsimile_in_the_front_matter_are_not
         assert gone not in said
 
 
+def test_epub_a_works_title_page_with_only_its_byline_opens_its_first_chapter(tmp_path):
+    """In Flanders Fields (PG 353): after the poems, the memoir's title page is entries of its own ("JOHN
+    MCCRAE" over "An Essay in Character") with only "by Sir Andrew Macphail" under them: no chapter of its own;
+    it leads the memoir's first part, as a part's heading does."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc = ('<h2 id="p29">In Due Season</h2><p>If night should come and find me at my toil, When all Life\'s day I '
+           'had, tho\' faintly, wrought, And shallow furrows, cleft in stony soil Were all my labour: Shall I count '
+           'it naught</p>'
+           '<h2 id="m">JOHN MCCRAE</h2><h3 id="e">An Essay in Character</h3><p>by Sir Andrew Macphail</p>'
+           '<h2 id="p1">I. In Flanders Fields</h2><p>"In Flanders Fields", the piece of verse from which this little '
+           "book takes its title, first appeared in 'Punch' in the issue of December 8th, 1915.</p>"
+           '<h2 id="p2">II. With the Guns</h2><p>If there was nothing remarkable about the publication of "In '
+           'Flanders Fields", there was something momentous in the moment of writing it.</p>')
+    nav = [("In Due Season", "c.xhtml#p29"), ("JOHN MCCRAE", "c.xhtml#m", [("An Essay in Character", "c.xhtml#e")]),
+           ("I. In Flanders Fields", "c.xhtml#p1"), ("II. With the Guns", "c.xhtml#p2")]
+    book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", doc)], nav=nav,
+                               title="In Flanders Fields, and Other Poems"))
+    assert [c.title for c in book.chapters] == [
+        "In Due Season", "JOHN MCCRAE. An Essay in Character. I. In Flanders Fields", "II. With the Guns"]
+    assert book.chapters[1].paragraphs[:2] == [
+        "by Sir Andrew Macphail", "\"In Flanders Fields\", the piece of verse from which this little book takes its "
+        "title, first appeared in 'Punch' in the issue of December 8th, 1915."]
+
+
 def test_markdown_act_headings_group_the_scene_headings_at_their_level():
     """The Tempest (mlschmitt/classic-books-markdown): "### ACT I" and "### SCENE I." share one Markdown
     level, after metadata headings ("# Title: The Tempest", "## Author: William Shakespeare", "## Year: 1610"):
