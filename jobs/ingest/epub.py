@@ -595,6 +595,10 @@ def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, l
                 e += 1
             label_before = bool(out) and _CONTENTS_LABEL_RE.match(out[-1].text) is not None
             if e - i >= 3 or label_before or _CONTENTS_LABEL_RE.match(title):
+                # the list goes on through lines of several entries run together ("The Anxious Dead The Warrior
+                # Isandlwana ...", "II. With the Guns Here ends the account ... complete the picture:")
+                while e < len(rest) and rest[e].xref and len(rest[e].text.split()) <= 80:
+                    e += 1
                 if label_before:
                     out.pop()
                 i = e
