@@ -420,6 +420,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             continue  # points into Project Gutenberg boilerplate
         if _BY_RE.match(e.label):
             continue  # a title page's "Illustrated by ..." / "Translated by ..." line: no chapter
+        if _producer_notes([e.label], front=True):
+            continue  # a note by the e-text's maker ("[This text is taken from the New York edition of 1919.]")
         if key and key in anchors:
             pos = anchors[key]
         elif e.doc in doc_start:
@@ -454,11 +456,12 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
     pending: list[tuple[str, int]] = []
     host: int | None = None  # the depth of a numbered chapter's entry, whose nested entries are its sections
+    numbered = False  # the last chapter is a numbered one: sentences marked up as headings after it are its text
     for n, (label, depth, blocks) in enumerate(segments[1:], 1):
         t, paras = _segment_paragraphs(label, blocks)
         if host is not None and depth <= host:
             host = None
-        if host is not None and _nested_section(t):
+        if (host is not None and _nested_section(t)) or (numbered and merged and _sentence_entry(t)):
             if pending:  # the chapter's entry has no text of its own before its first section
                 merged.append((_chain_titles([pt for pt, _pd in pending if pt]), host, [], []))
                 pending = []
@@ -475,7 +478,16 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             continue
         merged.append((_chain_titles([pt for pt, pd in pending if pd < depth and pt] + [t]), depth, paras,
                        ["text"] * len(paras)))
+        numbered = bool(_NUMBERED_ENTRY_RE.match(t))
         pending = []
+    # a work's own title page inside the book (its entry holds only its "by ..." line) opens the work's first
+    # chapter, whose title it leads, as a part's does ("JOHN MCCRAE. An Essay in Character. I. In Flanders Fields")
+    for k in range(len(merged) - 2, 0, -1):
+        t, d, ps, ks = merged[k]
+        if ps and all(_BY_RE.match(q) and len(q.split()) <= 12 for q in ps):
+            nt, nd, nps, nks = merged[k + 1]
+            merged[k + 1] = (_chain_titles([t, nt]), nd, ps + nps, ks + nks)
+            del merged[k]
     # notes by the e-text's makers ("The images in this file ...") are not the book's text
     kept = [[i not in _producer_notes(ps, front=j < 3) for i in range(len(ps))]
             for j, (_t, _d, ps, _k) in enumerate(merged)]
@@ -511,6 +523,28 @@ def _nested_section(label: str) -> bool:
     numeral (a story's part: see ``epub_checks``) or a keyword heading of its own ("CHAPTER I", "PART II")."""
     label = label.strip()
     return bool(label) and not _BARE_ENTRY_RE.match(label) and not _KEYWORD_START_RE.match(label)
+
+
+_BROKEN_OFF_RE = re.compile(r"(?:[,;:]|\b(?:of|and|the|a|an|in|to|or|for|with|from|on|by|at|that|which|as))"
+                            r"[\"'\u201d\u2019]?$", re.I)
+
+
+def _sentence_entry(label: str) -> bool:
+    """An entry that is a sentence of the text marked up as a heading, not a title: two or more words that
+    end with a colon, comma or semicolon or break off after a small word ("Three weeks later he writes:",
+    "This phase of the war lasted two months precisely,", "... moving south to take its share in"), or a
+    sentence closed by a full stop with two or more lower-case words of four letters or more ("With Ian
+    Hamilton's column near Balmoral.", "At Lyndenburg:"); a keyword or numbered entry ("CHAPTER I", "I.
+    Punctuate:") is none."""
+    label = label.strip()
+    words = label.split()
+    if len(words) < 2 or _KEYWORD_START_RE.match(label) or _NUMBERED_ENTRY_RE.match(label) \
+            or _BARE_ENTRY_RE.match(words[0]):
+        return False
+    if _BROKEN_OFF_RE.search(label):
+        return True
+    lower = sum(1 for w in words[1:] if w[:1].islower() and len(w.strip(".,")) >= 4)
+    return len(words) >= 3 and label.endswith(".") and lower >= 2
 
 
 def _spoken(label: str) -> str:
@@ -561,6 +595,10 @@ def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, l
                 e += 1
             label_before = bool(out) and _CONTENTS_LABEL_RE.match(out[-1].text) is not None
             if e - i >= 3 or label_before or _CONTENTS_LABEL_RE.match(title):
+                # the list goes on through lines of several entries run together ("The Anxious Dead The Warrior
+                # Isandlwana ...", "II. With the Guns Here ends the account ... complete the picture:")
+                while e < len(rest) and rest[e].xref and len(rest[e].text.split()) <= 80:
+                    e += 1
                 if label_before:
                     out.pop()
                 i = e

@@ -20,7 +20,7 @@ import re
 
 from jobs.ingest.common import _is_separator, _norm
 from jobs.ingest.outline import _CAST_LABEL_RE
-from jobs.ingest.text import _clean_inline, _Item, _match_heading, _txt_items
+from jobs.ingest.text import _caps_line, _clean_inline, _Item, _match_heading, _txt_items
 
 
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -160,6 +160,38 @@ def _md_metadata(blocks: list[tuple[str, int, str, bool]]) -> tuple[list[tuple[s
     return out, meta
 
 
+def _title_only(text: str) -> bool:
+    """A heading that is a title in capitals with no keyword or number of its own ("LOST HEARTS")."""
+    return _caps_line(text) and _match_heading(text) is None
+
+
+def _stray_chapters(blocks: list[tuple[str, int, str, bool]], headings: list[tuple[int, tuple[str, int, str, bool]]],
+                    level: int) -> set[int]:
+    """Headings one level below the chapter level that are chapters all the same, as a file converted from
+    print gets some of its chapter headings at the wrong level: one before the first chapter heading with text
+    under it (no chapter holds it: "### PART 1" over the preface, "### CANON ALBERIC'S SCRAP-BOOK" before "##
+    LOST HEARTS"), and, when every chapter heading is a title in capitals with no number, a title in capitals
+    printed the same way that is the only heading of its level between two chapter headings ("### 'OH,
+    WHISTLE, AND I'LL COME TO YOU, MY LAD'" between "## COUNT MAGNUS" and "## THE TREASURE OF ABBOT THOMAS";
+    numbered ones, "### I", "### II", stay sections)."""
+    below = min((b[1] for _, b in headings if b[1] > level), default=None)
+    tops = [k for k, b in headings if b[1] == level]
+    if below is None or not tops:
+        return set()
+    out = set()
+    for k, b in headings:
+        if b[1] == below and k < tops[0] and k + 1 < len(blocks) and blocks[k + 1][0] == "para":
+            out.add(k)
+    if not all(_title_only(b[2]) for _, b in headings if b[1] == level):
+        return out
+    bounds = [*tops, len(blocks)]
+    for start, end in zip(bounds, bounds[1:]):
+        inside = [(k, b) for k, b in headings if start < k < end and b[1] > level]
+        if len(inside) == 1 and inside[0][1][1] == below and _title_only(inside[0][1][2]):
+            out.add(inside[0][0])
+    return out
+
+
 def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
     """Markdown -> items, the title H1 (if the file has one) and the author its metadata names. Falls back
     to plain-text headings."""
@@ -182,12 +214,13 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
         n_next = sum(1 for k, b in headings if k != skip and b[1] == nxt)
         if n_next >= 2 and n_next > n_top:
             level = nxt  # "# Part" / "## Chapter": chapters are the finer level, parts prefix them
+    promoted = _stray_chapters(blocks, [(k, b) for k, b in headings if k != skip], level)
     items = []
     for k, (kind, lvl, text, toc) in enumerate(blocks):
         if k == skip:
             continue
         text = _norm(text)
-        if kind == "heading" and text and lvl <= level and not _CAST_LABEL_RE.match(text):
+        if kind == "heading" and text and (lvl <= level or k in promoted) and not _CAST_LABEL_RE.match(text):
             # a keyword heading ("ACT I", "SCENE II.", "PART ONE", "EPILOGUE") gets its kind and number as a
             # heading line of a text book does, so the outline ranks it the same way (scenes inside acts)
             h = _match_heading(text)

@@ -79,6 +79,23 @@ _PRODUCTION_RE = re.compile(r"\b(?:images?|illustrations?|versions?|formats?|scr
                             r"|archives?|project)\b", re.I)
 
 
+_SOURCE_NOTE_RE = re.compile(r"^\W*(?:(?:this|the)\s+(?:e-?)?(?:text|book)\s+(?:is|was|has\s+been)\s+)?"
+                             r"(?:extracted|reprinted|reproduced|taken|transcribed)\s+from\b", re.I)
+"""The edition a text was taken from, in the e-text's first pages: "[This text is taken from the New York edition
+of 1919.]", "Reprinted from ..."."""
+_BRACED_RE = re.compile(r"^\{[^{}]+\}$")
+"""A paragraph wholly in braces: printed books do not set text so; the e-text's maker does ("{Although the poem
+itself is included shortly, ... — A. L.}")."""
+_FACSIMILE_RE = re.compile(r"^\W*(?:\{[^{}]{0,20}\}\s*)?(?:\(?from\s+an?\s+)?facsimile\s+of\b", re.I)
+"""A facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...")."""
+
+
+def _capitals(p: str) -> bool:
+    """A short line in capitals ("IN FLANDERS FIELDS"): twelve words at most, every letter upper case."""
+    letters = [c for c in p if c.isalpha()]
+    return len(p.split()) <= 12 and len(letters) >= 3 and all(c.isupper() for c in letters)
+
+
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in,
@@ -86,7 +103,11 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     bracketed numbered notes "[Footnote 1: ...]" in a row under it, and topics under labels of their own
     ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
     paragraph about this file, e-book or e-text that speaks of its images, version, format or
-    making ("The images in this file are ..."); "He opened the file." stays."""
+    making ("The images in this file are ..."); "He opened the file." stays. Also a paragraph wholly in braces
+    ("{Although the poem itself is included shortly, ... — A. L.}"), and, in the first chapters, a line naming
+    the edition the text was taken from ("[This text is taken from the New York edition of 1919.]") and a
+    facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...") with the copy of the page
+    above it, from its title line in capitals down."""
     out: set[int] = set()
     for i, p in enumerate(paras):
         if _NOTE_LABEL_RE.match(p):
@@ -111,7 +132,42 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                     j += 1
         elif front and len(p.split()) <= 120 and _THIS_FILE_RE.search(p) and _PRODUCTION_RE.search(p):
             out.add(i)
+        elif _BRACED_RE.match(p.strip()) and len(p.split()) >= 5:
+            out.add(i)  # a note in braces, the e-text maker's
+        elif front and len(p.split()) <= 40 and _SOURCE_NOTE_RE.match(p):
+            out.add(i)  # the edition the text was taken from
+        elif front and len(p.split()) <= 40 and _FACSIMILE_RE.match(p):
+            out.add(i)  # a facsimile's caption, and the copy of the page it captions, from its title line down
+            top = next((j for j in range(i - 1, max(-1, i - 12), -1) if _capitals(paras[j])), None)
+            out.update(range(top if top is not None else i, i))
     return out
+
+
+_ADS_HEAD_RE = re.compile(r"\b(?:books|catalogue|publications|advertisements?)\b", re.I)
+_PRICE_RE = re.compile(r"\bprice\b|\bcents\b|\bcts\.|\$\s?\d|\b\d{1,2}s\.\s?(?:\d{1,2}d\.)?(?!\w)|\bshillings?\b",
+                       re.I)
+_PUBLISHERS_LINE_RE = re.compile(r"\bpublishers\b", re.I)
+
+
+def _advertisements(paras: list[str]) -> int | None:
+    """Where the publisher's advertisements at the end of a book start, if they do: a short line naming books
+    ("New Picture Books for Little Children.", "Catalogue of ..."), and from it to the end only short
+    paragraphs (lists of titles, series lines: 60 words at most) that name prices twice or more ("TEN CENTS
+    EACH.", "PRICE, 75 Cts.", "3s. 6d.") or a price and the publishers ("McLOUGHLIN BROS., PUBLISHERS, New
+    York."), less than half the chapter's words; None when there are none."""
+    total = sum(len(p.split()) for p in paras)
+    start = None
+    for j in range(len(paras) - 1, 0, -1):
+        if len(paras[j].split()) > 60:
+            break
+        if len(paras[j].split()) > 12 or not _ADS_HEAD_RE.search(paras[j]):
+            continue
+        tail = paras[j:]
+        prices = sum(1 for p in tail if _PRICE_RE.search(p))
+        if (prices >= 2 or prices and any(_PUBLISHERS_LINE_RE.search(p) for p in tail)) \
+                and 2 * sum(len(p.split()) for p in tail) < total:
+            start = j  # the earliest such line opens the list
+    return start
 
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
@@ -141,6 +197,9 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             if end is not None:
                 kept = kept[:end + 1]  # after "THE END": the publisher's advertisements
                 paras = paras[:end + 1]
+            ads = _advertisements(paras)
+            if ads is not None:
+                kept, paras = kept[:ads], paras[:ads]  # the publisher's list of books with their prices
             for j, para in enumerate(paras):
                 if j > 0 and re.match(r"^about\s+the\s+authors?[.:]?$", para, re.I) \
                         and len(" ".join(paras[j + 1:]).split()) <= 400:

@@ -639,10 +639,12 @@ def spoken_heading(it: _Item, level: str) -> str:
 
 
 _BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by"
-                    r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?\s+)?(?:introduction|preface"
-                    r"|foreword|notes|memoir|introductory\s+note)(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
+                    r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?d?\s+)?(?:introduction|preface"
+                    r"|foreword|notes|memoir|essay|introductory\s+note)(?:\s+(?:in|on|of)\s+\w+)?"
+                    r"(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
                     r"|edited(?:\s+and\s+\w+)?\s+by)\s+\S", re.I)
-"""A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D."."""
+"""A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
+"WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY")."""
 _PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\bCo\.,?\s+(?:Ltd|Limited|Inc)\b|\s(?:&|and)\s+Co\.(?:\W|$)")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.")."""
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)

@@ -1112,6 +1112,121 @@ def test_epub_notes_headed_after_a_tale_and_naming_it_are_read_with_that_tale(tm
     assert [c.title for c in book.chapters] == ["V. What the Thunder Said", 'Notes on "the Waste Land"']
 
 
+def test_epub_sentences_marked_up_as_headings_after_a_numbered_chapter_are_its_text(tmp_path):
+    """In Flanders Fields (PG 353, EPUB 3): the memoir's numbered parts ("II. With the Guns") are chapters, but
+    sentences of its text set as <h2> and listed in the nav as entries of the same level ("And here follow some
+    general observations upon the experience:", "At this time the Canadian division was moving south to take
+    its share in", "With Ian Hamilton's column near Balmoral.", "At Lyndenburg:") are not: they stay in the
+    part before them, as its headings."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc = ('<h2 id="p1">I. In Flanders Fields</h2><p>"In Flanders Fields", the piece of verse from which this little '
+           "book takes its title, first appeared in 'Punch' in the issue of December 8th, 1915.</p>"
+           '<h2 id="p2">II. With the Guns</h2><p>If there was nothing remarkable about the publication of "In '
+           'Flanders Fields", there was something momentous in the moment of writing it.</p>'
+           '<h2 id="s1">Here ends the account of his part in this memorable battle,</h2>'
+           '<h2 id="s2">And here follow some general observations upon the experience:</h2>'
+           '<p>Northern France, May 10th, 1915.</p><p>We got here to refit and rest this morning at 4, having '
+           'marched last night at 10. The general impression in my mind is of a nightmare.</p>'
+           '<h2 id="s3">At this time the Canadian division was moving south to take its share in</h2>'
+           '<p>the events that happened in the La Bassee sector. Here is the record:</p>'
+           '<h2 id="p3">III. The Brand of War</h2><p>There are men who pass through such scenes unmoved. If they '
+           'have eyes, they do not see; and ears, they do not hear.</p>'
+           '<h2 id="p5">V. South Africa</h2><p>In the Autumn of 1914, after John McCrae had gone over-seas, I was in '
+           'a warehouse in Montreal, in which one might find an old piece of mahogany wood.</p>'
+           '<h2 id="s4">Three weeks later he writes:</h2><p>April 10th, 1900.</p>'
+           '<h2 id="s5">With Ian Hamilton\'s column near Balmoral.</h2><p>The day was cold, much like a December '
+           'day at home, and by my kit going astray I had only light clothing.</p>'
+           '<h2 id="s6">At Lyndenburg:</h2><p>The Boers opened on us at about 10,000 yards, the fire being accurate '
+           'from the first.</p>')
+    sentences = ["Here ends the account of his part in this memorable battle,",
+                 "And here follow some general observations upon the experience:",
+                 "At this time the Canadian division was moving south to take its share in",
+                 "Three weeks later he writes:", "With Ian Hamilton's column near Balmoral.", "At Lyndenburg:"]
+    nav = [("I. In Flanders Fields", "c.xhtml#p1"), ("II. With the Guns", "c.xhtml#p2"),
+           *[(t, f"c.xhtml#s{n}") for n, t in enumerate(sentences[:3], 1)],
+           ("III. The Brand of War", "c.xhtml#p3"), ("V. South Africa", "c.xhtml#p5"),
+           *[(t, f"c.xhtml#s{n}") for n, t in enumerate(sentences[3:], 4)]]
+    book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", doc)], nav=nav,
+                               title="In Flanders Fields, and Other Poems"))
+    assert [c.title for c in book.chapters] == [
+        "I. In Flanders Fields", "II. With the Guns", "III. The Brand of War", "V. South Africa"]
+    heads = [p for c in book.chapters for i, p in enumerate(c.paragraphs) if c.kind(i) == "heading"]
+    assert heads == sentences
+    assert book.chapters[1].paragraphs[-1] == "the events that happened in the La Bassee sector. Here is the record:"
+
+
+def test_publishers_advertisements_after_the_story_are_not_spoken(tmp_path):
+    """The Three Bears (PG 23322, a hand-made EPUB 2 with an NCX; the story's first and last stanzas): after
+    the story the publisher's list of books ("New Picture Books for Little Children.", series headings, "TEN
+    CENTS EACH.", titles in tables, "PRICE, 75 Cts.", "McLOUGHLIN BROS., PUBLISHERS, New York.") and the
+    e-book's closing lines are back matter, never spoken; the story ends at its last line."""
+    from tests.jobs.test_ingest import make_epub
+
+    body = (STRUCTURE / "three-bears-excerpt.xhtml").read_text(encoding="utf-8")
+    book = load_book(make_epub(tmp_path / "bears.epub", [("bears.xhtml", body)],
+                               ncx=[("The Three Bears", "bears.xhtml")], title="The Three Bears"))
+    assert len(book.chapters) == 1
+    assert book.chapters[0].paragraphs[-1].endswith("there never existed THREE BEARS.")
+    said = _said(book)
+    for gone in ("New Picture Books", "TEN CENTS", "PRICE", "PUBLISHERS", "Imperial 16mo", "Tom Thumb",
+                 "HTML and other formats"):
+        assert gone.casefold() not in said.casefold()
+
+
+def test_epub_makers_notes_source_line_and_facsimile_in_the_front_matter_are_not_spoken(tmp_path):
+    """In Flanders Fields (PG 353, EPUB 3; its title page and first two poems): the nav lists the title page's
+    credit line ("WITH AND ESSAY IN CHARACTER by Sir Andrew Macphail", misprint and all) and the source line
+    "[This text is taken from the New York edition of 1919.]" as entries; neither starts a chapter nor is
+    spoken, nor is the producer's note in braces ("{Although the poem itself is included shortly, ... — A.
+    L.}") or the facsimile of the first poem with its caption ("{From a} Facsimile of an autograph copy of the
+    poem ..."), so the first poem is read once, as printed in the book; nor is the linked CONTENTS, though
+    several of its lines run many entries together ("The Anxious Dead The Warrior Isandlwana ...")."""
+    from tests.jobs.test_ingest import make_epub
+
+    body = (STRUCTURE / "flanders-front-excerpt.xhtml").read_text(encoding="utf-8")
+    nav = [("IN FLANDERS FIELDS", "c.xhtml#pgepubid00000"), ("[Canadian Poet, 1872-1918]", "c.xhtml#pgepubid00001"),
+           ("WITH AND ESSAY IN CHARACTER by Sir Andrew Macphail", "c.xhtml#pgepubid00002",
+            [("[This text is taken from the New York edition of 1919.]", "c.xhtml#pgepubid00003")]),
+           ("In Flanders Fields", "c.xhtml#pgepubid00005"), ("The Anxious Dead", "c.xhtml#pgepubid00006")]
+    book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", body)], nav=nav,
+                               title="In Flanders Fields, and Other Poems"))
+    assert [c.title for c in book.chapters][-2:] == ["In Flanders Fields", "The Anxious Dead"]
+    assert book.chapters[-2].paragraphs[0].startswith("In Flanders fields the poppies blow")
+    said = _said(book)
+    for gone in ("WITH AND ESSAY", "This text is taken", "Although the poem itself", "Facsimile",
+                 "the poppies grow", "A. L."):
+        assert gone not in said
+    # the linked contents list, some of its lines holding several entries run together, is not spoken either
+    for gone in ("Contents With Dates", "The Warrior", "JOHN MCCRAE I.", "Here ends the account", "At Lyndenburg"):
+        assert gone not in said
+
+
+def test_epub_a_works_title_page_with_only_its_byline_opens_its_first_chapter(tmp_path):
+    """In Flanders Fields (PG 353): after the poems, the memoir's title page is entries of its own ("JOHN
+    MCCRAE" over "An Essay in Character") with only "by Sir Andrew Macphail" under them: no chapter of its own;
+    it leads the memoir's first part, as a part's heading does."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc = ('<h2 id="p29">In Due Season</h2><p>If night should come and find me at my toil, When all Life\'s day I '
+           'had, tho\' faintly, wrought, And shallow furrows, cleft in stony soil Were all my labour: Shall I count '
+           'it naught</p>'
+           '<h2 id="m">JOHN MCCRAE</h2><h3 id="e">An Essay in Character</h3><p>by Sir Andrew Macphail</p>'
+           '<h2 id="p1">I. In Flanders Fields</h2><p>"In Flanders Fields", the piece of verse from which this little '
+           "book takes its title, first appeared in 'Punch' in the issue of December 8th, 1915.</p>"
+           '<h2 id="p2">II. With the Guns</h2><p>If there was nothing remarkable about the publication of "In '
+           'Flanders Fields", there was something momentous in the moment of writing it.</p>')
+    nav = [("In Due Season", "c.xhtml#p29"), ("JOHN MCCRAE", "c.xhtml#m", [("An Essay in Character", "c.xhtml#e")]),
+           ("I. In Flanders Fields", "c.xhtml#p1"), ("II. With the Guns", "c.xhtml#p2")]
+    book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", doc)], nav=nav,
+                               title="In Flanders Fields, and Other Poems"))
+    assert [c.title for c in book.chapters] == [
+        "In Due Season", "JOHN MCCRAE. An Essay in Character. I. In Flanders Fields", "II. With the Guns"]
+    assert book.chapters[1].paragraphs[:2] == [
+        "by Sir Andrew Macphail", "\"In Flanders Fields\", the piece of verse from which this little book takes its "
+        "title, first appeared in 'Punch' in the issue of December 8th, 1915."]
+
+
 def test_markdown_act_headings_group_the_scene_headings_at_their_level():
     """The Tempest (mlschmitt/classic-books-markdown): "### ACT I" and "### SCENE I." share one Markdown
     level, after metadata headings ("# Title: The Tempest", "## Author: William Shakespeare", "## Year: 1610"):
@@ -1279,6 +1394,22 @@ def test_markdown_field_headings_name_the_title_and_author_and_are_not_spoken():
     said = _said(book)
     for gone in ("Title:", "Author:", "Year", "1721", "Translated by"):
         assert gone not in said
+
+
+def test_markdown_chapter_headings_printed_one_level_down_are_chapters_too():
+    """Ghost Stories of an Antiquary as Markdown (mlschmitt/classic-books-markdown): most stories are "## LOST
+    HEARTS", but the preface ("### PART 1"), the first story ("### CANON ALBERIC'S SCRAP-BOOK", before any "##"
+    heading) and one story between two others ("### 'OH, WHISTLE, AND I'LL COME TO YOU, MY LAD'", the only
+    "###" heading under "## COUNT MAGNUS") are printed a level down: all are chapters; "### I" and "### II"
+    under THE TREASURE OF ABBOT THOMAS stay its parts, not chapters (six headings at each level, as in the book)."""
+    book = load_book(STRUCTURE / "ghost-stories-excerpt.md")
+    assert [c.title for c in book.chapters] == [
+        "PART 1", "Canon Alberic's Scrap-Book", "Lost Hearts", "The Mezzotint", "The Ash-Tree", "Number 13",
+        "Count Magnus", "'Oh, Whistle, and I'll Come to You, My Lad'", "The Treasure of Abbot Thomas"]
+    assert book.chapters[0].paragraphs[0].startswith("If anyone is curious about my local settings")
+    assert book.chapters[7].paragraphs[0].startswith("'I suppose you will be getting away pretty soon")
+    treasure = book.chapters[8].paragraphs
+    assert treasure[0] == "I" and "II" in treasure and treasure[-1] == "This was Mr Somerton's story:"
 
 
 def test_the_authors_other_books_on_the_title_page_are_not_spoken():
