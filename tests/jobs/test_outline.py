@@ -1482,3 +1482,35 @@ def test_a_block_of_scene_break_lines_is_no_contents_list():
 
     body = "Title page\n\n* * *\n* * *\n* * *\n\nSome text here.\n\n* * *\n\nMore text.\n\n* * *\n\nEven more.\n\n* * *\n"
     assert [it.kind for it in _txt_items(body)][:3] == ["para", "break", "para"]
+
+
+def test_markdown_heading_behind_a_zero_width_space_is_a_heading():
+    """The Story of Doctor Dolittle (mlschmitt/classic-books-markdown): the third chapter's heading line begins
+    with a zero-width space before its hashes ("\\u200b## THE THIRD CHAPTER - MORE MONEY TROUBLES"), and other
+    zero-width spaces sit on lines of their own and inside sentences: invisible to a reader, so the line is a
+    heading like the others and nothing invisible is kept."""
+    book = load_book(STRUCTURE / "doctor-dolittle-excerpt.md")
+    assert [c.title for c in book.chapters] == [
+        "The First Chapter - Puddleby", "The Second Chapter - Animal Language",
+        "The Third Chapter - More Money Troubles", "The Fourth Chapter - a Message from Africa"]
+    assert book.chapters[2].paragraphs[0].startswith("And soon now the Doctor began to make money again")
+    said = _said(book)
+    assert "##" not in said and "\u200b" not in said
+
+
+def test_invisible_marks_at_a_line_start_or_in_a_heading_hide_nothing(tmp_path):
+    """The same in a text book: a zero-width space, a byte-order mark or a stray zero-width joiner before a
+    heading line, and a soft hyphen inside one, do not keep the line from being a heading; joiners inside a word
+    of a script that joins (Persian) are kept."""
+    from jobs.ingest.common import _norm
+
+    body = ("It happened one day that the Doctor was sitting in his kitchen talking with the Cat's-meat-Man who "
+            "had come to see him with a stomach-ache.")
+    p = tmp_path / "dolittle.txt"
+    p.write_text(f"\u200bCHAPTER I.\n\n{body}\n\n\ufeffCHAPTER II.\n\n{body}\n\n\u200dCHAP\u00adTER III.\n\n{body}\n\n"
+                 f"\u2060CHAPTER IV.\n\n{body}\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["CHAPTER I.", "CHAPTER II.", "CHAPTER III.", "CHAPTER IV."]
+    assert _norm("the \u200cyear\u200d") == "the year"
+    assert _norm("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+
