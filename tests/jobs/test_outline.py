@@ -1514,3 +1514,50 @@ def test_invisible_marks_at_a_line_start_or_in_a_heading_hide_nothing(tmp_path):
     assert _norm("the \u200cyear\u200d") == "the year"
     assert _norm("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
 
+
+def test_epub_title_page_entries_subtitle_and_edition_line_title_no_chapter(tmp_path):
+    """Through the Looking-Glass (PG 12, EPUB 3): the nav lists the title page's lines, "THROUGH THE
+    LOOKING-GLASS", "And What Alice Found There" and under it "The Millennium Fulcrum Edition 1.7", whose entry
+    holds the chess problem: the subtitle and the edition line title nothing and the edition line is not spoken;
+    the chess problem is front matter, kept untitled before CHAPTER I."""
+    from tests.jobs.test_ingest import make_epub
+
+    front = ('<h1 id="t">THROUGH THE LOOKING-GLASS</h1><h3 id="s">And What Alice Found There</h3>'
+             '<h2>By Lewis Carroll</h2><h4 id="e">The Millennium Fulcrum Edition 1.7</h4>'
+             '<p>DRAMATIS PERSONÆ.</p><p>(As arranged before commencement of game.)</p>'
+             '<p>White Pawn (Alice) to play, and win in eleven moves.</p>')
+    ch1 = ('<h2 id="c1">CHAPTER I.<br/>Looking-Glass House</h2><p>One thing was certain, that the white kitten had '
+           'had nothing to do with it:—it was the black kitten’s fault entirely.</p>')
+    nav = [("THROUGH THE LOOKING-GLASS", "a.xhtml#t"),
+           ("And What Alice Found There", "a.xhtml#s", [("The Millennium Fulcrum Edition 1.7", "a.xhtml#e")]),
+           ("CHAPTER I. Looking-Glass House", "b.xhtml#c1")]
+    book = load_book(make_epub(tmp_path / "glass.epub", [("a.xhtml", front), ("b.xhtml", ch1)], nav=nav,
+                               title="Through the Looking-Glass"))
+    assert [c.title for c in book.chapters] == ["", "CHAPTER I. Looking-Glass House"]
+    assert book.chapters[0].paragraphs[-1] == "White Pawn (Alice) to play, and win in eleven moves."
+    said = _said(book)
+    assert "Millennium" not in said and "What Alice Found" not in said
+
+
+def test_epub_entry_naming_the_book_titles_no_chapter_before_the_text(tmp_path):
+    """She Stoops to Conquer (PG 383, EPUB 3): the nav's entries "SHE STOOPS TO CONQUER" and "She Stoops To
+    Conquer; Or, The Mistakes Of A Night. A Comedy." (the book's title) hold no text, the dedicatory letter
+    under the second, "To Samuel Johnson, LL.D.", does: that letter is titled by its own entry only, so the
+    title is said once, by the announcement."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc = ('<h1 id="a">SHE STOOPS TO CONQUER</h1><h2>by Oliver Goldsmith</h2>'
+           '<h3 id="b">She Stoops To Conquer; Or, The Mistakes Of A Night. A Comedy.</h3>'
+           '<h4 id="c">To Samuel Johnson, LL.D.</h4><p>Dear Sir,—By inscribing this slight performance to you, I do '
+           'not mean so much to compliment you as myself.</p><p>OLIVER GOLDSMITH.</p>'
+           '<h2 id="p">PROLOGUE,</h2><p>Enter MR. WOODWARD, dressed in black, and holding a handkerchief to his '
+           'eyes.</p><h2 id="one">ACT THE FIRST.</h2><p>SCENE—A Chamber in an old-fashioned House.</p>'
+           '<p>MRS. HARDCASTLE. I vow, Mr. Hardcastle, you’re very particular.</p>')
+    nav = [("SHE STOOPS TO CONQUER", "c.xhtml#a"),
+           ("She Stoops To Conquer; Or, The Mistakes Of A Night. A Comedy.", "c.xhtml#b",
+            [("To Samuel Johnson, LL.D.", "c.xhtml#c")]),
+           ("PROLOGUE,", "c.xhtml#p"), ("ACT THE FIRST.", "c.xhtml#one")]
+    book = load_book(make_epub(tmp_path / "stoops.epub", [("c.xhtml", doc)], nav=nav,
+                               title="She Stoops to Conquer; Or, The Mistakes of a Night: A Comedy"))
+    assert [c.title for c in book.chapters] == ["To Samuel Johnson, LL.D.", "Prologue,", "Act the First."]
+    assert _said(book).casefold().count("mistakes of a night") == 1
