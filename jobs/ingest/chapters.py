@@ -17,7 +17,7 @@ from pathlib import Path
 
 from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _is_prose, _norm
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _drop_invisible, _is_prose, _norm
 from jobs.ingest.markdown import _MD_ESCAPE_RE, _md_items
 from jobs.ingest.outline import Structure, build_outline, merge_fragments, title_case, to_chapters
 from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items, _unspace_letters
@@ -87,7 +87,7 @@ def _has_blank_lines(body: str) -> bool:
 
 def _load_text(p: Path, where: str, text: str, fmt: str, structure: Structure | None = None) -> Book:
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\f", "\n")
-    text = re.sub(r"[\x00-\x08\x0b\x0e-\x1f\x7f]", "", text)
+    text = _drop_invisible(re.sub(r"[\x00-\x08\x0b\x0e-\x1f\x7f]", "", text))
     if not text.strip():
         raise InputError(f"{where} contains only whitespace; nothing to read (pass a file with the book's text)")
     text = _unspace_letters(text)

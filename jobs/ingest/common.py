@@ -8,6 +8,7 @@ how a path is shown in a one-line message. Knows nothing of any file format.
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import Path
 
 
@@ -27,12 +28,35 @@ _INVISIBLE = dict.fromkeys(
     [*map(ord, "\u00ad\u200b\u2060\ufeff\u061c\u200e\u200f"), *range(0x202A, 0x202F), *range(0x2066, 0x206A),
      *(c for c in [*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)] if not chr(c).isspace())], None)
 _WS_RE = re.compile(r"\s+")
+#: Zero-width non-joiner and joiner (U+200C, U+200D): they shape the letters of scripts that join (Persian,
+#: Devanagari), so they stay between two such letters; anywhere else (a line's start, a Latin word, a space)
+#: they are invisible leftovers of a conversion and go like the marks above.
+_JOINER_RE = re.compile(r"[\u200c\u200d]+")
+
+
+def _joins(c: str) -> bool:
+    return bool(c) and unicodedata.category(c)[0] in "LM"
+
+
+def _keep_joiner(m: re.Match) -> str:
+    s, i, j = m.string, m.start(), m.end()
+    before, after = s[i - 1:i], s[j:j + 1]
+    if _joins(before) and _joins(after) and max(ord(before), ord(after)) > 0x36F:
+        return m.group(0)  # inside a word of a script that joins (a virama is a mark)
+    return ""
+
+
+def _drop_invisible(s: str) -> str:
+    """The text without its invisible marks (``_INVISIBLE``) and stray joiners, its lines and line ends kept:
+    a zero-width space before a heading's hashes ("\u200b## THE THIRD CHAPTER") or a line's words hides them."""
+    s = s.translate(_INVISIBLE)
+    return _JOINER_RE.sub(_keep_joiner, s) if ("\u200c" in s or "\u200d" in s) else s
 
 
 def _norm(s: str) -> str:
     """Whitespace-normalise: one space between words, none at the ends; drop invisible marks, bidi
-    controls and control characters (see ``_INVISIBLE``)."""
-    return " ".join(s.translate(_INVISIBLE).split())
+    controls and control characters (see ``_INVISIBLE``) and stray joiners (``_drop_invisible``)."""
+    return " ".join(_drop_invisible(s).split())
 
 
 _SENTENCE_END_RE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]_*]*$")

@@ -457,8 +457,19 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     pending: list[tuple[str, int]] = []
     host: int | None = None  # the depth of a numbered chapter's entry, whose nested entries are its sections
     numbered = False  # the last chapter is a numbered one: sentences marked up as headings after it are its text
+    texted = False  # an entry with text of its own has been read
+    title_page = False  # the nav's entry for the book's title came before any text: its title page's lines follow
     for n, (label, depth, blocks) in enumerate(segments[1:], 1):
         t, paras = _segment_paragraphs(label, blocks)
+        if not texted:
+            # before the book's first text, entries for the title page's lines (its title, a subtitle under
+            # it, an edition line) title nothing: "THROUGH THE LOOKING-GLASS" / "And What Alice Found There"
+            if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or (
+                    title_page and not paras and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t)):
+                title_page = title_page or _title_entry(t, book_title)
+                if not paras:
+                    continue
+                t = ""
         if host is not None and depth <= host:
             host = None
         if (host is not None and _nested_section(t)) or (numbered and merged and _sentence_entry(t)):
@@ -478,6 +489,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             continue
         merged.append((_chain_titles([pt for pt, pd in pending if pd < depth and pt] + [t]), depth, paras,
                        ["text"] * len(paras)))
+        texted = True
         numbered = bool(_NUMBERED_ENTRY_RE.match(t))
         pending = []
     # a work's own title page inside the book (its entry holds only its "by ..." line) opens the work's first
@@ -549,6 +561,20 @@ def _sentence_entry(label: str) -> bool:
 
 def _spoken(label: str) -> str:
     return title_case(label) if _shouted(label) else label
+
+
+_EDITION_LINE_RE = re.compile(r"^\W*(?:the\s+)?(?:[\w'\u2019-]+\s+){0,3}edition(?:\s+[\d.]+|,?\s+\d{4})?\W*$", re.I)
+"""A title page's edition line: "The Millennium Fulcrum Edition 1.7", "Second Edition, 1902"."""
+
+
+def _title_entry(label: str, title: str) -> bool:
+    """A nav entry naming the book itself: its title, its main title ("SHE STOOPS TO CONQUER" for "She Stoops to
+    Conquer; Or, The Mistakes of a Night: A Comedy") or the title with a subtitle after it."""
+    lt, tt = _tokens(label), _tokens(title)
+    if not lt or not tt:
+        return False
+    main = _tokens(re.split(r"[;:]|,\s+or\b", title, maxsplit=1, flags=re.I)[0])
+    return lt == tt or (len(tt) >= 2 and lt[:len(tt)] == tt) or (len(main) >= 2 and lt == main)
 
 
 def _chain_titles(titles: list[str]) -> str:

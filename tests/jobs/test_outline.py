@@ -1482,3 +1482,83 @@ def test_a_block_of_scene_break_lines_is_no_contents_list():
 
     body = "Title page\n\n* * *\n* * *\n* * *\n\nSome text here.\n\n* * *\n\nMore text.\n\n* * *\n\nEven more.\n\n* * *\n"
     assert [it.kind for it in _txt_items(body)][:3] == ["para", "break", "para"]
+
+
+def test_markdown_heading_behind_a_zero_width_space_is_a_heading():
+    """The Story of Doctor Dolittle (mlschmitt/classic-books-markdown): the third chapter's heading line begins
+    with a zero-width space before its hashes ("\\u200b## THE THIRD CHAPTER - MORE MONEY TROUBLES"), and other
+    zero-width spaces sit on lines of their own and inside sentences: invisible to a reader, so the line is a
+    heading like the others and nothing invisible is kept."""
+    book = load_book(STRUCTURE / "doctor-dolittle-excerpt.md")
+    assert [c.title for c in book.chapters] == [
+        "The First Chapter - Puddleby", "The Second Chapter - Animal Language",
+        "The Third Chapter - More Money Troubles", "The Fourth Chapter - a Message from Africa"]
+    assert book.chapters[2].paragraphs[0].startswith("And soon now the Doctor began to make money again")
+    said = _said(book)
+    assert "##" not in said and "\u200b" not in said
+
+
+def test_invisible_marks_at_a_line_start_or_in_a_heading_hide_nothing(tmp_path):
+    """The same in a text book: a zero-width space, a byte-order mark or a stray zero-width joiner before a
+    heading line, and a soft hyphen inside one, do not keep the line from being a heading; joiners inside a word
+    of a script that joins (Persian) are kept."""
+    from jobs.ingest.common import _norm
+
+    body = ("It happened one day that the Doctor was sitting in his kitchen talking with the Cat's-meat-Man who "
+            "had come to see him with a stomach-ache.")
+    p = tmp_path / "dolittle.txt"
+    p.write_text(f"\u200bCHAPTER I.\n\n{body}\n\n\ufeffCHAPTER II.\n\n{body}\n\n\u200dCHAP\u00adTER III.\n\n{body}\n\n"
+                 f"\u2060CHAPTER IV.\n\n{body}\n", encoding="utf-8")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["CHAPTER I.", "CHAPTER II.", "CHAPTER III.", "CHAPTER IV."]
+    assert _norm("the \u200cyear\u200d") == "the year"
+    persian = "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"  # "I want", a non-joiner inside the word
+    assert _norm(persian) == persian
+
+
+def test_epub_title_page_entries_subtitle_and_edition_line_title_no_chapter(tmp_path):
+    """Through the Looking-Glass (PG 12, EPUB 3): the nav lists the title page's lines, "THROUGH THE
+    LOOKING-GLASS", "And What Alice Found There" and under it "The Millennium Fulcrum Edition 1.7", whose entry
+    holds the chess problem: the subtitle and the edition line title nothing and the edition line is not spoken;
+    the chess problem is front matter, kept untitled before CHAPTER I."""
+    from tests.jobs.test_ingest import make_epub
+
+    front = ('<h1 id="t">THROUGH THE LOOKING-GLASS</h1><h3 id="s">And What Alice Found There</h3>'
+             '<h2>By Lewis Carroll</h2><h4 id="e">The Millennium Fulcrum Edition 1.7</h4>'
+             '<p>DRAMATIS PERSONÆ.</p><p>(As arranged before commencement of game.)</p>'
+             '<p>White Pawn (Alice) to play, and win in eleven moves.</p>')
+    ch1 = ('<h2 id="c1">CHAPTER I.<br/>Looking-Glass House</h2><p>One thing was certain, that the white kitten had '
+           'had nothing to do with it:—it was the black kitten’s fault entirely.</p>')
+    nav = [("THROUGH THE LOOKING-GLASS", "a.xhtml#t"),
+           ("And What Alice Found There", "a.xhtml#s", [("The Millennium Fulcrum Edition 1.7", "a.xhtml#e")]),
+           ("CHAPTER I. Looking-Glass House", "b.xhtml#c1")]
+    book = load_book(make_epub(tmp_path / "glass.epub", [("a.xhtml", front), ("b.xhtml", ch1)], nav=nav,
+                               title="Through the Looking-Glass"))
+    assert [c.title for c in book.chapters] == ["", "CHAPTER I. Looking-Glass House"]
+    assert book.chapters[0].paragraphs[-1] == "White Pawn (Alice) to play, and win in eleven moves."
+    said = _said(book)
+    assert "Millennium" not in said and "What Alice Found" not in said
+
+
+def test_epub_entry_naming_the_book_titles_no_chapter_before_the_text(tmp_path):
+    """She Stoops to Conquer (PG 383, EPUB 3): the nav's entries "SHE STOOPS TO CONQUER" and "She Stoops To
+    Conquer; Or, The Mistakes Of A Night. A Comedy." (the book's title) hold no text, the dedicatory letter
+    under the second, "To Samuel Johnson, LL.D.", does: that letter is titled by its own entry only, so the
+    title is said once, by the announcement."""
+    from tests.jobs.test_ingest import make_epub
+
+    doc = ('<h1 id="a">SHE STOOPS TO CONQUER</h1><h2>by Oliver Goldsmith</h2>'
+           '<h3 id="b">She Stoops To Conquer; Or, The Mistakes Of A Night. A Comedy.</h3>'
+           '<h4 id="c">To Samuel Johnson, LL.D.</h4><p>Dear Sir,—By inscribing this slight performance to you, I do '
+           'not mean so much to compliment you as myself.</p><p>OLIVER GOLDSMITH.</p>'
+           '<h2 id="p">PROLOGUE,</h2><p>Enter MR. WOODWARD, dressed in black, and holding a handkerchief to his '
+           'eyes.</p><h2 id="one">ACT THE FIRST.</h2><p>SCENE—A Chamber in an old-fashioned House.</p>'
+           '<p>MRS. HARDCASTLE. I vow, Mr. Hardcastle, you’re very particular.</p>')
+    nav = [("SHE STOOPS TO CONQUER", "c.xhtml#a"),
+           ("She Stoops To Conquer; Or, The Mistakes Of A Night. A Comedy.", "c.xhtml#b",
+            [("To Samuel Johnson, LL.D.", "c.xhtml#c")]),
+           ("PROLOGUE,", "c.xhtml#p"), ("ACT THE FIRST.", "c.xhtml#one")]
+    book = load_book(make_epub(tmp_path / "stoops.epub", [("c.xhtml", doc)], nav=nav,
+                               title="She Stoops to Conquer; Or, The Mistakes of a Night: A Comedy"))
+    assert [c.title for c in book.chapters] == ["To Samuel Johnson, LL.D.", "Prologue,", "Act the First."]
+    assert _said(book).casefold().count("mistakes of a night") == 1
