@@ -300,7 +300,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
     "FIRST STORY", "SECOND STORY" when the first comes right under a chapter's line. Once six or
     more such lines set the pattern, a line in capitals after a single blank line that stands
     between two paragraphs of prose is one too. The book's own title line is not one, nor is its author's
-    name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio")."""
+    name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio"). Where five or more of them are
+    single letters (a dictionary's "A" ... "Z", see ``jobs.ingest.text._letter_headings``), only the
+    letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
+    capitals set apart among the letters are an entry's word or a verse's title."""
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
@@ -345,7 +348,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
                      if it.kind == "heading" and it.style in numbered and k not in parts)
     if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
         return items
-    if len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
+    letters = [k for k in cands if re.fullmatch(r"[A-Z]\.?", items[k].text)]
+    if len(letters) >= 5:  # a dictionary's sections "A" ... "Z": its other lines in capitals are entries, verses
+        cands = [k for k in cands if k < letters[0] or k in letters]
+    elif len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
         cands = sorted(set(cands) | {k for k, it in enumerate(items)
                                      if cand(k, it, 1) and k and items[k - 1].kind == "para"
                                      and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})

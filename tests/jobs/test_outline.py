@@ -1482,3 +1482,36 @@ def test_a_block_of_scene_break_lines_is_no_contents_list():
 
     body = "Title page\n\n* * *\n* * *\n* * *\n\nSome text here.\n\n* * *\n\nMore text.\n\n* * *\n\nEven more.\n\n* * *\n"
     assert [it.kind for it in _txt_items(body)][:3] == ["para", "break", "para"]
+
+
+DEVILS = STRUCTURE / "devils-dictionary-excerpt.txt"
+"""The Devil's Dictionary (PG 972, CRLF): the AUTHOR'S PREFACE, then sections headed by one capital letter
+set apart ("A" ... "Z", seven of them roman numerals), a few entries each, among them lines in capitals set
+apart that are an entry's word ("ABRACADABRA."), a verse's signature ("R.S.K.") and its title ("TO MY PET
+TORTOISE")."""
+
+
+def test_single_letters_in_alphabetical_order_are_a_dictionarys_sections():
+    book = load_book(DEVILS)
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Author's Preface"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    assert book.chapters[1].paragraphs[0].startswith("ABASEMENT, n.")
+    assert book.chapters[9].paragraphs[0].startswith("I is the first letter of the alphabet")  # not "Chapter I."
+    assert any(p.startswith("ABRACADABRA") for p in book.chapters[1].paragraphs)
+
+
+MORNING = STRUCTURE / "morning-bells-excerpt.txt"
+"""Morning Bells (PG 11563, CRLF): a Contents of the readings' texts, an introduction headed with the book's
+title, then readings headed "1. First Day." ... "31. Thirty-first Day." (two without the full stop, one
+"Twenty-Ninth"), each with its title on a later line and a scripture text under it."""
+
+
+def test_a_number_with_its_own_ordinal_is_a_heading_with_its_title_below():
+    book = load_book(MORNING)
+    titles = [c.title for c in book.chapters]
+    assert titles[1:5] == ["First Day. Christ's Childhood.", "Second Day. Our Great Example", "Third Day. Upholding.",
+                           "Fourth Day. What can I do?"]
+    assert titles[5:] == ["Eighteenth Day. Who will take care of me?", "Nineteenth Day. Under His Wings.",
+                          "Twentieth Day. Always Near.", "Twenty-Ninth Day. No Weights.",
+                          "Thirtieth Day. The Shield of Salvation.", "Thirty-first Day. I will love Thee"]
+    assert book.chapters[1].paragraphs[0] == '"Thy holy child Jesus."--Acts iv. 30.'
