@@ -392,7 +392,8 @@ _WORD_VALUES.update({w: k + 1 for k, w in enumerate(
 _TENS = {w: 10 * (k + 2) for k, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
 
 
-_TENTHS = {w: 10 * (k + 3) for k, w in enumerate("thirtieth fortieth fiftieth sixtieth seventieth eightieth ninetieth".split())}
+_TENTHS = {w: 10 * (k + 3) for k, w in enumerate(
+    "thirtieth fortieth fiftieth sixtieth seventieth eightieth ninetieth".split())}
 
 
 def _word_value(s: str) -> int | None:
@@ -557,6 +558,29 @@ _TOC_ENTRY_RE = re.compile(
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
 
 
+def _without_glosses(block: list[str]) -> list[str]:
+    """A contents block printed at three or more indentations ("Part I" / "Into My Own" / "The youth is
+    persuaded ..."), whose most indented lines hang under the lines above them and read as prose (most
+    of their runs end with a stop: "... for having forsworn the world.", "about love;"): those lines are
+    the glosses of the entries, not entries; the other lines are returned."""
+    indents = sorted({_indent(ln) for ln in block if ln.strip()})
+    if len(indents) < 3:
+        return block
+    deep = indents[-1]
+    runs: list[str] = []
+    for k, ln in enumerate(block):
+        if _indent(ln) == deep and ln.strip():
+            if k == 0:
+                return block
+            if _indent(block[k - 1]) == deep:
+                runs[-1] += " " + ln.strip()
+            else:
+                runs.append(ln.strip())
+    if 2 * sum(1 for r in runs if r.endswith((".", ";", ":", ","))) < len(runs):
+        return block
+    return [ln for ln in block if _indent(ln) != deep]
+
+
 def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     """The entry titles of a contents-list block, or None when the block is not one.
 
@@ -564,6 +588,8 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     "CHAPTER I. Down the Rabbit-Hole") or all end with a page number ("The Start .... 7"); right
     after a "Contents" label, any block of three or more short title lines is one."""
     block = [ln for ln in block if ln.strip().casefold() not in ("page", "pages", "page.")]  # a column header
+    if after_label:
+        block = _without_glosses(block)
     if len(block) < 3 or any(len(ln.strip()) > 100 for ln in block):
         return None
     titles: list[str] = []

@@ -1515,3 +1515,19 @@ def test_a_number_with_its_own_ordinal_is_a_heading_with_its_title_below():
                           "Twentieth Day. Always Near.", "Twenty-Ninth Day. No Weights.",
                           "Thirtieth Day. The Shield of Salvation.", "Thirty-first Day. I will love Thee"]
     assert book.chapters[1].paragraphs[0] == '"Thy holy child Jesus."--Acts iv. 30.'
+
+
+BOYS_WILL = STRUCTURE / "a-boys-will-excerpt.txt"
+"""A Boy's Will (PG 3026, CRLF): a CONTENTS in three indentations, "Part I" / the poem's title / a gloss in prose
+under most titles ("The youth is persuaded that he will be ..." / "for having forsworn the world."), then six
+of the poems, each headed by its title alone in mixed case; the body has neither the parts nor the glosses."""
+
+
+def test_glosses_indented_under_contents_entries_are_not_entries():
+    book = load_book(BOYS_WILL)
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Into My Own", "Ghost House", "My November Guest", "Waiting Afield at Dusk", "Revelation",
+                      "Reluctance"]
+    assert book.chapters[0].paragraphs[0].startswith("ONE of my wishes")
+    spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "forsworn the world" not in spoken and "He courts the autumnal mood" not in spoken
