@@ -644,15 +644,22 @@ def spoken_heading(it: _Item, level: str) -> str:
 # --------------------------------------------------------------------------- front matter
 
 
-_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by"
+_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|(?:with\s+)?illustrations\s+by"
                     r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?d?\s+)?(?:introduction|preface"
                     r"|foreword|notes|memoir|essay|introductory\s+note)(?:\s+(?:in|on|of)\s+\w+)?"
                     r"(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
                     r"|edited(?:\s+and\s+\w+)?\s+by)\s+\S", re.I)
 """A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY")."""
-_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\bCo\.,?\s+(?:Ltd|Limited|Inc)\b|\s(?:&|and)\s+Co\.(?:\W|$)")
-"""A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.")."""
+_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
+                           r"|\s(?:&|and)\s+Co\.(?:\W|$)")
+"""A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
+"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED")."""
+_ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b")
+"""A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET")."""
+_PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
+"""A line of a book's printing history: a printing named, ending with its year ("First printed serially in
+the Commonweal, 1890.", "Kelmscott Press Edition, 1892.", "Since reprinted March 1895; ... and January 1908.")."""
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
 _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by"
                       r"|(?:this\s+)?e-?(?:text|book)\s+(?:was\s+)?(?:prepared|created|produced|made)\s+by"
@@ -685,7 +692,8 @@ _CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:i
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
-    (copyright, "All rights reserved", "Printed in ...", an edition's production note), a play's cast
+    (copyright, "All rights reserved", "Printed in ...", an edition's production note, a publisher's
+    street address, a printing history's lines "Reprinted April, June 1891; March 1892."), a play's cast
     list from its label ("Dramatis Personae") on, and the contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
     cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
     if cast is not None:
@@ -693,7 +701,9 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     front = _without_etext_prefaces(front)
     paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
              and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)
-             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)]
+             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)
+             and not (_ADDRESS_RE.search(it.text) and len(it.text.split()) <= 12)
+             and not (_PRINTING_RE.search(it.text) and len(it.text.split()) <= 25)]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     paras = _without_other_books(paras)

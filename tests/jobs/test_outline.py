@@ -1531,3 +1531,25 @@ def test_glosses_indented_under_contents_entries_are_not_entries():
     assert book.chapters[0].paragraphs[0].startswith("ONE of my wishes")
     spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
     assert "forsworn the world" not in spoken and "He courts the autumnal mood" not in spoken
+
+
+NOWHERE = STRUCTURE / "news-from-nowhere-excerpt.txt"
+"""News from Nowhere (PG 3261, CRLF): a title page with the publisher's lines, "_All rights reserved_" and the
+book's printing history in italics ("_First printed serially in the_ Commonweal, 1890." ... "_and January_
+1908."), then "CHAPTER I: DISCUSSION AND BED" ... (the first three chapters' openings)."""
+THREE_MEN = STRUCTURE / "three-men-in-a-boat-excerpt.txt"
+"""Three Men in a Boat (PG 308, UTF-8 with a byte-order mark, CRLF): a centred title page with "Illustrations by
+A. Frederics.", the publishers under their cities ("BRISTOL" / "J. W. ARROWSMITH, 11 QUAY STREET", "LONDON" /
+"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED"), then the PREFACE and the first two chapters' openings."""
+
+
+def test_a_printing_history_and_a_publishers_address_are_not_spoken():
+    nowhere = load_book(NOWHERE)
+    assert [c.title for c in nowhere.chapters][0].startswith("CHAPTER I")  # no untitled first chapter
+    assert nowhere.chapters[0].paragraphs[0].startswith("Up at the League")
+    three = load_book(THREE_MEN)
+    assert [c.title for c in three.chapters] == ["Preface.", "CHAPTER I.", "CHAPTER II."]
+    for book in (nowhere, three):
+        spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+        for phrase in ("Commonweal, 1890", "Reprinted April", "QUAY STREET", "KENT & CO", "Illustrations by"):
+            assert phrase not in spoken
