@@ -300,7 +300,8 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
     "FIRST STORY", "SECOND STORY" when the first comes right under a chapter's line. Once six or
     more such lines set the pattern, a line in capitals after a single blank line that stands
     between two paragraphs of prose is one too. The book's own title line is not one, nor is its author's
-    name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio"). Where five or more of them are
+    name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio"), nor a name the title page credits
+    ("With a Preface by RICHARD LE GALLIENNE.": the preface's signature). Where five or more of them are
     single letters (a dictionary's "A" ... "Z", see ``jobs.ingest.text._letter_headings``), only the
     letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
     capitals set apart among the letters are an entry's word or a verse's title."""
@@ -314,9 +315,15 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
         nxt = items[k + 1]
         return nxt.kind == "para" or _first_part(nxt)
 
+    # the names the title page credits ("With a Preface by RICHARD LE GALLIENNE."): a line of one is a signature
+    first_head = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+    credited = {tuple(_tokens(m.group(1))) for it in items[:first_head] if it.kind == "para"
+                and len(it.text.split()) <= 30 for m in [re.search(r"\bby\s+([^.,;:]+)\W*$", it.text, re.I)] if m}
+
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
-                and tuple(_tokens(it.text)) not in (title_t, author_t) and not _BY_RE.match(it.text)
+                and tuple(_tokens(it.text)) not in (title_t, author_t) and tuple(_tokens(it.text)) not in credited
+                and not _BY_RE.match(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
@@ -670,11 +677,12 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
-                         r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b"
+                         r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)", re.I)
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
-the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:"),
+the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
+"Being a _Facsimile_ Reprint of the First Edition published in 1653."),
 edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888")."""
 
 _ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s+(?:to|on)\s+(?:the|this)\s+"
@@ -1018,6 +1026,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                     and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
     items = [it for k, it in enumerate(items) if k not in half]
+    items = _openings_named(items, title)
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
     if first is not None and items[first].style in PART_STYLES and title_t \
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
@@ -1039,6 +1048,48 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             front.append(it)
     _epigraphs_forward(front, nodes)
     return Outline(_front(front, title, author), nodes)
+
+
+_TO_READER_LINE_RE = re.compile(r"^(?:the\s+\w+\s+)?to\s+the\s+reader\b", re.I)
+_ALTERNATIVE_TITLE_RE = re.compile(r"^or\b\W", re.I)
+
+
+def _openings_named(items: list[_Item], title: str) -> list[_Item]:
+    """In a book with three or more headings, two short lines set apart (two or more blank lines before
+    them) in the text after its first heading head a chapter when prose follows them: an address to the
+    reader in mixed case ("To the Reader of
+    this Discourse: But especially, To the honest ANGLER.", 16 words at most), and the book's own title
+    again ("The Complete ANGLER.", the title up to its first comma), with an alternative title under it
+    ("OR, The contemplative Mans RECREATION.") joined to it: the first chapter headed with the book's
+    title. Before the first heading the title is the title page's, or a half-title."""
+    if sum(1 for it in items if it.kind == "heading") < 3:
+        return items
+    main_t = tuple(_tokens(re.split(r"[,;:]", title, maxsplit=1)[0]))
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+
+    def prose_after(k: int) -> bool:
+        nxt = items[k + 1:k + 3]
+        return any(it.kind == "para" and _is_prose(it.text) for it in nxt) and all(it.kind != "heading" for it in nxt)
+
+    out = list(items)
+    skip: set[int] = set()
+    for k in range(first + 1, len(items)):
+        it = items[k]
+        if it.kind != "para" or it.apart < 2 or len(it.text.split()) > 16 or it.text.endswith((",", ";")):
+            continue
+        if _TO_READER_LINE_RE.match(it.text) and prose_after(k):
+            out[k] = _Item("heading", it.text, style="named")
+        elif main_t and len(main_t) >= 2 and tuple(_tokens(it.text)) == main_t:
+            text = it.text
+            if k + 1 < len(items) and items[k + 1].kind == "para" and _ALTERNATIVE_TITLE_RE.match(items[k + 1].text) \
+                    and len(items[k + 1].text.split()) <= 10:
+                text = f"{text} {items[k + 1].text}"
+                skip.add(k + 1)
+            if prose_after(k + (k + 1 in skip)):
+                out[k] = _Item("heading", text, style="named")
+            else:
+                skip.discard(k + 1)
+    return [it for k, it in enumerate(out) if k not in skip]
 
 
 def _epigraphs_forward(front: list[_Item], nodes: list[Node]) -> None:

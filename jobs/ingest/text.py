@@ -774,6 +774,29 @@ def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...]
     return lines if len(lines) - found <= len(lines) // 10 else None
 
 
+_OPEN_NOTE_RE = re.compile(r"^\s*\[\s*(?:Illustrations?|Image|Picture|Frontispiece|Plate)\b[^\]\[]*$", re.I)
+
+
+def _picture_notes(blocks: list[list[str]]) -> set[int]:
+    """Blocks of a bracketed picture note printed over several blocks ("[Frontispiece Text:", the old
+    title page's lines, "... Fleet Street, 1653.]"): from a block that opens one and does not close it to
+    the block whose last line closes it (twelve blocks at most, no other bracket opened between)."""
+    out: set[int] = set()
+    k = 0
+    while k < len(blocks):
+        if _OPEN_NOTE_RE.match("\n".join(blocks[k])):
+            j = k + 1
+            while j < len(blocks) and j <= k + 12 and "[" not in "".join(blocks[j]) \
+                    and not blocks[j][-1].rstrip().endswith("]") and "]" not in "".join(blocks[j]):
+                j += 1
+            if j < len(blocks) and j <= k + 12 and "[" not in "".join(blocks[j]) \
+                    and blocks[j][-1].rstrip().endswith("]") and "".join(blocks[j]).count("]") == 1:
+                out.update(range(k, j + 1))
+                k = j
+        k += 1
+    return out
+
+
 def _letter_headings(blocks: list[list[str]], gaps: list[int]) -> set[int]:
     """Blocks that are one capital letter alone, set apart (two or more blank lines before), in a run
     that goes through the alphabet (each the next letter, or one after it, five or more): the sections
@@ -797,6 +820,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
     :func:`_split_blocks`; a forced line is a heading item with ``forced`` set."""
     blocks, forced, gaps = _split_blocks(body, force)
     letters = _letter_headings(blocks, gaps)
+    pictures = _picture_notes(blocks)
     roman_ok = _roman_headings(blocks) - letters
     singles = _single_lines(blocks)
     items: list[_Item] = []
@@ -804,6 +828,9 @@ def _txt_items(body: str, force=None) -> list[_Item]:
     while i < len(blocks):
         if i in forced:
             items.append(_Item("heading", _norm(_clean_inline(blocks[i][0])), forced=True, style="forced"))
+            i += 1
+            continue
+        if i in pictures:
             i += 1
             continue
         if i in letters:  # "A" ... "Z": a line in capitals set apart, which the outline may take as a heading
@@ -848,10 +875,12 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             counted = h.style == "numtitle" and h.title is None
             j += 1
         if j == 0:
+            n_items = len(items)
             _add_para(items, lines)
+            if len(items) > n_items and items[-1].kind == "para":
+                items[-1].apart = gaps[i - 1]  # blank lines before it (a title line set apart has two or more)
             if len(lines) == 1 and items and items[-1].kind == "para" and _caps_line(items[-1].text):
                 items[-1].caps = True
-                items[-1].apart = gaps[i - 1]
             continue
         if j < len(lines):
             _add_para(items, lines[j:])

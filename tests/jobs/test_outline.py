@@ -1553,3 +1553,26 @@ def test_a_printing_history_and_a_publishers_address_are_not_spoken():
         spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
         for phrase in ("Commonweal, 1890", "Reprinted April", "QUAY STREET", "KENT & CO", "Illustrations by"):
             assert phrase not in spoken
+
+
+ANGLER = STRUCTURE / "complete-angler-excerpt.txt"
+"""The Complete Angler, 1653 (PG 14955, ISO-8859-1, CRLF): the title page with "Being a _Facsimile_ Reprint of
+the First Edition published in 1653. / With a Preface by RICHARD LE GALLIENNE.", the PREFACE signed
+"_RICHARD LE GALLIENNE_." after one blank line, the 1653 title page as "[Frontispiece Text:" ... "Fleet
+Street, 1653.]" over several blocks, the dedicatory epistle "To the Right Worshipful JOHN OFFLEY ...",
+Walton's "To the _Reader of this Discourse_: But especially, To the honest" / "ANGLER." set apart, his
+prose table of the chapters, the first chapter headed with the book's title ("The Complete ANGLER." /
+"OR, The contemplative Mans RECREATION.") over a box of speakers, then "CHAP. II." ... "CHAP. IV."."""
+
+
+def test_an_address_to_the_reader_and_the_books_title_again_head_chapters():
+    book = load_book(ANGLER)
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Preface.", "To the Reader of this Discourse: But especially, To the honest ANGLER.",
+                      "The Complete ANGLER. OR, The contemplative Mans RECREATION.", "Chap. II.", "Chap. III.",
+                      "Chap. IV."]
+    assert book.chapters[1].paragraphs[0].startswith("I think fit to tell thee")
+    assert book.chapters[2].paragraphs[1].startswith("Piscator. You are wel overtaken Sir")
+    spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+    for phrase in ("Facsimile", "Frontispiece", "Printed by T. Maxes"):
+        assert phrase not in spoken
