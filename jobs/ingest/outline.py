@@ -300,7 +300,11 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
     "FIRST STORY", "SECOND STORY" when the first comes right under a chapter's line. Once six or
     more such lines set the pattern, a line in capitals after a single blank line that stands
     between two paragraphs of prose is one too. The book's own title line is not one, nor is its author's
-    name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio")."""
+    name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio"), nor a name the title page credits
+    ("With a Preface by RICHARD LE GALLIENNE.": the preface's signature). Where five or more of them are
+    single letters (a dictionary's "A" ... "Z", see ``jobs.ingest.text._letter_headings``), only the
+    letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
+    capitals set apart among the letters are an entry's word or a verse's title."""
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
@@ -311,9 +315,15 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
         nxt = items[k + 1]
         return nxt.kind == "para" or _first_part(nxt)
 
+    # the names the title page credits ("With a Preface by RICHARD LE GALLIENNE."): a line of one is a signature
+    first_head = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+    credited = {tuple(_tokens(m.group(1))) for it in items[:first_head] if it.kind == "para"
+                and len(it.text.split()) <= 30 for m in [re.search(r"\bby\s+([^.,;:]+)\W*$", it.text, re.I)] if m}
+
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
-                and tuple(_tokens(it.text)) not in (title_t, author_t) and not _BY_RE.match(it.text)
+                and tuple(_tokens(it.text)) not in (title_t, author_t) and tuple(_tokens(it.text)) not in credited
+                and not _BY_RE.match(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
@@ -345,7 +355,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
                      if it.kind == "heading" and it.style in numbered and k not in parts)
     if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
         return items
-    if len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
+    letters = [k for k in cands if re.fullmatch(r"[A-Z]\.?", items[k].text)]
+    if len(letters) >= 5:  # a dictionary's sections "A" ... "Z": its other lines in capitals are entries, verses
+        cands = [k for k in cands if k < letters[0] or k in letters]
+    elif len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
         cands = sorted(set(cands) | {k for k, it in enumerate(items)
                                      if cand(k, it, 1) and k and items[k - 1].kind == "para"
                                      and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})
@@ -638,15 +651,22 @@ def spoken_heading(it: _Item, level: str) -> str:
 # --------------------------------------------------------------------------- front matter
 
 
-_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|with\s+illustrations\s+by"
+_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|(?:with\s+)?illustrations\s+by"
                     r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?d?\s+)?(?:introduction|preface"
                     r"|foreword|notes|memoir|essay|introductory\s+note)(?:\s+(?:in|on|of)\s+\w+)?"
                     r"(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
                     r"|edited(?:\s+and\s+\w+)?\s+by)\s+\S", re.I)
 """A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY")."""
-_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\bCo\.,?\s+(?:Ltd|Limited|Inc)\b|\s(?:&|and)\s+Co\.(?:\W|$)")
-"""A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.")."""
+_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
+                           r"|\s(?:&|and)\s+Co\.(?:\W|$)")
+"""A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
+"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED")."""
+_ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b")
+"""A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET")."""
+_PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
+"""A line of a book's printing history: a printing named, ending with its year ("First printed serially in
+the Commonweal, 1890.", "Kelmscott Press Edition, 1892.", "Since reprinted March 1895; ... and January 1908.")."""
 _DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
 _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by"
                       r"|(?:this\s+)?e-?(?:text|book)\s+(?:was\s+)?(?:prepared|created|produced|made)\s+by"
@@ -657,11 +677,12 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
-                         r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b"
+                         r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)", re.I)
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
-the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:"),
+the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
+"Being a _Facsimile_ Reprint of the First Edition published in 1653."),
 edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888")."""
 
 _ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s+(?:to|on)\s+(?:the|this)\s+"
@@ -679,7 +700,8 @@ _CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:i
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
-    (copyright, "All rights reserved", "Printed in ...", an edition's production note), a play's cast
+    (copyright, "All rights reserved", "Printed in ...", an edition's production note, a publisher's
+    street address, a printing history's lines "Reprinted April, June 1891; March 1892."), a play's cast
     list from its label ("Dramatis Personae") on, and the contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
     cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
     if cast is not None:
@@ -687,7 +709,9 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     front = _without_etext_prefaces(front)
     paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
              and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)
-             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)]
+             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)
+             and not (_ADDRESS_RE.search(it.text) and len(it.text.split()) <= 12)
+             and not (_PRINTING_RE.search(it.text) and len(it.text.split()) <= 25)]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     paras = _without_other_books(paras)
@@ -1002,6 +1026,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                     and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
     items = [it for k, it in enumerate(items) if k not in half]
+    items = _openings_named(items, title)
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
     if first is not None and items[first].style in PART_STYLES and title_t \
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
@@ -1023,6 +1048,48 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             front.append(it)
     _epigraphs_forward(front, nodes)
     return Outline(_front(front, title, author), nodes)
+
+
+_TO_READER_LINE_RE = re.compile(r"^(?:the\s+\w+\s+)?to\s+the\s+reader\b", re.I)
+_ALTERNATIVE_TITLE_RE = re.compile(r"^or\b\W", re.I)
+
+
+def _openings_named(items: list[_Item], title: str) -> list[_Item]:
+    """In a book with three or more headings, two short lines set apart (two or more blank lines before
+    them) in the text after its first heading head a chapter when prose follows them: an address to the
+    reader in mixed case ("To the Reader of
+    this Discourse: But especially, To the honest ANGLER.", 16 words at most), and the book's own title
+    again ("The Complete ANGLER.", the title up to its first comma), with an alternative title under it
+    ("OR, The contemplative Mans RECREATION.") joined to it: the first chapter headed with the book's
+    title. Before the first heading the title is the title page's, or a half-title."""
+    if sum(1 for it in items if it.kind == "heading") < 3:
+        return items
+    main_t = tuple(_tokens(re.split(r"[,;:]", title, maxsplit=1)[0]))
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+
+    def prose_after(k: int) -> bool:
+        nxt = items[k + 1:k + 3]
+        return any(it.kind == "para" and _is_prose(it.text) for it in nxt) and all(it.kind != "heading" for it in nxt)
+
+    out = list(items)
+    skip: set[int] = set()
+    for k in range(first + 1, len(items)):
+        it = items[k]
+        if it.kind != "para" or it.apart < 2 or len(it.text.split()) > 16 or it.text.endswith((",", ";")):
+            continue
+        if _TO_READER_LINE_RE.match(it.text) and prose_after(k):
+            out[k] = _Item("heading", it.text, style="named")
+        elif main_t and len(main_t) >= 2 and tuple(_tokens(it.text)) == main_t:
+            text = it.text
+            if k + 1 < len(items) and items[k + 1].kind == "para" and _ALTERNATIVE_TITLE_RE.match(items[k + 1].text) \
+                    and len(items[k + 1].text.split()) <= 10:
+                text = f"{text} {items[k + 1].text}"
+                skip.add(k + 1)
+            if prose_after(k + (k + 1 in skip)):
+                out[k] = _Item("heading", text, style="named")
+            else:
+                skip.discard(k + 1)
+    return [it for k, it in enumerate(out) if k not in skip]
 
 
 def _epigraphs_forward(front: list[_Item], nodes: list[Node]) -> None:

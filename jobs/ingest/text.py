@@ -323,6 +323,9 @@ _ORDINAL_HEADING_RE = re.compile(rf"^(?P<num>(?i:{_ORDINAL}))[ \t]+(?P<kw>{_KEYW
 """A keyword after its ordinal word: "FIRST ACT", "The Second Book" (no title on the line)."""
 _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<title>\S.*)$")
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
+_COUNTED_RE = re.compile(r"^(?P<ord>(?:[A-Za-z]+-)?[A-Za-z]+(?:st|nd|rd|th))[ \t]+[A-Z][a-z]{2,12}\.?$")
+"""A numbered title that is its own number again as an ordinal and a noun: "1. First Day.", "21. Twenty-first
+Day." (the title of the reading comes on a later line)."""
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT"
@@ -389,8 +392,14 @@ _WORD_VALUES.update({w: k + 1 for k, w in enumerate(
 _TENS = {w: 10 * (k + 2) for k, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split())}
 
 
+_TENTHS = {w: 10 * (k + 3) for k, w in enumerate(
+    "thirtieth fortieth fiftieth sixtieth seventieth eightieth ninetieth".split())}
+
+
 def _word_value(s: str) -> int | None:
     words = re.split(r"[- ]+", s.casefold().removeprefix("the ").strip())
+    if len(words) == 1 and words[0] in _TENTHS:
+        return _TENTHS[words[0]]
     if len(words) == 1 and words[0] in _WORD_VALUES:
         return _WORD_VALUES[words[0]]
     if words and words[0] in _TENS:
@@ -437,6 +446,9 @@ def _match_heading(line: str) -> _Heading | None:
     if _ROMAN_ALONE_RE.match(line):
         return _Heading(line, None, roman=True, style="roman", num=_roman_value(line))
     m = _NUMTITLE_RE.match(line)
+    o = _COUNTED_RE.match(m.group("title")) if m else None
+    if o and _word_value(o.group("ord")) == _number_value(m.group("num")):
+        return _Heading(line, None, style="numtitle", num=_number_value(m.group("num")))  # "1. First Day."
     if m and _title_like(m.group("title")) and _shouted(m.group("title")) \
             and not re.search(r"\s\d{1,4}$", m.group("title")):  # "I. THE PRISON-DOOR 51": a paged entry
         return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
@@ -546,6 +558,29 @@ _TOC_ENTRY_RE = re.compile(
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
 
 
+def _without_glosses(block: list[str]) -> list[str]:
+    """A contents block printed at three or more indentations ("Part I" / "Into My Own" / "The youth is
+    persuaded ..."), whose most indented lines hang under the lines above them and read as prose (most
+    of their runs end with a stop: "... for having forsworn the world.", "about love;"): those lines are
+    the glosses of the entries, not entries; the other lines are returned."""
+    indents = sorted({_indent(ln) for ln in block if ln.strip()})
+    if len(indents) < 3:
+        return block
+    deep = indents[-1]
+    runs: list[str] = []
+    for k, ln in enumerate(block):
+        if _indent(ln) == deep and ln.strip():
+            if k == 0:
+                return block
+            if _indent(block[k - 1]) == deep:
+                runs[-1] += " " + ln.strip()
+            else:
+                runs.append(ln.strip())
+    if 2 * sum(1 for r in runs if r.endswith((".", ";", ":", ","))) < len(runs):
+        return block
+    return [ln for ln in block if _indent(ln) != deep]
+
+
 def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     """The entry titles of a contents-list block, or None when the block is not one.
 
@@ -553,6 +588,8 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     "CHAPTER I. Down the Rabbit-Hole") or all end with a page number ("The Start .... 7"); right
     after a "Contents" label, any block of three or more short title lines is one."""
     block = [ln for ln in block if ln.strip().casefold() not in ("page", "pages", "page.")]  # a column header
+    if after_label:
+        block = _without_glosses(block)
     if len(block) < 3 or any(len(ln.strip()) > 100 for ln in block):
         return None
     titles: list[str] = []
@@ -737,17 +774,67 @@ def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...]
     return lines if len(lines) - found <= len(lines) // 10 else None
 
 
+_OPEN_NOTE_RE = re.compile(r"^\s*\[\s*(?:Illustrations?|Image|Picture|Frontispiece|Plate)\b[^\]\[]*$", re.I)
+
+
+def _picture_notes(blocks: list[list[str]]) -> set[int]:
+    """Blocks of a bracketed picture note printed over several blocks ("[Frontispiece Text:", the old
+    title page's lines, "... Fleet Street, 1653.]"): from a block that opens one and does not close it to
+    the block whose last line closes it (twelve blocks at most, no other bracket opened between)."""
+    out: set[int] = set()
+    k = 0
+    while k < len(blocks):
+        if _OPEN_NOTE_RE.match("\n".join(blocks[k])):
+            j = k + 1
+            while j < len(blocks) and j <= k + 12 and "[" not in "".join(blocks[j]) \
+                    and not blocks[j][-1].rstrip().endswith("]") and "]" not in "".join(blocks[j]):
+                j += 1
+            if j < len(blocks) and j <= k + 12 and "[" not in "".join(blocks[j]) \
+                    and blocks[j][-1].rstrip().endswith("]") and "".join(blocks[j]).count("]") == 1:
+                out.update(range(k, j + 1))
+                k = j
+        k += 1
+    return out
+
+
+def _letter_headings(blocks: list[list[str]], gaps: list[int]) -> set[int]:
+    """Blocks that are one capital letter alone, set apart (two or more blank lines before), in a run
+    that goes through the alphabet (each the next letter, or one after it, five or more): the sections
+    of a dictionary or a glossary ("A" ... "Z"), letters there even where they are roman numerals
+    ("C", "I", "X"). Other lone capitals (a roman "I", "V", "X" of a book's numbered parts) are not."""
+    cands = [(k, b[0].strip()) for k, b in enumerate(blocks)
+             if len(b) == 1 and gaps[k] >= 2 and re.fullmatch(r"[A-Z]\.?", b[0].strip())]
+    runs: list[list[int]] = []
+    last = ""
+    for k, s in cands:
+        if runs and last and 1 <= ord(s[0]) - ord(last) <= 2:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+        last = s[0]
+    return {k for run in runs if len(run) >= 5 for k in run}
+
+
 def _txt_items(body: str, force=None) -> list[_Item]:
     """Plain text -> heading, paragraph, break and contents-entry ("toc") items. ``force``: see
     :func:`_split_blocks`; a forced line is a heading item with ``forced`` set."""
     blocks, forced, gaps = _split_blocks(body, force)
-    roman_ok = _roman_headings(blocks)
+    letters = _letter_headings(blocks, gaps)
+    pictures = _picture_notes(blocks)
+    roman_ok = _roman_headings(blocks) - letters
     singles = _single_lines(blocks)
     items: list[_Item] = []
     i = 0
     while i < len(blocks):
         if i in forced:
             items.append(_Item("heading", _norm(_clean_inline(blocks[i][0])), forced=True, style="forced"))
+            i += 1
+            continue
+        if i in pictures:
+            i += 1
+            continue
+        if i in letters:  # "A" ... "Z": a line in capitals set apart, which the outline may take as a heading
+            items.append(_Item("para", blocks[i][0].strip(), apart=gaps[i], caps=True))
             i += 1
             continue
         after_label = _after_contents_label(items)
@@ -761,7 +848,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
         lines = [ln.strip() for ln in blocks[i]]
         i += 1
         j = 0
-        last_bare = False
+        last_bare = counted = False
         while j < len(lines):
             h = _match_heading(lines[j])
             if h is None or (h.roman and (j != 0 or i - 1 not in roman_ok)):
@@ -785,17 +872,23 @@ def _txt_items(body: str, force=None) -> list[_Item]:
                 text = _join_title(h.head, title or "")
             items.append(_Item("heading", _norm(_clean_inline(text)), style=h.style, num=h.num))
             last_bare = title is None
+            counted = h.style == "numtitle" and h.title is None
             j += 1
         if j == 0:
+            n_items = len(items)
             _add_para(items, lines)
+            if len(items) > n_items and items[-1].kind == "para":
+                items[-1].apart = gaps[i - 1]  # blank lines before it (a title line set apart has two or more)
             if len(lines) == 1 and items and items[-1].kind == "para" and _caps_line(items[-1].text):
                 items[-1].caps = True
-                items[-1].apart = gaps[i - 1]
             continue
         if j < len(lines):
             _add_para(items, lines[j:])
         elif last_bare and i + 1 < len(blocks) and i not in forced:
             t = _strict_title_line(blocks[i])
+            if t is None and counted and len(blocks[i]) == 1 and _title_like(blocks[i][0]) \
+                    and len(blocks[i][0].split()) <= 8 and _match_heading(blocks[i][0]) is None:
+                t = blocks[i][0].strip()  # "1. First Day." / "Christ's Childhood.": the day's title
             if t is not None:
                 items[-1].text = _join_title(items[-1].text, _norm(_clean_inline(t)))
                 i += 1

@@ -1562,3 +1562,97 @@ def test_epub_entry_naming_the_book_titles_no_chapter_before_the_text(tmp_path):
                                title="She Stoops to Conquer; Or, The Mistakes of a Night: A Comedy"))
     assert [c.title for c in book.chapters] == ["To Samuel Johnson, LL.D.", "Prologue,", "Act the First."]
     assert _said(book).casefold().count("mistakes of a night") == 1
+
+
+DEVILS = STRUCTURE / "devils-dictionary-excerpt.txt"
+"""The Devil's Dictionary (PG 972, CRLF): the AUTHOR'S PREFACE, then sections headed by one capital letter
+set apart ("A" ... "Z", seven of them roman numerals), a few entries each, among them lines in capitals set
+apart that are an entry's word ("ABRACADABRA."), a verse's signature ("R.S.K.") and its title ("TO MY PET
+TORTOISE")."""
+
+
+def test_single_letters_in_alphabetical_order_are_a_dictionarys_sections():
+    book = load_book(DEVILS)
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Author's Preface"] + [chr(c) for c in range(ord("A"), ord("Z") + 1)]
+    assert book.chapters[1].paragraphs[0].startswith("ABASEMENT, n.")
+    assert book.chapters[9].paragraphs[0].startswith("I is the first letter of the alphabet")  # not "Chapter I."
+    assert any(p.startswith("ABRACADABRA") for p in book.chapters[1].paragraphs)
+
+
+MORNING = STRUCTURE / "morning-bells-excerpt.txt"
+"""Morning Bells (PG 11563, CRLF): a Contents of the readings' texts, an introduction headed with the book's
+title, then readings headed "1. First Day." ... "31. Thirty-first Day." (two without the full stop, one
+"Twenty-Ninth"), each with its title on a later line and a scripture text under it."""
+
+
+def test_a_number_with_its_own_ordinal_is_a_heading_with_its_title_below():
+    book = load_book(MORNING)
+    titles = [c.title for c in book.chapters]
+    assert titles[1:5] == ["First Day. Christ's Childhood.", "Second Day. Our Great Example", "Third Day. Upholding.",
+                           "Fourth Day. What can I do?"]
+    assert titles[5:] == ["Eighteenth Day. Who will take care of me?", "Nineteenth Day. Under His Wings.",
+                          "Twentieth Day. Always Near.", "Twenty-Ninth Day. No Weights.",
+                          "Thirtieth Day. The Shield of Salvation.", "Thirty-first Day. I will love Thee"]
+    assert book.chapters[1].paragraphs[0] == '"Thy holy child Jesus."--Acts iv. 30.'
+
+
+BOYS_WILL = STRUCTURE / "a-boys-will-excerpt.txt"
+"""A Boy's Will (PG 3026, CRLF): a CONTENTS in three indentations, "Part I" / the poem's title / a gloss in prose
+under most titles ("The youth is persuaded that he will be ..." / "for having forsworn the world."), then six
+of the poems, each headed by its title alone in mixed case; the body has neither the parts nor the glosses."""
+
+
+def test_glosses_indented_under_contents_entries_are_not_entries():
+    book = load_book(BOYS_WILL)
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Into My Own", "Ghost House", "My November Guest", "Waiting Afield at Dusk", "Revelation",
+                      "Reluctance"]
+    assert book.chapters[0].paragraphs[0].startswith("ONE of my wishes")
+    spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "forsworn the world" not in spoken and "He courts the autumnal mood" not in spoken
+
+
+NOWHERE = STRUCTURE / "news-from-nowhere-excerpt.txt"
+"""News from Nowhere (PG 3261, CRLF): a title page with the publisher's lines, "_All rights reserved_" and the
+book's printing history in italics ("_First printed serially in the_ Commonweal, 1890." ... "_and January_
+1908."), then "CHAPTER I: DISCUSSION AND BED" ... (the first three chapters' openings)."""
+THREE_MEN = STRUCTURE / "three-men-in-a-boat-excerpt.txt"
+"""Three Men in a Boat (PG 308, UTF-8 with a byte-order mark, CRLF): a centred title page with "Illustrations by
+A. Frederics.", the publishers under their cities ("BRISTOL" / "J. W. ARROWSMITH, 11 QUAY STREET", "LONDON" /
+"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED"), then the PREFACE and the first two chapters' openings."""
+
+
+def test_a_printing_history_and_a_publishers_address_are_not_spoken():
+    nowhere = load_book(NOWHERE)
+    assert [c.title for c in nowhere.chapters][0].startswith("CHAPTER I")  # no untitled first chapter
+    assert nowhere.chapters[0].paragraphs[0].startswith("Up at the League")
+    three = load_book(THREE_MEN)
+    assert [c.title for c in three.chapters] == ["Preface.", "CHAPTER I.", "CHAPTER II."]
+    for book in (nowhere, three):
+        spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+        for phrase in ("Commonweal, 1890", "Reprinted April", "QUAY STREET", "KENT & CO", "Illustrations by"):
+            assert phrase not in spoken
+
+
+ANGLER = STRUCTURE / "complete-angler-excerpt.txt"
+"""The Complete Angler, 1653 (PG 14955, ISO-8859-1, CRLF): the title page with "Being a _Facsimile_ Reprint of
+the First Edition published in 1653. / With a Preface by RICHARD LE GALLIENNE.", the PREFACE signed
+"_RICHARD LE GALLIENNE_." after one blank line, the 1653 title page as "[Frontispiece Text:" ... "Fleet
+Street, 1653.]" over several blocks, the dedicatory epistle "To the Right Worshipful JOHN OFFLEY ...",
+Walton's "To the _Reader of this Discourse_: But especially, To the honest" / "ANGLER." set apart, his
+prose table of the chapters, the first chapter headed with the book's title ("The Complete ANGLER." /
+"OR, The contemplative Mans RECREATION.") over a box of speakers, then "CHAP. II." ... "CHAP. IV."."""
+
+
+def test_an_address_to_the_reader_and_the_books_title_again_head_chapters():
+    book = load_book(ANGLER)
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Preface.", "To the Reader of this Discourse: But especially, To the honest ANGLER.",
+                      "The Complete ANGLER. OR, The contemplative Mans RECREATION.", "Chap. II.", "Chap. III.",
+                      "Chap. IV."]
+    assert book.chapters[1].paragraphs[0].startswith("I think fit to tell thee")
+    assert book.chapters[2].paragraphs[1].startswith("Piscator. You are wel overtaken Sir")
+    spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+    for phrase in ("Facsimile", "Frontispiece", "Printed by T. Maxes"):
+        assert phrase not in spoken
