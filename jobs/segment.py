@@ -242,7 +242,8 @@ class Segmenter:
             text = " ".join((text or "").split())
             if not text:
                 continue
-            self._heading = True
+            # a dictionary's section letter ("C") is said as the letter, not as a heading's roman numeral
+            self._heading = not (p_i == -1 and getattr(chapter, "title_is_letter", False))
             try:
                 pieces = self.split_long(text)
                 for piece, ph in pieces:

@@ -76,7 +76,8 @@ def _pieces(ch: Chapter, piece_chars: int) -> list[tuple[Chapter, int]]:
 
     def piece(a: int, b: int | None) -> Chapter:
         kinds = ch.kinds[a:b] if ch.kinds is not None else None
-        return Chapter(ch.index, ch.title if not out else "", ch.paragraphs[a:b], kinds=kinds)
+        return Chapter(ch.index, ch.title if not out else "", ch.paragraphs[a:b], kinds=kinds,
+                       title_is_letter=ch.title_is_letter and not out)
 
     start, size = 0, len(ch.title or "")
     for i, p in enumerate(ch.paragraphs):

@@ -152,6 +152,8 @@ Footnotes (EPUB)
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 from core.errors import InputError
@@ -193,7 +195,23 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):
             book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds, c.part) for i, c in enumerate(kept)]
+    _mark_letter_titles(book.chapters)
     return book
+
+
+_LETTER_TITLE_RE = re.compile(r"[A-Z]\.?")
+
+
+def _mark_letter_titles(chapters: list[Chapter]) -> None:
+    """Chapters titled by single capital letters that run through the alphabet in order (five or more: a
+    dictionary's or a glossary's "A" ... "Z") have letters for titles, not roman numerals: "C", "D", "I",
+    "L", "M", "V" and "X" among them are said as letters. Bare roman numerals ("I", "II", "III") never
+    qualify: they are not all single letters, and "I", "V", "X" alone are not in alphabetical order."""
+    letters = [c for c in chapters if _LETTER_TITLE_RE.fullmatch(c.title)]
+    keys = [c.title[0] for c in letters]
+    if len(letters) >= 5 and all(a < b for a, b in zip(keys, keys[1:])) and len(set(keys) - set("IVXLCDM")) >= 3:
+        for c in letters:
+            c.title_is_letter = True
 
 
 def _load_book(path: str | Path, opts: ReadOptions) -> Book:

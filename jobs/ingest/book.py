@@ -33,6 +33,10 @@ class Chapter:
     """The part (or book) of the outline this chapter belongs to, for ``plan``'s tree; not spoken by
     itself (the first chapter of a part carries the part's heading in its title)."""
 
+    title_is_letter: bool = False
+    """The title is a letter of the alphabet that heads a section of a book in alphabetical order (a
+    dictionary's "C"): said as the letter, never read as a roman numeral ("one hundred")."""
+
     def kind(self, i: int) -> str:
         """The kind of paragraph ``i`` ("text" when ``kinds`` is None)."""
         return "text" if self.kinds is None else self.kinds[i]
@@ -43,6 +47,8 @@ class Chapter:
             d["kinds"] = list(self.kinds)
         if self.part is not None:
             d["part"] = self.part
+        if self.title_is_letter:
+            d["title_is_letter"] = True
         return d
 
     @classmethod
@@ -55,7 +61,8 @@ class Chapter:
                 raise ValueError(f"chapter {d.get('index')}: 'kinds' must hold one of {KINDS} per paragraph")
         part = d.get("part")
         return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=paragraphs, kinds=kinds,
-                   part=None if part is None else str(part))
+                   part=None if part is None else str(part),
+                   title_is_letter=d.get("title_is_letter") is True)
 
 
 @dataclass
