@@ -303,6 +303,7 @@ class _Item:
     apart: int = 0  # blank lines before the block (a line set apart has two or more)
     caps: bool = False  # a paragraph that is one short line in capitals (a heading the outline may take)
     label: bool = False  # "toc" items: right after a "Contents" label
+    epigraph: bool = False  # a quotation marked up as a part's epigraph (a Markdown heading under a PART heading)
 
 
 _ROMAN = r"(?=[IVXLCDM])M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})"

@@ -1656,3 +1656,21 @@ def test_an_address_to_the_reader_and_the_books_title_again_head_chapters():
     spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
     for phrase in ("Facsimile", "Frontispiece", "Printed by T. Maxes"):
         assert phrase not in spoken
+
+
+def test_markdown_sections_under_parts_at_two_levels_are_the_chapters():
+    """Flatland as Markdown (mlschmitt/classic-books-markdown): "###  Section 1. Of the Nature of Flatland"
+    ... are the chapters, under "###  PART I: THIS WORLD" (the sections' own level) and "##  PART II: OTHER
+    WORLDS" (a level up); a part is no chapter of its own, its epigraph ("####" right under it) is said at the
+    start of its first section; a long title ("Section 16. How the Stranger vainly endeavoured to reveal to me
+    in words the mysteries of Spaceland") does not keep a Markdown heading from being a section."""
+    book = load_book(STRUCTURE / "flatland-excerpt.md")
+    titles = [c.title for c in book.chapters if c.title]
+    assert titles == ["PART I: This World. Section 1. Of the Nature of Flatland",
+                      "Section 2. Of the Climate and Houses in Flatland", "Section 12. Of the Doctrine of our Priests",
+                      "PART II: Other Worlds. Section 13. How I had a Vision of Lineland",
+                      "Section 16. How the Stranger vainly endeavoured to reveal to me in words the mysteries of "
+                      "Spaceland", "Section 17. How the Sphere, having in vain tried words, resorted to deeds"]
+    first = [c for c in book.chapters if c.title][0].paragraphs
+    assert first[0] == '"Be patient, for the world is broad and wide."'
+    assert first[1].startswith("I call our world Flatland")
