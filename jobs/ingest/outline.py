@@ -684,7 +684,9 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*p
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
-                         r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)", re.I)
+                         r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
+                         r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
+                         re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),

@@ -1674,3 +1674,26 @@ def test_markdown_sections_under_parts_at_two_levels_are_the_chapters():
     first = [c for c in book.chapters if c.title][0].paragraphs
     assert first[0] == '"Be patient, for the world is broad and wide."'
     assert first[1].startswith("I call our world Flatland")
+
+
+def test_an_old_etext_names_itself_on_its_first_line_and_closes_with_it():
+    """Five Children and It (PG 778, January 1997): the etext opens with "*Project Gutenberg Etext of Five
+    Children and It, by E. Nesbit*", its header ends at "*END*THE SMALL PRINT!..." and the file closes with the
+    same first line again and no END marker: that line is the etext's end, not spoken, and it names the book."""
+    book = load_book(STRUCTURE / "five-children-excerpt.txt")
+    said = _said(book)
+    assert "Project Gutenberg" not in said and "Etext" not in said
+    assert book.announcement().startswith("Five Children and It")
+    assert book.chapters[-1].title.startswith("CHAPTER 1")
+    assert book.chapters[-1].paragraphs[-1].endswith("But I must say no more.")
+
+
+def test_a_rights_notice_on_the_title_page_is_not_spoken():
+    """Lady Windermere's Fan (PG 790, its opening to the first act): under the printing history the title
+    page says whose the rights are ("The literary and dramatic rights of "Lady Windermere's Fan" belong to Sir
+    George Alexander, by arrangement with whom ..."): an imprint line, not spoken; the dedication stays."""
+    book = load_book(STRUCTURE / "lady-windermeres-fan-excerpt.txt")
+    said = _said(book)
+    assert "rights of" not in said and "belong to Sir George" not in said and "acting version" not in said
+    assert "ROBERT EARL OF LYTTON" in said
+    assert book.chapters[-1].title.startswith("FIRST ACT") or book.chapters[-1].title.startswith("First Act")
