@@ -26,6 +26,7 @@ import posixpath
 import re
 import zipfile
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -329,6 +330,24 @@ def _matter_docs(ep: _Epub, opf: ET.Element, base: str, nav: str | None) -> set[
     return out
 
 
+def _unlisted_chapters(starts: list[tuple[int, str, int]], stream: list[_Block],
+                       unlisted: list[int | None]) -> list[tuple[int, str, int]]:
+    """A document of the spine that no contents entry points to, between two chapters the contents names,
+    that opens with a heading at the level most of those chapters' headings have (an <h2> "BY THE RIVER"
+    left out of the NCX between "SANSARA" and "THE FERRYMAN"), is a chapter the contents left out."""
+    heads = [(stream[s].level, depth) for s, _label, depth in starts if s < len(stream) and stream[s].level]
+    if len(heads) < 3 or not unlisted:
+        return starts
+    level, depth = Counter(heads).most_common(1)[0][0]
+    if 2 * sum(1 for lv, _d in heads if lv == level) < len(starts):
+        return starts
+    taken = {s for s, _label, _depth in starts}
+    added = [(s, stream[s].text, depth) for s in unlisted
+             if s is not None and starts[0][0] < s < starts[-1][0] and s not in taken and s < len(stream)
+             and stream[s].level == level]
+    return sorted(starts + added, key=lambda t: t[0]) if added else starts
+
+
 def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes: str = "skip",
                   front_matter: bool = False) -> Book:
     where = ep.where
@@ -442,6 +461,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             if heading is not None:
                 starts.append((s, heading.text, 1))
     starts.sort(key=lambda t: t[0])
+    starts = _unlisted_chapters(starts, stream, [shift(doc_start[d]) for d in doc_order if d not in toc_docs])
 
     book_title = title or p.stem
     segments: list[tuple[str | None, int, list[_Block]]] = []

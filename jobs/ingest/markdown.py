@@ -160,6 +160,22 @@ def _md_metadata(blocks: list[tuple[str, int, str, bool]]) -> tuple[list[tuple[s
     return out, meta
 
 
+_KEYWORD_HEAD_RE = re.compile(r"^(\w+\s+\w+)([.:])\s+\S")
+
+
+def _heading_match(text: str):
+    """The kind and number of a Markdown heading. The markup already makes it a heading, so a keyword and
+    number at its start ("Section 16.") give them however long the title after them runs ("Section 16. How
+    the Stranger vainly endeavoured to reveal to me in words the mysteries of Spaceland"), where a line of
+    plain text that long is no heading."""
+    h = _match_heading(text)
+    if h is not None:
+        return h
+    m = _KEYWORD_HEAD_RE.match(text)
+    h = _match_heading(m.group(1) + m.group(2)) if m else None
+    return h if h is not None and h.style not in ("numtitle", "named", "roman") and h.num is not None else None
+
+
 def _title_only(text: str) -> bool:
     """A heading that is a title in capitals with no keyword or number of its own ("LOST HEARTS")."""
     return _caps_line(text) and _match_heading(text) is None
@@ -223,10 +239,13 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
         if kind == "heading" and text and (lvl <= level or k in promoted) and not _CAST_LABEL_RE.match(text):
             # a keyword heading ("ACT I", "SCENE II.", "PART ONE", "EPILOGUE") gets its kind and number as a
             # heading line of a text book does, so the outline ranks it the same way (scenes inside acts)
-            h = _match_heading(text)
+            h = _heading_match(text)
             keyword = h is not None and h.style != "numtitle"
             items.append(_Item("heading", text, style=h.style if keyword else "", num=h.num if keyword else None))
         elif text and not _is_separator(text):
-            # a cast list's label ("### Dramatis Personae") is read as in a text book: the playbill, no chapter
-            items.append(_Item("para", text, toc))
+            # a cast list's label ("### Dramatis Personae") is read as in a text book: the playbill, no chapter;
+            # a quotation headed below the chapters right under a PART heading is that part's epigraph
+            epigraph = kind == "heading" and text[:1] in "\"\u201c'\u2018" and bool(items) \
+                and items[-1].kind == "heading" and items[-1].style in ("part", "book", "volume")
+            items.append(_Item("para", text, toc, epigraph=epigraph))
     return items, title_h1, meta.get("author")

@@ -517,13 +517,18 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
     has_parts = any(it.style in PART_STYLES and k not in inner_parts for k, it in heads)
     has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections for _k, it in heads)
     first_ranked = _first_ranked_chapter(heads)
+    # parts over numbered sections and nothing else ("PART I", "Section 1." ... "Section 12.", "PART II"):
+    # the sections are the chapters and the parts stay parts, when there are two sections or more a part
+    n_parts = sum(1 for k, it in heads if it.style in PART_STYLES and k not in inner_parts)
+    n_sections = sum(1 for _k, it in heads if it.style in SECTION_STYLES and it.num is not None)
+    parts_over_sections = not has_chapters and not core and n_parts and n_sections >= 2 * n_parts
     for k, it in heads:
         if first_ranked is not None and k > first_ranked and it.style in INNER_STYLES:
             levels[k] = "section"  # a journal heading or a letter inside a numbered chapter
         elif k in inner_parts:
             levels[k] = "section"
         elif it.style in PART_STYLES:
-            levels[k] = "part" if has_chapters else "chapter"
+            levels[k] = "part" if has_chapters or parts_over_sections else "chapter"
         elif it.style in SECTION_STYLES:
             levels[k] = "section" if has_chapters or has_parts and core else "chapter"
         elif it.style == "roman":
@@ -679,7 +684,9 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*p
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
-                         r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)", re.I)
+                         r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
+                         r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
+                         re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
@@ -1241,7 +1248,8 @@ def _epigraph_only(body: list[_Item]) -> bool:
     paras = [it.text for it in body if it.kind == "para"]
     return 1 <= len(paras) <= 4 and all(it.kind in ("para", "break") for it in body) \
         and sum(len(t.split()) for t in paras) <= 150 \
-        and all(t.lstrip()[:1] in "\"\u201c'\u2018" and _ATTRIBUTED_RE.search(t) for t in paras)
+        and all(it.epigraph or it.text.lstrip()[:1] in "\"\u201c'\u2018" and _ATTRIBUTED_RE.search(it.text)
+                for it in body if it.kind == "para")
 
 
 def _join_all(titles: list[str]) -> str:

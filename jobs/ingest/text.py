@@ -202,6 +202,8 @@ _PGDP_RE = re.compile(r"\bDistributed\s+Proofread(?:ing|ers)\b", re.I)
 _OLD_HEADER_RE = re.compile(r"\A\W*The\s+Project\s+Gutenberg\s+E-?(?:text|book)\b[\s\S]{0,3000}?"
                             r"Please\s+do\s+not\s+remove\s+this\s+header", re.I)
 _LONE_STARS_RE = re.compile(r"^[ \t]*\*{3}[ \t]*$", re.M)
+_ETEXT_LINE_RE = re.compile(r"\A[ \t]*\**[ \t]*Project Gutenberg(?:'s|\u2019s)? E-?text of (\S[^*\n]*?)"
+                            r"(?:, by [^*\n]+)?[ \t]*\**[ \t]*$", re.I | re.M)
 
 
 _CONNECTING_END_RE = re.compile(r"(?:[,;:\-\u2014]|\b(?:of|and|the|a|an|in|to|or|for|with|from|on|by|at))\s*$", re.I)
@@ -273,6 +275,13 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
     else:
         body_start = 0
     end = _PG_END_RE.search(text, body_start)
+    etext = _ETEXT_LINE_RE.match(text) if start else None
+    if etext and not end:
+        # an old (1990s) etext names itself on its first line ("*Project Gutenberg Etext of Five Children and
+        # It, by E. Nesbit*") and closes with that line again, no END marker: the book's title, and its end
+        again = re.compile(r"^" + re.escape(etext.group(0).strip()) + r"[ \t]*$", re.M).search(text, body_start)
+        end = again
+        title = title or _norm(etext.group(1))
     if end:
         found = True
         body = text[body_start:end.start()]
@@ -303,6 +312,7 @@ class _Item:
     apart: int = 0  # blank lines before the block (a line set apart has two or more)
     caps: bool = False  # a paragraph that is one short line in capitals (a heading the outline may take)
     label: bool = False  # "toc" items: right after a "Contents" label
+    epigraph: bool = False  # a quotation marked up as a part's epigraph (a Markdown heading under a PART heading)
 
 
 _ROMAN = r"(?=[IVXLCDM])M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})"

@@ -1012,3 +1012,26 @@ def test_epub_figure_boxes_file_notes_and_running_contents_are_not_read(tmp_path
     assert [c.paragraphs[-1] for c in book.chapters] == [f"{PROSE} ({n})" for n in range(1, 5)]
     text = " ".join(q for c in book.chapters for q in c.paragraphs)
     assert "m" not in {w[-1] for w in text.split() if w[0].isdigit()} and "images" not in text
+
+
+def test_an_epub_chapter_the_contents_leaves_out_is_still_a_chapter(tmp_path):
+    """Siddhartha (PG 2500 as EPUB 3): each chapter is an <h2> at the top of its own file, and the NCX names
+    every one but "BY THE RIVER", whose file stands in the spine between SANSARA and THE FERRYMAN: a file no
+    entry points to, opening with a heading at the chapters' level between two named chapters, is a chapter."""
+    texts = {
+        "SANSARA": "For a long time, Siddhartha had lived the life of the world and of lust, though without being "
+                   "a part of it.",
+        "BY THE RIVER": "Siddhartha walked through the forest, was already far from the city, and knew nothing but "
+                        "that one thing, that there was no going back for him.",
+        "THE FERRYMAN": "By this river I want to stay, thought Siddhartha, it is the same which I have crossed a "
+                        "long time ago on my way to the childlike people.",
+        "THE SON": "Timid and weeping, the boy had attended his mother\u2019s funeral; gloomy and shy, he had "
+                   "listened to Siddhartha.",
+    }
+    docs = [(f"c{n}.xhtml", f'<h2><a id="chap{n}"/>{head}</h2><p>{body}</p>')
+            for n, (head, body) in enumerate(texts.items())]
+    ncx = [(head, f"c{n}.xhtml#chap{n}") for n, head in enumerate(texts) if head != "BY THE RIVER"]
+    book = load_book(make_epub(tmp_path / "sid.epub", docs, ncx=ncx, title="Siddhartha"))
+    assert [c.title for c in book.chapters] == ["Sansara", "By the River", "The Ferryman", "The Son"]
+    assert book.chapters[1].paragraphs[0].startswith("Siddhartha walked through the forest")
+    assert book.chapters[0].paragraphs[-1].endswith("without being a part of it.")

@@ -1656,3 +1656,44 @@ def test_an_address_to_the_reader_and_the_books_title_again_head_chapters():
     spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
     for phrase in ("Facsimile", "Frontispiece", "Printed by T. Maxes"):
         assert phrase not in spoken
+
+
+def test_markdown_sections_under_parts_at_two_levels_are_the_chapters():
+    """Flatland as Markdown (mlschmitt/classic-books-markdown): "###  Section 1. Of the Nature of Flatland"
+    ... are the chapters, under "###  PART I: THIS WORLD" (the sections' own level) and "##  PART II: OTHER
+    WORLDS" (a level up); a part is no chapter of its own, its epigraph ("####" right under it) is said at the
+    start of its first section; a long title ("Section 16. How the Stranger vainly endeavoured to reveal to me
+    in words the mysteries of Spaceland") does not keep a Markdown heading from being a section."""
+    book = load_book(STRUCTURE / "flatland-excerpt.md")
+    titles = [c.title for c in book.chapters if c.title]
+    assert titles == ["PART I: This World. Section 1. Of the Nature of Flatland",
+                      "Section 2. Of the Climate and Houses in Flatland", "Section 12. Of the Doctrine of our Priests",
+                      "PART II: Other Worlds. Section 13. How I had a Vision of Lineland",
+                      "Section 16. How the Stranger vainly endeavoured to reveal to me in words the mysteries of "
+                      "Spaceland", "Section 17. How the Sphere, having in vain tried words, resorted to deeds"]
+    first = [c for c in book.chapters if c.title][0].paragraphs
+    assert first[0] == '"Be patient, for the world is broad and wide."'
+    assert first[1].startswith("I call our world Flatland")
+
+
+def test_an_old_etext_names_itself_on_its_first_line_and_closes_with_it():
+    """Five Children and It (PG 778, January 1997): the etext opens with "*Project Gutenberg Etext of Five
+    Children and It, by E. Nesbit*", its header ends at "*END*THE SMALL PRINT!..." and the file closes with the
+    same first line again and no END marker: that line is the etext's end, not spoken, and it names the book."""
+    book = load_book(STRUCTURE / "five-children-excerpt.txt")
+    said = _said(book)
+    assert "Project Gutenberg" not in said and "Etext" not in said
+    assert book.announcement().startswith("Five Children and It")
+    assert book.chapters[-1].title.startswith("CHAPTER 1")
+    assert book.chapters[-1].paragraphs[-1].endswith("But I must say no more.")
+
+
+def test_a_rights_notice_on_the_title_page_is_not_spoken():
+    """Lady Windermere's Fan (PG 790, its opening to the first act): under the printing history the title
+    page says whose the rights are ("The literary and dramatic rights of "Lady Windermere's Fan" belong to Sir
+    George Alexander, by arrangement with whom ..."): an imprint line, not spoken; the dedication stays."""
+    book = load_book(STRUCTURE / "lady-windermeres-fan-excerpt.txt")
+    said = _said(book)
+    assert "rights of" not in said and "belong to Sir George" not in said and "acting version" not in said
+    assert "ROBERT EARL OF LYTTON" in said
+    assert book.chapters[-1].title.startswith("FIRST ACT") or book.chapters[-1].title.startswith("First Act")
