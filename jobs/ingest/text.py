@@ -702,6 +702,30 @@ def _roman_headings(blocks: list[list[str]]) -> set[int]:
     return ok
 
 
+_ARABIC_ALONE_RE = re.compile(r"^(?P<num>\d{1,4})\.(?:\[\d{1,2}\])?$")
+"""A bare arabic number with a full stop on a line of its own, perhaps with a note mark: "216.", "308.[1]"."""
+
+
+def _arabic_headings(blocks: list[list[str]], gaps: list[int]) -> dict[int, int]:
+    """Blocks that are a bare arabic number alone ("216.") set apart and running in a sequence from any
+    start (a numbered letter or entry): the number must follow the last one taken by at most three, or
+    start a run whose next two numbers follow within the coming candidates. A year on its own line as a
+    dateline ("1818.") or a stray figure ("76.") falls outside the run and stays text."""
+    cands = []
+    for k, b in enumerate(blocks):
+        m = _ARABIC_ALONE_RE.match(b[0].strip()) if len(b) == 1 else None
+        if m and gaps[k] >= 2:
+            cands.append((k, int(m.group("num"))))
+    ok: dict[int, int] = {}
+    last = None
+    for n, (k, v) in enumerate(cands):
+        ahead = {v2 for _k2, v2 in cands[n + 1:n + 20]}
+        if (last is not None and last < v <= last + 3) or (v + 1 in ahead and v + 2 in ahead):
+            ok[k] = v
+            last = v
+    return ok if len(ok) >= 5 else {}
+
+
 _ENTRY_RUN_RE = re.compile(rf"\b(?:{_KEYWORD})[ \t]+(?:{_ROMAN}|\d{{1,4}})\b")
 
 
@@ -832,6 +856,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
     letters = _letter_headings(blocks, gaps)
     pictures = _picture_notes(blocks)
     roman_ok = _roman_headings(blocks) - letters
+    arabic_ok = _arabic_headings(blocks, gaps)
     singles = _single_lines(blocks)
     items: list[_Item] = []
     i = 0
@@ -861,6 +886,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
         last_bare = counted = False
         while j < len(lines):
             h = _match_heading(lines[j])
+            if h is None and j == 0 and i - 1 in arabic_ok:
+                h = _Heading(lines[0], None, style="number", num=arabic_ok[i - 1])
             if h is None or (h.roman and (j != 0 or i - 1 not in roman_ok)):
                 break
             if h.title and _runs_on(h.title, lines[j + 1:]):

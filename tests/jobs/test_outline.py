@@ -1697,3 +1697,15 @@ def test_a_rights_notice_on_the_title_page_is_not_spoken():
     assert "rights of" not in said and "belong to Sir George" not in said and "acting version" not in said
     assert "ROBERT EARL OF LYTTON" in said
     assert book.chapters[-1].title.startswith("FIRST ACT") or book.chapters[-1].title.startswith("First Act")
+
+
+def test_numbered_letters_bare_arabic_numbers_from_any_start():
+    """Beethoven's Letters vol. 2 (PG 13272, letters 250-258): each letter is headed by its number alone on a
+    line ("250.", "257." with the addressee "TO THE RECHNUNGSRATH, VINCENZ HAUSCHKA.[1]" on the next line),
+    numbers running on from the first volume; a year alone as a dateline ("1818.", "1819.") is text."""
+    book = load_book(STRUCTURE / "beethovens-letters-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert [t.split(".")[0] for t in titles] == [str(n) for n in range(250, 259)]
+    assert titles[0].startswith("250. To G. Del Rio") and titles[7].startswith("257. To the Rechnungsrath")
+    assert book.chapters[7].paragraphs[0] == "1818." and book.chapters[8].paragraphs[0] == "1819."
+    assert all(not t.startswith(("1818", "1819")) for t in titles)
