@@ -180,9 +180,10 @@ class Job:
 
 
 def job_directories(job: Job) -> list[Path]:
-    """The directories of ``job`` that this tool writes files into (chapter directories included)."""
+    """The directories of ``job`` that this tool writes files into (chapter directories included): where
+    :func:`jobs.finalize.sweep_stale_temp_files` looks for the temporary files of killed writers."""
     root = Path(job.out_dir)
-    dirs = {root, root / WORK_DIR, root / WORK_DIR / "batches"}
+    dirs = {root, root / WORK_DIR, root / BATCHES_DIR, root / deliver.LOUDNESS_DIR, root / chapter_records.CHAPTERS_DIR}
     for book in job.meta["books"]:
         for ch in book["chapters"]:
             dirs.add(inside(root, ch["file"]).parent)

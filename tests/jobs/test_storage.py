@@ -265,3 +265,26 @@ def test_local_run_killed_during_finalize_then_rerun_leaves_no_temp_files(short_
     ref = prepare_job([short_book], tmp_path / "ref", JobConfig(**SMALL))
     run_local(ref, pipeline_fake(voice))
     same_rows(manifest(out), manifest(tmp_path / "ref"))
+
+
+def test_a_killed_writers_temp_files_are_swept_from_every_directory_a_job_writes(tmp_path):
+    """The loudness records (``.work/loudness``) and chapter records (``.work/chapters``) are written
+    atomically like the rest: a writer killed there left its temporary file for good, because the sweep did
+    not look in those directories (the local-kills fault schedule found one after a completed job)."""
+    from types import SimpleNamespace
+
+    from jobs import chapter_records, deliver
+    from jobs.finalize import sweep_stale_temp_files
+    from jobs.job import BATCHES_DIR, WORK_DIR
+
+    out = tmp_path / "job"
+    job = SimpleNamespace(out_dir=out, job_id="0123456789abcdef",
+                          meta={"books": [{"chapters": [{"file": "01-book/001-chapter.flac"}]}]})
+    left = []
+    for rel in (WORK_DIR, BATCHES_DIR, deliver.LOUDNESS_DIR, chapter_records.CHAPTERS_DIR, "01-book"):
+        (out / rel).mkdir(parents=True, exist_ok=True)
+        p = out / rel / ".tmp-0123456789ab-b00-c0002.json"  # nobody holds its lock: its writer is dead
+        p.write_text("{")
+        left.append(p)
+    assert sorted(sweep_stale_temp_files(job)) == sorted(left)
+    assert not any(p.exists() for p in left)
