@@ -17,6 +17,7 @@ import re
 
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _is_prose
+from jobs.ingest.text import _caps_line
 
 
 _MATTER_TITLE_RE = re.compile(
@@ -90,12 +91,6 @@ _FACSIMILE_RE = re.compile(r"^\W*(?:\{[^{}]{0,20}\}\s*)?(?:\(?from\s+an?\s+)?fac
 """A facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...")."""
 
 
-def _capitals(p: str) -> bool:
-    """A short line in capitals ("IN FLANDERS FIELDS"): twelve words at most, every letter upper case."""
-    letters = [c for c in p if c.isalpha()]
-    return len(p.split()) <= 12 and len(letters) >= 3 and all(c.isupper() for c in letters)
-
-
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in,
@@ -138,7 +133,7 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
             out.add(i)  # the edition the text was taken from
         elif front and len(p.split()) <= 40 and _FACSIMILE_RE.match(p):
             out.add(i)  # a facsimile's caption, and the copy of the page it captions, from its title line down
-            top = next((j for j in range(i - 1, max(-1, i - 12), -1) if _capitals(paras[j])), None)
+            top = next((j for j in range(i - 1, max(-1, i - 12), -1) if _caps_line(paras[j])), None)
             out.update(range(top if top is not None else i, i))
     return out
 

@@ -79,18 +79,22 @@ _DECLARED_CHARSET_RE = re.compile(rb"^[ \t]*Character[ \t]+set[ \t]+encoding:[ \
 _LATIN1_NAMES = {"iso88591", "isolatin1", "latin1", "iso885915", "isolatin9", "latin9", "windows1252", "cp1252"}
 
 
+def _declared_charset(data: bytes) -> str | None:
+    """The encoding a Project Gutenberg header names before its START marker, as written; None if none."""
+    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
+    m = _DECLARED_CHARSET_RE.search(data[:start.start() if start else 16384])
+    return m.group(1).decode("ascii", "replace").strip() if m else None
+
+
 def _declared_legacy(where: str, data: bytes) -> str | None:
     """A file that is not UTF-8 but whose Project Gutenberg header declares an 8-bit Western encoding
     (ISO-8859-1, Latin-1, ISO-8859-15, Windows-1252: Gutenberg's "-8.txt" files), decoded as declared, with
     a log line saying so; Windows punctuation bytes (0x80-0x9F, control codes in ISO-8859-1) make it
     Windows-1252, which agrees with ISO-8859-1 everywhere else. None when nothing is declared before the
     START marker, or the declaration is no such encoding, or the bytes do not decode with it."""
-    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
-    head = data[:start.start() if start else 16384]
-    m = _DECLARED_CHARSET_RE.search(head)
-    if not m:
+    said = _declared_charset(data)
+    if said is None:
         return None
-    said = m.group(1).decode("ascii", "replace").strip()
     if re.sub(r"[^a-z0-9]", "", said.lower()) not in _LATIN1_NAMES:
         return None
     codec = "cp1252" if re.search(rb"[\x80-\x9f]", data) else "latin-1"
@@ -141,9 +145,8 @@ def _undeclared_western(where: str, data: bytes) -> str | None:
     text = text.lstrip("\ufeff")
     if "\x00" in text:
         return None
-    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
-    m = _DECLARED_CHARSET_RE.search(data[:start.start() if start else 16384])
-    said = f"its header declares {m.group(1).decode('latin-1').strip()!r}, which its bytes are not" if m else \
+    declared = _declared_charset(data)
+    said = f"its header declares {declared!r}, which its bytes are not" if declared is not None else \
         "it declares no encoding"
     import logging
 
