@@ -38,10 +38,10 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.outline import _BY_RE, _KEYWORD_START_RE, _shouted, epub_checks, title_case
+from jobs.ingest.outline import _BY_RE, _KEYWORD_START_RE, _numeral, _shouted, epub_checks, title_case
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
-from jobs.ingest.text import _PG_END_RE, _PG_START_RE
+from jobs.ingest.text import _ORDINAL_HEADING_RE, _PG_END_RE, _PG_START_RE, _SECTION_RE
 
 
 # --------------------------------------------------------------------------- limits
@@ -355,7 +355,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     title = ""
     for e in opf.iter():
         if _local(e.tag) == "title" and (e.text or "").strip():
-            title = _norm("".join(e.itertext()))
+            title = _subtitle_colon(_norm("".join(e.itertext())))
             break
     author = None
     for e in opf.iter():
@@ -472,7 +472,11 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         segments.append((label, depth, stream[pos:end]))
 
     _front_title, paras0 = _segment_paragraphs(None, segments[0][2])
+    paras0 = [q for q in paras0 if not _CATALOGUE_SUMMARY_RE.match(q)]
     merged: list[tuple[str, int, list[str], list[str]]] = [(title, 0, paras0, ["text"] * len(paras0))] if paras0 else []
+    entries = [(label, depth) for label, depth, _blocks in segments]
+    parts = _restarting_parts(entries)
+    inserts = _between_numbers(entries)
     # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
     pending: list[tuple[str, int]] = []
     host: int | None = None  # the depth of a numbered chapter's entry, whose nested entries are its sections
@@ -482,6 +486,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     for n, (label, depth, blocks) in enumerate(segments[1:], 1):
         t, paras = _segment_paragraphs(label, blocks)
         if not texted:
+            paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
             # before the book's first text, entries for the title page's lines (its title, a subtitle under
             # it, an edition line) title nothing: "THROUGH THE LOOKING-GLASS" / "And What Alice Found There"
             if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or (
@@ -492,6 +497,20 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
                 t = ""
         if host is not None and depth <= host:
             host = None
+        if n in parts and (merged or pending):
+            # a tale's numbered part: a "Part II." heading inside the tale, whose entry may have no text of its own
+            if pending:
+                merged.append((_chain_titles([pt for pt, _pd in pending if pt]), depth, [], []))
+                pending = []
+            pt, pd, ps, ks = merged[-1]
+            merged[-1] = (pt, pd, ps + [f"Part {t.strip().rstrip('.')}."] + paras,
+                          ks + ["heading"] + ["text"] * len(paras))
+            numbered = texted = True
+            continue
+        if n in inserts and merged and not pending:
+            pt, pd, ps, ks = merged[-1]
+            merged[-1] = (pt, pd, ps + [_spoken(t)] + paras, ks + ["heading"] + ["text"] * len(paras))
+            continue
         if (host is not None and _nested_section(t)) or (numbered and merged and _sentence_entry(t)):
             if pending:  # the chapter's entry has no text of its own before its first section
                 merged.append((_chain_titles([pt for pt, _pd in pending if pt]), host, [], []))
@@ -507,8 +526,9 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         if not paras:
             pending = [(pt, pd) for pt, pd in pending if pd < depth] + [(t, depth)]
             continue
-        merged.append((_chain_titles([pt for pt, pd in pending if pd < depth and pt] + [t]), depth, paras,
-                       ["text"] * len(paras)))
+        # a parent entry naming the book (a half-title over the chapters) lends no label: the announcement said it
+        heads = [pt for pt, pd in pending if pd < depth and pt and not _title_entry(pt, book_title)]
+        merged.append((_chain_titles(heads + [t]), depth, paras, ["text"] * len(paras)))
         texted = True
         numbered = bool(_NUMBERED_ENTRY_RE.match(t))
         pending = []
@@ -547,6 +567,81 @@ _NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|letter|stave|canto)\s+(?:[IVXL
                                 r"|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")
 """A nav entry for a numbered chapter ("II. ELEMENTARY RULES OF USAGE", "CHAPTER IV"), not a part."""
 _BARE_ENTRY_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.?$")
+
+
+def _entry_number(label: str | None) -> int | None:
+    """The number of a numbered entry ("CHAPTER IV", "II. ELEMENTARY RULES", "1 Sara", "XII"), else None; a
+    roman numeral must stand alone or end with a full stop ("I Go to Bristol" is a title)."""
+    m = _ENTRY_NUMBER_RE.match((label or "").strip())
+    return _numeral(m.group("a") or m.group("b") or m.group("c")) if m else None
+
+
+_ENTRY_NUMBER_RE = re.compile(r"^(?:(?i:chapter|letter|stave|canto)\s+(?P<a>[IVXLCDM]+|\d{1,3})\b"
+                              r"|(?P<b>\d{1,3})(?:[.:]?\s+\S|\.?$)|(?P<c>[IVXLCDM]+)(?:\.\s+\S|\.?$))")
+
+
+def _restarting_parts(entries: list[tuple[str | None, int]]) -> set[int]:
+    """The entries that are a tale's numbered parts in a flat contents list: bare numerals counting from I
+    ("I", "II", ... "XII") right after a titled entry at the same depth ("WHAT MEN LIVE BY"), when the count
+    starts again at I after another titled entry ("HOW MUCH LAND DOES A MAN NEED?", "I" ... "IX"). One run
+    of numerals after one titled entry (an unnumbered prologue, then chapters I-XXIV) is chapters, and so are
+    numerals under a part's heading ("BOOK I", "PART TWO", "FIRST PART"): a part holds chapters."""
+    runs: list[list[int]] = []
+    n = 1
+    while n < len(entries) - 1:
+        label, depth = entries[n]
+        nxt, nd = entries[n + 1]
+        if not label or _BARE_ENTRY_RE.match(label.strip()) or _KEYWORD_START_RE.match(label.strip()) \
+                or _ORDINAL_HEADING_RE.match(label.strip()) or nd != depth or _bare_number(nxt) != 1:
+            n += 1
+            continue
+        run: list[int] = []
+        m = n + 1
+        while m < len(entries):
+            lm, dm = entries[m]
+            if dm > depth:  # an entry nested under a part is read by the part
+                m += 1
+            elif dm == depth and _bare_number(lm) == len(run) + 1:
+                run.append(m)
+                m += 1
+            else:
+                break
+        if len(run) >= 2:
+            runs.append(run)
+        n = m
+    return {m for run in runs for m in run} if len(runs) >= 2 else set()
+
+
+def _bare_number(label: str | None) -> int | None:
+    return _numeral(label) if label and _BARE_ENTRY_RE.match(label.strip()) else None
+
+
+def _between_numbers(entries: list[tuple[str | None, int]]) -> set[int]:
+    """Entries set between two numbered chapters that follow each other ("1 Sara", "MISS MINCHIN, Select
+    Seminary for Young Ladies.", "2 A French Lesson"), at their depth, with no number and no keyword of their
+    own ("PART TWO", "INTERLUDE", "EPILOGUE" stay headings of their own): a line of the first chapter's text
+    marked up as a heading (a door-plate, a notice), read inside that chapter under it, not a chapter."""
+    out: set[int] = set()
+    for n in range(2, len(entries) - 1):
+        label, depth = entries[n]
+        (prev, pd), (nxt, nd) = entries[n - 1], entries[n + 1]
+        if not label or pd != depth or nd != depth or _entry_number(label) is not None \
+                or _KEYWORD_START_RE.match(label) or _SECTION_RE.match(label):
+            continue
+        a, b = _entry_number(prev), _entry_number(nxt)
+        if a is not None and b == a + 1:
+            out.add(n)
+    return out
+
+
+_CATALOGUE_SUMMARY_RE = re.compile(r"^Summary:\s+\S")
+"""A library catalogue's summary of the book printed on its title page ("Summary: Sara Crewe, a pupil at ...")."""
+
+
+def _subtitle_colon(title: str) -> str:
+    """A package title with its subtitle after a slash ("A Little Princess / Being the whole story of Sara Crewe
+    ...") is announced with a colon, as a title page's subtitle line is: "A Little Princess: Being the whole ..."."""
+    return re.sub(r"\s+/\s+", ": ", title, count=1)
 
 
 def _nested_section(label: str) -> bool:
@@ -627,8 +722,8 @@ def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, l
                 title = b.text  # the heading says more than the TOC label
                 k += 1
             break
-    while k < len(blocks) and blocks[k].level and _BY_RE.match(blocks[k].text):
-        k += 1  # "WRITTEN BY ..." under a work's title: a title-page line
+    while k < len(blocks) and blocks[k].level and (_BY_RE.match(blocks[k].text) or _tokens(blocks[k].text) == ["by"]):
+        k += 1  # "WRITTEN BY ..." under a work's title, or "by" over the author's name: a title-page line
     rest = blocks[k:]
     # contents lists: 3+ short blocks linking into the book (and a "Contents" label before them)
     out: list[_Block] = []

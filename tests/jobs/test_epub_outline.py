@@ -1,0 +1,141 @@
+"""EPUB outline rules on excerpts of real books (the nav as the book's own, the XHTML copied from its file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jobs.ingest import load_book
+from tests.jobs.test_ingest import make_epub
+
+STRUCTURE = Path(__file__).resolve().parents[1] / "data" / "structure"
+
+
+def _said(book) -> str:
+    return " ".join([book.announcement()] + [c.title + " " + " ".join(c.paragraphs) for c in book.chapters])
+
+
+def _headings(chapter) -> list[str]:
+    return [p for i, p in enumerate(chapter.paragraphs) if chapter.kind(i) == "heading"]
+
+
+WHAT_MEN = STRUCTURE / "what-men-live-by-excerpt.xhtml"
+"""What Men Live By, and Other Tales (PG 6157, EPUB 3, the whole book in one XHTML file), each section cut to its
+first paragraph: the title page with two of its six epigraphs and the linked CONTENTS, then four tales as <h2>
+titles in capitals, two of them told in parts headed by bare numerals (I-XII, the "I" of the first tale after its
+opening paragraphs; I-IX, straight after the title), an <h3> sentence of the text under IX, an <h3> subtitle, and
+"Notes:" after the last tale."""
+
+_ROMAN = ["I", "II", "III", "IV", "V", "VI", "VII", "VIII", "IX", "X", "XI", "XII"]
+
+
+def _what_men_nav() -> list:
+    """The book's nav, flat as it is: each tale's part numerals are entries at the tale's own level."""
+    href = "c.xhtml#pgepubid{:05d}".format
+    first = [("WHAT MEN LIVE BY", href(1))] + [(r, href(n)) for n, r in enumerate(_ROMAN[:8], 2)] + [
+        ("IX", href(10), [("The woman, having begun talking, told them the whole story.", href(11))])] + [
+        (r, href(n)) for n, r in enumerate(_ROMAN[9:], 12)]
+    middle = [("THREE QUESTIONS", href(15)),
+              ("THE COFFEE-HOUSE OF SURAT", href(16), [("(After Bernardin de Saint-Pierre)", href(17))])]
+    last = [("HOW MUCH LAND DOES A MAN NEED?", href(18))] + [(r, href(n)) for n, r in enumerate(_ROMAN[:9], 19)] + [
+        ("Notes:", href(28))]
+    return [("WHAT MEN LIVE BY AND OTHER TALES", href(0))] + first + middle + last
+
+
+def test_epub_bare_numerals_counting_again_from_one_under_each_tale_are_its_parts(tmp_path):
+    """The nav lists each tale's parts "I" ... "XII" and "I" ... "IX" as entries beside the tales' titles: the
+    count starting again at I under another title makes them the tales' parts, said as "Part II." headings
+    inside the tale, not chapters; the tale whose title has no text of its own before its "I" keeps its title,
+    the sentence of the text under IX is a heading inside the part, and the notes stay with the last tale."""
+    book = load_book(make_epub(tmp_path / "what-men.epub", [("c.xhtml", WHAT_MEN.read_text(encoding="utf-8"))],
+                               nav=_what_men_nav(), title="What Men Live By, and Other Tales"))
+    tales = [c for c in book.chapters if c.title]
+    assert [c.title for c in tales] == ["What Men Live by", "Three Questions",
+                                        "THE COFFEE-HOUSE OF SURAT. (After Bernardin de Saint-Pierre)",
+                                        "How Much Land Does a Man Need?"]
+    first, land = tales[0], tales[-1]
+    assert first.paragraphs[0].startswith("A shoemaker named Simon, who had neither house nor land")
+    assert first.kind(0) == "text" and first.paragraphs[2] == "Part I."
+    assert _headings(first) == [f"Part {r}." for r in _ROMAN[:9]] + [
+        "The woman, having begun talking, told them the whole story."] + [f"Part {r}." for r in _ROMAN[9:]]
+    assert land.paragraphs[0] == "Part I." and land.paragraphs[1].startswith("An elder sister came to visit")
+    assert _headings(land) == [f"Part {r}." for r in _ROMAN[:9]] + ["Notes:"]
+    said = _said(book)
+    assert "CONTENTS" not in said  # the linked contents list is not spoken
+
+
+def test_epub_one_run_of_bare_numerals_after_one_titled_entry_stays_chapters(tmp_path):
+    """The Turn of the Screw (PG 209): an unnumbered prologue headed with the book's own title, then chapters
+    "I", "II", "III": the count never starts again, so the numerals are chapters."""
+    doc = ('<h2 id="p">THE TURN OF THE SCREW</h2><p>The story had held us, round the fire, sufficiently breathless, '
+           'but except the obvious remark that it was gruesome, as, on Christmas Eve in an old house, a strange tale '
+           'should essentially be, I remember no comment uttered till somebody happened to say that it was the only '
+           'case he had met in which such a visitation had fallen on a child.</p>'
+           '<h2 id="c1">I</h2><p>I remember the whole beginning as a succession of flights and drops, a little seesaw '
+           'of the right throbs and the wrong.</p>'
+           '<h2 id="c2">II</h2><p>This came home to me, two days later, as I drove out with Flora to meet, as Mrs. '
+           'Grose said, the little gentleman.</p>'
+           '<h2 id="c3">III</h2><p>Nothing was to touch me in these days, I seemed to myself, except the strange '
+           'tale of the boy\'s return.</p>')
+    nav = [("THE TURN OF THE SCREW", "c.xhtml#p"), ("I", "c.xhtml#c1"), ("II", "c.xhtml#c2"), ("III", "c.xhtml#c3")]
+    book = load_book(make_epub(tmp_path / "screw.epub", [("c.xhtml", doc)], nav=nav, title="The Turn of the Screw"))
+    assert [c.title for c in book.chapters][-3:] == ["I", "II", "III"]
+
+
+LITTLE_PRINCESS = STRUCTURE / "little-princess-excerpt.xhtml"
+"""A Little Princess (PG 146, EPUB 3): the title page ("A Little Princess" / "by" / "Frances Hodgson Burnett" /
+"A LITTLE PRINCESS" and a catalogue "Summary:" paragraph), the CONTENTS, then the half-title "A Little Princess"
+over chapters headed by their number and their title as two <h3> ("1" / "Sara"), chapter 1 with the school's
+door-plate "MISS MINCHIN, Select Seminary for Young Ladies." set as an <h3>; chapters 1-3, each cut short."""
+
+
+def _little_princess_nav() -> list:
+    ids = "c.xhtml#pgepubid{:05d}".format
+    return [("A Little Princess", ids(0), [("Frances Hodgson Burnett", ids(1), [("A LITTLE PRINCESS", ids(2))]),
+                                           ("CONTENTS", ids(3))]),
+            ("A Little Princess", ids(4), [("1 Sara", ids(5)),
+                                           ("MISS MINCHIN, Select Seminary for Young Ladies.", ids(6)),
+                                           ("2 A French Lesson", ids(7)), ("3 Ermengarde", ids(8))])]
+
+
+def _little_princess(tmp_path):
+    return load_book(make_epub(tmp_path / "princess.epub",
+                               [("c.xhtml", LITTLE_PRINCESS.read_text(encoding="utf-8"))], nav=_little_princess_nav(),
+                               title="A Little Princess / Being the whole story of Sara Crewe now told for the first "
+                                     "time"))
+
+
+def test_epub_a_heading_between_two_numbered_chapters_is_a_line_of_the_first(tmp_path):
+    """The door-plate, listed in the nav between "1 Sara" and "2 A French Lesson" with no number of its own, is
+    a heading inside chapter 1, not a chapter."""
+    book = _little_princess(tmp_path)
+    assert [c.title for c in book.chapters] == ["1 Sara", "2 A French Lesson", "3 Ermengarde"]
+    sara = book.chapters[0]
+    assert _headings(sara) == ["MISS MINCHIN, Select Seminary for Young Ladies."]
+    assert sara.paragraphs[-1].startswith('"Here we are, Sara," said Captain Crewe')
+
+
+def test_epub_title_page_summary_byline_and_half_title_are_not_spoken(tmp_path):
+    """The title page's "by" over the author's name, the catalogue's "Summary:" and the half-title entry over the
+    chapters say nothing: the title is said once, by the announcement, with its subtitle after a colon."""
+    book = _little_princess(tmp_path)
+    assert book.announcement().startswith("A Little Princess: Being the whole story of Sara Crewe now told")
+    said = _said(book)
+    assert "Summary" not in said and "left in poverty" not in said
+    assert said.casefold().count("a little princess") == 1
+    assert book.chapters[0].paragraphs[0].startswith("Once on a dark winter's day")
+
+
+def test_epub_bare_numerals_under_part_headings_stay_chapters():
+    """My Antonia's books ("BOOK I. The Shimerdas" over chapters "I" ... "XIX", "BOOK II. The Hired Girls" over
+    "I" ... "XV") count their chapters from I again under each book: a part holds chapters, so in a flat nav the
+    numerals stay chapters; only under titles that are no part heading are they a tale's parts."""
+    from jobs.ingest.epub import _restarting_parts
+
+    def flat(*groups):
+        return [(None, 0)] + [(label, 1) for title, count in groups
+                              for label in [title] + ["I", "II", "III", "IV", "V"][:count]]
+
+    assert _restarting_parts(flat(("BOOK I. The Shimerdas", 3), ("BOOK II. The Hired Girls", 2))) == set()
+    assert _restarting_parts(flat(("FIRST PART", 3), ("SECOND PART", 2))) == set()
+    assert _restarting_parts(flat(("WHAT MEN LIVE BY", 3), ("THREE QUESTIONS", 0),
+                                  ("HOW MUCH LAND DOES A MAN NEED?", 2))) == {2, 3, 4, 7, 8}
