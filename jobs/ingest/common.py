@@ -62,14 +62,20 @@ def _norm(s: str) -> str:
 _SENTENCE_END_RE = re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]_*]*$")
 
 
+_CAPS_UMLAUT_RE = re.compile(r"(?<=[AOU])e(?=[A-Z])")
+"""An umlaut written in ASCII inside a word in capitals ("OLMUeTZ", "KOeCHEL" for OLMÜTZ, KÖCHEL)."""
+
+
 def _is_prose(p: str) -> bool:
-    """A paragraph that reads as running text (not a title, credit or edition line)."""
+    """A paragraph that reads as running text (not a title, credit or edition line): twenty words or more, or
+    three or more, some letters in lower case, ending a sentence (a line in capitals, "OLMUeTZ" and all, is
+    no prose)."""
     words = p.split()
     if len(words) >= 20:
         return True
     if len(words) < 3 or p.lower().startswith("by "):
         return False
-    return any(c.islower() for c in p) and bool(_SENTENCE_END_RE.search(p))
+    return any(c.islower() for c in _CAPS_UMLAUT_RE.sub("", p)) and bool(_SENTENCE_END_RE.search(p))
 
 
 def _has_prose(paras: list[str]) -> bool:
@@ -98,5 +104,8 @@ def _join_title(head: str, title: str) -> str:
     return f"{head} {title}" if head[-1] in ".:!?;\u2014-" else f"{head}. {title}"
 
 
-_CONTENTS_LABEL_RE = re.compile(r"^(?:(?:table\s+of\s+)?contents|index\s+of\s+first\s+lines)[.:]?$", re.I)
-"""The label over a contents list, or over an index of first lines (a poetry book's contents by first line)."""
+_CONTENTS_LABEL_RE = re.compile(r"^(?:(?:table\s+of\s+)?contents(?:\s+of\s+(?:the\s+)?"
+                                r"(?:vol(?:ume)?\.?\s*(?:[ivxlcdm]+|\d{1,2})|\w+\s+volume))?"
+                                r"|index\s+of\s+first\s+lines)[.:]?$", re.I)
+"""The label over a contents list, also naming the volume it lists ("CONTENTS OF VOLUME II.", "Contents of the
+Second Volume"), or over an index of first lines (a poetry book's contents by first line)."""

@@ -26,11 +26,12 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import _ORDINAL_HEADING_RE, _Item, _match_heading, _number_value, _roman_value
+from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _match_heading, _number_value,
+                               _roman_value)
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
-PART_STYLES = {"part", "book", "volume"}
+PART_STYLES = {"part", "book", "volume", "capspart"}
 SECTION_STYLES = {"scene", "section", "numpart"}
 NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle"}
 RANKED_CHAPTER_STYLES = {"chapter", "stave", "act"}
@@ -174,6 +175,22 @@ def _strip_number(s: str) -> str:
     return _LEADING_NUMBER_RE.sub("", s, count=1)
 
 
+def _group_start(out: list[_Item], labelled: bool) -> int:
+    """Where the group labels right before a contents block start: the headings over it ("BOOK I"), and
+    in a list under a "Contents" label also a group's title line under its heading ("SECOND PART." /
+    "LIFE'S MISSION. 1815-1822. (Continued.)", eight words at most)."""
+    j = len(out)
+    while j:
+        if out[j - 1].kind == "heading":
+            j -= 1
+        elif labelled and j >= 2 and out[j - 1].kind == "para" and out[j - 2].kind == "heading" \
+                and len(out[j - 1].text.split()) <= 8 and not _CONTENTS_LABEL_RE.match(out[j - 1].text):
+            j -= 2
+        else:
+            break
+    return j
+
+
 def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]], int]:
     """Drop confirmed contents-list blocks (with their "Contents" label and the contents headings
     between the label and the block); others become paragraphs again. Returns the items, the titles
@@ -187,9 +204,7 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
             continue
         if _confirmed_toc(items, k):
             named.update(form for e in it.entries or [] for form in _entry_forms(e))
-            j = len(out)
-            while j and out[j - 1].kind == "heading":
-                j -= 1  # headings right before a contents block are its group labels ("BOOK I")
+            j = _group_start(out, it.label)
             if j and out[j - 1].kind == "para" and _CONTENTS_LABEL_RE.match(out[j - 1].text):
                 j -= 1
             del out[j:]
@@ -305,7 +320,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
     single letters (a dictionary's "A" ... "Z", see ``jobs.ingest.text._letter_headings``), only the
     letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
     capitals set apart among the letters are an entry's word or a verse's title."""
-    numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
+    numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman", "number"}  # "number": a letter's "216." alone
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
 
@@ -403,6 +418,52 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
                 expect += 1
             else:
                 under = False
+    return out
+
+
+def _source_line(it: _Item) -> bool:
+    """A quotation's source on a line of its own, in capitals and ending with a full stop ("SOPHOCLES.",
+    "PILGRIM'S PROGRESS.", "W. P. BANNATYNE."), six words at most."""
+    return it.kind in ("para", "heading") and it.style in ("", "caps") and _shouted(it.text) \
+        and len(it.text.split()) <= 6 and it.text.endswith(".")
+
+
+def _epigraph_end(items: list[_Item], k: int) -> int | None:
+    """Where an epigraph that starts at ``k`` ends: one or two quotations (paragraphs not in capitals, 80
+    words at most), each followed by its source line (:func:`_source_line`); None when none starts there."""
+    j, n = k, 0
+    while j + 1 < len(items) and items[j].kind == "para" and not _shouted(items[j].text) \
+            and len(items[j].text.split()) <= 80 and _source_line(items[j + 1]):
+        j += 2
+        n += 1
+    return j if 1 <= n <= 2 else None
+
+
+def _epigraph_parts(items: list[_Item]) -> list[_Item]:
+    """Parts headed in capitals over an epigraph: a line in capitals set apart (perhaps with a note in
+    brackets after it: "UPPER GEVAUDAN (continued)") whose only text is an epigraph, one or two
+    quotations each followed by its source in capitals ("SOPHOCLES.", "JOB."), with a chapter headed in
+    capitals right after it, heads a part (style "capspart") when two or more such lines occur: the
+    chapters after it, up to the next such line, are its chapters, and its epigraph is said at the start
+    of its first chapter. The source lines are text of the epigraph, never headings."""
+    found: list[tuple[int, int]] = []
+    for k, it in enumerate(items):
+        if found and k < found[-1][1]:
+            continue  # a source line inside the epigraph just found
+        bare = _BRACKETED_TAIL_RE.sub("", it.text)
+        line = it.kind == "heading" and it.style == "caps" \
+            or it.kind == "para" and it.apart >= 2 and (it.caps or bare != it.text and _shouted(bare))
+        end = _epigraph_end(items, k + 1) if line else None
+        if end is not None and end + 1 < len(items) and items[end].kind == "heading" \
+                and items[end].style == "caps" and items[end + 1].kind == "para":
+            found.append((k, end))
+    if len(found) < 2:
+        return items
+    out = list(items)
+    for k, end in found:
+        out[k] = _Item("heading", items[k].text, style="capspart")
+        for j in range(k + 1, end):
+            out[j] = _Item("para", items[j].text, epigraph=True)
     return out
 
 
@@ -515,7 +576,9 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             under_other = True
     inner_parts = {k for k, it in heads if it.style in PART_STYLES} if restarts >= 2 else set()
     has_parts = any(it.style in PART_STYLES and k not in inner_parts for k, it in heads)
-    has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections for _k, it in heads)
+    # numbered letters or entries ("216." alone on its line) are chapters too: a PART over them is a part
+    has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections or it.style == "number"
+                                     for _k, it in heads)
     first_ranked = _first_ranked_chapter(heads)
     # parts over numbered sections and nothing else ("PART I", "Section 1." ... "Section 12.", "PART II"):
     # the sections are the chapters and the parts stay parts, when there are two sections or more a part
@@ -537,7 +600,22 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "chapter"
     _named_sections(heads, levels, core)
     _numbered_pieces(heads, levels)
+    _postscripts(heads, levels)
     return levels
+
+
+_POSTSCRIPT_RE = re.compile(r"^postscript\W*$", re.I)
+
+
+def _postscripts(heads: list[tuple[int, _Item]], levels: dict[int, str]) -> None:
+    """A postscript headed as such ("POSTSCRIPT.") right after a numbered letter ("336." alone on its line,
+    "LETTER IV") is that letter's: a section of it, not a chapter."""
+    letter = False
+    for k, it in heads:
+        if levels.get(k) == "chapter" and _POSTSCRIPT_RE.match(it.text) and letter:
+            levels[k] = "section"
+        elif levels.get(k) in ("chapter", "part"):
+            letter = it.style in ("number", "letter")
 
 
 def _named_sections(heads: list[tuple[int, _Item]], levels: dict[int, str], core: list[int]) -> None:
@@ -636,6 +714,9 @@ def spoken_heading(it: _Item, level: str) -> str:
     "Chapter IV." and a bare numeral section as "Part II." (numbers are read as words later); a
     footnote mark in it ("OF PROBABILITY[9].") is not said."""
     text = _FOOTNOTE_MARK_RE.sub("", it.text)
+    if it.style == "capspart":  # "UPPER GEVAUDAN (continued)": the capitals de-shouted, the note as printed
+        bare = _BRACKETED_TAIL_RE.sub("", text)
+        return title_case(bare) + text[len(bare):]
     m = _PART_LINE_RE.match(text) if it.style == "numpart" else None
     if m:  # "III.\u2014ON FALLING IN LOVE", a part like the bare "II." before it: "Part III. On Falling in Love"
         return f"Part {m.group(1)}. " + title_case(text[m.end() - 1:])
@@ -664,9 +745,9 @@ _BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|(?:wi
 """A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY")."""
 _PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
-                           r"|\s(?:&|and)\s+Co\.(?:\W|$)")
+                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
-"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED")."""
+"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.")."""
 _ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b")
 """A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET")."""
 _PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
@@ -1015,7 +1096,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
     items, named, after = _resolve_toc(items)
     items = _promote_named(items, named, after, title)
-    items = _promote_caps(items, title, author)
+    items = _epigraph_parts(_promote_caps(items, title, author))
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
     notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]
@@ -1068,11 +1149,19 @@ def _openings_named(items: list[_Item], title: str) -> list[_Item]:
     this Discourse: But especially, To the honest ANGLER.", 16 words at most), and the book's own title
     again ("The Complete ANGLER.", the title up to its first comma), with an alternative title under it
     ("OR, The contemplative Mans RECREATION.") joined to it: the first chapter headed with the book's
-    title. Before the first heading the title is the title page's, or a half-title."""
-    if sum(1 for it in items if it.kind == "heading") < 3:
-        return items
+    title. Before the first heading the title is the title page's, or a half-title. With fewer headings,
+    or a title of one word, the title again heads a chapter only in capitals and right after the text of an
+    introduction or preface headed as such ("INTRODUCTION." ... "APOLOGY"): the work after its editor's
+    essay."""
     main_t = tuple(_tokens(re.split(r"[,;:]", title, maxsplit=1)[0]))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+    few = sum(1 for it in items if it.kind == "heading") < 3
+    last_heading: dict[int, _Item | None] = {}  # position -> the heading above it
+    above = None
+    for k, it in enumerate(items):
+        last_heading[k] = above
+        if it.kind == "heading":
+            above = it
 
     def prose_after(k: int) -> bool:
         nxt = items[k + 1:k + 3]
@@ -1084,9 +1173,14 @@ def _openings_named(items: list[_Item], title: str) -> list[_Item]:
         it = items[k]
         if it.kind != "para" or it.apart < 2 or len(it.text.split()) > 16 or it.text.endswith((",", ";")):
             continue
-        if _TO_READER_LINE_RE.match(it.text) and prose_after(k):
+        head = last_heading[k]
+        after_intro = it.caps and head is not None and head.style == "named" \
+            and bool(_FRONT_KEYWORD_RE.match(head.text))
+        if few and not after_intro:
+            continue
+        if _TO_READER_LINE_RE.match(it.text) and prose_after(k) and not few:
             out[k] = _Item("heading", it.text, style="named")
-        elif main_t and len(main_t) >= 2 and tuple(_tokens(it.text)) == main_t:
+        elif main_t and (len(main_t) >= 2 or after_intro) and tuple(_tokens(it.text)) == main_t:
             text = it.text
             if k + 1 < len(items) and items[k + 1].kind == "para" and _ALTERNATIVE_TITLE_RE.match(items[k + 1].text) \
                     and len(items[k + 1].text.split()) <= 10:
@@ -1155,6 +1249,11 @@ def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]
     for n, node in enumerate(outline.nodes):
         spoken = spoken_heading(node.items[0], node.level)
         body = _body(node)
+        if node.level == "part" and n + 1 < len(outline.nodes) and _title_lines(body):
+            for it in body:  # "THIRD PART" / "LIFE'S TROUBLES AND CLOSE."; "... GLUBBDUBDRIB, AND" / "JAPAN."
+                line = title_case(it.text)
+                spoken = f"{spoken} {line}" if _CONNECTING_END_RE.search(spoken) else _join_title(spoken, line)
+            body = []
         if node.level == "part" and "chapter" in cut and n + 1 < len(outline.nodes) \
                 and outline.nodes[n + 1].level == "chapter" and _epigraph_only(body):
             held, body = body, []  # said after the part's heading, at the start of its first chapter
@@ -1250,6 +1349,14 @@ def _epigraph_only(body: list[_Item]) -> bool:
         and sum(len(t.split()) for t in paras) <= 150 \
         and all(it.epigraph or it.text.lstrip()[:1] in "\"\u201c'\u2018" and _ATTRIBUTED_RE.search(it.text)
                 for it in body if it.kind == "para")
+
+
+def _title_lines(body: list[_Item]) -> bool:
+    """A part's own text is only its title: one or two short lines in capitals, twelve words at most in all
+    ("LIFE'S TROUBLES AND CLOSE. 1823 TO 1827." under "THIRD PART"), said with the part's heading."""
+    paras = [it.text for it in body if it.kind == "para"]
+    return 1 <= len(paras) <= 2 and all(it.kind == "para" for it in body) \
+        and sum(len(t.split()) for t in paras) <= 12 and all(_shouted(t) for t in paras)
 
 
 def _join_all(titles: list[str]) -> str:

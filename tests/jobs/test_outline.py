@@ -1709,3 +1709,93 @@ def test_numbered_letters_bare_arabic_numbers_from_any_start():
     assert titles[0].startswith("250. To G. Del Rio") and titles[7].startswith("257. To the Rechnungsrath")
     assert book.chapters[7].paragraphs[0] == "1818." and book.chapters[8].paragraphs[0] == "1819."
     assert all(not t.startswith(("1818", "1819")) for t in titles)
+
+
+# ------------------------------------------------------------------------------------- round 12 (part B)
+
+
+def test_parts_in_capitals_over_an_epigraph_group_the_chapters_after_them():
+    """Travels with a Donkey (PG 535; three of its five parts, a chapter or two of each): parts headed by a line
+    in capitals ("VELAY", "UPPER GEVAUDAN (continued)") with only an epigraph under them, quotations each over
+    its source in capitals ("SOPHOCLES.", "JOB."), then chapters headed in capitals. The parts group the
+    chapters and are announced at their first chapter, the epigraph said at its start; a source line is no
+    chapter."""
+    book = load_book(STRUCTURE / "travels-with-a-donkey-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "", "Velay. The Donkey, the Pack, and the Pack-Saddle", "The Green Donkey-Driver",
+        "Upper Gevaudan. A Camp in the Dark", "Upper Gevaudan (continued). Across the Goulet",
+        "A Night Among the Pines"]
+    assert [c.part for c in book.chapters] == [None, "Velay", "Velay", "Upper Gevaudan",
+                                               "Upper Gevaudan (continued)", "Upper Gevaudan (continued)"]
+    first = book.chapters[1].paragraphs
+    assert first[1:4] == ["SOPHOCLES.", "Who hath loosed the bands of the wild ass?", "JOB."]
+    assert first[0].startswith("Many are the mighty things") and first[4].startswith("In a little place called")
+    assert book.chapters[4].paragraphs[1] == "OLD PLAY."
+    assert all("UPPER GEVAUDAN" not in p for c in book.chapters for p in c.paragraphs)
+
+
+def test_the_books_title_again_after_its_introduction_heads_the_work():
+    """The Apology (PG 1656, Jowett; the introduction's first and last paragraphs, the speech's first and last):
+    after the translator's "INTRODUCTION." the speech is headed "APOLOGY", the book's one-word title in
+    capitals set apart, like its title page: the speech is the second chapter; the title page's "APOLOGY" is
+    not said again."""
+    book = load_book(STRUCTURE / "apology-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Introduction.", "Apology"]
+    assert book.chapters[1].paragraphs[0].startswith("How you, O Athenians, have been affected")
+    assert all(p != "APOLOGY" for c in book.chapters for p in c.paragraphs)
+
+
+def test_a_volumes_contents_with_part_headings_and_the_imprint_are_not_spoken():
+    """Beethoven's Letters vol. 2 (PG 13272: its title page, the contents with a few entries of each part, the
+    first letters of each part, letter 336's postscript): "CONTENTS OF VOLUME II." labels a list whose parts
+    are headed in it ("SECOND PART." / "LIFE'S MISSION. 1815-1822. (Continued.)" over the entries "216. To
+    Steiner & Co." ...): the label, the part headings and the entries go; so do the publisher's lines
+    ("BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.") and the title page in capitals ("OLMUeTZ", an
+    umlaut written in ASCII, is no prose). The book opens with letter 216."""
+    book = load_book(STRUCTURE / "beethovens-letters-front-excerpt.txt")
+    said = _said(book)
+    for gone in ("CONTENTS", "SECOND PART", "LIFE'S MISSION", "To the Same", "DITSON", "WASHINGTON STREET",
+                 "ARCHDUKE RUDOLPH, CARDINAL", "IN TWO VOLUMES"):
+        assert gone not in said
+    assert book.chapters[0].title == "216. To Steiner & Co."
+
+
+def test_a_part_over_numbered_letters_is_a_part_and_its_title_lines_are_its_title():
+    """Beethoven's Letters vol. 2: "THIRD PART" over the numbered letters, with its title in capitals over two
+    lines under it ("LIFE'S TROUBLES AND CLOSE." / "1823 TO 1827."), is a part, no chapter: announced with
+    its title at letter 315; a "POSTSCRIPT." after letter 336 is that letter's, not a chapter."""
+    book = load_book(STRUCTURE / "beethovens-letters-front-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert [t.split(".")[0] for t in titles] == ["216", "217", "218", "219", "313", "314", "THIRD PART", "316",
+                                                 "335", "336", "337", "338"]
+    third = "THIRD PART. Life's Troubles and Close. 1823 to 1827."
+    assert titles[6] == f"{third} 315. To Zelter."
+    assert [c.part for c in book.chapters[6:]] == [third] * 6
+    letter = book.chapters[9]
+    n = letter.paragraphs.index("Postscript.")
+    assert letter.kind(n) == "heading" and letter.paragraphs[n + 1].startswith("If Y.R.H. should confer")
+
+
+def test_a_parts_title_running_on_to_a_second_line_is_said_with_it():
+    """Gulliver's Travels (PG 829, the first two chapters of Parts II and III): "PART III.  A VOYAGE TO LAPUTA,
+    BALNIBARBI, LUGGNAGG, GLUBBDUBDRIB, AND" / "JAPAN." over two lines: the second line is the part's title
+    too, said with it at its first chapter, not a chapter's text (nor a chapter of its own)."""
+    book = load_book(STRUCTURE / "gulliver-part-title-excerpt.txt")
+    part = "PART III. A Voyage to Laputa, Balnibarbi, Luggnagg, Glubbdubdrib, and Japan."
+    assert [c.title for c in book.chapters] == ["PART II. A Voyage to Brobdingnag. CHAPTER I.", "CHAPTER II.",
+                                                f"{part} CHAPTER I.", "CHAPTER II."]
+    assert book.chapters[2].part == part and book.chapters[2].paragraphs[0].startswith("The author sets out")
+
+
+def test_the_lines_of_a_volumes_title_page_read_as_what_they_are():
+    """Beethoven's Letters vol. 2, its title page and contents label as printed: a label naming the volume it
+    lists, a publisher "& CO." in capitals, and a line in capitals with umlauts written in ASCII ("OLMUeTZ")."""
+    from jobs.ingest.common import _CONTENTS_LABEL_RE, _is_prose
+    from jobs.ingest.outline import _PUBLISHER_RE
+
+    assert _CONTENTS_LABEL_RE.match("CONTENTS OF VOLUME II.")
+    assert not _CONTENTS_LABEL_RE.match("Contents of the letter")
+    assert _PUBLISHER_RE.search("BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET. NEW YORK: C.H. DITSON & CO.")
+    assert not _is_prose("LETTERS TO THE ARCHDUKE RUDOLPH, CARDINAL-ARCHBISHOP OF OLMUeTZ, K.W., FROM THE "
+                         "COLLECTION OF DR. LUDWIG RITTER VON KOeCHEL.")
+    assert _is_prose("Moedling, Sept. 14, 1819. The bearer brings the money.")
