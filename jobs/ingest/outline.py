@@ -174,19 +174,20 @@ def _strip_number(s: str) -> str:
     return _LEADING_NUMBER_RE.sub("", s, count=1)
 
 
-def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]], int]:
+def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], list[list[tuple[str, ...]]], int]:
     """Drop confirmed contents-list blocks (with their "Contents" label and the contents headings
-    between the label and the block); others become paragraphs again. Returns the items, the titles
-    the contents named (evidence for headings) and the position after the last contents list."""
+    between the label and the block); others become paragraphs again. Returns the items, the entries
+    the contents named, each as the forms of its words (:func:`_entry_forms`: evidence for headings),
+    and the position after the last contents list."""
     out: list[_Item] = []
-    named: set[tuple[str, ...]] = set()
+    entries: list[list[tuple[str, ...]]] = []
     after = 0
     for k, it in enumerate(items):
         if it.kind != "toc":
             out.append(it)
             continue
         if _confirmed_toc(items, k):
-            named.update(form for e in it.entries or [] for form in _entry_forms(e))
+            entries.extend(_entry_forms(e) for e in it.entries or [])
             j = len(out)
             while j and out[j - 1].kind == "heading":
                 j -= 1  # headings right before a contents block are its group labels ("BOOK I")
@@ -196,7 +197,18 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
             after = len(out)
         else:
             out.append(_Item("para", it.text))
-    return out, named, after
+    return out, entries, after
+
+
+def _all_listed(items: list[_Item], entries: list[list[tuple[str, ...]]], after: int) -> bool:
+    """Every entry of the contents list (three or more) names a heading line after the list, by its
+    words or a form of them (:func:`_entry_forms`), the heading's number aside: the list is the book's
+    whole table of its chapters, none left for a line it misprints."""
+    heads: set[tuple[str, ...]] = set()
+    for it in items[after:]:
+        if it.kind == "heading":
+            heads.update((tuple(_tokens(it.text)), tuple(_tokens(_strip_number(it.text)))))
+    return len(entries) >= 3 and all(any(form in heads for form in forms) for forms in entries)
 
 
 _SENTENCE_STOP_RE = re.compile(r"[.!?](?:\s|$)")
@@ -291,7 +303,7 @@ _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", 
 _ORDINAL_LINE_RE = re.compile(rf"^({'|'.join(_ORDINALS)})\s+\w+\.?$", re.I)
 
 
-def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> list[_Item]:
+def _promote_caps(items: list[_Item], title: str, author: str | None = None, listed: bool = False) -> list[_Item]:
     """Title-only headings: short lines in capitals set apart by two or more blank lines ("STORY OF
     THE DOOR", "HANS IN LUCK") are chapter headings when there are three or more of them, each
     followed by text (or by the numbered heading of its first part), and the book has no numbered
@@ -304,7 +316,13 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
     ("With a Preface by RICHARD LE GALLIENNE.": the preface's signature). Where five or more of them are
     single letters (a dictionary's "A" ... "Z", see ``jobs.ingest.text._letter_headings``), only the
     letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
-    capitals set apart among the letters are an entry's word or a verse's title."""
+    capitals set apart among the letters are an entry's word or a verse's title. Where the book's contents
+    list names a heading for every one of its entries (``listed``, :func:`_all_listed`), it is the table of
+    the chapters and no line it leaves out is one: lines in capitals set apart inside the chapters are a
+    picture's placeholder ("GRAPHIC"), a decoded cipher ("AM HERE ABE SLANEY."), a signature or a
+    headline quoted in the text ("MURDER IN WESTMINSTER")."""
+    if listed:
+        return items
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
@@ -1013,9 +1031,9 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
     items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
-    items, named, after = _resolve_toc(items)
-    items = _promote_named(items, named, after, title)
-    items = _promote_caps(items, title, author)
+    items, entries, after = _resolve_toc(items)
+    items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
+    items = _promote_caps(items, title, author, listed=_all_listed(items, entries, after))
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
     notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]

@@ -1709,3 +1709,24 @@ def test_numbered_letters_bare_arabic_numbers_from_any_start():
     assert titles[0].startswith("250. To G. Del Rio") and titles[7].startswith("257. To the Rechnungsrath")
     assert book.chapters[7].paragraphs[0] == "1818." and book.chapters[8].paragraphs[0] == "1819."
     assert all(not t.startswith(("1818", "1819")) for t in titles)
+
+
+RETURN = STRUCTURE / "return-of-sherlock-holmes-excerpt.txt"
+"""The Return of Sherlock Holmes (PG 108, ASCII, CRLF; each story's opening and, from four of them, the pages
+with lines set apart): an indented "CONTENTS:" in title case naming the 13 stories, each story headed by its
+title in capitals alone ("THE ADVENTURE OF THE EMPTY HOUSE"); inside the stories, lines in capitals set apart
+that are no titles: "GRAPHIC" where the dancing men were drawn, the decoded ciphers ("AM HERE ABE SLANEY.",
+"A. ELRI. ES."), "GRAPHIC: HOLMES' MAP OF THE NEIGHBORHOOD OF THE SCHOOL.", a telegram's '"LESTRADE."' and
+the newspaper's headline "MURDER IN WESTMINSTER"."""
+
+
+def test_a_contents_list_naming_every_title_leaves_other_lines_in_capitals_as_text():
+    book = load_book(RETURN)
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 13
+    assert titles[0] == "The Adventure of the Empty House" and titles[-1] == "The Adventure of the Second Stain"
+    dancing = book.chapters[2].paragraphs
+    for line in ("GRAPHIC", "AM HERE ABE SLANEY.", "A. ELRI. ES.", "ELSIE .RE.ARE TO MEET THY GO."):
+        assert line in dancing
+    assert "MURDER IN WESTMINSTER" in book.chapters[12].paragraphs
+    assert '"LESTRADE."' in book.chapters[7].paragraphs
