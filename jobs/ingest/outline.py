@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
-from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import _ORDINAL_HEADING_RE, _Item, _match_heading, _number_value, _roman_value
+from jobs.ingest.matter import _producer_notes, _the_end
+from jobs.ingest.text import _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading, _number_value, _roman_value
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -313,7 +313,8 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     more such lines set the pattern, a line in capitals after a single blank line that stands
     between two paragraphs of prose is one too. The book's own title line is not one, nor is its author's
     name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio"), nor a name the title page credits
-    ("With a Preface by RICHARD LE GALLIENNE.": the preface's signature). Where five or more of them are
+    ("With a Preface by RICHARD LE GALLIENNE.": the preface's signature), nor the line that closes the text
+    ("THE END", "F  I  N  I  S.": what follows it is no chapter, see ``jobs.ingest.matter``). Where five or more of them are
     single letters (a dictionary's "A" ... "Z", see ``jobs.ingest.text._letter_headings``), only the
     letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
     capitals set apart among the letters are an entry's word or a verse's title. Where the book's contents
@@ -341,7 +342,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
                 and tuple(_tokens(it.text)) not in (title_t, author_t) and tuple(_tokens(it.text)) not in credited
-                and not _BY_RE.match(it.text)
+                and not _BY_RE.match(it.text) and not _the_end(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
     cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
@@ -701,14 +702,15 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
-                         r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
+                         r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
                          re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
-edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888")."""
+edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888", "A new
+edition, with several additions in the body of the work.")."""
 
 _ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s+(?:to|on)\s+(?:the|this)\s+"
                                r"(?:project\s+gutenberg\s+)?(?:e-?text|e-?book|electronic\s+(?:edition|text|version))\b",
@@ -722,21 +724,35 @@ _CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:i
 """The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
 
 
+_ROMAN_YEAR_RE = re.compile(r"^M{1,2}(?:CM|CD|D?C{0,4})(?:XC|XL|L?X{0,4})(?:IX|IV|V?I{0,4})\.?$")
+"""A year in roman numerals alone, an imprint's date ("MDCCLXXVI")."""
+
+
+def _imprint_line(t: str) -> bool:
+    """A publisher's, printer's or producer's line of the title page (:data:`_IMPRINT_RE`, :data:`_PUBLISHER_RE`,
+    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`), or its date alone in roman numerals ("MDCCLXXVI")."""
+    n = len(t.split())
+    return bool(_IMPRINT_RE.search(t) and n <= 120 or _PUBLISHER_RE.search(t) and n <= 30
+                or _ADDRESS_RE.search(t) and n <= 12 or _PRINTING_RE.search(t) and n <= 25
+                or len(t.strip(" .")) >= 4 and _ROMAN_YEAR_RE.match(t.strip()))
+
+
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
     (copyright, "All rights reserved", "Printed in ...", an edition's production note, a publisher's
-    street address, a printing history's lines "Reprinted April, June 1891; March 1892."), a play's cast
+    street address, a printing history's lines "Reprinted April, June 1891; March 1892.", the date in roman
+    numerals "MDCCLXXVI" and the place of publication in capitals over the printer's line), the title again with
+    its byline under it ("Common Sense" / "By Thomas Paine": the announcement says both), a play's cast
     list from its label ("Dramatis Personae") on, and the contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
     cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
     if cast is not None:
         front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
-    front = _without_etext_prefaces(front)
-    paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
-             and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)
-             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)
-             and not (_ADDRESS_RE.search(it.text) and len(it.text.split()) <= 12)
-             and not (_PRINTING_RE.search(it.text) and len(it.text.split()) <= 25)]
+    front = [it for it in _without_etext_prefaces(front) if it.kind == "para"]
+    imprint = [_imprint_line(it.text) for it in front]
+    # the place of publication over the printer's line ("PHILADELPHIA" / "Printed and sold by W. & T. Bradford")
+    place = {n for n, it in enumerate(front[:-1]) if imprint[n + 1] and _caps_line(it.text) and len(it.text.split()) <= 2}
+    paras = [it for n, it in enumerate(front) if not _NOTE_RE.match(it.text) and not imprint[n] and n not in place]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     paras = _without_other_books(paras)
@@ -749,7 +765,8 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
         start += 1
     kept = paras[start:]
     title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
-    kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t, ("by",))
+    byline = title_t + ("by",) + author_t  # a half-title with its byline in one block: "Common Sense" / "By Thomas Paine"
+    kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t, ("by",), byline)
             and not _BY_RE.match(it.text) and not _CONTENTS_LABEL_RE.match(it.text)]
     texts = [it.text for it in kept]
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
@@ -1051,7 +1068,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                     and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
     items = [it for k, it in enumerate(items) if k not in half]
-    items = _openings_named(items, title)
+    items = _addresses_announced(_openings_named(items, title))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
     if first is not None and items[first].style in PART_STYLES and title_t \
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
@@ -1072,7 +1089,16 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
         else:
             front.append(it)
     _epigraphs_forward(front, nodes)
-    return Outline(_front(front, title, author), nodes)
+    return Outline(_front(_without_listed_titles(front, nodes), title, author), nodes)
+
+
+def _without_listed_titles(front: list[_Item], nodes: list[Node]) -> list[_Item]:
+    """A paragraph of the front matter that names three or more of the chapters' titles, those names making
+    half its words (:func:`_lists_titles`), is the book's contents run together in one block (a title page's
+    "SUBJECTS": "Of the Origin and Design of Government in general, with concise Remarks on the English
+    Constitution. Of Monarchy and Hereditary Succession ..."): not spoken, as in an EPUB's first pages."""
+    titles = [t for nd in nodes for t in {tuple(_tokens(nd.title)), tuple(_tokens(_strip_number(nd.title)))} if t]
+    return [it for it in front if not (it.kind == "para" and _lists_titles(it.text, titles))]
 
 
 _TO_READER_LINE_RE = re.compile(r"^(?:the\s+\w+\s+)?to\s+the\s+reader\b", re.I)
@@ -1115,6 +1141,39 @@ def _openings_named(items: list[_Item], title: str) -> list[_Item]:
             else:
                 skip.discard(k + 1)
     return [it for k, it in enumerate(out) if k not in skip]
+
+
+_ADDED_ADDRESS_RE = re.compile(r"\b(?:address|letter|epistle)\s+to\s+(?:the\s+)?(?P<whom>[^.;:!?]+)", re.I)
+"""What a title page says the book adds: "together with an address to the people called Quakers"."""
+_ADDRESS_OPENING_RE = re.compile(r"^\W*to\s+\S", re.I)
+
+
+def _addresses_announced(items: list[_Item]) -> list[_Item]:
+    """An address that the title page says the book adds ("To which is added an appendix; together with an
+    address to the people called Quakers.") heads a chapter where the text opens it: a paragraph after the
+    first heading that starts "To ..." and names those it is addressed to (the title page's words for them,
+    "people called Quakers", in a row), one sentence of 80 words at most, with prose under it ("To the
+    Representatives of the Religious Society of the People called Quakers, or to so many of them as were
+    concerned in publishing the late piece, entitled ...")."""
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
+    if first is None:
+        return items
+    whom = [tuple(_tokens(m.group("whom"))) for it in items[:first] if it.kind == "para"
+            for m in _ADDED_ADDRESS_RE.finditer(it.text)]
+    whom = [w for w in whom if 2 <= len(w) <= 8]
+    if not whom:
+        return items
+    out = list(items)
+    for k in range(first + 1, len(items) - 1):
+        it, nxt = items[k], items[k + 1]
+        if it.kind != "para" or not _ADDRESS_OPENING_RE.match(it.text) or len(it.text.split()) > 80 \
+                or _SENTENCE_STOP_RE.search(it.text.rstrip(" .\"'\u201d\u2019")) \
+                or nxt.kind != "para" or not _is_prose(nxt.text):
+            continue
+        toks = tuple(_tokens(it.text))
+        if any(toks[i:i + len(w)] == w for w in whom for i in range(len(toks) - len(w) + 1)):
+            out[k] = _Item("heading", it.text, style="named")
+    return out
 
 
 def _epigraphs_forward(front: list[_Item], nodes: list[Node]) -> None:
