@@ -319,11 +319,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
     capitals set apart among the letters are an entry's word or a verse's title. Where the book's contents
     list names a heading for every one of its entries (``listed``, :func:`_all_listed`), it is the table of
-    the chapters and no line it leaves out is one: lines in capitals set apart inside the chapters are a
-    picture's placeholder ("GRAPHIC"), a decoded cipher ("AM HERE ABE SLANEY."), a signature or a
-    headline quoted in the text ("MURDER IN WESTMINSTER")."""
-    if listed:
-        return items
+    the chapters and no line it leaves out after its first entry's heading is one: lines in capitals set
+    apart inside the chapters are a picture's placeholder ("GRAPHIC"), a decoded cipher ("AM HERE ABE
+    SLANEY."), a signature or a headline quoted in the text ("MURDER IN WESTMINSTER"); one before the
+    first entry's heading (a preface the list leaves out) may still be one."""
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman"}
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
@@ -345,7 +344,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 and not _BY_RE.match(it.text) and not _the_end(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
-    cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
+    # where the contents names every chapter, the lines from its first entry's heading on are text
+    limit = next((k for k, it in enumerate(items) if it.kind == "heading" and it.style == "contents"),
+                 len(items)) if listed else len(items)
+    cands = [k for k, it in enumerate(items) if k < limit and cand(k, it, 2)]
     # a line naming the notes of the title above it ("NOTES TO HANS PFAAL") is no chapter: its notes stay
     # with that chapter, as under a "FOOTNOTES." label
     above, notes = "", set()
@@ -379,7 +381,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
         cands = [k for k in cands if k < letters[0] or k in letters]
     elif len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
         cands = sorted(set(cands) | {k for k, it in enumerate(items)
-                                     if cand(k, it, 1) and k and items[k - 1].kind == "para"
+                                     if k < limit and cand(k, it, 1) and k and items[k - 1].kind == "para"
                                      and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})
     out = list(items)
     for k in cands:
