@@ -1056,7 +1056,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
     notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]
-    items = _labelled_entry_runs(items)
+    items = _without_bylines(_labelled_entry_runs(items), author)
     items = _heading_runs(items)
     items = _listed_ahead(items)
     items = _cast_lists(items)
@@ -1101,6 +1101,15 @@ def _without_listed_titles(front: list[_Item], nodes: list[Node]) -> list[_Item]
     Constitution. Of Monarchy and Hereditary Succession ..."): not spoken, as in an EPUB's first pages."""
     titles = [t for nd in nodes for t in {tuple(_tokens(nd.title)), tuple(_tokens(_strip_number(nd.title)))} if t]
     return [it for it in front if not (it.kind == "para" and _lists_titles(it.text, titles))]
+
+
+def _without_bylines(items: list[_Item], author: str | None) -> list[_Item]:
+    """A line that only says "by" and the book's author ("by EMILY DICKINSON" on the title page of a later series
+    inside the book) is a byline the announcement has said: never spoken, wherever it stands."""
+    byline = ("by",) + tuple(_tokens(author or ""))
+    if len(byline) < 2:
+        return items
+    return [it for it in items if not (it.kind == "para" and tuple(_tokens(it.text)) == byline)]
 
 
 _TO_READER_LINE_RE = re.compile(r"^(?:the\s+\w+\s+)?to\s+the\s+reader\b", re.I)

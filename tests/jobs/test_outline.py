@@ -1773,3 +1773,15 @@ def test_a_title_pages_edition_note_imprint_subjects_and_half_title_with_byline_
         assert phrase not in said
     assert book.announcement() == "Common Sense, by Thomas Paine."
     assert said.count("Common Sense") == 1  # the announcement
+
+
+def test_a_byline_repeating_the_announced_author_is_not_spoken_inside_the_book():
+    """Poems: Three Series, Complete (PG 12242; the first series' opening and close, the second series' title
+    page): each series opens with its own title page, "POEMS" / "by EMILY DICKINSON" / "Second Series" /
+    "Edited by two of her friends"; the byline says again what the announcement said ("..., by Emily
+    Dickinson.") and is not spoken there either."""
+    book = load_book(STRUCTURE / "dickinson-series-excerpt.txt")
+    assert book.announcement() == "Poems: Three Series, Complete, by Emily Dickinson."
+    paras = [p for c in book.chapters for p in c.paragraphs]
+    assert "Second Series" in paras
+    assert not any(p.lower() == "by emily dickinson" for p in paras)
