@@ -177,7 +177,8 @@ def _advertisements(paras: list[str]) -> int | None:
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
     "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
-    paragraphs; the last chapter's text after a "THE END" line; a short last chapter about Project
+    paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also letter-spaced: :func:`_the_end`);
+    a short last chapter about Project
     Gutenberg ("More Info"); a trailing "About the Author" section
     inside the last chapter (a heading-like
     paragraph of its own, followed by at most 400 words)."""
