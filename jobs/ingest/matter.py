@@ -43,6 +43,15 @@ def _printer_line(p: str) -> bool:
 
 
 _THE_END_RE = re.compile(r"^[_*\s]*(?:the\s+end|finis)[.!_*\s]*$", re.I)
+_LETTER_SPACED_RE = re.compile(r"^[\W_]*[A-Za-z](?:\s+[A-Za-z])+[\W_]*$")
+
+
+def _the_end(p: str) -> bool:
+    """The line that closes a book's text: "THE END", "Finis", also letter-spaced ("F  I  N  I  S.",
+    "T H E   E N D")."""
+    if _LETTER_SPACED_RE.match(p):
+        return re.fullmatch(r"[\W_]*(?:theend|finis)[.!_*]*", re.sub(r"\s+", "", p), re.I) is not None
+    return _THE_END_RE.match(p) is not None
 
 
 def _is_copyright_chapter(ch: Chapter) -> bool:
@@ -168,7 +177,8 @@ def _advertisements(paras: list[str]) -> int | None:
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
     "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
-    paragraphs; the last chapter's text after a "THE END" line; a short last chapter about Project
+    paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also letter-spaced: :func:`_the_end`);
+    a short last chapter about Project
     Gutenberg ("More Info"); a trailing "About the Author" section
     inside the last chapter (a heading-like
     paragraph of its own, followed by at most 400 words)."""
@@ -188,7 +198,7 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         if k == n - 1:
             while len(kept) > 1 and _printer_line(paras[-1]):
                 kept, paras = kept[:-1], paras[:-1]  # the printer's line under the last page
-            end = next((j for j, para in enumerate(paras) if _THE_END_RE.match(para)), None)
+            end = next((j for j, para in enumerate(paras) if _the_end(para)), None)
             if end is not None:
                 kept = kept[:end + 1]  # after "THE END": the publisher's advertisements
                 paras = paras[:end + 1]

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
-from jobs.ingest.matter import _producer_notes
-from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _match_heading, _number_value,
-                               _roman_value)
+from jobs.ingest.matter import _producer_notes, _the_end
+from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
+                               _number_value, _roman_value)
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -191,19 +191,20 @@ def _group_start(out: list[_Item], labelled: bool) -> int:
     return j
 
 
-def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]], int]:
+def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], list[list[tuple[str, ...]]], int]:
     """Drop confirmed contents-list blocks (with their "Contents" label and the contents headings
-    between the label and the block); others become paragraphs again. Returns the items, the titles
-    the contents named (evidence for headings) and the position after the last contents list."""
+    between the label and the block); others become paragraphs again. Returns the items, the entries
+    the contents named, each as the forms of its words (:func:`_entry_forms`: evidence for headings),
+    and the position after the last contents list."""
     out: list[_Item] = []
-    named: set[tuple[str, ...]] = set()
+    entries: list[list[tuple[str, ...]]] = []
     after = 0
     for k, it in enumerate(items):
         if it.kind != "toc":
             out.append(it)
             continue
         if _confirmed_toc(items, k):
-            named.update(form for e in it.entries or [] for form in _entry_forms(e))
+            entries.extend(_entry_forms(e) for e in it.entries or [])
             j = _group_start(out, it.label)
             if j and out[j - 1].kind == "para" and _CONTENTS_LABEL_RE.match(out[j - 1].text):
                 j -= 1
@@ -211,7 +212,18 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], set[tuple[str, ...]],
             after = len(out)
         else:
             out.append(_Item("para", it.text))
-    return out, named, after
+    return out, entries, after
+
+
+def _all_listed(items: list[_Item], entries: list[list[tuple[str, ...]]], after: int) -> bool:
+    """Every entry of the contents list (three or more) names a heading line after the list, by its
+    words or a form of them (:func:`_entry_forms`), the heading's number aside: the list is the book's
+    whole table of its chapters, none left for a line it misprints."""
+    heads: set[tuple[str, ...]] = set()
+    for it in items[after:]:
+        if it.kind == "heading":
+            heads.update((tuple(_tokens(it.text)), tuple(_tokens(_strip_number(it.text)))))
+    return len(entries) >= 3 and all(any(form in heads for form in forms) for forms in entries)
 
 
 _SENTENCE_STOP_RE = re.compile(r"[.!?](?:\s|$)")
@@ -306,7 +318,7 @@ _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", 
 _ORDINAL_LINE_RE = re.compile(rf"^({'|'.join(_ORDINALS)})\s+\w+\.?$", re.I)
 
 
-def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> list[_Item]:
+def _promote_caps(items: list[_Item], title: str, author: str | None = None, listed: bool = False) -> list[_Item]:
     """Title-only headings: short lines in capitals set apart by two or more blank lines ("STORY OF
     THE DOOR", "HANS IN LUCK") are chapter headings when there are three or more of them, each
     followed by text (or by the numbered heading of its first part), and the book has no numbered
@@ -316,10 +328,16 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
     more such lines set the pattern, a line in capitals after a single blank line that stands
     between two paragraphs of prose is one too. The book's own title line is not one, nor is its author's
     name on the title page ("SHERWOOD ANDERSON" over "Winesburg, Ohio"), nor a name the title page credits
-    ("With a Preface by RICHARD LE GALLIENNE.": the preface's signature). Where five or more of them are
+    ("With a Preface by RICHARD LE GALLIENNE.": the preface's signature), nor the line that closes the text
+    ("THE END", "F  I  N  I  S.": what follows it is no chapter, see ``jobs.ingest.matter``). Where five or more of them are
     single letters (a dictionary's "A" ... "Z", see ``jobs.ingest.text._letter_headings``), only the
     letters are from the first letter on ("AUTHOR'S PREFACE" before it still is): the other lines in
-    capitals set apart among the letters are an entry's word or a verse's title."""
+    capitals set apart among the letters are an entry's word or a verse's title. Where the book's contents
+    list names a heading for every one of its entries (``listed``, :func:`_all_listed`), it is the table of
+    the chapters and no line it leaves out after its first entry's heading is one: lines in capitals set
+    apart inside the chapters are a picture's placeholder ("GRAPHIC"), a decoded cipher ("AM HERE ABE
+    SLANEY."), a signature or a headline quoted in the text ("MURDER IN WESTMINSTER"); one before the
+    first entry's heading (a preface the list leaves out) may still be one."""
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman", "number"}  # "number": a letter's "216." alone
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
@@ -338,10 +356,13 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
                 and tuple(_tokens(it.text)) not in (title_t, author_t) and tuple(_tokens(it.text)) not in credited
-                and not _BY_RE.match(it.text)
+                and not _BY_RE.match(it.text) and not _the_end(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
-    cands = [k for k, it in enumerate(items) if cand(k, it, 2)]
+    # where the contents names every chapter, the lines from its first entry's heading on are text
+    limit = next((k for k, it in enumerate(items) if it.kind == "heading" and it.style == "contents"),
+                 len(items)) if listed else len(items)
+    cands = [k for k, it in enumerate(items) if k < limit and cand(k, it, 2)]
     # a line naming the notes of the title above it ("NOTES TO HANS PFAAL") is no chapter: its notes stay
     # with that chapter, as under a "FOOTNOTES." label
     above, notes = "", set()
@@ -375,7 +396,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None) -> 
         cands = [k for k in cands if k < letters[0] or k in letters]
     elif len(cands) + named >= 6:  # the pattern is set: the same lines after one blank line, between prose
         cands = sorted(set(cands) | {k for k, it in enumerate(items)
-                                     if cand(k, it, 1) and k and items[k - 1].kind == "para"
+                                     if k < limit and cand(k, it, 1) and k and items[k - 1].kind == "para"
                                      and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})
     out = list(items)
     for k in cands:
@@ -764,14 +785,15 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
-                         r"|^\W*(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
+                         r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
                          re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
 """A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
-edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888")."""
+edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888", "A new
+edition, with several additions in the body of the work.")."""
 
 _ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s+(?:to|on)\s+(?:the|this)\s+"
                                r"(?:project\s+gutenberg\s+)?(?:e-?text|e-?book|electronic\s+(?:edition|text|version))\b",
@@ -785,21 +807,35 @@ _CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:i
 """The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
 
 
+_ROMAN_YEAR_RE = re.compile(r"^M{1,2}(?:CM|CD|D?C{0,4})(?:XC|XL|L?X{0,4})(?:IX|IV|V?I{0,4})\.?$")
+"""A year in roman numerals alone, an imprint's date ("MDCCLXXVI")."""
+
+
+def _imprint_line(t: str) -> bool:
+    """A publisher's, printer's or producer's line of the title page (:data:`_IMPRINT_RE`, :data:`_PUBLISHER_RE`,
+    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`), or its date alone in roman numerals ("MDCCLXXVI")."""
+    n = len(t.split())
+    return bool(_IMPRINT_RE.search(t) and n <= 120 or _PUBLISHER_RE.search(t) and n <= 30
+                or _ADDRESS_RE.search(t) and n <= 12 or _PRINTING_RE.search(t) and n <= 25
+                or len(t.strip(" .")) >= 4 and _ROMAN_YEAR_RE.match(t.strip()))
+
+
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
     (copyright, "All rights reserved", "Printed in ...", an edition's production note, a publisher's
-    street address, a printing history's lines "Reprinted April, June 1891; March 1892."), a play's cast
+    street address, a printing history's lines "Reprinted April, June 1891; March 1892.", the date in roman
+    numerals "MDCCLXXVI" and the place of publication in capitals over the printer's line), the title again with
+    its byline under it ("Common Sense" / "By Thomas Paine": the announcement says both), a play's cast
     list from its label ("Dramatis Personae") on, and the contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
     cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
     if cast is not None:
         front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
-    front = _without_etext_prefaces(front)
-    paras = [it for it in front if it.kind == "para" and not _NOTE_RE.match(it.text)
-             and not (_IMPRINT_RE.search(it.text) and len(it.text.split()) <= 120)
-             and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 30)
-             and not (_ADDRESS_RE.search(it.text) and len(it.text.split()) <= 12)
-             and not (_PRINTING_RE.search(it.text) and len(it.text.split()) <= 25)]
+    front = [it for it in _without_etext_prefaces(front) if it.kind == "para"]
+    imprint = [_imprint_line(it.text) for it in front]
+    # the place of publication over the printer's line ("PHILADELPHIA" / "Printed and sold by W. & T. Bradford")
+    place = {n for n, it in enumerate(front[:-1]) if imprint[n + 1] and _caps_line(it.text) and len(it.text.split()) <= 2}
+    paras = [it for n, it in enumerate(front) if not _NOTE_RE.match(it.text) and not imprint[n] and n not in place]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
     paras = _without_other_books(paras)
@@ -812,7 +848,8 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
         start += 1
     kept = paras[start:]
     title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
-    kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t, ("by",))
+    byline = title_t + ("by",) + author_t  # a half-title with its byline in one block: "Common Sense" / "By Thomas Paine"
+    kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t, ("by",), byline)
             and not _BY_RE.match(it.text) and not _CONTENTS_LABEL_RE.match(it.text)]
     texts = [it.text for it in kept]
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
@@ -1094,13 +1131,13 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
     """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
     items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
-    items, named, after = _resolve_toc(items)
-    items = _promote_named(items, named, after, title)
-    items = _epigraph_parts(_promote_caps(items, title, author))
+    items, entries, after = _resolve_toc(items)
+    items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
+    items = _epigraph_parts(_promote_caps(items, title, author, listed=_all_listed(items, entries, after)))
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
     notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]
-    items = _labelled_entry_runs(items)
+    items = _without_bylines(_labelled_entry_runs(items), author)
     items = _heading_runs(items)
     items = _listed_ahead(items)
     items = _cast_lists(items)
@@ -1114,7 +1151,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                     and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
     items = [it for k, it in enumerate(items) if k not in half]
-    items = _openings_named(items, title)
+    items = _addresses_announced(_openings_named(items, title))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
     if first is not None and items[first].style in PART_STYLES and title_t \
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
@@ -1135,7 +1172,25 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
         else:
             front.append(it)
     _epigraphs_forward(front, nodes)
-    return Outline(_front(front, title, author), nodes)
+    return Outline(_front(_without_listed_titles(front, nodes), title, author), nodes)
+
+
+def _without_listed_titles(front: list[_Item], nodes: list[Node]) -> list[_Item]:
+    """A paragraph of the front matter that names three or more of the chapters' titles, those names making
+    half its words (:func:`_lists_titles`), is the book's contents run together in one block (a title page's
+    "SUBJECTS": "Of the Origin and Design of Government in general, with concise Remarks on the English
+    Constitution. Of Monarchy and Hereditary Succession ..."): not spoken, as in an EPUB's first pages."""
+    titles = [t for nd in nodes for t in {tuple(_tokens(nd.title)), tuple(_tokens(_strip_number(nd.title)))} if t]
+    return [it for it in front if not (it.kind == "para" and _lists_titles(it.text, titles))]
+
+
+def _without_bylines(items: list[_Item], author: str | None) -> list[_Item]:
+    """A line that only says "by" and the book's author ("by EMILY DICKINSON" on the title page of a later series
+    inside the book) is a byline the announcement has said: never spoken, wherever it stands."""
+    byline = ("by",) + tuple(_tokens(author or ""))
+    if len(byline) < 2:
+        return items
+    return [it for it in items if not (it.kind == "para" and tuple(_tokens(it.text)) == byline)]
 
 
 _TO_READER_LINE_RE = re.compile(r"^(?:the\s+\w+\s+)?to\s+the\s+reader\b", re.I)
@@ -1191,6 +1246,39 @@ def _openings_named(items: list[_Item], title: str) -> list[_Item]:
             else:
                 skip.discard(k + 1)
     return [it for k, it in enumerate(out) if k not in skip]
+
+
+_ADDED_ADDRESS_RE = re.compile(r"\b(?:address|letter|epistle)\s+to\s+(?:the\s+)?(?P<whom>[^.;:!?]+)", re.I)
+"""What a title page says the book adds: "together with an address to the people called Quakers"."""
+_ADDRESS_OPENING_RE = re.compile(r"^\W*to\s+\S", re.I)
+
+
+def _addresses_announced(items: list[_Item]) -> list[_Item]:
+    """An address that the title page says the book adds ("To which is added an appendix; together with an
+    address to the people called Quakers.") heads a chapter where the text opens it: a paragraph after the
+    first heading that starts "To ..." and names those it is addressed to (the title page's words for them,
+    "people called Quakers", in a row), one sentence of 80 words at most, with prose under it ("To the
+    Representatives of the Religious Society of the People called Quakers, or to so many of them as were
+    concerned in publishing the late piece, entitled ...")."""
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
+    if first is None:
+        return items
+    whom = [tuple(_tokens(m.group("whom"))) for it in items[:first] if it.kind == "para"
+            for m in _ADDED_ADDRESS_RE.finditer(it.text)]
+    whom = [w for w in whom if 2 <= len(w) <= 8]
+    if not whom:
+        return items
+    out = list(items)
+    for k in range(first + 1, len(items) - 1):
+        it, nxt = items[k], items[k + 1]
+        if it.kind != "para" or not _ADDRESS_OPENING_RE.match(it.text) or len(it.text.split()) > 80 \
+                or _SENTENCE_STOP_RE.search(it.text.rstrip(" .\"'\u201d\u2019")) \
+                or nxt.kind != "para" or not _is_prose(nxt.text):
+            continue
+        toks = tuple(_tokens(it.text))
+        if any(toks[i:i + len(w)] == w for w in whom for i in range(len(toks) - len(w) + 1)):
+            out[k] = _Item("heading", it.text, style="named")
+    return out
 
 
 def _epigraphs_forward(front: list[_Item], nodes: list[Node]) -> None:

@@ -566,6 +566,14 @@ def _caps_line(s: str) -> bool:
             and (s[0].isupper() or s[0].isdigit() or s[0] in _OPEN_CHARS) and not s.endswith((",", ";", ":")))
 
 
+def _caps_title_lines(lines: list[str]) -> bool:
+    """A title in capitals printed over two lines, the first left unfinished ("OF THE ORIGIN AND DESIGN OF
+    GOVERNMENT IN GENERAL," / "WITH CONCISE REMARKS ON THE ENGLISH CONSTITUTION."): each line in capitals, the
+    first ending in a comma or a connecting word; it can head a chapter like a title on one line."""
+    return len(lines) == 2 and _CONNECTING_END_RE.search(lines[0]) is not None \
+        and _caps_line(lines[0].rstrip(",;:-\u2014 \t")) and _caps_line(lines[1])
+
+
 _TOC_ENTRY_RE = re.compile(
     rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]|['\u2019]))?[.:)]?[ \t]*"
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
@@ -919,7 +927,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             _add_para(items, lines)
             if len(items) > n_items and items[-1].kind == "para":
                 items[-1].apart = gaps[i - 1]  # blank lines before it (a title line set apart has two or more)
-            if len(lines) == 1 and items and items[-1].kind == "para" and _caps_line(items[-1].text):
+            if items and items[-1].kind == "para" and (len(lines) == 1 and _caps_line(items[-1].text)
+                                                       or _caps_title_lines(lines)):
                 items[-1].caps = True
             continue
         if j < len(lines):

@@ -1799,3 +1799,79 @@ def test_the_lines_of_a_volumes_title_page_read_as_what_they_are():
     assert not _is_prose("LETTERS TO THE ARCHDUKE RUDOLPH, CARDINAL-ARCHBISHOP OF OLMUeTZ, K.W., FROM THE "
                          "COLLECTION OF DR. LUDWIG RITTER VON KOeCHEL.")
     assert _is_prose("Moedling, Sept. 14, 1819. The bearer brings the money.")
+
+
+RETURN = STRUCTURE / "return-of-sherlock-holmes-excerpt.txt"
+"""The Return of Sherlock Holmes (PG 108, ASCII, CRLF; each story's opening and, from four of them, the pages
+with lines set apart): an indented "CONTENTS:" in title case naming the 13 stories, each story headed by its
+title in capitals alone ("THE ADVENTURE OF THE EMPTY HOUSE"); inside the stories, lines in capitals set apart
+that are no titles: "GRAPHIC" where the dancing men were drawn, the decoded ciphers ("AM HERE ABE SLANEY.",
+"A. ELRI. ES."), "GRAPHIC: HOLMES' MAP OF THE NEIGHBORHOOD OF THE SCHOOL.", a telegram's '"LESTRADE."' and
+the newspaper's headline "MURDER IN WESTMINSTER"."""
+
+
+def test_a_contents_list_naming_every_title_leaves_other_lines_in_capitals_as_text():
+    book = load_book(RETURN)
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 13
+    assert titles[0] == "The Adventure of the Empty House" and titles[-1] == "The Adventure of the Second Stain"
+    dancing = book.chapters[2].paragraphs
+    for line in ("GRAPHIC", "AM HERE ABE SLANEY.", "A. ELRI. ES.", "ELSIE .RE.ARE TO MEET THY GO."):
+        assert line in dancing
+    assert "MURDER IN WESTMINSTER" in book.chapters[12].paragraphs
+    assert '"LESTRADE."' in book.chapters[7].paragraphs
+
+
+COMMON_SENSE = STRUCTURE / "common-sense-excerpt.txt"
+"""Common Sense (PG 147, UTF-8, CRLF; each section's opening): the 1776 title page (the title over "addressed to
+the" / "INHABITANTS" / "of" / "AMERICA,", its list of SUBJECTS naming the sections, "A new edition, with several
+additions in the body of the work. To which is added an appendix; together with an address to the people called
+Quakers.", Thomson's couplet, "PHILADELPHIA" / "Printed and sold by W. & T. Bradford, February 14, 1776." /
+"MDCCLXXVI") and the half-title "Common Sense" / "By Thomas Paine" in one block; the INTRODUCTION.; four
+sections titled in capitals, two over two lines ("OF THE ORIGIN AND DESIGN OF GOVERNMENT IN GENERAL," / "WITH
+CONCISE REMARKS ON THE ENGLISH CONSTITUTION."); the APPENDIX.; the address "To the Representatives of the
+Religious Society of the People called Quakers, ..." (a six-line paragraph after one blank line); "F  I  N  I
+S." letter-spaced; then the transcriber's quotations "On Common Sense" and "Transcriber's Notes"."""
+
+
+def test_titles_in_capitals_over_two_lines_and_an_address_the_title_page_announces_head_chapters():
+    book = load_book(COMMON_SENSE)
+    titles = [c.title for c in book.chapters]
+    assert titles[1:7] == [
+        "Introduction.",
+        "Of the Origin and Design of Government in General, with Concise Remarks on the English Constitution.",
+        "Of Monarchy and Hereditary Succession.", "Thoughts on the Present State of American Affairs.",
+        "Of the Present Ability of America, with Some Miscellaneous Reflexions.", "Appendix."]
+    assert titles[7].startswith("To the Representatives of the Religious Society of the People called Quakers, or")
+    assert book.chapters[7].paragraphs[0].startswith("The Writer of this, is one of those few")
+    assert len(titles) == 8
+
+
+def test_a_letter_spaced_finis_closes_the_text_and_is_no_chapter():
+    book = load_book(COMMON_SENSE)
+    assert book.chapters[-1].paragraphs[-1] == "F I N I S."
+    said = _said(book)
+    for phrase in ("On Common Sense", "makes a great noise", "Thomas Jefferson", "This production of the Bradford"):
+        assert phrase not in said
+
+
+def test_a_title_pages_edition_note_imprint_subjects_and_half_title_with_byline_are_not_spoken():
+    book = load_book(COMMON_SENSE)
+    said = _said(book)
+    for phrase in ("A new edition", "Of Monarchy and Hereditary Succession Thoughts", "PHILADELPHIA", "MDCCLXXVI",
+                   "Bradford", "By Thomas Paine"):
+        assert phrase not in said
+    assert book.announcement() == "Common Sense, by Thomas Paine."
+    assert said.count("Common Sense") == 1  # the announcement
+
+
+def test_a_byline_repeating_the_announced_author_is_not_spoken_inside_the_book():
+    """Poems: Three Series, Complete (PG 12242; the first series' opening and close, the second series' title
+    page): each series opens with its own title page, "POEMS" / "by EMILY DICKINSON" / "Second Series" /
+    "Edited by two of her friends"; the byline says again what the announcement said ("..., by Emily
+    Dickinson.") and is not spoken there either."""
+    book = load_book(STRUCTURE / "dickinson-series-excerpt.txt")
+    assert book.announcement() == "Poems: Three Series, Complete, by Emily Dickinson."
+    paras = [p for c in book.chapters for p in c.paragraphs]
+    assert "Second Series" in paras
+    assert not any(p.lower() == "by emily dickinson" for p in paras)
