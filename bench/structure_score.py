@@ -12,12 +12,16 @@ chapter boundaries
     matched / predicted chapters, recall matched / truth chapters, F1 their harmonic mean.
 front matter spoken
     Each ``not_spoken`` phrase of the truth (contents entries, "Produced by" credits, publisher and
-    licence lines) counts as spoken when its tokens appear, in a row, anywhere in what would be
-    spoken: the announcement ("Title, by Author."), then every chapter's title and paragraphs
-    (paragraphs whose ``Chapter.kinds`` entry is "break" are silent and left out).
+    licence lines, a title page's byline) counts as spoken when its tokens appear, in a row, anywhere
+    in the book's spoken text: every chapter's title and paragraphs (paragraphs whose
+    ``Chapter.kinds`` entry is "break" are silent and left out). The announcement ("Title, by
+    Author.") is not searched: it is the one place the product says title and author by design, so
+    a title page's "By A. Conan Doyle" said there is no front matter spoken (the title repeats below
+    count it).
 title repeats
     How many times the truth's book title (its tokens, in a row) is spoken in the first 400 tokens
-    of that stream. 1 is right: the announcement says it, the title page must not say it again.
+    of the announcement and that text. 1 is right: the announcement says it, the title page must not
+    say it again.
 
 The spoken stream is the loader's text, before ``jobs.normalize`` turns "II." into "two": a phrase
 is matched as the book prints it. The truth is written by hand from the text (docs/STRUCTURE.md,
@@ -161,7 +165,8 @@ def score(truth: dict, announcement: str | None, predicted: list[Predicted], spl
     """Score one loaded book against its truth (pure: no files are read)."""
     hits = match_chapters(truth["chapters"], predicted)
     stream = spoken_stream(announcement, predicted)
-    spoken = [ph for ph in truth.get("not_spoken", []) if _find(tokens(ph), stream)]
+    body = spoken_stream(None, predicted)
+    spoken = [ph for ph in truth.get("not_spoken", []) if _find(tokens(ph), body)]
     title = tokens(truth["title"])
     matched_pred = {h for h in hits if h is not None}
     return BookScore(

@@ -62,6 +62,16 @@ def test_title_page_contents_and_a_merged_chapter_cost_precision_recall_and_are_
     assert s.title_repeats == 3  # the announcement, the chapter title, the title-page line
 
 
+def test_a_byline_is_front_matter_in_the_book_but_not_in_the_announcement():
+    # the truth lists the title page's byline; the announcement says the same words by design
+    truth = {**TRUTH, "not_spoken": ["by A. Writer"]}
+    pred = [P("CHAPTER I.", "It was a dark and stormy night."), P("CHAPTER II.", "The next morning the rain had gone."),
+            P("CHAPTER III.", "\"Nobody\", said the cook, \"ever comes.\"")]
+    assert ss.score(truth, "The Tiny Book, by A. Writer.", pred).front_matter_spoken == []
+    pred[0] = P("CHAPTER I.", "by A. Writer", "It was a dark and stormy night.")
+    assert ss.score(truth, "The Tiny Book, by A. Writer.", pred).front_matter_spoken == ["by A. Writer"]
+
+
 def test_first_words_must_open_the_chapter_and_matching_keeps_reading_order():
     # chapter I's words come late in a long chapter (past the window): no match; chapter III comes before
     # II in the predicted order: II takes the chapter after it, and III has nothing left after II
