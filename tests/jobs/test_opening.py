@@ -180,3 +180,41 @@ def test_a_planned_job_speaks_the_opening_before_the_first_heading_and_resumes(t
     second = prepare_job([SILAS], tmp_path / "two", dataclasses.replace(JobConfig(), chapters="2"))
     assert {r.utt.chapter_index for r in second.rows} == {2}
     assert not any("forward-looking" in r.utt.text for r in second.rows)
+
+
+TREASURE_ISLAND = [  # Treasure Island (its first paragraphs as loaded): a dedication, then a titled address in verse
+    "To S.L.O., an American gentleman in accordance with whose classic taste the following narrative has been "
+    "designed, it is now, in return for numerous delightful hours, and with the kindest wishes, dedicated by his "
+    "affectionate friend, the author.",
+    "TO THE HESITATING PURCHASER",
+    "If sailor tales to sailor tunes, Storm and adventure, heat and cold, If schooners, islands, and maroons, And "
+    "buccaneers, and buried gold, And all the old romance, retold Exactly in the ancient way, Can please, as me they "
+    "pleased of old, The wiser youngsters of today:",
+    "\u2014So be it, and fall on! If not, If studious youth no longer crave, His ancient appetites forgot, Kingston, or "
+    "Ballantyne the brave, Or Cooper of the wood and wave: So be it, also! And may I And all my pirates share the grave "
+    "Where these and their creations lie!"]
+GREENMANTLE = [  # Greenmantle: a dedicatory letter under an address set in lines, unsigned (268 words of prose)
+    "To", "Caroline Grosvenor",
+    "During the past year, in the intervals of an active life, I have amused myself with constructing this tale. It "
+    "has been scribbled in every kind of odd place and moment--in England and abroad, during long journeys, in "
+    "half-hours between graver tasks; and it bears, I fear, the mark of its gipsy begetting. But it has amused me to "
+    "write, and I shall be well repaid if it amuses you--and a few others--to read.",
+    "Let no man or woman call its events improbable. The war has driven that word from our vocabulary, and melodrama "
+    "has become the prosiest realism. Things unimagined before happen daily to our friends by sea and land. The one "
+    "chance in a thousand is habitually taken, and as often as not succeeds. Coincidence, like some new Briareus, "
+    "stretches a hundred long arms hourly across the earth. Some day, when the full history is written--sober history "
+    "with ample documents--the poor romancer will give up business and fall to reading Miss Austen in a hermitage.",
+    "The characters of the tale, if you think hard, you will recall. Sandy you know well. That great spirit was last "
+    "heard of at Basra, where he occupies the post that once was Harry Bullivant's. Richard Hannay is where he longed "
+    "to be, commanding his battalion on the ugliest bit of front in the West. Mr John S. Blenkiron, full of honour and "
+    "wholly cured of dyspepsia, has returned to the States, after vainly endeavouring to take Peter with him. As for "
+    "Peter, he has attained the height of his ambition. He has shaved his beard and joined the Flying Corps."]
+
+
+def test_verse_and_an_address_in_lines_are_opening_matter_and_plain_prose_past_a_hundred_words_is_not():
+    from jobs.ingest.opening import _letter, _verse, opening_matter
+
+    assert [_verse(p) for p in TREASURE_ISLAND] == [False, False, True, True]
+    assert opening_matter(TREASURE_ISLAND)  # a dedication and verse: no plain prose
+    assert _letter(GREENMANTLE) and opening_matter(GREENMANTLE)  # its prose is the letter under "To"
+    assert not opening_matter(GREENMANTLE[2:])  # the same prose with no address: an unheaded opening, a chapter
