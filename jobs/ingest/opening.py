@@ -5,7 +5,9 @@ chapter. When that text is only opening matter (a dedication, an epigraph, a mot
 dedicatory letter or a short note), it is no chapter a reader would name: :func:`fold_opening` makes it
 the opening of the first titled chapter instead (:attr:`jobs.ingest.book.Chapter.opening`), spoken in
 print order, after the announcement and before that chapter's heading. Longer prose (an unheaded
-introduction, a story that starts without a heading) stays a chapter of its own.
+introduction, a story that starts without a heading) stays a chapter of its own; a short piece under its
+own title in capitals (a prefatory poem) is a chapter titled by that line, with what comes before the line
+as its opening (:func:`_title_the_piece`).
 
 Works on :class:`Chapter` lists only (every format); does not decide what is front matter that is never
 spoken (``jobs.ingest.outline``'s title page rules and ``jobs.ingest.matter`` do).
@@ -17,6 +19,7 @@ import re
 
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _is_prose
+from jobs.ingest.outline import title_case
 
 MAX_OPENING_WORDS = 600
 """An untitled first chapter of more words than this is a chapter, whatever it holds."""
@@ -48,7 +51,7 @@ def fold_opening(chapters: list[Chapter]) -> list[Chapter]:
     if first.title.strip() or first.opening or not nxt.title.strip() or nxt.opening:
         return chapters
     if not opening_matter([p for i, p in enumerate(first.paragraphs) if first.kind(i) == "text"]):
-        return chapters
+        return [_title_the_piece(first), *chapters[1:]]
     kinds = [first.kind(i) for i in range(len(first.paragraphs))] + [nxt.kind(i) for i in range(len(nxt.paragraphs))]
     merged = Chapter(1, nxt.title, list(first.paragraphs) + list(nxt.paragraphs),
                      None if all(k == "text" for k in kinds) else kinds, nxt.part,
@@ -58,6 +61,22 @@ def fold_opening(chapters: list[Chapter]) -> list[Chapter]:
     return [merged, *rest]
 
 
+def _title_the_piece(ch: Chapter) -> Chapter:
+    """An untitled first chapter of :data:`MAX_OPENING_WORDS` words at most that holds a piece under its own
+    title (:func:`_titled_piece`: "THE PASTURE" over a prefatory poem), with nothing or only opening matter
+    (:func:`opening_matter`: a dedication) before that line, is titled by the line, in title case; the
+    paragraphs before it are its opening, spoken before the title. Any other chapter is returned as it is."""
+    at = [i for i in range(len(ch.paragraphs)) if ch.kind(i) == "text"]
+    texts = [ch.paragraphs[i] for i in at]
+    k = _titled_piece(texts) if sum(len(p.split()) for p in texts) <= MAX_OPENING_WORDS else None
+    if k is None or k and not opening_matter(texts[:k]):
+        return ch
+    i = at[k]
+    kinds = None if ch.kinds is None else ch.kinds[:i] + ch.kinds[i + 1:]
+    return Chapter(ch.index, title_case(texts[k]), ch.paragraphs[:i] + ch.paragraphs[i + 1:], kinds, ch.part,
+                   title_is_letter=ch.title_is_letter, opening=i)
+
+
 def opening_matter(paras: list[str]) -> bool:
     """The text before a book's first heading is opening matter, not a chapter, when it holds at most
     :data:`MAX_OPENING_WORDS` words, no titled piece (:func:`_titled_piece`: a prefatory poem under its own
@@ -65,7 +84,7 @@ def opening_matter(paras: list[str]) -> bool:
     running text that are no dedication ("To ...", "For ...", "... I dedicate this volume"), quotation
     (opening with a quotation mark), verse (:func:`_verse`) or part of a letter (:func:`_letter`: the text
     under a dedication's address, after a salutation, or signed)."""
-    if not paras or sum(len(p.split()) for p in paras) > MAX_OPENING_WORDS or _titled_piece(paras):
+    if not paras or sum(len(p.split()) for p in paras) > MAX_OPENING_WORDS or _titled_piece(paras) is not None:
         return False
     if _letter(paras):
         return True
@@ -128,13 +147,14 @@ def _caps_title(p: str) -> bool:
         and not p.rstrip().endswith((",", ":", ";"))
 
 
-def _titled_piece(paras: list[str]) -> bool:
-    """A piece under its own title: a line in capitals (eight words at most) directly over a paragraph of 20
-    words or more ("THE PASTURE" over a prefatory poem), where the line is no dedication or address ("TO THE
-    HESITATING PURCHASER") and no line of an address set in lines (the lines after a paragraph that is only
-    "To", up to the first paragraph of 20 words or more: "TO" / "MY DEAR FRIEND" / "HOMMY-BEG")."""
+def _titled_piece(paras: list[str]) -> int | None:
+    """Where a piece under its own title starts (the index of its title line), or None: a line in capitals
+    (eight words at most) directly over a paragraph of 20 words or more ("THE PASTURE" over a prefatory
+    poem), where the line is no dedication or address ("TO THE HESITATING PURCHASER") and no line of an
+    address set in lines (the lines after a paragraph that is only "To", up to the first paragraph of 20
+    words or more: "TO" / "MY DEAR FRIEND" / "HOMMY-BEG")."""
     in_address = False
-    for a, b in zip(paras, paras[1:]):
+    for n, (a, b) in enumerate(zip(paras, paras[1:])):
         if _address_word(a):
             in_address = True
             continue
@@ -142,5 +162,5 @@ def _titled_piece(paras: list[str]) -> bool:
             continue
         in_address = False
         if _caps_title(a) and not _DEDICATION_START_RE.match(a) and len(b.split()) >= 20:
-            return True
-    return False
+            return n
+    return None

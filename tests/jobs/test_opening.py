@@ -66,11 +66,13 @@ def test_a_short_unheaded_foreword_opens_the_first_story():
     assert first.paragraphs[1].startswith("Tobin and me, the two of us")
 
 
-def test_a_prefatory_poem_under_its_own_title_stays_a_chapter():
+def test_a_prefatory_poem_under_its_own_title_is_a_chapter_titled_by_that_line():
     book = load_book(NORTH_OF_BOSTON)
     assert [(c.title, c.opening) for c in book.chapters] == [
-        ("", 0), ("Mending Wall", 0), ("The Death of the Hired Man", 0)]
-    assert book.chapters[0].paragraphs[:2] == ["TO E. M. F. THIS BOOK OF PEOPLE", "THE PASTURE"]
+        ("The Pasture", 1), ("Mending Wall", 0), ("The Death of the Hired Man", 0)]
+    first = book.chapters[0]  # the dedication is spoken before the poem's title, the title line not again
+    assert first.paragraphs[0] == "TO E. M. F. THIS BOOK OF PEOPLE"
+    assert first.paragraphs[1].startswith("I'M going out to clean the pasture spring")
 
 
 def test_an_introduction_of_more_than_a_hundred_words_of_prose_stays_a_chapter():
