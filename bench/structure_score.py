@@ -7,17 +7,18 @@ synthesis, no phonemizing) and compares what comes out with the hand-written tru
 chapter boundaries
     A predicted chapter matches a truth chapter when the truth's first body words (its first 5
     normalised tokens: lower case, accents and punctuation dropped) appear in the first 80 tokens of
-    the predicted chapter (its title, then its paragraphs). Matching keeps reading order: each
+    the predicted chapter (its title, then its paragraphs from the title on: a chapter's opening matter,
+    spoken before its title, is not where it starts). Matching keeps reading order: each
     truth chapter takes the first unmatched predicted chapter after the previous match. Precision is
     matched / predicted chapters, recall matched / truth chapters, F1 their harmonic mean.
 front matter spoken
     Each ``not_spoken`` phrase of the truth (contents entries, "Produced by" credits, publisher and
     licence lines, a title page's byline) counts as spoken when its tokens appear, in a row, anywhere
-    in the book's spoken text: every chapter's title and paragraphs (paragraphs whose
-    ``Chapter.kinds`` entry is "break" are silent and left out). The announcement ("Title, by
-    Author.") is not searched: it is the one place the product says title and author by design, so
-    a title page's "By A. Conan Doyle" said there is no front matter spoken (the title repeats below
-    count it).
+    in the book's spoken text: every chapter's opening matter (``Chapter.opening``), title and other
+    paragraphs (paragraphs whose ``Chapter.kinds`` entry is "break" are silent and left out). The
+    announcement ("Title, by Author.") is not searched: it is the one place the product says title
+    and author by design, so a title page's "By A. Conan Doyle" said there is no front matter spoken
+    (the title repeats below count it).
 title repeats
     How many times the truth's book title (its tokens, in a row) is spoken in the first 400 tokens
     of the announcement and that text. 1 is right: the announcement says it, the title page must not
@@ -90,6 +91,8 @@ class Predicted:
 
     title: str
     paragraphs: list[str]
+    opening: int = 0
+    """How many of ``paragraphs`` are spoken before the title (the book's opening matter)."""
 
 
 @dataclass
@@ -136,7 +139,8 @@ def _f1(p: float, r: float) -> float:
 
 def match_chapters(truth: list[dict], predicted: list[Predicted]) -> list[int | None]:
     """For each truth chapter, the index of the predicted chapter it matched (None: not found)."""
-    windows = [tokens(" ".join([p.title, *p.paragraphs[:12]]))[:WINDOW_TOKENS] for p in predicted]
+    windows = [tokens(" ".join([p.title, *p.paragraphs[p.opening:p.opening + 12]]))[:WINDOW_TOKENS]
+               for p in predicted]
     out: list[int | None] = []
     nxt = 0
     for t in truth:
@@ -156,8 +160,9 @@ def spoken_stream(announcement: str | None, predicted: list[Predicted]) -> list[
     """Tokens of everything that would be spoken, in order."""
     parts = [announcement or ""]
     for p in predicted:
+        parts.extend(p.paragraphs[:p.opening])
         parts.append(p.title)
-        parts.extend(p.paragraphs)
+        parts.extend(p.paragraphs[p.opening:])
     return tokens(" ".join(parts))
 
 
@@ -192,7 +197,8 @@ def load_predicted(book_file: Path) -> tuple[str | None, list[Predicted]]:
     predicted = []
     for ch in book.chapters:
         kinds = getattr(ch, "kinds", None) or ["text"] * len(ch.paragraphs)
-        predicted.append(Predicted(ch.title, [p for p, k in zip(ch.paragraphs, kinds) if k != "break"]))
+        opening = sum(1 for k in kinds[:getattr(ch, "opening", 0)] if k != "break")
+        predicted.append(Predicted(ch.title, [p for p, k in zip(ch.paragraphs, kinds) if k != "break"], opening))
     return book.announcement(), predicted
 
 

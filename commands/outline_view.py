@@ -2,8 +2,9 @@
 
 :func:`outline_lines` gives the tree as text lines: a book line, then each part once (where the
 book has parts) and its chapters under it, each chapter with its number, spoken title, length in
-characters, estimated duration and first words, and its section headings under it. A chapter not
-selected by ``--chapters`` is marked ``-``. :func:`outline_json` gives the same as one JSON-ready
+characters, estimated duration and first words, the first words of the book's opening matter where
+the chapter speaks it before its title (a dedication, an epigraph: "before the title: ...") and its
+section headings under it. A chapter not selected by ``--chapters`` is marked ``-``. :func:`outline_json` gives the same as one JSON-ready
 dict for scripts.
 
 Reads only a planned job (its ``job.json`` meta and plan rows); does not infer the outline
@@ -42,7 +43,9 @@ def _duration(s: float) -> str:
 def outline_json(job) -> dict:
     """The books' outlines as a dict: ``{"books": [{"title", "author", "path", "format", "outline":
     [{"part": str | None, "chapters": [{"index", "title", "selected", "file", "chars",
-    "estimated_s", "utterances", "first_words", "sections"}]}]}]}``."""
+    "estimated_s", "utterances", "first_words", "sections", "opening"}]}]}]}``; ``opening`` is None, or
+    ``{"paragraphs": n, "first_words": ...}`` for the opening matter spoken before the chapter's title
+    (absent from a job planned before openings were kept: None)."""
     seconds, counts = _chapter_seconds(job), _utterances(job)
     books = []
     for b_i, book in enumerate(job.meta["books"]):
@@ -55,7 +58,7 @@ def outline_json(job) -> dict:
                 "index": ch["index"], "title": ch["title"], "selected": ch["selected"], "file": ch["file"],
                 "chars": ch.get("chars"), "estimated_s": round(seconds.get((b_i, ch["index"]), 0.0), 1),
                 "utterances": counts.get((b_i, ch["index"]), 0), "first_words": ch.get("first_words"),
-                "sections": ch.get("sections", [])})
+                "sections": ch.get("sections", []), "opening": ch.get("opening")})
         books.append({"title": book["title"], "author": book.get("author"), "path": book["path"],
                       "format": book["format"], "outline": groups})
     return {"books": books}
@@ -79,6 +82,8 @@ def outline_lines(job) -> list[str]:
                 words = f'  "{ch["first_words"]}..."' if ch.get("first_words") else ""
                 lines.append(f"{indent}{mark}{ch['index']:4d}  {(ch['title'] or '(untitled)')[:60]:60s} "
                              f"{ch['utterances']:6d} utterances  {size:>14s}  ~{_duration(ch['estimated_s'])}{words}")
+                if ch.get("opening"):
+                    lines.append(f'{indent}        before the title: "{ch["opening"]["first_words"]}..."')
                 for sec in ch["sections"]:
                     lines.append(f"{indent}        - {sec}")
     return lines

@@ -230,7 +230,9 @@ class Segmenter:
     def chapter_utterances(self, book_index: int, chapter, announce: str | None = None) -> list[Utterance]:
         """Utterances of one :class:`jobs.ingest.Chapter`, title first, in reading order.
 
-        ``announce`` ("Title, by Author."), when given, is spoken first (paragraph index -2)."""
+        ``announce`` ("Title, by Author."), when given, is spoken first (paragraph index -2). A chapter's
+        opening matter (its first ``Chapter.opening`` paragraphs: a dedication, an epigraph) comes between
+        the announcement and the title (paragraph index -1), with the section pause before the title."""
         out: list[Utterance] = []
 
         def add(p_i: int, s_i: int, piece: str, ph: Phonemes, pause: PauseKind) -> None:
@@ -238,10 +240,10 @@ class Segmenter:
             out.append(Utterance(book_index, chapter.index, len(out), p_i, s_i, piece, ph.ids,
                                  ph.missing, pause, ph.speakable, spoken if spoken != piece else None))
 
-        for p_i, text in ((-2, announce), (-1, chapter.title)):
+        def heading(p_i: int, text: str | None) -> None:
             text = " ".join((text or "").split())
             if not text:
-                continue
+                return
             # a dictionary's section letter ("C") is said as the letter, not as a heading's roman numeral
             self._heading = not (p_i == -1 and getattr(chapter, "title_is_letter", False))
             try:
@@ -251,7 +253,16 @@ class Segmenter:
             finally:
                 self._heading = False
             out[-1].pause = PauseKind.TITLE
+
+        opening = getattr(chapter, "opening", 0) or 0
+        if not 0 < opening < len(chapter.paragraphs):
+            opening = 0  # no opening matter (or none that leaves text after the title): the title first
+        heading(-2, announce)
         for p_i, paragraph in enumerate(chapter.paragraphs):
+            if p_i == opening:
+                if opening and chapter.title.strip():
+                    _section_pause_before(out)
+                heading(-1, chapter.title)
             kind = paragraph_kind(chapter, p_i)
             if kind == "break":
                 _section_pause_before(out)
@@ -280,4 +291,6 @@ class Segmenter:
                     else:
                         pause = PauseKind.PARAGRAPH
                     add(p_i, s_i, piece, ph, pause)
+        if not chapter.paragraphs:
+            heading(-1, chapter.title)
         return out

@@ -68,20 +68,24 @@ def _chars(ch: Chapter) -> int:
 
 
 def _pieces(ch: Chapter, piece_chars: int) -> list[tuple[Chapter, int]]:
-    """``ch`` as chapters of consecutive paragraphs (the title with the first), each with the index
-    of its first paragraph in ``ch`` and its paragraphs' kinds. A piece starts only at a text
-    paragraph: a heading or a scene break sets the pause of the utterance before it, which must be
-    in the same piece."""
+    """``ch`` as chapters of consecutive paragraphs (the title with the piece it is spoken in: the first,
+    or the one holding the end of the chapter's opening matter and the paragraph after it), each with the
+    index of its first paragraph in ``ch`` and its paragraphs' kinds. A piece starts only at a text
+    paragraph that is not the first after the opening matter: a heading, a scene break or the title sets
+    the pause of the utterance before it, which must be in the same piece."""
     out: list[tuple[Chapter, int]] = []
+    opening = ch.opening if 0 < ch.opening < len(ch.paragraphs) else 0
 
     def piece(a: int, b: int | None) -> Chapter:
         kinds = ch.kinds[a:b] if ch.kinds is not None else None
-        return Chapter(ch.index, ch.title if not out else "", ch.paragraphs[a:b], kinds=kinds,
-                       title_is_letter=ch.title_is_letter and not out)
+        titled = a <= opening < (len(ch.paragraphs) if b is None else b) or not ch.paragraphs
+        return Chapter(ch.index, ch.title if titled else "", ch.paragraphs[a:b], kinds=kinds,
+                       title_is_letter=ch.title_is_letter and titled, opening=opening - a if titled else 0)
 
     start, size = 0, len(ch.title or "")
     for i, p in enumerate(ch.paragraphs):
-        if i > start and size + len(p) > piece_chars and paragraph_kind(ch, i) == "text":
+        if i > start and size + len(p) > piece_chars and paragraph_kind(ch, i) == "text" \
+                and not (opening and i == opening):
             out.append((piece(start, i), start))
             start, size = i, 0
         size += len(p)

@@ -27,6 +27,8 @@ the book and drops front/back matter at the end):
 ``epub``      the zip container, OPF/spine/nav/NCX and every archive and XML defence;
               blocks -> chapters -> :class:`Book`.
 ``matter``    chapters -> chapters without front/back matter (all formats).
+``opening``   an untitled first chapter of opening matter (a dedication, an epigraph, a short note)
+              -> the opening of the first titled chapter, spoken before its heading (all formats).
 ``common``    small text helpers the stages share.
 
 Decisions (the rules other modules can rely on)
@@ -86,7 +88,10 @@ Front matter
     prose: a paragraph of 3+ words with lower-case letters ending in sentence punctuation (not a
     "by ..." credit line), or one of 20+ words, or 100+ words in all. Title pages, "by Author",
     edition lines and contents lists are therefore left out. A book with no headings at all is
-    one chapter with everything in it (titled the same way).
+    one chapter with everything in it (titled the same way). An untitled chapter 1 that is only
+    opening matter (a dedication, an epigraph, verse, a dedicatory letter, a note of 100 words of
+    prose at most; ``jobs.ingest.opening``) is no chapter: its paragraphs open the first titled
+    chapter and are spoken before that chapter's heading (``Chapter.opening`` counts them).
 
 Clean-up for speech
     ``_italics_``, ``*em*``, ``**bold**`` markers go (words stay); Markdown links become their
@@ -161,6 +166,7 @@ from jobs.ingest.book import Book, Chapter
 from jobs.ingest.common import _norm, _show
 from jobs.ingest.epub import MAX_UNCOMPRESSED_BYTES, MAX_ZIP_MEMBERS  # noqa: F401  (the EPUB limits, named here)
 from jobs.ingest.matter import _drop_matter
+from jobs.ingest.opening import fold_opening
 from jobs.ingest.outline import Structure
 from jobs.ingest.readers import (MAX_EPUB_BYTES, MAX_TEXT_BYTES, ReadOptions, accepted, check_input_size,
                                  reader_for)
@@ -195,6 +201,7 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):
             book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds, c.part) for i, c in enumerate(kept)]
+    book.chapters = fold_opening(book.chapters)
     _mark_letter_titles(book.chapters)
     return book
 

@@ -37,6 +37,11 @@ class Chapter:
     """The title is a letter of the alphabet that heads a section of a book in alphabetical order (a
     dictionary's "C"): said as the letter, never read as a roman numeral ("one hundred")."""
 
+    opening: int = 0
+    """How many of the first paragraphs are the book's opening matter (a dedication, an epigraph, a short
+    note printed before the first heading: ``jobs.ingest.opening``), spoken before this chapter's title;
+    0: the title is spoken first."""
+
     def kind(self, i: int) -> str:
         """The kind of paragraph ``i`` ("text" when ``kinds`` is None)."""
         return "text" if self.kinds is None else self.kinds[i]
@@ -49,6 +54,8 @@ class Chapter:
             d["part"] = self.part
         if self.title_is_letter:
             d["title_is_letter"] = True
+        if self.opening:
+            d["opening"] = self.opening
         return d
 
     @classmethod
@@ -60,9 +67,12 @@ class Chapter:
             if len(kinds) != len(paragraphs) or any(k not in KINDS for k in kinds):
                 raise ValueError(f"chapter {d.get('index')}: 'kinds' must hold one of {KINDS} per paragraph")
         part = d.get("part")
+        opening = d.get("opening", 0)  # absent in a dict written before openings were kept
+        if not isinstance(opening, int) or isinstance(opening, bool) or not 0 <= opening < max(1, len(paragraphs)):
+            raise ValueError(f"chapter {d.get('index')}: 'opening' must be a count of paragraphs before the last")
         return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=paragraphs, kinds=kinds,
                    part=None if part is None else str(part),
-                   title_is_letter=d.get("title_is_letter") is True)
+                   title_is_letter=d.get("title_is_letter") is True, opening=opening)
 
 
 @dataclass

@@ -1470,13 +1470,20 @@ def _add_items(chapter: tuple[str, list[str], list[str]], items: list[_Item]) ->
 
 def outline_entry(chapter: Chapter) -> dict:
     """What ``plan`` shows of a chapter beside its title: its part, its section headings, its first
-    words and its length in characters (spoken text only)."""
-    text = [p for i, p in enumerate(chapter.paragraphs) if chapter.kind(i) == "text"]
-    first = " ".join(" ".join(text)[:80].split()[:10])
+    words after the title and its length in characters (spoken text only); for a chapter that opens with
+    the book's opening matter (``Chapter.opening``), ``opening``: how many paragraphs are spoken before the
+    title and their first words."""
+    def first_words(paras: range) -> str:
+        text = [chapter.paragraphs[i] for i in paras if chapter.kind(i) == "text"]
+        return " ".join(" ".join(text)[:80].split()[:10])
+
     d = {"sections": [p for i, p in enumerate(chapter.paragraphs) if chapter.kind(i) == "heading"],
-         "first_words": first, "chars": sum(len(p) for p in chapter.paragraphs)}
+         "first_words": first_words(range(chapter.opening, len(chapter.paragraphs))),
+         "chars": sum(len(p) for p in chapter.paragraphs)}
     if chapter.part:
         d["part"] = chapter.part
+    if chapter.opening:
+        d["opening"] = {"paragraphs": chapter.opening, "first_words": first_words(range(chapter.opening))}
     return d
 
 

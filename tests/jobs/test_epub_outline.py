@@ -53,8 +53,11 @@ def test_epub_bare_numerals_counting_again_from_one_under_each_tale_are_its_part
                                         "THE COFFEE-HOUSE OF SURAT. (After Bernardin de Saint-Pierre)",
                                         "How Much Land Does a Man Need?"]
     first, land = tales[0], tales[-1]
-    assert first.paragraphs[0].startswith("A shoemaker named Simon, who had neither house nor land")
-    assert first.kind(0) == "text" and first.paragraphs[2] == "Part I."
+    # the scripture epigraphs before the first tale are its opening, said before its title
+    assert tales == book.chapters and first.opening == 2 and first.paragraphs[0].startswith("“We know that we")
+    body = first.paragraphs[first.opening:]
+    assert body[0].startswith("A shoemaker named Simon, who had neither house nor land")
+    assert first.kind(first.opening) == "text" and body[2] == "Part I."
     assert _headings(first) == [f"Part {r}." for r in _ROMAN[:9]] + [
         "The woman, having begun talking, told them the whole story."] + [f"Part {r}." for r in _ROMAN[9:]]
     assert land.paragraphs[0] == "Part I." and land.paragraphs[1].startswith("An elder sister came to visit")

@@ -394,20 +394,29 @@ def test_no_headings_gives_one_chapter_with_everything(tmp_path):
     assert [(c.title, c.paragraphs) for c in book.chapters] == [("", ["Short line", "Another short line", "\u2026"])]
 
 
-def test_front_matter_with_prose_becomes_its_own_chapter(tmp_path):
+def test_a_short_note_before_the_first_heading_opens_the_first_chapter(tmp_path):
     p = tmp_path / "f.txt"
     p.write_text(f"THE TITLE\n\nA note before the story begins, kept by the author.\n\nChapter 1\n\n{PROSE}\n")
     book = load_book(p)
-    assert [(c.title, c.paragraphs) for c in book.chapters] == [
-        ("", ["A note before the story begins, kept by the author."]), ("Chapter 1", [PROSE])]  # title page not spoken
+    # the note is spoken before Chapter 1's heading, no chapter of its own; the title page is not spoken
+    assert [(c.title, c.opening, c.paragraphs) for c in book.chapters] == [
+        ("Chapter 1", 1, ["A note before the story begins, kept by the author.", PROSE])]
+
+
+def test_long_prose_before_the_first_heading_stays_its_own_chapter(tmp_path):
+    p = tmp_path / "f.txt"
+    p.write_text(f"THE TITLE\n\n{PROSE}\n\n{PROSE}\n\n{PROSE}\n\n{PROSE}\n\nChapter 1\n\n{PROSE}\n")
+    book = load_book(p)
+    assert [(c.title, c.opening, c.paragraphs) for c in book.chapters] == [
+        ("", 0, [PROSE] * 4), ("Chapter 1", 0, [PROSE])]  # an unheaded opening of over 100 words of prose
 
 
 def test_front_matter_with_prose_does_not_repeat_the_title_page(tmp_path):
     p = tmp_path / "f.txt"
     p.write_text(f"THE TITLE\n\nby Some Body\n\nA note before the story begins.\n\nChapter 1\n\n{PROSE}\n")
     book = load_book(p)
-    assert [(c.title, c.paragraphs) for c in book.chapters] == [
-        ("", ["A note before the story begins."]), ("Chapter 1", [PROSE])]  # title and author: announced once
+    assert [(c.title, c.opening, c.paragraphs) for c in book.chapters] == [
+        ("Chapter 1", 1, ["A note before the story begins.", PROSE])]  # title and author: announced once
 
 
 def test_front_matter_without_prose_is_left_out(tmp_path):
@@ -431,15 +440,16 @@ def test_contents_with_one_entry_per_block_is_not_chapters(tmp_path):
 
 def test_contents_followed_by_an_epigraph_does_not_make_a_chapter(tmp_path):
     # the last contents line is followed by text, but it is a contents entry (its chapter comes
-    # later): no chapter "Chapter III" holding the epigraph. The epigraph is prose, so it is kept
-    # as front matter, untitled (the book names no title of its own, and file names are not spoken).
+    # later): no chapter "Chapter III" holding the epigraph. The epigraph is prose, so it is kept,
+    # spoken before the first chapter's heading (the book names no title of its own, and file names are not spoken).
     p = tmp_path / "c.txt"
     p.write_text("Chapter I. One\nChapter II. Two\nChapter III. Three\n\nAll the world's a stage.\n\n"
                  f"Chapter I. One\n\n{PROSE}\n\nChapter II. Two\n\nTwo.\n\nChapter III. Three\n\nThree.\n")
     book = load_book(p)
     assert [(c.title, c.paragraphs) for c in book.chapters] == [
-        ("", ["All the world's a stage."]), ("Chapter I. One", [PROSE]), ("Chapter II. Two", ["Two."]),
+        ("Chapter I. One", ["All the world's a stage.", PROSE]), ("Chapter II. Two", ["Two."]),
         ("Chapter III. Three", ["Three."])]
+    assert book.chapters[0].opening == 1
 
 
 def test_part_heading_followed_by_chapter_heading_merge(tmp_path):
@@ -612,9 +622,10 @@ def test_markdown_sample_chapters_and_clean_up():
     assert book.format == "md"
     assert book.title == "The Lamplighter's Almanac"  # the single H1
     assert [c.title for c in book.chapters] == [
-        "",  # front matter with prose, untitled (the title is announced)
         "The First Evening", "Fog on the Quay", "Fog on the Quay, Continued",  # ATX and setext headings
         "The Brass Key"]
+    # the note before the contents is spoken before the first heading (the title is announced)
+    assert book.chapters[0].opening == 1 and book.chapters[0].paragraphs[0].startswith("This little almanac")
     everything = " ".join(p for c in book.chapters for p in c.paragraphs)
     assert "little flame" in everything and "good omen" in everything and "*" not in everything
     assert "towards the harbour." in everything and "example.org" not in everything  # link -> its text
@@ -624,7 +635,7 @@ def test_markdown_sample_chapters_and_clean_up():
     assert "```" not in everything and "---" not in everything
     assert "Contents" not in everything and "#the-first-evening" not in everything  # contents list dropped
     assert "\"A lamp that lights at the first touch,\" his mother used to say, \"promises a quiet night.\"" \
-        in book.chapters[1].paragraphs  # blockquote markers gone, lines joined
+        in book.chapters[0].paragraphs  # blockquote markers gone, lines joined
 
 
 def test_markdown_parts_prefix_their_first_chapter(tmp_path):
@@ -971,8 +982,9 @@ def test_markdown_rule_after_a_bullet_is_not_a_heading(tmp_path):
                  "- a lantern\n---\n\nAnd then the road went on for many miles without a turn.\n\n"
                  "Two\n---\n\nThe second chapter had prose of its own to read out loud.\n", encoding="utf-8")
     book = ingest.load_book(p)
-    assert [c.title for c in book.chapters] == ["", "Two"]  # "One" is the book title (its single H1), announced once
-    assert any("a lantern" in para for para in book.chapters[0].paragraphs)
+    assert [c.title for c in book.chapters] == ["Two"]  # "One" is the book title (its single H1), announced once
+    # the short text under the title is spoken before "Two", no chapter of its own
+    assert any("a lantern" in para for para in book.chapters[0].paragraphs[:book.chapters[0].opening])
 
 
 # ------------------------------------------------------------------------------------- issue 28: makers' notes, figures

@@ -213,12 +213,13 @@ def test_parts_group_chapters_and_a_run_on_contents_list_is_not_spoken():
     from jobs.ingest.outline import outline_entry
 
     book = load_book(MIDDLEMARCH)
-    assert [c.title for c in book.chapters] == ["", "Prelude", "BOOK I. Miss Brooke. CHAPTER I.", "CHAPTER II."]
-    assert book.chapters[0].paragraphs[0].startswith("To my dear Husband")  # the dedication is kept
-    assert [c.part for c in book.chapters] == [None, None, "BOOK I. Miss Brooke.", "BOOK I. Miss Brooke."]
+    assert [c.title for c in book.chapters] == ["Prelude", "BOOK I. Miss Brooke. CHAPTER I.", "CHAPTER II."]
+    # the dedication is kept, spoken before the Prelude's heading
+    assert book.chapters[0].opening == 1 and book.chapters[0].paragraphs[0].startswith("To my dear Husband")
+    assert [c.part for c in book.chapters] == [None, "BOOK I. Miss Brooke.", "BOOK I. Miss Brooke."]
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "CHAPTER LXXVII" not in said and "BOOK VIII" not in said
-    entry = outline_entry(book.chapters[2])
+    entry = outline_entry(book.chapters[1])
     assert entry["part"] == "BOOK I. Miss Brooke." and entry["first_words"].startswith('"Since I can do no good')
 
 
@@ -279,18 +280,18 @@ DRACULA = STRUCTURE / "dracula-excerpt.txt"  # Dracula (PG 345): an imprint titl
 def test_journal_headings_inside_numbered_chapters_are_sections():
     book = load_book(DRACULA)
     titles = [c.title for c in book.chapters]
-    assert titles == ["", "CHAPTER I. Jonathan Harker’s Journal",
+    assert titles == ["CHAPTER I. Jonathan Harker’s Journal",
                       "CHAPTER V. Letter from Miss Mina Murray to Miss Lucy Westenra.", "CHAPTER VI. Mina Murray’s Journal"]
-    sixth = book.chapters[3]
+    sixth = book.chapters[2]
     assert [p for p, k in zip(sixth.paragraphs, sixth.kinds) if k == "heading"] == [
         "Dr. Seward’s Diary.", "Mina Murray’s Journal."]
-    assert [p for p, k in zip(book.chapters[2].paragraphs, book.chapters[2].kinds) if k == "heading"] == [
+    assert [p for p, k in zip(book.chapters[1].paragraphs, book.chapters[1].kinds) if k == "heading"] == [
         "Dr. Seward’s Diary."]
 
 
 def test_imprint_lines_and_advertisements_after_the_end_are_not_spoken():
     book = load_book(DRACULA)
-    front = book.chapters[0].paragraphs
+    front = book.chapters[0].paragraphs[:book.chapters[0].opening]  # spoken before CHAPTER I's heading
     assert front[0] == "TO" and front[-1].startswith("How these papers have been placed")  # dedication, note kept
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
     assert "All rights reserved" not in said and "COUNTRY LIFE PRESS" not in said and "GROSSET" not in said.upper()
@@ -644,9 +645,10 @@ def test_transcription_credits_and_edition_lines_are_not_spoken():
     """The Happy Prince (PG 902): "Transcribed from the 1910 David Nutt edition by ...  Second proof by ..."
     right after the START marker, then a title page with impression and edition lines before the dedication."""
     book = load_book(STRUCTURE / "happy-prince-excerpt.txt")
-    assert [c.title for c in book.chapters] == ["", "The Happy Prince.", "The Nightingale and the Rose.",
+    assert [c.title for c in book.chapters] == ["The Happy Prince.", "The Nightingale and the Rose.",
                                                 "The Selfish Giant."]
-    assert book.chapters[0].paragraphs == ["TO CARLOS BLACKER"]  # the dedication stays
+    # the dedication stays, spoken before the first tale's title
+    assert book.chapters[0].opening == 1 and book.chapters[0].paragraphs[0] == "TO CARLOS BLACKER"
     said = _said(book)
     for gone in ("Transcribed", "Second proof", "IMPRESSION", "Impression", "First Edition", "DAVID NUTT",
                  "JACOMB HOOD", "Page"):
@@ -660,10 +662,11 @@ def test_an_etext_makers_preface_and_notes_before_the_title_page_are_not_spoken(
     between the parts of the front matter, and INTRODUCTION right under a rule line."""
     book = load_book(STRUCTURE / "art-of-war-excerpt.txt")
     titles = [c.title for c in book.chapters]
-    assert titles[0] == "" and titles[1].startswith("INTRODUCTION")
-    assert titles[2:] == ["Laying Plans", "Waging War", "Attack by Stratagem"]
-    assert book.chapters[0].paragraphs[0].startswith("To my brother Captain Valentine Giles")
-    assert book.chapters[1].paragraphs[0].startswith("Ssu-ma Ch`ien gives the following biography")
+    assert titles[0].startswith("INTRODUCTION")
+    assert titles[1:] == ["Laying Plans", "Waging War", "Attack by Stratagem"]
+    intro = book.chapters[0]  # the dedication is spoken before the introduction's heading
+    assert intro.opening == 1 and intro.paragraphs[0].startswith("To my brother Captain Valentine Giles")
+    assert intro.paragraphs[1].startswith("Ssu-ma Ch`ien gives the following biography")
     said = _said(book)
     for gone in ("Please see", "Preface to the", "Lionel Giles began", "al876", "Bob Sutton", "British Museum",
                  "OLDEST MILITARY", "First Published", "-----"):
@@ -747,14 +750,15 @@ def test_a_poems_centred_title_and_its_numbered_pieces():
     March", "3. In Port", which the contents list names too: they are its sections, not poems of their own."""
     book = load_book(STRUCTURE / "childs-garden-excerpt.txt")
     titles = [c.title for c in book.chapters]
-    assert titles[1:] == ["Chapter XXXIX. The Hayloft", "Chapter XL. Farewell to the Farm",
-                          "Chapter XLI. North-West Passage", "Chapter I. The Unseen Playmate",
-                          "Chapter II. My Ship and I", "Chapter IV. Summer Sun", "Chapter V. The Dumb Soldier",
-                          "Chapter VI. Autumn Fires"]
-    nw = book.chapters[3]
+    assert titles == ["Chapter XXXIX. The Hayloft", "Chapter XL. Farewell to the Farm",
+                      "Chapter XLI. North-West Passage", "Chapter I. The Unseen Playmate",
+                      "Chapter II. My Ship and I", "Chapter IV. Summer Sun", "Chapter V. The Dumb Soldier",
+                      "Chapter VI. Autumn Fires"]
+    assert book.chapters[0].opening > 0  # the excerpt's opening matter is spoken before the first poem's title
+    nw = book.chapters[2]
     assert [q for q, k in zip(nw.paragraphs, nw.kinds) if k == "heading"] == [
         "1. Good-Night", "2. Shadow March", "3. In Port"]
-    assert book.chapters[7].paragraphs[0].startswith("When the grass was closely mown")
+    assert book.chapters[6].paragraphs[0].startswith("When the grass was closely mown")
 
 
 def test_keyword_headings_with_a_double_hyphen_before_the_title_nest_in_parts():
@@ -800,10 +804,11 @@ def test_an_editors_introduction_in_numbered_parts_a_credit_line_and_a_contents_
     book = load_book(STRUCTURE / "on-liberty-excerpt-8.txt")
     assert book.announcement() == "On Liberty, by John Stuart Mill."
     assert [c.title for c in book.chapters] == [
-        "", "Introduction.", "CHAPTER I. Introductory.", "CHAPTER II. Of the Liberty of Thought and Discussion."]
-    intro = book.chapters[1]
+        "Introduction.", "CHAPTER I. Introductory.", "CHAPTER II. Of the Liberty of Thought and Discussion."]
+    intro = book.chapters[0]
     assert [q for q, k in zip(intro.paragraphs, intro.kinds) if k == "heading"] == ["Part I.", "Part II.", "Part III."]
-    assert book.chapters[0].paragraphs[0].startswith("To the beloved and deplored memory")
+    # the dedication is spoken before the introduction's heading
+    assert intro.opening == 1 and intro.paragraphs[0].startswith("To the beloved and deplored memory")
     said = _said(book)
     for gone in ("With an Introduction by", "Walter Scott Publishing", "Felling-on-Tyne", "CONTENTS", "PAGE",
                  "APPLICATIONS 177", "INTRODUCTORY 1"):
@@ -973,10 +978,12 @@ def test_notes_run_in_after_a_transcribers_label_a_pg_editors_note_and_a_note_na
     line naming Part II is no part heading (PART II comes later, after PART I)."""
     book = load_book(STRUCTURE / "study-in-scarlet-excerpt.txt")
     titles = [c.title for c in book.chapters]
-    assert titles[1:] == ["PART I.", "CHAPTER I. Mr. Sherlock Holmes.", "CHAPTER II. The Science of Deduction.",
-                          "PART II. The Country of the Saints. CHAPTER I. On the Great Alkali Plain.",
-                          "CHAPTER II. The Flower of Utah."]
-    assert book.chapters[0].paragraphs == ["Part II, The Country of the Saints, deals much with the Mormon Church."]
+    assert titles == ["PART I.", "CHAPTER I. Mr. Sherlock Holmes.", "CHAPTER II. The Science of Deduction.",
+                      "PART II. The Country of the Saints. CHAPTER I. On the Great Alkali Plain.",
+                      "CHAPTER II. The Flower of Utah."]
+    # the note about the book is spoken before PART I's heading
+    assert book.chapters[0].paragraphs[:book.chapters[0].opening] == [
+        "Part II, The Country of the Saints, deals much with the Mormon Church."]
     said = _said(book)
     for gone in ("Transcriber", "Additions to the text", "Editor\u2019s Note", "reproofing", "Footnote",
                  "Frontispiece", "period should be a comma"):
@@ -1433,10 +1440,12 @@ essay's heading ("Of Truth" ...) set apart and the first lines of its text; two 
 def test_a_block_of_titles_that_come_again_as_headings_is_a_contents_list():
     book = load_book(BACON)
     titles = [c.title for c in book.chapters]
-    assert len(titles) == 60 and titles[0] == ""  # the dedication, kept as an untitled first chapter
-    assert titles[1:4] == ["Of Truth", "Of Death", "Of Unity In Religion"] and titles[-1] == "Of Fame"
-    assert book.chapters[1].paragraphs[0].startswith("WHAT is truth? said jesting Pilate")
-    assert any(p.startswith("Of this I may give only this advice") for p in book.chapters[3].paragraphs)
+    assert len(titles) == 59  # the dedication is spoken before the first essay's title, no chapter of its own
+    assert titles[0:3] == ["Of Truth", "Of Death", "Of Unity In Religion"] and titles[-1] == "Of Fame"
+    first = book.chapters[0]
+    assert first.paragraphs[0] == "TO" and first.paragraphs[first.opening - 1] == "FR. ST. ALBAN"
+    assert first.paragraphs[first.opening].startswith("WHAT is truth? said jesting Pilate")
+    assert any(p.startswith("Of this I may give only this advice") for p in book.chapters[2].paragraphs)
     said = _said(book)
     assert "Of Truth Of Death" not in said and "Of Vicissitude of Things Of Fame" not in said
 
@@ -1534,8 +1543,9 @@ def test_epub_title_page_entries_subtitle_and_edition_line_title_no_chapter(tmp_
            ("CHAPTER I. Looking-Glass House", "b.xhtml#c1")]
     book = load_book(make_epub(tmp_path / "glass.epub", [("a.xhtml", front), ("b.xhtml", ch1)], nav=nav,
                                title="Through the Looking-Glass"))
-    assert [c.title for c in book.chapters] == ["", "CHAPTER I. Looking-Glass House"]
-    assert book.chapters[0].paragraphs[-1] == "White Pawn (Alice) to play, and win in eleven moves."
+    assert [c.title for c in book.chapters] == ["CHAPTER I. Looking-Glass House"]  # the chess problem opens it
+    first = book.chapters[0]
+    assert first.paragraphs[first.opening - 1] == "White Pawn (Alice) to play, and win in eleven moves."
     said = _said(book)
     assert "Millennium" not in said and "What Alice Found" not in said
 
@@ -1671,7 +1681,9 @@ def test_markdown_sections_under_parts_at_two_levels_are_the_chapters():
                       "PART II: Other Worlds. Section 13. How I had a Vision of Lineland",
                       "Section 16. How the Stranger vainly endeavoured to reveal to me in words the mysteries of "
                       "Spaceland", "Section 17. How the Sphere, having in vain tried words, resorted to deeds"]
-    first = [c for c in book.chapters if c.title][0].paragraphs
+    opening = book.chapters[0]  # the dedication is spoken before PART I's heading
+    assert opening.opening == 1 and opening.paragraphs[0].startswith("To The Inhabitants of SPACE IN GENERAL")
+    first = opening.paragraphs[opening.opening:]
     assert first[0] == '"Be patient, for the world is broad and wide."'
     assert first[1].startswith("I call our world Flatland")
 
@@ -1722,15 +1734,18 @@ def test_parts_in_capitals_over_an_epigraph_group_the_chapters_after_them():
     chapter."""
     book = load_book(STRUCTURE / "travels-with-a-donkey-excerpt.txt")
     assert [c.title for c in book.chapters] == [
-        "", "Velay. The Donkey, the Pack, and the Pack-Saddle", "The Green Donkey-Driver",
+        "Velay. The Donkey, the Pack, and the Pack-Saddle", "The Green Donkey-Driver",
         "Upper Gevaudan. A Camp in the Dark", "Upper Gevaudan (continued). Across the Goulet",
         "A Night Among the Pines"]
-    assert [c.part for c in book.chapters] == [None, "Velay", "Velay", "Upper Gevaudan",
+    assert [c.part for c in book.chapters] == ["Velay", "Velay", "Upper Gevaudan",
                                                "Upper Gevaudan (continued)", "Upper Gevaudan (continued)"]
-    first = book.chapters[1].paragraphs
+    # the dedicatory letter signed "R. L. S." is the first chapter's opening, said before its heading
+    opening = book.chapters[0].opening
+    first = book.chapters[0].paragraphs[opening:]
+    assert opening == 3 and book.chapters[0].paragraphs[2] == "R. L. S."
     assert first[1:4] == ["SOPHOCLES.", "Who hath loosed the bands of the wild ass?", "JOB."]
     assert first[0].startswith("Many are the mighty things") and first[4].startswith("In a little place called")
-    assert book.chapters[4].paragraphs[1] == "OLD PLAY."
+    assert book.chapters[3].paragraphs[1] == "OLD PLAY."
     assert all("UPPER GEVAUDAN" not in p for c in book.chapters for p in c.paragraphs)
 
 
@@ -1837,14 +1852,16 @@ S." letter-spaced; then the transcriber's quotations "On Common Sense" and "Tran
 def test_titles_in_capitals_over_two_lines_and_an_address_the_title_page_announces_head_chapters():
     book = load_book(COMMON_SENSE)
     titles = [c.title for c in book.chapters]
-    assert titles[1:7] == [
+    # Thomson's couplet and its source line are the first chapter's opening, said before "Introduction."
+    assert book.chapters[0].opening == 2 and book.chapters[0].paragraphs[1] == "Thomson."
+    assert titles[0:6] == [
         "Introduction.",
         "Of the Origin and Design of Government in General, with Concise Remarks on the English Constitution.",
         "Of Monarchy and Hereditary Succession.", "Thoughts on the Present State of American Affairs.",
         "Of the Present Ability of America, with Some Miscellaneous Reflexions.", "Appendix."]
-    assert titles[7].startswith("To the Representatives of the Religious Society of the People called Quakers, or")
-    assert book.chapters[7].paragraphs[0].startswith("The Writer of this, is one of those few")
-    assert len(titles) == 8
+    assert titles[6].startswith("To the Representatives of the Religious Society of the People called Quakers, or")
+    assert book.chapters[6].paragraphs[0].startswith("The Writer of this, is one of those few")
+    assert len(titles) == 7
 
 
 def test_a_letter_spaced_finis_closes_the_text_and_is_no_chapter():
