@@ -357,13 +357,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         if _local(e.tag) == "title" and (e.text or "").strip():
             title = _subtitle_colon(_norm("".join(e.itertext())))
             break
-    author = None
-    for e in opf.iter():
-        if _local(e.tag) == "creator" and (e.text or "").strip():
-            role = e.get("{http://www.idpf.org/2007/opf}role") or e.get("role") or "aut"
-            if role == "aut":
-                author = _norm("".join(e.itertext()))
-                break
+    author = _authors(opf)
     manifest: dict[str, tuple[str, str, set[str]]] = {}
     for e in opf.iter():
         if _local(e.tag) == "item" and e.get("id") and e.get("href") is not None:
@@ -567,6 +561,26 @@ _NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|letter|stave|canto)\s+(?:[IVXL
                                 r"|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")
 """A nav entry for a numbered chapter ("II. ELEMENTARY RULES OF USAGE", "CHAPTER IV"), not a part."""
 _BARE_ENTRY_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.?$")
+
+
+def _authors(opf: ET.Element) -> str | None:
+    """The package's authors in their order, joined as a title page names them ("William Wordsworth and Samuel
+    Taylor Coleridge"): each ``dc:creator`` whose role is ``aut`` or not given, the role read from its
+    ``opf:role`` attribute (EPUB 2) or from a ``<meta property="role" refines="#id">`` (EPUB 3); None when
+    there is none."""
+    roles = {(e.get("refines") or "").lstrip("#"): (e.text or "").strip()
+             for e in opf.iter() if _local(e.tag) == "meta" and e.get("property") == "role" and e.get("refines")}
+    names: list[str] = []
+    for e in opf.iter():
+        if _local(e.tag) != "creator" or not (e.text or "").strip():
+            continue
+        role = e.get("{http://www.idpf.org/2007/opf}role") or e.get("role") or roles.get(e.get("id") or "") or "aut"
+        name = _norm("".join(e.itertext()))
+        if role == "aut" and name not in names:
+            names.append(name)
+    if not names:
+        return None
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _entry_number(label: str | None) -> int | None:

@@ -205,8 +205,10 @@ _PGDP_RE = re.compile(r"\bDistributed\s+Proofread(?:ing|ers)\b", re.I)
 _OLD_HEADER_RE = re.compile(r"\A\W*The\s+Project\s+Gutenberg\s+E-?(?:text|book)\b[\s\S]{0,3000}?"
                             r"Please\s+do\s+not\s+remove\s+this\s+header", re.I)
 _LONE_STARS_RE = re.compile(r"^[ \t]*\*{3}[ \t]*$", re.M)
-_ETEXT_LINE_RE = re.compile(r"\A[ \t]*\**[ \t]*Project Gutenberg(?:'s|\u2019s)? E-?text of (\S[^*\n]*?)"
-                            r"(?:, by [^*\n]+)?[ \t]*\**[ \t]*$", re.I | re.M)
+_ETEXT_LINE_RE = re.compile(r"\A[ \t]*\**[ \t]*(?:The[ \t]+)?Project Gutenberg(?:'s|\u2019s)? E-?text of (\S[^*\n]*?)"
+                            r"(?:, by ([^*\n]+?))?[ \t]*\**[ \t]*$", re.I | re.M)
+"""An old (1990s) etext's first line, which names the book and its author: "*Project Gutenberg Etext of Five
+Children and It, by E. Nesbit*", "***The Project Gutenberg Etext of Lady Susan, by Jane Austen***"."""
 
 
 _CONNECTING_END_RE = re.compile(r"(?:[,;:\-\u2014]|\b(?:of|and|the|a|an|in|to|or|for|with|from|on|by|at))\s*$", re.I)
@@ -239,12 +241,18 @@ def _unspace_letters(text: str) -> str:
 
 
 def _pg_author(text: str) -> str | None:
+    """The header's ``Author:`` line, else the author an old etext's first line names (:data:`_ETEXT_LINE_RE`)."""
     start = _PG_START_RE.search(text) or _old_header_end(text)
     m = _PG_AUTHOR_RE.search(text, 0, start.start()) if start else None
-    return _norm(m.group(1)) if m else None
+    if m:
+        return _norm(m.group(1))
+    etext = _ETEXT_LINE_RE.match(text) if start else None
+    return _norm(etext.group(2)) if etext and etext.group(2) else None
 
 
 _ARTICLE_RE = re.compile(r"^(?:the|an?)\s+", re.I)
+_ALIAS_RE = re.compile(r"^(?:also|otherwise)\s+(?:known|called|titled)\b", re.I)
+"""A ``Title:`` continuation line that gives the book another name ("Also known as "The Death of Socrates"")."""
 
 
 def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
@@ -260,8 +268,10 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
             more = [_norm(ln) for ln in m.group(2).split("\n") if ln.strip()]
             # a line that starts with the title again, also after an article, is another name for the book
             # ("Peter Pan" / "Peter Pan and Wendy", "Essays" / "The Essays Or Counsels, Civil And Moral,
-            # Of Francis Ld." / "Verulam ..."), not the title's continuation; nor are the lines that go on with it
-            again = [n for n, ln in enumerate(more) if _ARTICLE_RE.sub("", ln).casefold().startswith(first.casefold())]
+            # Of Francis Ld." / "Verulam ..."), and so is one that says so ("Also known as ..."): not the title's
+            # continuation; nor are the lines that go on with it
+            again = [n for n, ln in enumerate(more) if _ARTICLE_RE.sub("", ln).casefold().startswith(first.casefold())
+                     or _ALIAS_RE.match(ln)]
             more = more[:again[0]] if again else more
             if more and more[0][:1].isupper() and not _CONNECTING_END_RE.search(first):
                 more[0] = ": " + more[0]  # a subtitle ("Hedda Gabler" / "Play In Four Acts"), said after a pause
@@ -279,12 +289,12 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
         body_start = 0
     end = _PG_END_RE.search(text, body_start)
     etext = _ETEXT_LINE_RE.match(text) if start else None
-    if etext and not end:
+    if etext:
         # an old (1990s) etext names itself on its first line ("*Project Gutenberg Etext of Five Children and
-        # It, by E. Nesbit*") and closes with that line again, no END marker: the book's title, and its end
-        again = re.compile(r"^" + re.escape(etext.group(0).strip()) + r"[ \t]*$", re.M).search(text, body_start)
-        end = again
+        # It, by E. Nesbit*"): the book's title; without an END marker it closes with that line again
         title = title or _norm(etext.group(1))
+        if not end:
+            end = re.compile(r"^" + re.escape(etext.group(0).strip()) + r"[ \t]*$", re.M).search(text, body_start)
     if end:
         found = True
         body = text[body_start:end.start()]
