@@ -38,7 +38,8 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.outline import _BY_RE, _KEYWORD_START_RE, _numeral, _shouted, epub_checks, title_case
+from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
+                                 title_case)
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _ORDINAL_HEADING_RE, _PG_END_RE, _PG_START_RE, _SECTION_RE
@@ -557,9 +558,11 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     merged = [(t, d, [q for q, ok in zip(ps, keep) if ok], [kd for kd, ok in zip(ks, keep) if ok])
               for (t, d, ps, ks), keep in zip(merged, kept)]
     merged = [m for m in merged if "text" in m[3]]
-    # leading front matter without prose (title page, contents, edition notice) is left out
+    # leading front matter without prose (title page, contents, edition notice; an imprint or copyright entry in
+    # sentences is no prose of the book unless front matter is kept) is left out
     k = 0
-    while k < len(merged) - 1 and not _has_prose(merged[k][2]) and any(_has_prose(c[2]) for c in merged[k + 1:]):
+    while k < len(merged) - 1 and not _has_prose([q for q in merged[k][2] if front_matter or not _imprint_line(q)]) \
+            and any(_has_prose(c[2]) for c in merged[k + 1:]):
         k += 1
     merged = merged[k:]
     if not merged:

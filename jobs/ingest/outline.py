@@ -783,13 +783,15 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
+                         r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
                          re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
-"""A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
+"""A publisher's or producer's line in the front matter: copyright (and the copyright entry "Entered according
+to Act of Congress, in the year 1845 ..."), rights, printer, edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
 edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888", "A new

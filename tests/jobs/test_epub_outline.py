@@ -186,3 +186,38 @@ def test_epub_numbered_parts_listed_under_each_poem_are_its_sections(tmp_path):
     assert _headings(thorn) == ["Part I.", "Part II.", "Part III."]
     assert thorn.paragraphs[1].startswith("There is a thorn; it looks so old")
 
+
+
+_DOUGLASS_TITLE = ('<h1 id="t0">Narrative<br/>of the<br/>Life<br/>of<br/>FREDERICK DOUGLASS</h1>'
+                   '<h2 class="no-break" id="t1">AN<br/>AMERICAN SLAVE.<br/>WRITTEN BY HIMSELF.</h2>'
+                   '<h4 id="t2">BOSTON<br/><br/> PUBLISHED AT THE ANTI-SLAVERY OFFICE,<br/> NO. 25 CORNHILL<br/> 1845<br/><br/></h4>'
+                   '<h5>ENTERED, ACCORDING TO ACT OF CONGRESS,<br/> IN THE YEAR 1845<br/> BY FREDERICK DOUGLASS,<br/>'
+                   ' IN THE CLERK’S OFFICE OF THE DISTRICT COURT<br/>OF MASSACHUSETTS.<br/></h5><hr/>'
+                   '<p class="letter">Note from the original file: This electronic book is being released at this\n'
+                   'time to honor the birthday of Martin Luther King Jr. [Born January 15, 1929]\n'
+                   '[Officially celebrated January 20, 1992]</p><hr/>')
+_DOUGLASS_PREFACE = ('<div class="chapter" id="p4"><h2><a id="link2H_PREF"/> PREFACE</h2><p>In the month of August, 1841, '
+                     'I attended an anti-slavery convention in Nantucket, at which it was my happiness to become '
+                     'acquainted with <i>Frederick Douglass</i>, the writer of the following Narrative.</p></div>')
+_DOUGLASS_CH1 = ('<div class="chapter" id="p7"><h2><a id="link2HCH0001"/> CHAPTER I</h2><p>I was born in Tuckahoe, near '
+                 'Hillsborough, and about twelve miles from Easton, in Talbot county, Maryland. I have no accurate '
+                 'knowledge of my age, never having seen any authentic record containing it.</p></div>')
+
+
+def test_epub_title_page_with_its_imprint_copyright_entry_and_file_note_is_not_spoken(tmp_path):
+    """Narrative of the Life of Frederick Douglass (PG 23, EPUB 3): the nav lists the title page's lines (the
+    title, "AN AMERICAN SLAVE. WRITTEN BY HIMSELF.", the Boston imprint); under the imprint stand the copyright
+    entry ("ENTERED, ACCORDING TO ACT OF CONGRESS ...") and the e-text maker's "Note from the original file:
+    ...". The entry is an imprint line and the note a producer's: no prose of the book is left there, so the
+    title page is no chapter and none of it is spoken; the preface is the first chapter."""
+    nav = [("Narrative of the Life of FREDERICK DOUGLASS", "t.xhtml#t0"),
+           ("AN AMERICAN SLAVE. WRITTEN BY HIMSELF.", "t.xhtml#t1"),
+           ("BOSTON PUBLISHED AT THE ANTI-SLAVERY OFFICE, NO. 25 CORNHILL 1845", "t.xhtml#t2"),
+           ("PREFACE", "p.xhtml#p4"), ("CHAPTER I", "c.xhtml#p7")]
+    book = load_book(make_epub(tmp_path / "douglass.epub", [("t.xhtml", _DOUGLASS_TITLE), ("p.xhtml", _DOUGLASS_PREFACE),
+                                                            ("c.xhtml", _DOUGLASS_CH1)], nav=nav,
+                               title="Narrative of the Life of Frederick Douglass, an American Slave"))
+    assert [c.title for c in book.chapters] == ["Preface", "Chapter I"]
+    said = _said(book).upper()
+    for phrase in ("ANTI-SLAVERY OFFICE", "ACT OF CONGRESS", "NOTE FROM THE ORIGINAL FILE"):
+        assert phrase not in said
