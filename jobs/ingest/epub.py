@@ -38,7 +38,8 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.outline import _BY_RE, _KEYWORD_START_RE, _numeral, _shouted, epub_checks, title_case
+from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
+                                 title_case)
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _ORDINAL_HEADING_RE, _PG_END_RE, _PG_START_RE, _SECTION_RE
@@ -470,6 +471,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     merged: list[tuple[str, int, list[str], list[str]]] = [(title, 0, paras0, ["text"] * len(paras0))] if paras0 else []
     entries = [(label, depth) for label, depth, _blocks in segments]
     parts = _restarting_parts(entries)
+    pieces = _nested_parts(entries)
     inserts = _between_numbers(entries)
     # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
     pending: list[tuple[str, int]] = []
@@ -500,6 +502,16 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             merged[-1] = (pt, pd, ps + [f"Part {t.strip().rstrip('.')}."] + paras,
                           ks + ["heading"] + ["text"] * len(paras))
             numbered = texted = True
+            continue
+        if n in pieces and (merged or pending):
+            # a poem's or tale's numbered part listed under its entry (and a titled piece beside them: "ARGUMENT.")
+            if pending:
+                merged.append((_chain_titles([pt for pt, _pd in pending if pt]), depth, [], []))
+                pending = []
+            pt, pd, ps, ks = merged[-1]
+            head = f"Part {t.strip().rstrip('.')}." if _bare_number(t) is not None else _spoken(t)
+            merged[-1] = (pt, pd, ps + [head] + paras, ks + ["heading"] + ["text"] * len(paras))
+            texted = True
             continue
         if n in inserts and merged and not pending:
             pt, pd, ps, ks = merged[-1]
@@ -540,9 +552,11 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     merged = [(t, d, [q for q, ok in zip(ps, keep) if ok], [kd for kd, ok in zip(ks, keep) if ok])
               for (t, d, ps, ks), keep in zip(merged, kept)]
     merged = [m for m in merged if "text" in m[3]]
-    # leading front matter without prose (title page, contents, edition notice) is left out
+    # leading front matter without prose (title page, contents, edition notice; an imprint or copyright entry in
+    # sentences is no prose of the book unless front matter is kept) is left out
     k = 0
-    while k < len(merged) - 1 and not _has_prose(merged[k][2]) and any(_has_prose(c[2]) for c in merged[k + 1:]):
+    while k < len(merged) - 1 and not _has_prose([q for q in merged[k][2] if front_matter or not _imprint_line(q)]) \
+            and any(_has_prose(c[2]) for c in merged[k + 1:]):
         k += 1
     merged = merged[k:]
     if not merged:
@@ -624,6 +638,32 @@ def _restarting_parts(entries: list[tuple[str | None, int]]) -> set[int]:
             runs.append(run)
         n = m
     return {m for run in runs for m in run} if len(runs) >= 2 else set()
+
+
+def _nested_parts(entries: list[tuple[str | None, int]]) -> set[int]:
+    """The entries that are the numbered parts of a poem or tale listed under its entry: an entry titled
+    otherwise than by a number or keyword ("THE THORN.") whose entries one level down include bare numerals
+    counting from I ("I." ... "XXII.", perhaps after a titled one: "ARGUMENT.", "I." ... "VII."). When two
+    or more entries hold such runs, the entries under them are their sections, not chapters; one titled
+    entry over numbered entries is a part or a novel over its chapters."""
+    found: list[list[int]] = []
+    for n, (label, depth) in enumerate(entries):
+        if not label or _bare_number(label) is not None or _KEYWORD_START_RE.match(label.strip()) \
+                or _ORDINAL_HEADING_RE.match(label.strip()):
+            continue
+        inner = []
+        for m in range(n + 1, len(entries)):
+            if entries[m][1] <= depth:
+                break
+            inner.append(m)
+        children = [m for m in inner if entries[m][1] == depth + 1]
+        if len(children) != len(inner):
+            continue
+        numbers = [_bare_number(entries[m][0]) for m in children if _bare_number(entries[m][0]) is not None]
+        if len(numbers) >= 2 and numbers == list(range(1, len(numbers) + 1)) \
+                and len(children) - len(numbers) <= 1 and _bare_number(entries[children[-1]][0]) is not None:
+            found.append(children)
+    return {m for run in found for m in run} if len(found) >= 2 else set()
 
 
 def _bare_number(label: str | None) -> int | None:

@@ -93,6 +93,11 @@ _SOURCE_NOTE_RE = re.compile(r"^\W*(?:(?:this|the)\s+(?:e-?)?(?:text|book)\s+(?:
                              r"(?:extracted|reprinted|reproduced|taken|transcribed)\s+from\b", re.I)
 """The edition a text was taken from, in the e-text's first pages: "[This text is taken from the New York edition
 of 1919.]", "Reprinted from ..."."""
+_FILE_NOTE_LABEL_RE = re.compile(r"^\W*notes?\s+(?:from|on|about|to)\s+(?:the|this)\s+(?:original\s+)?"
+                                 r"(?:e-?texts?|e-?books?|files?|electronic\s+(?:books?|editions?|texts?|versions?))"
+                                 r"\s*:", re.I)
+"""A note labelled as about the electronic file ("Note from the original file: This electronic book is being
+released at this time to honor ..."): the e-text maker's, not the book's."""
 _BRACED_RE = re.compile(r"^\{[^{}]+\}$")
 """A paragraph wholly in braces: printed books do not set text so; the e-text's maker does ("{Although the poem
 itself is included shortly, ... — A. L.}")."""
@@ -107,7 +112,8 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     bracketed numbered notes "[Footnote 1: ...]" in a row under it, and topics under labels of their own
     ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
     paragraph about this file, e-book or e-text that speaks of its images, version, format or
-    making ("The images in this file are ..."); "He opened the file." stays. Also a paragraph wholly in braces
+    making ("The images in this file are ...") or is labelled as a note on the file ("Note from the original
+    file: ..."); "He opened the file." stays. Also a paragraph wholly in braces
     ("{Although the poem itself is included shortly, ... — A. L.}"), and, in the first chapters, a line naming
     the edition the text was taken from ("[This text is taken from the New York edition of 1919.]") and a
     facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...") with the copy of the page
@@ -136,6 +142,8 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                     j += 1
         elif front and len(p.split()) <= 120 and _THIS_FILE_RE.search(p) and _PRODUCTION_RE.search(p):
             out.add(i)
+        elif front and len(p.split()) <= 120 and _FILE_NOTE_LABEL_RE.match(p):
+            out.add(i)  # "Note from the original file: ..."
         elif _BRACED_RE.match(p.strip()) and len(p.split()) >= 5:
             out.add(i)  # a note in braces, the e-text maker's
         elif front and len(p.split()) <= 40 and _SOURCE_NOTE_RE.match(p):

@@ -32,7 +32,7 @@ from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _c
 SPLIT_LEVELS = ("part", "chapter", "section")
 
 PART_STYLES = {"part", "book", "volume", "capspart"}
-SECTION_STYLES = {"scene", "section", "numpart"}
+SECTION_STYLES = {"scene", "section", "numpart", "piece"}
 NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle"}
 RANKED_CHAPTER_STYLES = {"chapter", "stave", "act"}
 """The keywords that outrank the others: a book numbered by them is cut at them."""
@@ -783,13 +783,15 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
+                         r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
                          re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
-"""A publisher's or producer's line in the front matter: copyright, rights, printer, edition notes,
+"""A publisher's or producer's line in the front matter: copyright (and the copyright entry "Entered according
+to Act of Congress, in the year 1845 ..."), rights, printer, edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
 edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888", "A new
@@ -1157,6 +1159,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
             and len(_tokens(items[first].text)) - len(title_t) <= 3:
         items[first] = _Item("para", items[first].text)  # a series' "VOLUME 3" over the book's title: the title page
+    items = _named_pieces(items)
     levels = _assign_levels(items)
     front: list[_Item] = []
     nodes: list[Node] = []
@@ -1173,6 +1176,57 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             front.append(it)
     _epigraphs_forward(front, nodes)
     return Outline(_front(_without_listed_titles(front, nodes), title, author), nodes)
+
+
+_PIECE_RE = re.compile(r"^(?P<name>.*[^\W\d_].*?)\s+[-\u2013\u2014:]\s*(?P<num>[IVXLC]{1,7}|\d{1,3})\.?$")
+
+
+def _piece(it: _Item) -> tuple[str, int] | None:
+    """(name, number) of a heading that is a numbered piece of a named text ("BUTTERFLIES - II"): a title,
+    a dash and a numeral, with no heading keyword of its own."""
+    if it.kind != "heading" or it.style not in ("", "caps", "contents"):
+        return None
+    m = _PIECE_RE.match(it.text)
+    if m is None or _match_heading(m.group("name")) is not None:
+        return None
+    num = m.group("num")
+    value = int(num) if num.isdigit() else _roman_value(num)
+    return (" ".join(_tokens(m.group("name"))), value) if value else None
+
+
+def _named_pieces(items: list[_Item]) -> list[_Item]:
+    """Headings that repeat one name with a running number ("BUTTERFLIES - I", "BUTTERFLIES - II" ...
+    "BUTTERFLIES - IV", two or more, numbered from one, with nothing but their own text between them) are
+    the numbered pieces of one text: it is one chapter titled by the name ("BUTTERFLIES", unless a heading
+    of that name is already right before the first piece), and the pieces are its sections."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        first = _piece(items[k])
+        if first is None or first[1] != 1:
+            out.append(items[k])
+            k += 1
+            continue
+        run, n = [k], k + 1
+        while n < len(items):
+            if items[n].kind == "heading":
+                nxt = _piece(items[n])
+                if nxt is None or nxt != (first[0], len(run) + 1):
+                    break
+                run.append(n)
+            n += 1
+        if len(run) < 2:
+            out.append(items[k])
+            k += 1
+            continue
+        named = bool(out) and out[-1].kind == "heading" and tuple(_tokens(out[-1].text)) == tuple(first[0].split())
+        if not named:
+            out.append(_Item("heading", _PIECE_RE.match(items[k].text).group("name").strip()))
+        for j in range(k, n):
+            it = items[j]
+            out.append(_Item("heading", it.text, style="piece", num=run.index(j) + 1) if j in run else it)
+        k = n
+    return out
 
 
 def _without_listed_titles(front: list[_Item], nodes: list[Node]) -> list[_Item]:

@@ -142,3 +142,82 @@ def test_epub_bare_numerals_under_part_headings_stay_chapters():
     assert _restarting_parts(flat(("FIRST PART", 3), ("SECOND PART", 2))) == set()
     assert _restarting_parts(flat(("WHAT MEN LIVE BY", 3), ("THREE QUESTIONS", 0),
                                   ("HOW MUCH LAND DOES A MAN NEED?", 2))) == {2, 3, 4, 7, 8}
+
+
+_MARINERE = ('<div class="chapter" id="p4"><h2><a id="poem1"/>THE RIME OF THE ANCYENT MARINERE,<br/> IN SEVEN PARTS.</h2>'
+             '<h3 id="p5">ARGUMENT.</h3><p class="noindent">How a Ship having passed the Line was driven by Storms to '
+             'the cold Country towards the South Pole; and how from thence she made her course to the tropical Latitude '
+             'of the Great Pacific Ocean; and of the strange things that befell; and in what manner the Ancyent '
+             'Marinere came back to his own Country.</p>'
+             '<h3 id="p6">I.</h3><p class="noindent">It is an ancyent Marinere,<br/> And he stoppeth one of three:<br/> '
+             '“By thy long grey beard and thy glittering eye<br/> “Now wherefore stoppest me?</p>'
+             '<h3 id="p7">II.</h3><p class="noindent">The Sun came up upon the right,<br/> Out of the Sea came he;<br/> '
+             'And broad as a weft upon the left<br/> Went down into the Sea.</p>'
+             '<h3 id="p8">III.</h3><p class="noindent">I saw a something in the Sky<br/> No bigger than my fist;<br/> '
+             'At first it seem’d a little speck<br/> And then it seem’d a mist.</p></div>')
+_FOSTER = ('<div class="chapter" id="p13"><h2><a id="poem2"/>THE FOSTER-MOTHER’S TALE, A DRAMATIC FRAGMENT.</h2>'
+           '<p class="noindent">FOSTER-MOTHER.<br/> I never saw the man whom you describe.<br/> <br/> MARIA.<br/> '
+           '’Tis strange! he spake of you familiarly<br/> As mine and Albert’s common Foster-mother.</p></div>')
+_THORN = ('<div class="chapter" id="p24"><h2><a id="poem12"/>THE THORN.</h2>'
+          '<h3 id="p25">I.</h3><p class="noindent">There is a thorn; it looks so old,<br/> In truth you’d find it hard '
+          'to say,<br/> How it could ever have been young,<br/> It looks so old and grey.</p>'
+          '<h3 id="p26">II.</h3><p class="noindent">Like rock or stone, it is o’ergrown<br/> With lichens to the very '
+          'top,<br/> And hung with heavy tufts of moss,<br/> A melancholy crop.</p>'
+          '<h3 id="p27">III.</h3><p class="noindent">High on a mountain’s highest ridge,<br/> Where oft the stormy '
+          'winter gale<br/> Cuts like a scythe, while through the clouds<br/> It sweeps from vale to vale.</p></div>')
+
+
+def test_epub_numbered_parts_listed_under_each_poem_are_its_sections(tmp_path):
+    """Lyrical Ballads (PG 9622, EPUB 3, a poem per file): the nav lists the numbered parts of two poems under
+    the poem's entry ("THE RIME OF THE ANCYENT MARINERE" over "ARGUMENT.", "I." ... "VII."; "THE THORN." over
+    "I." ... "XXII."). Two entries holding such runs make them the poems' parts: sections inside the poem
+    (the titled "ARGUMENT." beside them too), not poems of their own."""
+    nav = [("THE RIME OF THE ANCYENT MARINERE, IN SEVEN PARTS.", "m.xhtml#p4",
+            [("ARGUMENT.", "m.xhtml#p5"), ("I.", "m.xhtml#p6"), ("II.", "m.xhtml#p7"), ("III.", "m.xhtml#p8")]),
+           ("THE FOSTER-MOTHER’S TALE, A DRAMATIC FRAGMENT.", "f.xhtml#p13"),
+           ("THE THORN.", "t.xhtml#p24", [("I.", "t.xhtml#p25"), ("II.", "t.xhtml#p26"), ("III.", "t.xhtml#p27")])]
+    book = load_book(make_epub(tmp_path / "lyrical.epub", [("m.xhtml", _MARINERE), ("f.xhtml", _FOSTER),
+                                                           ("t.xhtml", _THORN)], nav=nav, title="Lyrical Ballads"))
+    assert [c.title for c in book.chapters] == ["The Rime of the Ancyent Marinere, in Seven Parts.",
+                                                "The Foster-Mother’s Tale, a Dramatic Fragment.", "The Thorn."]
+    marinere, _foster, thorn = book.chapters
+    assert _headings(marinere) == ["Argument.", "Part I.", "Part II.", "Part III."]
+    assert marinere.paragraphs[1].startswith("How a Ship having passed the Line")
+    assert _headings(thorn) == ["Part I.", "Part II.", "Part III."]
+    assert thorn.paragraphs[1].startswith("There is a thorn; it looks so old")
+
+
+
+_DOUGLASS_TITLE = ('<h1 id="t0">Narrative<br/>of the<br/>Life<br/>of<br/>FREDERICK DOUGLASS</h1>'
+                   '<h2 class="no-break" id="t1">AN<br/>AMERICAN SLAVE.<br/>WRITTEN BY HIMSELF.</h2>'
+                   '<h4 id="t2">BOSTON<br/><br/> PUBLISHED AT THE ANTI-SLAVERY OFFICE,<br/> NO. 25 CORNHILL<br/> 1845<br/><br/></h4>'
+                   '<h5>ENTERED, ACCORDING TO ACT OF CONGRESS,<br/> IN THE YEAR 1845<br/> BY FREDERICK DOUGLASS,<br/>'
+                   ' IN THE CLERK’S OFFICE OF THE DISTRICT COURT<br/>OF MASSACHUSETTS.<br/></h5><hr/>'
+                   '<p class="letter">Note from the original file: This electronic book is being released at this\n'
+                   'time to honor the birthday of Martin Luther King Jr. [Born January 15, 1929]\n'
+                   '[Officially celebrated January 20, 1992]</p><hr/>')
+_DOUGLASS_PREFACE = ('<div class="chapter" id="p4"><h2><a id="link2H_PREF"/> PREFACE</h2><p>In the month of August, 1841, '
+                     'I attended an anti-slavery convention in Nantucket, at which it was my happiness to become '
+                     'acquainted with <i>Frederick Douglass</i>, the writer of the following Narrative.</p></div>')
+_DOUGLASS_CH1 = ('<div class="chapter" id="p7"><h2><a id="link2HCH0001"/> CHAPTER I</h2><p>I was born in Tuckahoe, near '
+                 'Hillsborough, and about twelve miles from Easton, in Talbot county, Maryland. I have no accurate '
+                 'knowledge of my age, never having seen any authentic record containing it.</p></div>')
+
+
+def test_epub_title_page_with_its_imprint_copyright_entry_and_file_note_is_not_spoken(tmp_path):
+    """Narrative of the Life of Frederick Douglass (PG 23, EPUB 3): the nav lists the title page's lines (the
+    title, "AN AMERICAN SLAVE. WRITTEN BY HIMSELF.", the Boston imprint); under the imprint stand the copyright
+    entry ("ENTERED, ACCORDING TO ACT OF CONGRESS ...") and the e-text maker's "Note from the original file:
+    ...". The entry is an imprint line and the note a producer's: no prose of the book is left there, so the
+    title page is no chapter and none of it is spoken; the preface is the first chapter."""
+    nav = [("Narrative of the Life of FREDERICK DOUGLASS", "t.xhtml#t0"),
+           ("AN AMERICAN SLAVE. WRITTEN BY HIMSELF.", "t.xhtml#t1"),
+           ("BOSTON PUBLISHED AT THE ANTI-SLAVERY OFFICE, NO. 25 CORNHILL 1845", "t.xhtml#t2"),
+           ("PREFACE", "p.xhtml#p4"), ("CHAPTER I", "c.xhtml#p7")]
+    book = load_book(make_epub(tmp_path / "douglass.epub", [("t.xhtml", _DOUGLASS_TITLE), ("p.xhtml", _DOUGLASS_PREFACE),
+                                                            ("c.xhtml", _DOUGLASS_CH1)], nav=nav,
+                               title="Narrative of the Life of Frederick Douglass, an American Slave"))
+    assert [c.title for c in book.chapters] == ["Preface", "Chapter I"]
+    said = _said(book).upper()
+    for phrase in ("ANTI-SLAVERY OFFICE", "ACT OF CONGRESS", "NOTE FROM THE ORIGINAL FILE"):
+        assert phrase not in said

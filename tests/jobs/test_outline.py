@@ -1892,3 +1892,18 @@ def test_a_byline_repeating_the_announced_author_is_not_spoken_inside_the_book()
     paras = [p for c in book.chapters for p in c.paragraphs]
     assert "Second Series" in paras
     assert not any(p.lower() == "by emily dickinson" for p in paras)
+
+
+def test_markdown_headings_repeating_a_name_with_a_running_number_are_one_texts_sections():
+    """Kwaidan (Markdown, PG 1210): the essays of "INSECT STUDIES" are headed in numbered pieces at the level
+    of the stories ("### BUTTERFLIES - I" ... "### BUTTERFLIES - IV", "### ANTS - I" ...): the pieces of one
+    essay are its sections, inside one chapter titled by the essay's name; a story headed once stays a chapter."""
+    book = load_book(STRUCTURE / "kwaidan-insect-studies-excerpt.md")
+    assert [c.title for c in book.chapters] == ["Introduction", "Horai", "Insect Studies. Butterflies",
+                                                "Mosquitoes", "Ants"]
+    butterflies, ants = book.chapters[2], book.chapters[4]
+    assert [p for i, p in enumerate(butterflies.paragraphs) if butterflies.kind(i) == "heading"] == [
+        f"Butterflies - {r}" for r in ("I", "II", "III", "IV")]
+    assert butterflies.paragraphs[1].startswith("Would that I could hope")
+    assert [p for i, p in enumerate(ants.paragraphs) if ants.kind(i) == "heading"] == [
+        f"Ants - {r}" for r in ("I", "II", "III")]
