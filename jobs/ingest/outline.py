@@ -1137,8 +1137,15 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
     return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
 
 
+_SCENE_LINE_RE = re.compile(r"^(?:scene|time|place)\s*:\s*\S", re.I)
+"""A half-title's line of scene and time ("Scene:  The Mississippi Valley Time:  Forty to fifty years ago")."""
+
+
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
-    """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
+    """Items -> the outline: contents lists resolved, heading runs merged, levels assigned. The title again
+    (the header's title, or its part before a comma: "Adventures of Huckleberry Finn, Complete") over the first
+    heading is a half-title and is not spoken, nor a genre line in capitals ("PLAY IN FOUR ACTS.") or a line
+    of scene and time ("Scene:  The Mississippi Valley ...") under it."""
     items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
     items, entries, after = _resolve_toc(items)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
@@ -1151,14 +1158,16 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _listed_ahead(items)
     items = _cast_lists(items)
     title_t = tuple(_tokens(title))
+    titles = {title_t, tuple(_tokens(title.split(", ")[0]))} if title_t else set()
     half = set()  # the title again over the story's first heading: a half-title, and a genre line under it
     for k, it in enumerate(items):
-        if title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t:
+        if it.kind == "para" and tuple(_tokens(it.text)) in titles:
             if k + 1 < len(items) and items[k + 1].kind == "heading":
                 half.add(k)
             elif k + 2 < len(items) and items[k + 2].kind == "heading" and items[k + 1].kind == "para" \
-                    and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
-                half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
+                    and (_shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6
+                         or _SCENE_LINE_RE.match(items[k + 1].text) and len(items[k + 1].text.split()) <= 16):
+                half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."; "Scene:  The Mississippi Valley"
     items = [it for k, it in enumerate(items) if k not in half]
     items = _addresses_announced(_openings_named(items, title))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)

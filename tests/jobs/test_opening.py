@@ -238,3 +238,13 @@ def test_an_authors_notice_and_explanatory_note_under_their_labels_are_chapters_
         "BY ORDER OF THE AUTHOR, Per G.G., Chief of Ordnance."]
     assert book.chapters[1].paragraphs[0].startswith("IN this book a number of dialects are used")
     assert [c.index for c in book.chapters] == list(range(1, len(book.chapters) + 1))
+
+
+def test_a_half_title_with_its_scene_line_before_the_first_chapter_is_not_spoken():
+    """The header's title is "Adventures of Huckleberry Finn, Complete"; the half-title prints it without
+    ", Complete", with a line of scene and time under it, over CHAPTER I."""
+    book = load_book(HUCK)
+    explanatory = book.chapters[1]
+    assert explanatory.paragraphs[-1] == "THE AUTHOR."
+    said = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "ADVENTURES OF HUCKLEBERRY FINN" not in said and "Mississippi Valley" not in said
