@@ -7,7 +7,8 @@ the opening of the first titled chapter instead (:attr:`jobs.ingest.book.Chapter
 print order, after the announcement and before that chapter's heading. Longer prose (an unheaded
 introduction, a story that starts without a heading) stays a chapter of its own; a short piece under its
 own title in capitals (a prefatory poem) is a chapter titled by that line, with what comes before the line
-as its opening (:func:`_title_the_piece`).
+as its opening (:func:`_title_the_piece`); several such pieces ("NOTICE", then "EXPLANATORY") are a chapter
+each (:func:`_split_pieces`).
 
 Works on :class:`Chapter` lists only (every format); does not decide what is front matter that is never
 spoken (``jobs.ingest.outline``'s title page rules and ``jobs.ingest.matter`` do).
@@ -51,7 +52,8 @@ def fold_opening(chapters: list[Chapter]) -> list[Chapter]:
     if first.title.strip() or first.opening or not nxt.title.strip() or nxt.opening:
         return chapters
     if not opening_matter([p for i, p in enumerate(first.paragraphs) if first.kind(i) == "text"]):
-        return [_title_the_piece(first), *chapters[1:]]
+        pieces = _split_pieces(_title_the_piece(first))
+        return [*pieces, *(_renumbered(c, len(pieces) + i + 1) for i, c in enumerate(chapters[1:]))]
     kinds = [first.kind(i) for i in range(len(first.paragraphs))] + [nxt.kind(i) for i in range(len(nxt.paragraphs))]
     merged = Chapter(1, nxt.title, list(first.paragraphs) + list(nxt.paragraphs),
                      None if all(k == "text" for k in kinds) else kinds, nxt.part,
@@ -75,6 +77,35 @@ def _title_the_piece(ch: Chapter) -> Chapter:
     kinds = None if ch.kinds is None else ch.kinds[:i] + ch.kinds[i + 1:]
     return Chapter(ch.index, title_case(texts[k]), ch.paragraphs[:i] + ch.paragraphs[i + 1:], kinds, ch.part,
                    title_is_letter=ch.title_is_letter, opening=i)
+
+
+def _renumbered(c: Chapter, index: int) -> Chapter:
+    if c.index == index:
+        return c
+    return Chapter(index, c.title, c.paragraphs, c.kinds, c.part, title_is_letter=c.title_is_letter, opening=c.opening)
+
+
+def _split_pieces(ch: Chapter) -> list[Chapter]:
+    """A chapter titled by its piece's line (:func:`_title_the_piece`) that holds further pieces under their own
+    titles (a line in capitals over a paragraph of 20 words or more, no dedication: "NOTICE" over the
+    author's notice, then "EXPLANATORY" over his explanatory note) is split at each of those lines: each
+    piece is a chapter titled by its line, in title case. Any other chapter is returned alone."""
+    if not ch.title.strip() or ch.opening and not opening_matter(ch.paragraphs[:ch.opening]):
+        return [ch]
+    at = [i for i in range(ch.opening, len(ch.paragraphs)) if ch.kind(i) == "text"]
+    texts = [ch.paragraphs[i] for i in at]
+    cuts = [at[n] for n, (a, b) in enumerate(zip(texts, texts[1:]))
+            if n and _caps_title(a) and not _DEDICATION_START_RE.match(a) and len(b.split()) >= 20]
+    if not cuts:
+        return [ch]
+    out: list[Chapter] = []
+    bounds = [ch.opening, *cuts, len(ch.paragraphs)]
+    for n, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        start, title, opening = (0, ch.title, ch.opening) if n == 0 else (a + 1, title_case(ch.paragraphs[a]), 0)
+        kinds = None if ch.kinds is None else ch.kinds[start:b]
+        out.append(Chapter(ch.index + n, title, ch.paragraphs[start:b], kinds, ch.part,
+                           title_is_letter=ch.title_is_letter, opening=opening))
+    return out
 
 
 def opening_matter(paras: list[str]) -> bool:

@@ -758,13 +758,14 @@ def spoken_heading(it: _Item, level: str) -> str:
 # --------------------------------------------------------------------------- front matter
 
 
-_BY_RE = re.compile(r"^(?:by|written\s+by|illustrated\s+by|translated\s+by|(?:with\s+)?illustrations\s+by"
+_BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|translated\s+by|(?:with\s+)?illustrations\s+by"
                     r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?d?\s+)?(?:introduction|preface"
                     r"|foreword|notes|memoir|essay|introductory\s+note)(?:\s+(?:in|on|of)\s+\w+)?"
                     r"(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
                     r"|edited(?:\s+and\s+\w+)?\s+by)\s+\S", re.I)
 """A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
-"WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY")."""
+"WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
+signs a notice and is no credit."""
 _PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
                            r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
@@ -822,6 +823,11 @@ def _imprint_line(t: str) -> bool:
                 or len(t.strip(" .")) >= 4 and _ROMAN_YEAR_RE.match(t.strip()))
 
 
+_NOTICE_LABEL_RE = re.compile(r"^(?:(?:the\s+)?author(?:'s|\u2019s)\s+)?(?:notice|explanatory|advertisement)\W*$", re.I)
+"""The label of an author's short note before the chapters, alone on its line: "NOTICE", "EXPLANATORY",
+"ADVERTISEMENT", "Author's Notice"."""
+
+
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
@@ -829,7 +835,8 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     street address, a printing history's lines "Reprinted April, June 1891; March 1892.", the date in roman
     numerals "MDCCLXXVI" and the place of publication in capitals over the printer's line), the title again with
     its byline under it ("Common Sense" / "By Thomas Paine": the announcement says both), a play's cast
-    list from its label ("Dramatis Personae") on, and the contents label go; the rest stays when it holds prose, a dedication or an epigraph."""
+    list from its label ("Dramatis Personae") on, and the contents label go; the rest stays when it holds prose, a dedication or an epigraph.
+    The title page ends at a notice's label (:data:`_NOTICE_LABEL_RE`: "NOTICE") over prose: the label stays."""
     cast = next((n for n, it in enumerate(front) if it.kind == "para" and _CAST_LABEL_RE.match(it.text)), None)
     if cast is not None:
         front = front[:cast]  # a play's cast list and scenes up to its first act: the playbill
@@ -847,6 +854,8 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
         if (_is_prose(t) or _DEDICATION_RE.match(t) or t.startswith(("\u201c", '"'))
                 or t.strip(" .").casefold() in ("to", "for")) and not (_BY_RE.match(t) and len(t.split()) <= 20):
             break
+        if _NOTICE_LABEL_RE.match(t) and start + 1 < len(paras) and _is_prose(paras[start + 1].text):
+            break  # "NOTICE" over the author's few sentences: the notice's title, not a title-page line
         start += 1
     kept = paras[start:]
     title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
@@ -1130,8 +1139,15 @@ def _body_words(items: list[_Item], heads: list[int], n: int) -> list[str]:
     return [b.text for b in items[heads[n] + 1:end] if b.kind == "para"]
 
 
+_SCENE_LINE_RE = re.compile(r"^(?:scene|time|place)\s*:\s*\S", re.I)
+"""A half-title's line of scene and time ("Scene:  The Mississippi Valley Time:  Forty to fifty years ago")."""
+
+
 def build_outline(items: list[_Item], title: str, author: str | None) -> Outline:
-    """Items -> the outline: contents lists resolved, heading runs merged, levels assigned."""
+    """Items -> the outline: contents lists resolved, heading runs merged, levels assigned. The title again
+    (the header's title, or its part before a comma: "Adventures of Huckleberry Finn, Complete") over the first
+    heading is a half-title and is not spoken, nor a genre line in capitals ("PLAY IN FOUR ACTS.") or a line
+    of scene and time ("Scene:  The Mississippi Valley ...") under it."""
     items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
     items, entries, after = _resolve_toc(items)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
@@ -1144,14 +1160,16 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _listed_ahead(items)
     items = _cast_lists(items)
     title_t = tuple(_tokens(title))
+    titles = {title_t, tuple(_tokens(title.split(", ")[0]))} if title_t else set()
     half = set()  # the title again over the story's first heading: a half-title, and a genre line under it
     for k, it in enumerate(items):
-        if title_t and it.kind == "para" and tuple(_tokens(it.text)) == title_t:
+        if it.kind == "para" and tuple(_tokens(it.text)) in titles:
             if k + 1 < len(items) and items[k + 1].kind == "heading":
                 half.add(k)
             elif k + 2 < len(items) and items[k + 2].kind == "heading" and items[k + 1].kind == "para" \
-                    and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
-                half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
+                    and (_shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6
+                         or _SCENE_LINE_RE.match(items[k + 1].text) and len(items[k + 1].text.split()) <= 16):
+                half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."; "Scene:  The Mississippi Valley"
     items = [it for k, it in enumerate(items) if k not in half]
     items = _addresses_announced(_openings_named(items, title))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)

@@ -351,8 +351,8 @@ _COUNTED_RE = re.compile(r"^(?P<ord>(?:[A-Za-z]+-)?[A-Za-z]+(?:st|nd|rd|th))[ \t
 Day." (the title of the reading comes on a later line)."""
 _SECTION_RE = re.compile(
     r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
-    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|POSTSCRIPT"
-    r"|APPENDIX)\.?)"
+    r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|Conclusion"
+    r"|POSTSCRIPT|APPENDIX|(?:THE |The )?(?:FORETHOUGHT|Forethought|AFTERTHOUGHT|Afterthought))\.?)"
     r"(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
                             r"[ \t]+(?:TO|(?:WRITTEN[ \t]+|SPOKEN[ \t]+)?BY)[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")
@@ -478,8 +478,15 @@ def _match_heading(line: str) -> _Heading | None:
     return None
 
 
+_QUOTED_WORDS_END_RE = re.compile(r"[^\W_][\"\u201d\u2019]$")
+"""A line ending in a closing quote right after a letter or digit: a quoted name ('Tom's "First Half"'),
+not a quoted sentence ('"Come here."'), whose stop comes before the quote."""
+
+
 def _strict_title_line(block: list[str]) -> str | None:
-    """A block that is only a chapter title: one short line, no sentence punctuation at its end."""
+    """A block that is only a chapter title: one short line, no sentence punctuation at its end; a
+    closing quote may end it when it closes quoted words (``Tom's "First Half"``, ``"The Young Idea"``),
+    not a quoted sentence."""
     if len(block) != 1:
         return None
     s = block[0].strip()
@@ -488,7 +495,7 @@ def _strict_title_line(block: list[str]) -> str | None:
     letters = [c for c in s if c.isalpha()]
     if letters and all(c.isupper() for c in letters):
         return s
-    if re.search(r"[.!?:\u2026\"'\u201d\u2019]$", s):
+    if re.search(r"[.!?:\u2026\"'\u201d\u2019]$", s) and not _QUOTED_WORDS_END_RE.search(s):
         return None
     return s
 
@@ -587,6 +594,14 @@ def _caps_title_lines(lines: list[str]) -> bool:
 _TOC_ENTRY_RE = re.compile(
     rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]|['\u2019]))?[.:)]?[ \t]*"
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
+
+
+def _numbered_entries_follow(lines: list[str]) -> bool:
+    """Two or more lines follow, most of them numbered contents entries ("I.  Of Our Spiritual Strivings",
+    "II.  Of the Dawn of Freedom"): the named heading over them ("The Forethought", "Preface") is the first
+    entry of a contents list, not a heading."""
+    numbered = [ln for ln in lines if (m := _TOC_ENTRY_RE.match(ln.strip())) and m.group("num")]
+    return len(numbered) >= 2 and 3 * len(numbered) >= 2 * len(lines)
 
 
 def _without_glosses(block: list[str]) -> list[str]:
@@ -915,6 +930,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
                 break  # "BOOK I. (Folio), CHAPTER I. (Sperm Whale).--This whale, among the ...": a paragraph
             if h.style == "numtitle" and (j != 0 or len(lines) > 1):
                 break  # "I. A SCANDAL IN BOHEMIA" is a heading only as a line set apart
+            if h.style == "named" and _numbered_entries_follow(lines[j + 1:]):
+                break  # "The Forethought" / "I.  Of Our Spiritual Strivings" / ...: a contents list
             title = h.title
             if title is None and j + 1 < len(lines) and _match_heading(lines[j + 1]) is None \
                     and _title_like(lines[j + 1]) \

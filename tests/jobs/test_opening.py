@@ -220,3 +220,31 @@ def test_verse_and_an_address_in_lines_are_opening_matter_and_plain_prose_past_a
     assert opening_matter(TREASURE_ISLAND)  # a dedication and verse: no plain prose
     assert _letter(GREENMANTLE) and opening_matter(GREENMANTLE)  # its prose is the letter under "To"
     assert not opening_matter(GREENMANTLE[2:])  # the same prose with no address: an unheaded opening, a chapter
+
+
+HUCK = STRUCTURE / "huckleberry-finn-excerpt.txt"  # Adventures of Huckleberry Finn (PG 76): the title lines,
+# "NOTICE" over three sentences signed "BY ORDER OF THE AUTHOR, ...", "EXPLANATORY" over a note signed "THE
+# AUTHOR.", the half-title with its scene line, then CHAPTER I
+
+
+def test_an_authors_notice_and_explanatory_note_under_their_labels_are_chapters_of_their_own():
+    book = load_book(HUCK)
+    titles = [c.title for c in book.chapters]
+    assert titles[:3] == ["Notice", "Explanatory", "CHAPTER I."]
+    notice = book.chapters[0]
+    assert notice.opening == 0 and notice.paragraphs == [
+        "PERSONS attempting to find a motive in this narrative will be prosecuted; persons attempting to find a "
+        "moral in it will be banished; persons attempting to find a plot in it will be shot.",
+        "BY ORDER OF THE AUTHOR, Per G.G., Chief of Ordnance."]
+    assert book.chapters[1].paragraphs[0].startswith("IN this book a number of dialects are used")
+    assert [c.index for c in book.chapters] == list(range(1, len(book.chapters) + 1))
+
+
+def test_a_half_title_with_its_scene_line_before_the_first_chapter_is_not_spoken():
+    """The header's title is "Adventures of Huckleberry Finn, Complete"; the half-title prints it without
+    ", Complete", with a line of scene and time under it, over CHAPTER I."""
+    book = load_book(HUCK)
+    explanatory = book.chapters[1]
+    assert explanatory.paragraphs[-1] == "THE AUTHOR."
+    said = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "ADVENTURES OF HUCKLEBERRY FINN" not in said and "Mississippi Valley" not in said

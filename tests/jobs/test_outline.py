@@ -1907,3 +1907,44 @@ def test_markdown_headings_repeating_a_name_with_a_running_number_are_one_texts_
     assert butterflies.paragraphs[1].startswith("Would that I could hope")
     assert [p for i, p in enumerate(ants.paragraphs) if ants.kind(i) == "heading"] == [
         f"Ants - {r}" for r in ("I", "II", "III")]
+
+
+MILL = STRUCTURE / "mill-on-the-floss-excerpt.txt"  # The Mill on the Floss (PG 6688): the contents, Book I /
+# "_Boy and Girl_" / Chapter I; Book II / "_School-Time_" / Chapter I / Tom's "First Half"; Chapter IV / "The Young
+# Idea" in quotes; Book VII's last chapter and the "Conclusion" set off by one blank line
+SOULS = STRUCTURE / "souls-of-black-folk-excerpt.txt"  # The Souls of Black Folk (PG 408): the contents "Herein Is
+# Written" opening with "The Forethought", the dedication, "The Forethought", the fourteen essays under bare
+# numerals (epigraph and first paragraph each), "The Afterthought"
+
+
+def test_a_chapters_title_in_quotes_on_a_later_line_is_its_title_after_a_part_heading():
+    titles = [c.title for c in load_book(MILL).chapters]
+    assert titles[2] == "Book II. School-Time. Chapter I. Tom's \"First Half\""
+    assert titles[4] == "Chapter IV. \"The Young Idea\""
+
+
+def test_a_quoted_sentence_after_a_bare_chapter_heading_stays_text(tmp_path):
+    p = tmp_path / "quoted.txt"
+    p.write_text("CHAPTER I\n\n\"Come here.\"\n\nShe came, and sat by the fire for a long while, saying nothing "
+                 "to anyone.\n\n\nCHAPTER II\n\nThe next day it rained, and nobody went out of the house at all.\n")
+    ch = load_book(p).chapters[0]
+    assert ch.title == "CHAPTER I" and ch.paragraphs[0] == "\"Come here.\""
+
+
+def test_a_closing_conclusion_in_title_case_is_a_chapter():
+    last = load_book(MILL).chapters[-1]
+    assert last.title == "Conclusion"
+    assert last.paragraphs[0].startswith("Nature repairs her ravages")
+
+
+def test_a_titled_forethought_and_afterthought_are_chapters_and_the_contents_naming_them_is_not_spoken():
+    book = load_book(SOULS)
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 16
+    assert titles[0] == "The Forethought" and titles[-1] == "The Afterthought"
+    assert titles[1] == "Chapter I. Of Our Spiritual Strivings"
+    first = book.chapters[0]
+    assert first.paragraphs[:first.opening] == ["To Burghardt and Yolande", "The Lost and the Found"]
+    assert first.paragraphs[first.opening].startswith("Herein lie buried many things")
+    said = _said(book)
+    assert "Herein Is Written" not in said and "Selected Bibliography" not in said
