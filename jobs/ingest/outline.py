@@ -620,6 +620,7 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
         else:
             levels[k] = "chapter"
     _named_sections(heads, levels, core)
+    _named_parts(heads, levels)
     _numbered_pieces(heads, levels)
     _postscripts(heads, levels)
     return levels
@@ -654,6 +655,23 @@ def _named_sections(heads: list[tuple[int, _Item]], levels: dict[int, str], core
         if run and sum(1 for c in core if c > run[-1]) >= 2:
             for k2 in run:
                 levels[k2] = "section"
+
+
+def _named_parts(heads: list[tuple[int, _Item]], levels: dict[int, str]) -> None:
+    """In a book whose parts hold its chapters ("PART VI" over "CHAPTER I" ...), a named heading after the
+    last part ("EPILOGUE") directly over bare numerals from I that run to the end ("I", "II") is a part like
+    the others, and its numerals are its chapters."""
+    parts = [n for n, (k, it) in enumerate(heads) if levels.get(k) == "part" and it.style in PART_STYLES]
+    if len(parts) < 2 or not any(levels.get(k) == "chapter" for k, _it in heads[parts[0] + 1:parts[1]]):
+        return
+    for n in range(parts[-1] + 1, len(heads) - 2):
+        k, it = heads[n]
+        run = heads[n + 1:]
+        if it.style == "named" and all(r.style == "roman" and r.num == m + 1 for m, (_k, r) in enumerate(run)):
+            levels[k] = "part"
+            for k2, _r in run:
+                levels[k2] = "chapter"
+            return
 
 
 _ARABIC_RE = re.compile(r"^(\d{1,3})\.\s")
