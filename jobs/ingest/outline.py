@@ -1169,7 +1169,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                     and _shouted(items[k + 1].text) and len(items[k + 1].text.split()) <= 6:
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."
     items = [it for k, it in enumerate(items) if k not in half]
-    items = _addresses_announced(_openings_named(items, title))
+    items = _addresses_announced(_volume_title_pages(_openings_named(items, title), title))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
     if first is not None and items[first].style in PART_STYLES and title_t \
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
@@ -1264,6 +1264,39 @@ def _openings_named(items: list[_Item], title: str) -> list[_Item]:
             else:
                 skip.discard(k + 1)
     return [it for k, it in enumerate(out) if k not in skip]
+
+
+_SERIES_LINE_RE = re.compile(r"^(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth)\s+"
+                             r"(?:series|volume)|(?:series|volume)\s+(?:[IVX]+|\d{1,2}))\.?$", re.I)
+"""A later volume's line on its title page: "Third Series", "Volume II"."""
+
+
+def _volume_title_pages(items: list[_Item], title: str) -> list[_Item]:
+    """A later volume's title page inside the book (after its first heading): the book's title up to its first
+    colon or comma, set apart ("POEMS" of "Poems: Three Series, Complete"), a series or volume line within the
+    next two lines ("Third Series"), then its credit lines (eight words at most each: "Edited by" / "MABEL
+    LOOMIS TODD"). When text follows them rather than a heading (the volume's prefatory poem), the series line
+    heads a chapter of that text and the title line goes (the announcement said it); over a heading
+    ("PREFACE") the title page is left as it is."""
+    main_t = tuple(_tokens(re.split(r"[,;:]", title, maxsplit=1)[0]))
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+    out, drop = list(items), set()
+    for k in range(first + 1, len(items)):
+        it = items[k]
+        if not main_t or it.kind != "para" or it.apart < 2 or tuple(_tokens(it.text)) != main_t:
+            continue
+        series = next((j for j in range(k + 1, min(k + 3, len(items)))
+                       if items[j].kind == "para" and _SERIES_LINE_RE.match(items[j].text.strip())), None)
+        if series is None:
+            continue
+        end = series + 1
+        while end < len(items) and items[end].kind == "para" and len(items[end].text.split()) <= 8 \
+                and not items[end].text.rstrip().endswith((".", "!", "?", ",", ";", ":")):
+            end += 1
+        if end < len(items) and items[end].kind == "para":
+            out[series] = _Item("heading", items[series].text.strip(), style="named")
+            drop.add(k)
+    return [it for k, it in enumerate(out) if k not in drop]
 
 
 _ADDED_ADDRESS_RE = re.compile(r"\b(?:address|letter|epistle)\s+to\s+(?:the\s+)?(?P<whom>[^.;:!?]+)", re.I)

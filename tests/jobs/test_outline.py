@@ -1974,3 +1974,18 @@ def test_epub_a_notes_section_the_nav_lists_with_text_of_its_own_is_a_chapter(tm
                          '</p>', '')
     book = load_book(make_epub(tmp_path / "bare.epub", [("c.xhtml", poem + bare)], nav=nav, title="The Waste Land"))
     assert "322. In the first part" not in " ".join(p for c in book.chapters for p in c.paragraphs)
+
+
+def test_a_later_volumes_title_page_over_text_heads_a_chapter():
+    """Dickinson's Poems: Three Series (PG 12242): the third series opens with its own title page, "POEMS" /
+    "by EMILY DICKINSON" / "Third Series" / "Edited by" / "MABEL LOOMIS TODD", over a prefatory poem ("It's all I
+    have to bring to-day") before its PREFACE: the series line heads a chapter of that poem, and the title line
+    is not spoken again. (The second series' title page stands over its PREFACE and stays text: see
+    test_a_byline_repeating_the_announced_author_is_not_spoken_inside_the_book.)"""
+    book = load_book(STRUCTURE / "dickinson-third-series-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert "Third Series" in titles
+    third = book.chapters[titles.index("Third Series")]
+    assert third.paragraphs[-1].startswith("It's all I have to bring to-day, This, and my heart beside")
+    assert book.chapters[titles.index("Third Series") + 1].title == "Preface."
+    assert "POEMS" not in [p for c in book.chapters for p in c.paragraphs]
