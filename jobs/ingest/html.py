@@ -203,7 +203,8 @@ class _Extractor:
             return False
         inside = set()
         for d in el.iter():
-            if d is not el and (_attr_tokens(d, "type") & _NOTE_BODY_TYPES or _attr_tokens(d, "role") & _NOTE_BODY_ROLES):
+            if d is not el and (_attr_tokens(d, "type") & _NOTE_BODY_TYPES
+                                or _attr_tokens(d, "role") & _NOTE_BODY_ROLES):
                 inside |= {id(x) for x in d.iter()}
         own = " ".join(t for d in el.iter() if id(d) not in inside and _local(d.tag) not in
                        ("h1", "h2", "h3", "h4", "h5", "h6") for t in [d.text or ""])
