@@ -402,7 +402,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         if path in doc_start or (not linear and path not in toc_docs) or path in matter_docs:
             continue
         root = ep.xml(path, "content document", html_fallback=True)
-        ex = _Extractor(footnotes, front_matter).run(root)
+        ex = _Extractor(footnotes, front_matter, {e.frag for e in toc if e.doc == path and e.frag}).run(root)
         doc_start[path] = len(stream)
         doc_order.append(path)
         for k, v in ex.anchors.items():
@@ -485,7 +485,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
             # before the book's first text, entries for the title page's lines (its title, a subtitle under
             # it, an edition line) title nothing: "THROUGH THE LOOKING-GLASS" / "And What Alice Found There"
-            if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or (
+            if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or _BRACKETED_LINE_RE.match(t) or (
                     title_page and not paras and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t)):
                 title_page = title_page or _title_entry(t, book_title)
                 if not paras:
@@ -734,6 +734,9 @@ def _spoken(label: str) -> str:
 
 _EDITION_LINE_RE = re.compile(r"^\W*(?:the\s+)?(?:[\w'\u2019-]+\s+){0,3}edition(?:\s+[\d.]+|,?\s+\d{4})?\W*$", re.I)
 """A title page's edition line: "The Millennium Fulcrum Edition 1.7", "Second Edition, 1902"."""
+_BRACKETED_LINE_RE = re.compile(r"^\s*\[[^\[\]]+\]\s*$")
+"""A line wholly in square brackets ("[Canadian Poet, 1872-1918]"): before the book's first text, a title
+page's descriptor or an editor's note, which titles no chapter."""
 
 
 def _title_entry(label: str, title: str) -> bool:

@@ -105,6 +105,11 @@ _NOTE_ROLES = {"doc-footnote", "doc-endnote", "doc-endnotes", "doc-noteref", "do
 #: note bodies (what ``--footnotes inline|end`` reads); the other note types are markers, always dropped
 _NOTE_BODY_TYPES = {"footnote", "footnotes", "endnote", "endnotes", "rearnote", "rearnotes"}
 _NOTE_BODY_ROLES = {"doc-footnote", "doc-endnote", "doc-endnotes"}
+_NOTES_SECTION_TYPES = {"footnotes", "endnotes", "rearnotes"}
+_NOTES_SECTION_ROLES = {"doc-endnotes"}
+_NOTES_OWN_WORDS = 20
+"""Words of its own (outside its note bodies and headings) that make a notes section the contents list
+links to a chapter (:meth:`_Extractor._notes_chapter`)."""
 #: EPUB structural semantics (``epub:type``, landmarks, OPF guide) of front/back matter that is not
 #: read unless ``--include-front-matter``: copyright pages, colophons, contents, indexes, lists.
 _MATTER_TYPES = {"copyright-page", "copyright", "colophon", "imprint", "toc", "index", "loi", "lot", "landmarks",
@@ -128,8 +133,12 @@ _FIGURE_CLASS_RE = re.compile(r"^(?:fig|figure|fig-?(?:left|right|center|centre)
 class _Extractor:
     """XHTML body -> blocks (paragraphs and headings), with the block index of every id."""
 
-    def __init__(self, footnotes: str = "skip", front_matter: bool = False) -> None:
+    def __init__(self, footnotes: str = "skip", front_matter: bool = False, listed: set[str] | None = None) -> None:
         self.footnotes = footnotes
+        self.listed = listed or set()
+        """Ids the book's contents list (nav or NCX) links to in this document."""
+        self._read_notes: set[int] = set()
+        """Elements inside a notes section read as a chapter (:meth:`_notes_chapter`): their note bodies are read."""
         self.front_matter = front_matter
         self.notes: list[_Block] = []
         """Note bodies set aside by ``footnotes="end"`` (read after the document's text)."""
@@ -159,6 +168,11 @@ class _Extractor:
         types, roles = _attr_tokens(el, "type"), _attr_tokens(el, "role")
         if not self.front_matter and (types | roles) & _MATTER_TYPES:
             return True
+        if id(el) in self._read_notes and (types & _NOTE_BODY_TYPES or roles & _NOTE_BODY_ROLES):
+            return False
+        if self._notes_chapter(el, types, roles):
+            self._read_notes |= {id(d) for d in el.iter()}
+            return False
         if self.footnotes != "skip" and (types & _NOTE_BODY_TYPES or roles & _NOTE_BODY_ROLES):
             if self.footnotes == "inline":
                 return False
@@ -179,6 +193,22 @@ class _Extractor:
             if "#" in href and _MARKER_TEXT_RE.match("".join(el.itertext()) or "x"):
                 return True
         return False
+
+    def _notes_chapter(self, el: ET.Element, types: set[str], roles: set[str]) -> bool:
+        """A notes section that the book's contents list links to and that holds text of its own outside
+        its note bodies (the author's words on his notes: NOTES ON "THE WASTE LAND" opening "Not only the
+        title, but the plan ...") is a chapter of the book, read with its note bodies whatever ``footnotes``
+        says; a list of notes and nothing else (an "Endnotes" section) is not."""
+        if not (types & _NOTES_SECTION_TYPES or roles & _NOTES_SECTION_ROLES) or el.get("id") not in self.listed:
+            return False
+        inside = set()
+        for d in el.iter():
+            if d is not el and (_attr_tokens(d, "type") & _NOTE_BODY_TYPES
+                                or _attr_tokens(d, "role") & _NOTE_BODY_ROLES):
+                inside |= {id(x) for x in d.iter()}
+        own = " ".join(t for d in el.iter() if id(d) not in inside and _local(d.tag) not in
+                       ("h1", "h2", "h3", "h4", "h5", "h6") for t in [d.text or ""])
+        return len(own.split()) >= _NOTES_OWN_WORDS
 
     def _walk(self, top: ET.Element) -> None:
         # an explicit stack, not recursion: a hostile document may nest elements thousands deep
@@ -225,8 +255,8 @@ class _Extractor:
             self._pre += 1
         if tag == "a":
             href = el.get("href")
-            if href and not _SCHEME_RE.match(href):
-                self._xref = True
+            if href and not _SCHEME_RE.match(href) and id(el) not in self._read_notes:
+                self._xref = True  # a note's link back to its line ("Line 20.") makes no contents entry
         self._text(el.text)
         stack.append(("exit", (tag, block, saved)))
         for child in reversed(el):

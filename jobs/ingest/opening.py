@@ -29,6 +29,8 @@ MAX_PLAIN_PROSE_WORDS = 100
 quotation, verse or letter) is a chapter: an unheaded introduction, foreword or story."""
 
 _DEDICATION_START_RE = re.compile(r"^(?:to|for|in\s+memory\s+of)\s+\S", re.I)
+_READER_RE = re.compile(r"\breaders?\b", re.I)
+_DEDICATION_HEADING_RE = re.compile(r"^(?:the\s+)?dedication\W*$", re.I)
 _DEDICATES_RE = re.compile(r"\bdedicat(?:e|ed|es|ion)\b", re.I)
 _QUOTE_OPENERS = "\"'\u201c\u2018"
 _VERSE_LINE_START_RE = re.compile(
@@ -45,13 +47,19 @@ _INITIALS_RE = re.compile(r"^(?:[A-Z][A-Za-z]?\.)+$")
 def fold_opening(chapters: list[Chapter]) -> list[Chapter]:
     """An untitled first chapter that :func:`opening_matter` calls opening matter becomes the opening of the
     titled chapter after it: its paragraphs go first in that chapter, and that chapter's ``opening`` counts
-    them (they are spoken before its heading). The chapters after it are renumbered."""
+    them (they are spoken before its heading). So does a first chapter headed by a dedication's address
+    (:func:`_dedication_chapter`), its heading the first paragraph of that opening. The chapters after it are
+    renumbered."""
     if len(chapters) < 2:
         return chapters
     first, nxt = chapters[0], chapters[1]
-    if first.title.strip() or first.opening or not nxt.title.strip() or nxt.opening:
+    if _dedication_chapter(first) and nxt.title.strip() and not nxt.opening:
+        # its heading is the dedication's first line, spoken with it
+        first = Chapter(1, "", [first.title, *first.paragraphs], None if first.kinds is None else
+                        ["text", *first.kinds], first.part)
+    elif first.title.strip() or first.opening or not nxt.title.strip() or nxt.opening:
         return chapters
-    if not opening_matter([p for i, p in enumerate(first.paragraphs) if first.kind(i) == "text"]):
+    elif not opening_matter([p for i, p in enumerate(first.paragraphs) if first.kind(i) == "text"]):
         pieces = _split_pieces(_title_the_piece(first))
         return [*pieces, *(_renumbered(c, len(pieces) + i + 1) for i, c in enumerate(chapters[1:]))]
     kinds = [first.kind(i) for i in range(len(first.paragraphs))] + [nxt.kind(i) for i in range(len(nxt.paragraphs))]
@@ -61,6 +69,18 @@ def fold_opening(chapters: list[Chapter]) -> list[Chapter]:
     rest = [Chapter(i + 2, c.title, c.paragraphs, c.kinds, c.part, title_is_letter=c.title_is_letter,
                     opening=c.opening) for i, c in enumerate(chapters[2:])]
     return [merged, *rest]
+
+
+def _dedication_chapter(ch: Chapter) -> bool:
+    """A first chapter headed by a dedication's address is opening matter, whatever its text: a heading
+    "To ..." of eight words at most that addresses no reader ("To Samuel Johnson, LL.D." over a dedicatory
+    letter; "To the Reader" heads a preface), or "Dedication", over :data:`MAX_OPENING_WORDS` words at
+    most."""
+    title = ch.title.strip()
+    address = bool(_DEDICATION_START_RE.match(title)) and title.split()[0].casefold() == "to" \
+        and len(title.split()) <= 8 and not _READER_RE.search(title)
+    return (address or bool(_DEDICATION_HEADING_RE.match(title))) and not ch.opening \
+        and sum(len(p.split()) for i, p in enumerate(ch.paragraphs) if ch.kind(i) == "text") <= MAX_OPENING_WORDS
 
 
 def _title_the_piece(ch: Chapter) -> Chapter:

@@ -620,6 +620,7 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
         else:
             levels[k] = "chapter"
     _named_sections(heads, levels, core)
+    _named_parts(heads, levels)
     _numbered_pieces(heads, levels)
     _postscripts(heads, levels)
     return levels
@@ -654,6 +655,23 @@ def _named_sections(heads: list[tuple[int, _Item]], levels: dict[int, str], core
         if run and sum(1 for c in core if c > run[-1]) >= 2:
             for k2 in run:
                 levels[k2] = "section"
+
+
+def _named_parts(heads: list[tuple[int, _Item]], levels: dict[int, str]) -> None:
+    """In a book whose parts hold its chapters ("PART VI" over "CHAPTER I" ...), a named heading after the
+    last part ("EPILOGUE") directly over bare numerals from I that run to the end ("I", "II") is a part like
+    the others, and its numerals are its chapters."""
+    parts = [n for n, (k, it) in enumerate(heads) if levels.get(k) == "part" and it.style in PART_STYLES]
+    if len(parts) < 2 or not any(levels.get(k) == "chapter" for k, _it in heads[parts[0] + 1:parts[1]]):
+        return
+    for n in range(parts[-1] + 1, len(heads) - 2):
+        k, it = heads[n]
+        run = heads[n + 1:]
+        if it.style == "named" and all(r.style == "roman" and r.num == m + 1 for m, (_k, r) in enumerate(run)):
+            levels[k] = "part"
+            for k2, _r in run:
+                levels[k2] = "chapter"
+            return
 
 
 _ARABIC_RE = re.compile(r"^(\d{1,3})\.\s")
@@ -1171,7 +1189,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
                          or _SCENE_LINE_RE.match(items[k + 1].text) and len(items[k + 1].text.split()) <= 16):
                 half.update((k, k + 1))  # "HEDDA GABLER." / "PLAY IN FOUR ACTS."; "Scene:  The Mississippi Valley"
     items = [it for k, it in enumerate(items) if k not in half]
-    items = _addresses_announced(_openings_named(items, title))
+    items = _addresses_announced(_volume_title_pages(_openings_named(items, title), title))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
     if first is not None and items[first].style in PART_STYLES and title_t \
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
@@ -1318,6 +1336,39 @@ def _openings_named(items: list[_Item], title: str) -> list[_Item]:
             else:
                 skip.discard(k + 1)
     return [it for k, it in enumerate(out) if k not in skip]
+
+
+_SERIES_LINE_RE = re.compile(r"^(?:(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth)\s+"
+                             r"(?:series|volume)|(?:series|volume)\s+(?:[IVX]+|\d{1,2}))\.?$", re.I)
+"""A later volume's line on its title page: "Third Series", "Volume II"."""
+
+
+def _volume_title_pages(items: list[_Item], title: str) -> list[_Item]:
+    """A later volume's title page inside the book (after its first heading): the book's title up to its first
+    colon or comma, set apart ("POEMS" of "Poems: Three Series, Complete"), a series or volume line within the
+    next two lines ("Third Series"), then its credit lines (eight words at most each: "Edited by" / "MABEL
+    LOOMIS TODD"). When text follows them rather than a heading (the volume's prefatory poem), the series line
+    heads a chapter of that text and the title line goes (the announcement said it); over a heading
+    ("PREFACE") the title page is left as it is."""
+    main_t = tuple(_tokens(re.split(r"[,;:]", title, maxsplit=1)[0]))
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+    out, drop = list(items), set()
+    for k in range(first + 1, len(items)):
+        it = items[k]
+        if not main_t or it.kind != "para" or it.apart < 2 or tuple(_tokens(it.text)) != main_t:
+            continue
+        series = next((j for j in range(k + 1, min(k + 3, len(items)))
+                       if items[j].kind == "para" and _SERIES_LINE_RE.match(items[j].text.strip())), None)
+        if series is None:
+            continue
+        end = series + 1
+        while end < len(items) and items[end].kind == "para" and len(items[end].text.split()) <= 8 \
+                and not items[end].text.rstrip().endswith((".", "!", "?", ",", ";", ":")):
+            end += 1
+        if end < len(items) and items[end].kind == "para":
+            out[series] = _Item("heading", items[series].text.strip(), style="named")
+            drop.add(k)
+    return [it for k, it in enumerate(out) if k not in drop]
 
 
 _ADDED_ADDRESS_RE = re.compile(r"\b(?:address|letter|epistle)\s+to\s+(?:the\s+)?(?P<whom>[^.;:!?]+)", re.I)

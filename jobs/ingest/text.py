@@ -724,6 +724,30 @@ def _centred_title(block: list[str]) -> bool:
             and _title_like(block[1].strip()))
 
 
+_MISPRINTED_ROMAN_RE = re.compile(r"^(?P<num>[IVXLCDM]+l)(?P<stop>\.?)$")
+"""A roman numeral in capitals whose last "I" is printed as a small "l": "XVl"."""
+
+
+def _mend_numerals(blocks: list[list[str]]) -> list[list[str]]:
+    """A numeral alone on its line whose last "I" is a small "l" ("XVl") is that numeral ("XVI") where it
+    falls between the numerals alone on their lines before and after it (XV, then XVII): a misprint in a
+    numbered sequence. Other blocks are returned as they are."""
+    cands = []
+    for k, b in enumerate(blocks):
+        line = b[0].strip()
+        m = _MISPRINTED_ROMAN_RE.match(line) if len(b) <= 2 else None
+        fixed = m.group("num")[:-1] + "I" if m else None
+        if fixed and re.fullmatch(_ROMAN, fixed):
+            cands.append((k, _roman_value(fixed), fixed + m.group("stop")))
+        elif (len(b) <= 2 or _centred_title(b)) and _ROMAN_ALONE_RE.match(line):
+            cands.append((k, _roman_value(line), None))
+    out = list(blocks)
+    for n, (k, v, fixed) in enumerate(cands):
+        if fixed and 0 < n < len(cands) - 1 and cands[n - 1][1] == v - 1 and cands[n + 1][1] == v + 1:
+            out[k] = [blocks[k][0].replace(blocks[k][0].strip(), fixed), *blocks[k][1:]]
+    return out
+
+
 def _roman_headings(blocks: list[list[str]]) -> set[int]:
     """Blocks that start with a roman numeral alone and belong to a numbered sequence (k, then
     k+1 later): a letter signed "M." or a lone "C." is no chapter."""
@@ -889,6 +913,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
     """Plain text -> heading, paragraph, break and contents-entry ("toc") items. ``force``: see
     :func:`_split_blocks`; a forced line is a heading item with ``forced`` set."""
     blocks, forced, gaps = _split_blocks(body, force)
+    blocks = _mend_numerals(blocks)
     letters = _letter_headings(blocks, gaps)
     pictures = _picture_notes(blocks)
     roman_ok = _roman_headings(blocks) - letters

@@ -248,3 +248,42 @@ def test_a_half_title_with_its_scene_line_before_the_first_chapter_is_not_spoken
     assert explanatory.paragraphs[-1] == "THE AUTHOR."
     said = " ".join(p for c in book.chapters for p in c.paragraphs)
     assert "ADVENTURES OF HUCKLEBERRY FINN" not in said and "Mississippi Valley" not in said
+
+
+def test_epub_a_first_chapter_headed_by_a_dedications_address_opens_the_next_chapter(tmp_path):
+    """She Stoops to Conquer (PG 383, EPUB 3): the dedicatory letter under its own heading "To Samuel Johnson,
+    LL.D." (listed in the nav) is no chapter: the heading and the letter are spoken as the opening of the
+    PROLOGUE, the first chapter; a first chapter headed "To the Reader" (a preface) stays a chapter."""
+    from tests.jobs.test_ingest import make_epub
+
+    letter = ('<h4 id="d">To Samuel Johnson, LL.D.</h4>'
+              '<p>Dear Sir,\u2014By inscribing this slight performance to you, I do not mean so much to compliment you '
+              'as myself. It may do me some honour to inform the public, that I have lived many years in intimacy '
+              'with you. It may serve the interests of mankind also to inform them, that the greatest wit may be '
+              'found in a character, without impairing the most unaffected piety.</p>'
+              '<p>I have, particularly, reason to thank you for your partiality to this performance. The undertaking '
+              'a comedy not merely sentimental was very dangerous; and Mr. Colman, who saw this piece in its various '
+              'stages, always thought it so. However, I ventured to trust it to the public; and, though it was '
+              'necessarily delayed till late in the season, I have every reason to be grateful.</p>'
+              '<p>I am, dear Sir, your most sincere friend and admirer,</p><p>OLIVER GOLDSMITH.</p>')
+    rest = ('<h2 id="p">PROLOGUE,</h2><p>Enter MR. WOODWARD, dressed in black, and holding a handkerchief to his '
+            'eyes.</p><p>Excuse me, sirs, I pray\u2014I can\u2019t yet speak\u2014 I\u2019m crying now\u2014and have '
+            'been all the week.</p>'
+            '<h2 id="a1">ACT THE FIRST.</h2><p>SCENE\u2014A Chamber in an old-fashioned House.</p>'
+            '<p>Enter MRS. HARDCASTLE and MR. HARDCASTLE.</p>'
+            '<p>MRS. HARDCASTLE. I vow, Mr. Hardcastle, you\u2019re very particular. Is there a creature in the whole '
+            'country but ourselves, that does not take a trip to town now and then, to rub off the rust a little?</p>')
+    nav = [("To Samuel Johnson, LL.D.", "c.xhtml#d"), ("PROLOGUE,", "c.xhtml#p"), ("ACT THE FIRST.", "c.xhtml#a1")]
+    book = load_book(make_epub(tmp_path / "stoops.epub", [("c.xhtml", letter + rest)], nav=nav,
+                               title="She Stoops to Conquer"))
+    assert [c.title for c in book.chapters] == ["Prologue,", "Act the First."]
+    first = book.chapters[0]
+    assert _opening(first)[0] == "To Samuel Johnson, LL.D."
+    assert _opening(first)[1].startswith("Dear Sir,\u2014By inscribing") and _opening(first)[-1] == "OLIVER GOLDSMITH."
+    assert first.paragraphs[first.opening].startswith("Enter MR. WOODWARD")
+
+    preface = letter.replace("To Samuel Johnson, LL.D.", "To the Reader")
+    nav[0] = ("To the Reader", "c.xhtml#d")
+    book = load_book(make_epub(tmp_path / "reader.epub", [("c.xhtml", preface + rest)], nav=nav,
+                               title="She Stoops to Conquer"))
+    assert [c.title for c in book.chapters] == ["To the Reader", "Prologue,", "Act the First."]

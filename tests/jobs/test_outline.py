@@ -1199,7 +1199,8 @@ def test_epub_makers_notes_source_line_and_facsimile_in_the_front_matter_are_not
     book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", body)], nav=nav,
                                title="In Flanders Fields, and Other Poems"))
     assert [c.title for c in book.chapters][-2:] == ["In Flanders Fields", "The Anxious Dead"]
-    assert book.chapters[-2].paragraphs[0].startswith("In Flanders fields the poppies blow")
+    poem = book.chapters[-2]  # the publisher's paragraphs under the bracketed entry are its opening
+    assert poem.paragraphs[poem.opening].startswith("In Flanders fields the poppies blow")
     said = _said(book)
     for gone in ("WITH AND ESSAY", "This text is taken", "Although the poem itself", "Facsimile",
                  "the poppies grow", "A. L."):
@@ -1553,7 +1554,7 @@ def test_epub_title_page_entries_subtitle_and_edition_line_title_no_chapter(tmp_
 def test_epub_entry_naming_the_book_titles_no_chapter_before_the_text(tmp_path):
     """She Stoops to Conquer (PG 383, EPUB 3): the nav's entries "SHE STOOPS TO CONQUER" and "She Stoops To
     Conquer; Or, The Mistakes Of A Night. A Comedy." (the book's title) hold no text, the dedicatory letter
-    under the second, "To Samuel Johnson, LL.D.", does: that letter is titled by its own entry only, so the
+    under the second, "To Samuel Johnson, LL.D.", does: that letter is led by its own entry only, so the
     title is said once, by the announcement."""
     from tests.jobs.test_ingest import make_epub
 
@@ -1570,7 +1571,9 @@ def test_epub_entry_naming_the_book_titles_no_chapter_before_the_text(tmp_path):
            ("PROLOGUE,", "c.xhtml#p"), ("ACT THE FIRST.", "c.xhtml#one")]
     book = load_book(make_epub(tmp_path / "stoops.epub", [("c.xhtml", doc)], nav=nav,
                                title="She Stoops to Conquer; Or, The Mistakes of a Night: A Comedy"))
-    assert [c.title for c in book.chapters] == ["To Samuel Johnson, LL.D.", "Prologue,", "Act the First."]
+    # the letter under its address is the first chapter's opening (see test_opening.py)
+    assert [c.title for c in book.chapters] == ["Prologue,", "Act the First."]
+    assert book.chapters[0].paragraphs[0] == "To Samuel Johnson, LL.D."
     assert _said(book).casefold().count("mistakes of a night") == 1
 
 
@@ -1948,3 +1951,97 @@ def test_a_titled_forethought_and_afterthought_are_chapters_and_the_contents_nam
     assert first.paragraphs[first.opening].startswith("Herein lie buried many things")
     said = _said(book)
     assert "Herein Is Written" not in said and "Selected Bibliography" not in said
+
+
+def test_epub_a_bracketed_entry_before_the_first_text_titles_no_chapter(tmp_path):
+    """In Flanders Fields (PG 353, EPUB 3): the nav lists the title page's descriptor "[Canadian Poet,
+    1872-1918]", over the publisher's paragraphs about McCrae: a line wholly in brackets before the book's first
+    text titles no chapter; those paragraphs are spoken as the opening of the first poem."""
+    from tests.jobs.test_ingest import make_epub
+
+    body = (STRUCTURE / "flanders-front-excerpt.xhtml").read_text(encoding="utf-8")
+    nav = [("IN FLANDERS FIELDS", "c.xhtml#pgepubid00000"), ("[Canadian Poet, 1872-1918]", "c.xhtml#pgepubid00001"),
+           ("WITH AND ESSAY IN CHARACTER by Sir Andrew Macphail", "c.xhtml#pgepubid00002",
+            [("[This text is taken from the New York edition of 1919.]", "c.xhtml#pgepubid00003")]),
+           ("In Flanders Fields", "c.xhtml#pgepubid00005"), ("The Anxious Dead", "c.xhtml#pgepubid00006")]
+    book = load_book(make_epub(tmp_path / "flanders.epub", [("c.xhtml", body)], nav=nav,
+                               title="In Flanders Fields, and Other Poems"))
+    assert [c.title for c in book.chapters] == ["In Flanders Fields", "The Anxious Dead"]
+    first = book.chapters[0]
+    assert first.paragraphs[0].startswith("John McCrae, physician, soldier, and poet")
+    assert first.paragraphs[first.opening].startswith("In Flanders fields the poppies blow")
+
+
+def test_a_misprinted_numeral_between_its_neighbours_is_a_heading():
+    """Lady Susan (PG 946): letter XVI is headed "XVl" (a small "l" for its last "I") between XV and XVII: it is
+    that numeral, and the letter a chapter of its own."""
+    book = load_book(STRUCTURE / "lady-susan-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Chapter XIV. MR. DE COURCY TO SIR REGINALD", "Chapter XV. MRS. VERNON TO LADY DE COURCY",
+        "Chapter XVI. LADY SUSAN TO MRS. JOHNSON", "Chapter XVII. MRS. VERNON TO LADY DE COURCY",
+        "Chapter XVIII. FROM THE SAME TO THE SAME"]
+    assert book.chapters[2].paragraphs[1].startswith("Never, my dearest Alicia, was I so provoked")
+
+
+def test_an_epilogue_in_numbered_sections_after_parts_of_chapters_is_a_part():
+    """Crime and Punishment (PG 2554): after PART VI's chapters, the EPILOGUE holds the bare numerals I and II:
+    in a book whose parts hold its chapters, it is a part like the others and its numerals are chapters."""
+    book = load_book(STRUCTURE / "crime-epilogue-excerpt.txt")
+    assert [(c.title, c.part) for c in book.chapters] == [
+        ("PART V. CHAPTER I", "PART V"), ("PART VI. CHAPTER I", "PART VI"), ("CHAPTER VIII", "PART VI"),
+        ("Epilogue. Chapter I.", "Epilogue"), ("Chapter II.", "Epilogue")]
+    assert book.chapters[3].paragraphs[0].startswith("Siberia. On the banks of a broad solitary river")
+    assert book.chapters[4].paragraphs[0].startswith("He was ill a long time.")
+
+
+def test_epub_a_notes_section_the_nav_lists_with_text_of_its_own_is_a_chapter(tmp_path):
+    """The Waste Land (EPUB 3): the author's NOTES ON "THE WASTE LAND" are a <section epub:type="rearnotes">
+    listed in the nav, with a paragraph of his own before the note bodies: a chapter, read with its notes (their
+    links back to the lines make no contents list). A notes section of note bodies only ("Endnotes") is
+    skipped as before."""
+    from tests.jobs.test_ingest import make_epub
+
+    lines = ["After the frosty silence in the gardens", "After the agony in stony places",
+             "The shouting and the crying", "Prison and palace and reverberation",
+             "Of thunder of spring over distant mountains", "He who was living is now dead",
+             "We who were living are now dying", "With a little patience", "Here is no water but only rock",
+             "Rock and no water and the sandy road", "The road winding above among the mountains",
+             "Which are mountains of rock without water", "If there were water we should stop and drink",
+             "Amongst the rock one cannot stop or think", "Sweat is dry and feet are in the sand",
+             "If there were only water amongst the rock", "Dead mountain mouth of carious teeth that cannot spit"]
+    poem = ('<section id="ch5"><h2>V. WHAT THE THUNDER SAID</h2><div id="ln322">After the torchlight red on sweaty '
+            'faces<a epub:type="noteref" href="#note-1">*</a></div>' + "".join(f"<div>{line}</div>" for line in lines)
+            + '</section>')
+    notes = ('<section epub:type="rearnotes" id="rearnotes"><h2>NOTES ON "THE WASTE LAND"</h2>'
+             '<p>Not only the title, but the plan and a good deal of the incidental symbolism of the poem were '
+             'suggested by Miss Jessie L. Weston\'s book on the Grail legend: From Ritual to Romance</p>'
+             '<section><h3>V. WHAT THE THUNDER SAID</h3>'
+             '<div epub:type="rearnote" id="note-1"><p><a href="#ln322">322.</a> In the first part of Part V three '
+             'themes are employed: the journey to Emmaus, the approach to the Chapel Perilous (see Miss Weston\'s '
+             'book) and the present decay of eastern Europe.</p></div></section></section>')
+    nav = [("V. WHAT THE THUNDER SAID", "c.xhtml#ch5"), ('NOTES ON "THE WASTE LAND"', "c.xhtml#rearnotes")]
+    book = load_book(make_epub(tmp_path / "waste.epub", [("c.xhtml", poem + notes)], nav=nav, title="The Waste Land"))
+    assert [c.title for c in book.chapters] == ["V. What the Thunder Said", 'Notes on "the Waste Land"']
+    assert book.chapters[1].paragraphs[0].startswith("Not only the title, but the plan")
+    assert book.chapters[1].paragraphs[-1].startswith("322. In the first part of Part V three themes")
+
+    bare = notes.replace('<p>Not only the title, but the plan and a good deal of the incidental symbolism of the poem '
+                         'were suggested by Miss Jessie L. Weston\'s book on the Grail legend: From Ritual to Romance'
+                         '</p>', '')
+    book = load_book(make_epub(tmp_path / "bare.epub", [("c.xhtml", poem + bare)], nav=nav, title="The Waste Land"))
+    assert "322. In the first part" not in " ".join(p for c in book.chapters for p in c.paragraphs)
+
+
+def test_a_later_volumes_title_page_over_text_heads_a_chapter():
+    """Dickinson's Poems: Three Series (PG 12242): the third series opens with its own title page, "POEMS" /
+    "by EMILY DICKINSON" / "Third Series" / "Edited by" / "MABEL LOOMIS TODD", over a prefatory poem ("It's all I
+    have to bring to-day") before its PREFACE: the series line heads a chapter of that poem, and the title line
+    is not spoken again. (The second series' title page stands over its PREFACE and stays text: see
+    test_a_byline_repeating_the_announced_author_is_not_spoken_inside_the_book.)"""
+    book = load_book(STRUCTURE / "dickinson-third-series-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert "Third Series" in titles
+    third = book.chapters[titles.index("Third Series")]
+    assert third.paragraphs[-1].startswith("It's all I have to bring to-day, This, and my heart beside")
+    assert book.chapters[titles.index("Third Series") + 1].title == "Preface."
+    assert "POEMS" not in [p for c in book.chapters for p in c.paragraphs]
