@@ -3,7 +3,8 @@
 :func:`_drop_matter` drops, for every format, chapters titled "About the Author", "Contents",
 "Index", "Copyright", "Also by ..."; a short copyright notice among the first three chapters; the printer's line closing the last chapter;
 ISBN-only paragraphs; notes by the e-text's makers (:func:`_producer_notes`); what follows "THE END" in the last chapter (publishers' advertisements); a
-short last chapter that only points at Project Gutenberg; and
+short last chapter that only points at Project Gutenberg; a play's programme page near the front
+(:func:`_is_playbill`) and its property list, light plot and light cues after the play; and
 a trailing "About the Author" section in the last chapter. Used
 unless ``front_matter=True``.
 
