@@ -3,7 +3,8 @@
 :func:`_drop_matter` drops, for every format, chapters titled "About the Author", "Contents",
 "Index", "Copyright", "Also by ..."; a short copyright notice among the first three chapters; the printer's line closing the last chapter;
 ISBN-only paragraphs; notes by the e-text's makers (:func:`_producer_notes`); what follows "THE END" in the last chapter (publishers' advertisements); a
-short last chapter that only points at Project Gutenberg; and
+short last chapter that only points at Project Gutenberg; a play's programme page near the front
+(:func:`_is_playbill`) and its property list, light plot and light cues after the play; and
 a trailing "About the Author" section in the last chapter. Used
 unless ``front_matter=True``.
 
@@ -22,8 +23,16 @@ from jobs.ingest.text import _caps_line
 
 _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
-    r"|copyright(?:\s+page)?|colophon|transcriber(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations)"
+    r"|copyright(?:\s+page)?|colophon|transcriber(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
+    r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters)"
     r"[.:]?$", re.I)
+_ROYALTY_RE = re.compile(r"\broyalt(?:y|ies)\b", re.I)
+_PERFORMING_RIGHTS_RE = re.compile(r"\broyalt|\bamateurs?\b|\bperform(?:ance|ed|ing)?\b|\bprograms?\b|\bproduc(?:ed|tion)\b", re.I)
+_PRODUCTION_NOTES_RE = re.compile(r"(?:^|\s)(?:property\s+list|light(?:ing)?\s+plot|light(?:ing)?\s+cues|scene\s+plot)[.:]?$", re.I)
+"""The title of a play's production appendix ("R. U. R. Property List", "LIGHT PLOT", "Light Cues"):
+the stage manager's lists of furniture, lamps and cues after the play, back matter, not read aloud."""
+_STAGING_CREDIT_RE = re.compile(r"^(?:staged|directed|settings(?:\s+and\s+costumes)?|costumes|scenery)\s+by\s", re.I)
+"""A first production's credit line ("Staged by Philip Moeller", "Settings and Costumes by Lee Simonson")."""
 _ISBN_RE = re.compile(r"^\s*(?:e-?)?ISBN(?:-1[03])?[:\s]*[\dXx][\d\s\-Xx]{8,20}(?:\s*\([^)]{0,40}\))?[.;]?\s*$", re.I)
 _COPYRIGHT_RE = re.compile(r"(?:\bcopyright\b|\u00a9|\(c\)\s*\d{4})", re.I)
 _RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:publication|book)|first published|"
@@ -55,10 +64,17 @@ def _the_end(p: str) -> bool:
 
 
 def _is_copyright_chapter(ch: Chapter) -> bool:
-    """A short chapter that is a copyright notice / colophon (copyright and rights or ISBN lines)."""
+    """A short chapter that is a copyright notice / colophon (copyright and rights or ISBN lines). An acting
+    edition's royalty notice ("CAUTION: Professionals and amateurs are hereby warned that ... is subject to a
+    royalty", what to print on programs, who may perform it) belongs to its copyright page: when a paragraph
+    speaks of a royalty, the paragraphs about royalty, amateurs, performance and programs count neither
+    towards the length nor as prose."""
     text = " ".join(ch.paragraphs)
-    return (len(text.split()) <= 300 and bool(_COPYRIGHT_RE.search(text)) and bool(_RIGHTS_RE.search(text))
-            and not any(_is_prose(p) and len(p.split()) > 60 for p in ch.paragraphs))
+    paras = ch.paragraphs
+    if any(_ROYALTY_RE.search(p) for p in paras):
+        paras = [p for p in paras if not _PERFORMING_RIGHTS_RE.search(p)]
+    return (len(" ".join(paras).split()) <= 300 and bool(_COPYRIGHT_RE.search(text)) and bool(_RIGHTS_RE.search(text))
+            and not any(_is_prose(p) and len(p.split()) > 60 for p in paras))
 
 
 def _is_gutenberg_note(ch: Chapter) -> bool:
@@ -182,9 +198,19 @@ def _advertisements(paras: list[str]) -> int | None:
     return start
 
 
+def _is_playbill(ch: Chapter) -> bool:
+    """A chapter near the front that names the first production's staff ("Staged by Philip Moeller",
+    "Settings and Costumes by Lee Simonson") among its first lines and holds no long paragraph: the
+    theatre's programme page with its cast, front matter, not a chapter."""
+    paras = ch.paragraphs
+    return any(_STAGING_CREDIT_RE.match(p) for p in paras[:8]) and all(len(p.split()) <= 40 for p in paras)
+
+
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
-    "Copyright", "Also by ..."; short copyright notices among the first three chapters; ISBN-only
+    "Copyright", "All Rights Reserved", "Also by ...", "Description of Characters"; a play's production
+    appendices after the first chapter ("Property List", "Light Plot", "Light Cues"); a theatre programme page
+    near the front (:func:`_is_playbill`); short copyright notices among the first three chapters; ISBN-only
     paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also letter-spaced: :func:`_the_end`);
     a short last chapter about Project
     Gutenberg ("More Info"); a trailing "About the Author" section
@@ -195,6 +221,10 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     for k, ch in enumerate(chapters):
         title = (ch.title or "").strip()
         if title and _MATTER_TITLE_RE.match(title):
+            continue
+        if k and title and _PRODUCTION_NOTES_RE.search(title):
+            continue  # a play's property list, light plot, light cues: production notes, back matter
+        if k < 4 and k < n - 1 and _is_playbill(ch):
             continue
         if k < 3 and k < n - 1 and _is_copyright_chapter(ch):
             continue

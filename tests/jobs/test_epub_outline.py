@@ -221,3 +221,32 @@ def test_epub_title_page_with_its_imprint_copyright_entry_and_file_note_is_not_s
     said = _said(book).upper()
     for phrase in ("ANTI-SLAVERY OFFICE", "ACT OF CONGRESS", "NOTE FROM THE ORIGINAL FILE"):
         assert phrase not in said
+
+
+RUR = STRUCTURE / "rur"
+"""R.U.R. (PG 59112, EPUB 3 with nav and NCX, one file a section), the Samuel French acting edition: the title
+page with its copyright, "ALL RIGHTS RESERVED" and royalty notice ("CAUTION: Professionals and amateurs ..."),
+the publisher's STORY OF THE PLAY, the Theatre Guild cast page ("Staged by Philip Moeller", "Settings and
+Costumes by Lee Simonson", the cast), the DESCRIPTION OF CHARACTERS, ACT ONE and the EPILOGUE cut to their first
+paragraphs, then the PROPERTY LIST, LIGHT PLOT and LIGHT CUES; each file's body as in the book."""
+
+
+def test_epub_acting_edition_copyright_caution_playbill_and_production_notes_are_not_chapters(tmp_path):
+    """A play's copyright page with its royalty notice and the first production's programme page (its staging
+    credits and cast) are front matter, its description of characters no chapter, and its property list, light
+    plot and light cues after the play back matter: none is a chapter or spoken."""
+    files = [("t.xhtml", "0-title"), ("s.xhtml", "1-story"), ("c.xhtml", "2-cast"), ("d.xhtml", "3-description"),
+             ("a1.xhtml", "4-act-one"), ("e.xhtml", "7-epilogue"), ("p.xhtml", "8-property-list"),
+             ("l.xhtml", "9-light-plot"), ("q.xhtml", "10-light-cues")]
+    docs = [(name, (RUR / f"{stem}.xhtml").read_text(encoding="utf-8")) for name, stem in files]
+    nav = [("R. U. R. (ROSSUM’S UNIVERSAL ROBOTS)", "t.xhtml"), ("R. U. R. STORY OF THE PLAY", "s.xhtml#pgepubid00004"),
+           ("R. U. R. (ROSSUM’S UNIVERSAL ROBOTS)", "c.xhtml#pgepubid00007"),
+           ("DESCRIPTION OF CHARACTERS", "d.xhtml#pgepubid00010"), ("ACT ONE", "a1.xhtml#pgepubid00013"),
+           ("EPILOGUE", "e.xhtml#pgepubid00074"), ("R. U. R. PROPERTY LIST", "p.xhtml#pgepubid00080"),
+           ("R. U. R. LIGHT PLOT", "l.xhtml#pgepubid00085"), ("R. U. R. LIGHT CUES", "q.xhtml#pgepubid00087")]
+    book = load_book(make_epub(tmp_path / "rur.epub", docs, nav=nav, title="R.U.R. (Rossum's Universal Robots)"))
+    assert [c.title for c in book.chapters] == ["R. U. R. Story of the Play", "Act One", "Epilogue"]
+    said = _said(book)
+    for phrase in ("Copyright ©, 1923", "ALL RIGHTS RESERVED", "CAUTION: Professionals", "Staged by Philip Moeller",
+                   "Settings and Costumes by", "A handsome man of 35", "Dark grey carpet", "The foots consist"):
+        assert phrase not in said
