@@ -208,6 +208,16 @@ def _stray_chapters(blocks: list[tuple[str, int, str, bool]], headings: list[tup
     return out
 
 
+_CONT_RE = re.compile(r"^(.*?)[\s.,:;\u2014-]*[(\[]\s*(?:cont(?:inued|'d)?)\.?\s*[)\]]\.?$", re.I)
+
+
+def _is_continuation(text: str, previous: str | None) -> bool:
+    """A heading that repeats the previous chapter heading with "(Cont.)"/"(continued)" after it ("IX (Cont.)"
+    after "IX", added by a file's owner partway through a chapter) continues that chapter: no new chapter."""
+    m = _CONT_RE.match(text)
+    return bool(m and previous and m.group(1).strip(" .").casefold() == previous.strip(" .").casefold())
+
+
 def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
     """Markdown -> items, the title H1 (if the file has one) and the author its metadata names. Falls back
     to plain-text headings."""
@@ -232,11 +242,15 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
             level = nxt  # "# Part" / "## Chapter": chapters are the finer level, parts prefix them
     promoted = _stray_chapters(blocks, [(k, b) for k, b in headings if k != skip], level)
     items = []
+    last_heading = None
     for k, (kind, lvl, text, toc) in enumerate(blocks):
         if k == skip:
             continue
         text = _norm(text)
         if kind == "heading" and text and (lvl <= level or k in promoted) and not _CAST_LABEL_RE.match(text):
+            if _is_continuation(text, last_heading):
+                continue  # "IX (Cont.)" after "IX": the same chapter goes on, no new one
+            last_heading = text
             # a keyword heading ("ACT I", "SCENE II.", "PART ONE", "EPILOGUE") gets its kind and number as a
             # heading line of a text book does, so the outline ranks it the same way (scenes inside acts)
             h = _heading_match(text)

@@ -2045,3 +2045,12 @@ def test_a_later_volumes_title_page_over_text_heads_a_chapter():
     assert third.paragraphs[-1].startswith("It's all I have to bring to-day, This, and my heart beside")
     assert book.chapters[titles.index("Third Series") + 1].title == "Preface."
     assert "POEMS" not in [p for c in book.chapters for p in c.paragraphs]
+
+
+def test_a_heading_repeated_with_cont_continues_the_chapter():
+    # Ethan Frome (Markdown): the file's owner headed the second half of chapter IX "IX (Cont.)"
+    book = load_book(STRUCTURE / "ethan-frome-cont-excerpt.md")
+    titles = [c.title for c in book.chapters]
+    assert not any("Cont" in t for t in titles), titles
+    assert any("IX" in t for t in titles), titles
+    assert any("old sorrel whinny" in p for c in book.chapters for p in c.paragraphs)
