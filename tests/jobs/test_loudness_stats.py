@@ -300,7 +300,10 @@ def test_finished_flac_meets_the_target_from_the_records_statistics(tmp_path, on
     again = {r["file"]: r for r in (json.loads(p.read_text()) for p in _chapter_reports(out))}
     for r in reports:
         assert again[r["file"]]["statistics"] == "measured"
-        assert abs(again[r["file"]]["gain_db"] - r["gain_db"]) <= 0.05, (again[r["file"]], r)
+        # within the combined statistics' stated accuracy (0.1 LU, jobs/loudness_stats.py): their
+        # approximate split of energy between blocks can move a block near the relative gate to
+        # its other side, and the unseeded ONNX voice gives other audio each run (CI saw 0.07 dB once)
+        assert abs(again[r["file"]]["gain_db"] - r["gain_db"]) <= 0.1, (again[r["file"]], r)
 
 
 def test_loudness_none_records_no_statistics_and_the_chapter_is_the_samples(tmp_path, fake_engine):
