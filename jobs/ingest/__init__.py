@@ -167,7 +167,7 @@ from jobs.ingest.common import _norm, _show
 from jobs.ingest.epub import MAX_UNCOMPRESSED_BYTES, MAX_ZIP_MEMBERS  # noqa: F401  (the EPUB limits, named here)
 from jobs.ingest.matter import _drop_matter
 from jobs.ingest.opening import fold_opening
-from jobs.ingest.outline import Structure
+from jobs.ingest.outline import Structure, glossary_sections
 from jobs.ingest.readers import (MAX_EPUB_BYTES, MAX_TEXT_BYTES, ReadOptions, accepted, check_input_size,
                                  reader_for)
 
@@ -201,6 +201,8 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):
             book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds, c.part) for i, c in enumerate(kept)]
+    if structure is None or not (structure.chapter_pattern or structure.chapter_marks):
+        book.chapters = glossary_sections(book.chapters)  # the user's own chapter marks are kept as given
     book.chapters = fold_opening(book.chapters)
     _mark_letter_titles(book.chapters)
     return book

@@ -778,6 +778,9 @@ def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, l
             if pos == 0 and b.level and ht[:len(tt)] == tt:
                 title = b.text  # the heading says more than the TOC label
                 k += 1
+            elif pos == 0 and b.level and len(ht) < len(tt) and ht == [t for t in tt if not t.isdigit()]:
+                title = b.text  # the label kept the heading's note mark ("IMMORTALITY:22 A DIALOGUE."): not said
+                k += 1
             break
     while k < len(blocks) and blocks[k].level and (_BY_RE.match(blocks[k].text) or _tokens(blocks[k].text) == ["by"]):
         k += 1  # "WRITTEN BY ..." under a work's title, or "by" over the author's name: a title-page line

@@ -130,6 +130,21 @@ _FIGURE_CLASS_RE = re.compile(r"^(?:fig|figure|fig-?(?:left|right|center|centre)
 """Classes of the boxes an illustration sits in (Gutenberg's "fig", "figleft", "figcenter")."""
 
 
+_NOTE_BLOCK_TAGS = {"p", "div", "li", "aside", "dd", "td"}
+"""Elements that may hold a note's body."""
+
+
+def _marker_ids(body: ET.Element) -> set[str]:
+    """Ids of the note markers in ``body``: links whose text is a marker ("22", "[1]", "*") to a place in a
+    document ("#linknote-22")."""
+    out = set()
+    for a in body.iter():
+        if _local(a.tag) == "a" and a.get("id") and "#" in (a.get("href") or "") \
+                and _MARKER_TEXT_RE.match("".join(a.itertext()) or "x"):
+            out.add(a.get("id"))
+    return out
+
+
 class _Extractor:
     """XHTML body -> blocks (paragraphs and headings), with the block index of every id."""
 
@@ -149,9 +164,11 @@ class _Extractor:
         self._heading = 0
         self._pre = 0
         self._xref = False
+        self._markers: set[str] = set()
 
     def run(self, root: ET.Element) -> _Extractor:
         body = next((e for e in root.iter() if _local(e.tag) == "body"), root)
+        self._markers = _marker_ids(body)
         self._walk(body)
         self._flush()
         self.blocks.extend(self.notes)
@@ -173,6 +190,8 @@ class _Extractor:
         if self._notes_chapter(el, types, roles):
             self._read_notes |= {id(d) for d in el.iter()}
             return False
+        if tag in _NOTE_BLOCK_TAGS and self._links_back(el):
+            types = types | {"footnote"}  # a note body in markup without semantics: its link back to the marker
         if self.footnotes != "skip" and (types & _NOTE_BODY_TYPES or roles & _NOTE_BODY_ROLES):
             if self.footnotes == "inline":
                 return False
@@ -193,6 +212,16 @@ class _Extractor:
             if "#" in href and _MARKER_TEXT_RE.match("".join(el.itertext()) or "x"):
                 return True
         return False
+
+    def _links_back(self, el: ET.Element) -> bool:
+        """``el`` is a note's body: its first link points back to a note marker of this document (Project
+        Gutenberg's '22 (<a href="#linknoteref-22">return</a>) [ Translator's Note ...]', or "[1]" linking
+        to the "[1]" in the text)."""
+        if not self._markers:
+            return False
+        link = next((d for d in el.iter() if _local(d.tag) == "a" and d.get("href")), None)
+        href = link.get("href", "") if link is not None else ""
+        return "#" in href and href.split("#", 1)[1] in self._markers
 
     def _notes_chapter(self, el: ET.Element, types: set[str], roles: set[str]) -> bool:
         """A notes section that the book's contents list links to and that holds text of its own outside

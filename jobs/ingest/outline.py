@@ -291,7 +291,25 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
                 or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named) \
                 or bare != it.text and tuple(_tokens(bare)) in named:
             out[k] = _Item("heading", it.text, style="contents", caps=it.caps, apart=it.apart)
+        elif (rest := _after_title(it.text, title_t)) and tuple(_tokens(rest)) in named:
+            # the book's title over a listed heading, one block ("The Song of Hiawatha" / "Introduction"): a
+            # half-title, not said again; the heading is the entry's
+            out[k] = _Item("heading", rest, style="contents", caps=it.caps, apart=it.apart)
     return out
+
+
+def _after_title(text: str, title_t: tuple[str, ...]) -> str:
+    """What follows the book's title at the start of ``text`` (whole words), or ""."""
+    words = text.split()
+    if not title_t:
+        return ""
+    for n in range(1, min(len(words), len(title_t) + 3)):
+        head = tuple(_tokens(" ".join(words[:n])))
+        if head == title_t:
+            return " ".join(words[n:])
+        if len(head) > len(title_t):
+            break
+    return ""
 
 
 def _first_part(it: _Item) -> bool:
@@ -1745,6 +1763,23 @@ def _notes_sections(chapters: list[Chapter]) -> list[Chapter]:
             out[-1] = _with_heading(out[-1], ch)
             continue
         out.append(ch)
+    return out
+
+
+_GLOSSARY_RE = re.compile(r"^(?:an?\s+|the\s+)?(?:glossary|vocabulary|glossarial\s+index)"
+                          r"(?:\s+(?:of|to|and)\b[^.]{0,80})?\W*$", re.I)
+"""A glossary's heading: "VOCABULARY", "Glossary.", "A Glossary Of Archaic Words And Phrases"."""
+
+
+def glossary_sections(chapters: list[Chapter]) -> list[Chapter]:
+    """A glossary after the book's last chapter ("VOCABULARY" after the last canto, "A Glossary Of
+    Archaic Words And Phrases" after the last essay) is back matter, as an index is, not a chapter of its
+    own: it is read inside the chapter before it, under its heading. A glossary before other chapters
+    stays a chapter."""
+    out = list(chapters)
+    while len(out) >= 2 and _GLOSSARY_RE.match((out[-1].title or "").strip()):
+        last = out.pop()
+        out[-1] = _with_heading(out[-1], last)
     return out
 
 

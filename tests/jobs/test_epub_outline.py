@@ -250,3 +250,39 @@ def test_epub_acting_edition_copyright_caution_playbill_and_production_notes_are
     for phrase in ("Copyright ©, 1923", "ALL RIGHTS RESERVED", "CAUTION: Professionals", "Staged by Philip Moeller",
                    "Settings and Costumes by", "A handsome man of 35", "Dark grey carpet", "The foots consist"):
         assert phrase not in said
+
+
+_PESSIMISM = (
+    '<h2 id="pgepubid00006">ON SUICIDE.</h2>'
+    '<p>As far as I know, none of the ancient philosophers regarded suicide as a crime.'
+    '<a href="c.xhtml#linknote-12" id="linknoteref-12" class="pginternal">12</a> The Stoics, in fact, praised it.</p>'
+    '<p><a id="linknote-12"> </a></p>'
+    '<p class="foot">12 (<a href="c.xhtml#linknoteref-12" class="pginternal">return</a>)<br/>'
+    ' [ Hist. Nat. Lib. xxviii., 1.]</p>'
+    '<p>It will generally be found that, as soon as the terrors of life reach the point at which they outweigh'
+    ' the terrors of death, a man will put an end to his life.</p>'
+    '<h2 id="pgepubid00007">IMMORTALITY:<a href="c.xhtml#linknote-22" id="linknoteref-22" class="pginternal">22'
+    '</a> A DIALOGUE.</h2>'
+    '<p><a id="linknote-22"> </a></p>'
+    '<p class="foot">22 (<a href="c.xhtml#linknoteref-22" class="pginternal">return</a>)<br/> [ <i>Translator\'s'
+    ' Note</i>.\u2014The word immortality\u2014<i>Unsterblichkeit</i>\u2014does not occur in the original.]</p>'
+    '<p><i>Thrasymachos</i>. Tell me now, in one word, what shall I be after my death?</p>')
+
+
+def test_epub_notes_linking_back_to_their_marks_are_notes_and_a_headings_mark_is_not_said(tmp_path):
+    """The Essays of Arthur Schopenhauer; Studies in Pessimism (PG 10732, EPUB 3), two essays cut short: each
+    note stands in the text after the paragraph citing it, as '12 (return) [ ... ]' whose "return" links back
+    to the mark, with no epub:type; the nav's label keeps the heading's mark ("IMMORTALITY:22 A DIALOGUE.").
+    Such a paragraph is a note body: not read by default ("twelve return"), read with --footnotes inline; the
+    chapter's title is the heading's, without the mark."""
+    nav = [("ON SUICIDE.", "c.xhtml#pgepubid00006"), ("IMMORTALITY:22 A DIALOGUE.", "c.xhtml#pgepubid00007")]
+    path = make_epub(tmp_path / "p.epub", [("c.xhtml", _PESSIMISM)], nav=nav, title="Studies in Pessimism")
+    book = load_book(path)
+    assert [c.title for c in book.chapters] == ["On Suicide.", "Immortality: A Dialogue."]
+    said = _said(book)
+    assert "return" not in said and "Hist. Nat." not in said and "Unsterblichkeit" not in said
+    assert "22" not in said and "12" not in said
+    assert book.chapters[1].paragraphs[0].startswith("Thrasymachos. Tell me now")
+    assert book.chapters[0].paragraphs[1].startswith("It will generally be found")
+    inline = _said(load_book(path, footnotes="inline"))
+    assert "Hist. Nat. Lib." in inline and "Unsterblichkeit" in inline

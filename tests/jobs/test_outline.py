@@ -2054,3 +2054,40 @@ def test_a_heading_repeated_with_cont_continues_the_chapter():
     assert not any("Cont" in t for t in titles), titles
     assert any("IX" in t for t in titles), titles
     assert any("old sorrel whinny" in p for c in book.chapters for p in c.paragraphs)
+
+
+def test_a_title_line_over_a_listed_heading_is_a_half_title_and_a_closing_glossary_is_the_last_chapters():
+    """The Song of Hiawatha (PG 19), cut to four cantos (the book has 22; its contents list trimmed to match):
+    the e-text preparer's "Introductory Note", then Longfellow's "Introduction" printed under the book's title
+    in one block ("The Song of Hiawatha" / "Introduction"), the cantos under bare numerals, and the VOCABULARY
+    after the last canto. The introduction is a chapter of its own, its heading without the title line; the
+    vocabulary is back matter read inside the last canto under its heading, not a chapter."""
+    book = load_book(STRUCTURE / "hiawatha-excerpt.txt")
+    titles = [c.title for c in book.chapters]
+    assert titles[:2] == ["Introductory Note", "Introduction"], titles
+    assert book.chapters[1].paragraphs[0].startswith("Should you ask me, whence these stories?")
+    assert not any("Should you ask me" in p for p in book.chapters[0].paragraphs)
+    assert len(titles) == 6 and "IV" in titles[-1] and not any("Vocabulary" in t for t in titles), titles
+    last = book.chapters[-1]
+    heads = [p for i, p in enumerate(last.paragraphs) if last.kind(i) == "heading"]
+    assert heads == ["Vocabulary"]
+    assert last.paragraphs[-1].startswith("Adjidau'mo, the red squirrel")
+
+
+def test_a_glossary_before_other_chapters_stays_a_chapter_and_a_closing_one_joins_the_last():
+    from jobs.ingest.outline import glossary_sections
+
+    def ch(n, t):
+        return Chapter(n, t, [f"{t} text."])
+
+    book = [ch(1, "Glossary of Terms"), ch(2, "Chapter I"), ch(3, "Chapter II"),
+            ch(4, "A Glossary Of Archaic Words And Phrases")]
+    out = glossary_sections(book)
+    assert [c.title for c in out] == ["Glossary of Terms", "Chapter I", "Chapter II"]
+    assert out[-1].paragraphs == ["Chapter II text.", "A Glossary Of Archaic Words And Phrases",
+                                  "A Glossary Of Archaic Words And Phrases text."]
+    assert out[-1].kinds == ["text", "heading", "text"]
+    assert [c.title for c in glossary_sections([ch(1, "VOCABULARY")])] == ["VOCABULARY"]  # nothing to join
+    assert [c.title for c in glossary_sections([ch(1, "One"), ch(2, "Glossary and the sea")])][-1] == "One"
+    assert [c.title for c in glossary_sections([ch(1, "One"), ch(2, "The Glossary Man. A Tale")])] == \
+        ["One", "The Glossary Man. A Tale"]
