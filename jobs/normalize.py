@@ -27,7 +27,8 @@ forms espeak-ng reads badly:
   paragraph that is only a scene-break marker ("* * *", "***", "⁂"), which the segmenter turns into
   a pause;
 * URLs and e-mail addresses ("example dot com slash books");
-* footnote markers (``[1]`` after a word, superscript digits) are dropped;
+* footnote markers (``[1]``, wherever they stand: Project Gutenberg texts print them spaced, "Looking for
+  lodgings.” [3] I answered", and a sentence may start with one; superscript digits) are dropped;
 * dashes (``—``, ``--``, spaced ``–``) and mid-sentence ellipses become a comma (a short pause);
   a dash between numbers reads "to".
 
@@ -127,7 +128,7 @@ _SAINT_RE = re.compile(r"\b(?P<w>St|Dr|Ste)\.(?=\s|$)")
 _INITIALISM_RE = re.compile(r"(?<![\w.])(?P<w>(?:[A-Za-z]\.){2,})(?P<after>[\"'”’»)\]]*)(?=\s|$|[,;:])")
 _URL_RE = re.compile(r"(?:(?:https?|ftp)://|www\.)[^\s<>\"]+", re.I)
 _EMAIL_RE = re.compile(r"(?<![\w.+-])[\w.+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
-_FOOTREF_RE = re.compile(r"(?<=[\w.,;:!?\"'”’)])\[\d{1,3}\]|[\u00b9\u00b2\u00b3\u2070\u2074-\u2079]+(?=[\s.,;:!?\"'”’)]|$)")
+_FOOTREF_RE = re.compile(r"\s?\[\d{1,3}\](?!\])|[\u00b9\u00b2\u00b3\u2070\u2074-\u2079]+(?=[\s.,;:!?\"'”’)]|$)")
 _CURRENCY = {"$": ("dollar", "dollars", "cent", "cents"), "£": ("pound", "pounds", "penny", "pence"),
              "€": ("euro", "euros", "cent", "cents"), "¥": ("yen", "yen", "sen", "sen")}
 _SCALE = r"(?:\s?(?P<scale>thousand|million|billion|trillion|[kmb]n?)\b)?"

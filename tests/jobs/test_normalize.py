@@ -67,7 +67,13 @@ from jobs.segment import split_sentences
     # footnote markers dropped
     ("as he said.[1] Then", "as he said. Then"),
     ("a word¹ here", "a word here"),
-    ("the list [1] of", "the list [one] of"),  # a bracketed number after a space is no marker: read
+    ("the list [1] of", "the list of"),  # spaced, as Project Gutenberg prints them
+    ("“Looking for lodgings.” [3] I answered.", "“Looking for lodgings.” I answered."),
+    ("a second individual--[8] presumably", "a second individual, presumably"),
+    ("the Army Medical Department.) [2]", "the Army Medical Department.)"),
+    ("[3] I answered.", "I answered."),  # the sentence after a spaced marker starts with it
+    ("[1] It is probable that", "It is probable that"),  # a note's label in the text: not said either
+    ("in [1872] and [[ h ]]", "in [eighteen seventy-two] and [[ h ]]"),  # a year in brackets is read
     # dashes and ellipses: a comma-like pause, no word lost
     ("it was—so to speak—fine", "it was, so to speak, fine"),
     ("wait -- here", "wait, here"),
