@@ -132,16 +132,32 @@ _FIGURE_CLASS_RE = re.compile(r"^(?:fig|figure|fig-?(?:left|right|center|centre)
 
 _NOTE_BLOCK_TAGS = {"p", "div", "li", "aside", "dd", "td"}
 """Elements that may hold a note's body."""
+_NOTE_HOLDER_TAGS = {"p", "div", "li", "aside", "dd", "td", "section", "article", "table", "ul", "ol", "blockquote",
+                     "h1", "h2", "h3", "h4", "h5", "h6"}
+"""Elements a note's body does not hold: an element with one of them inside is more than a note."""
 
 
 def _marker_ids(body: ET.Element) -> set[str]:
-    """Ids of the note markers in ``body``: links whose text is a marker ("22", "[1]", "*") to a place in a
-    document ("#linknote-22")."""
+    """Ids of the note marks in ``body``: a link whose text is a mark ("22", "[1]", "*") to a place in a
+    document ("#linknote-22"), an empty anchor right before one (``<a id="footnote1tag"/><a href=
+    "#footnote1"><sup>1</sup></a>``) and an element wrapping one (``<sup id="r1"><a ...>1</a></sup>``)."""
+    def mark(a: ET.Element) -> bool:
+        return _local(a.tag) == "a" and "#" in (a.get("href") or "") \
+            and bool(_MARKER_TEXT_RE.match("".join(a.itertext()) or "x"))
+
     out = set()
-    for a in body.iter():
-        if _local(a.tag) == "a" and a.get("id") and "#" in (a.get("href") or "") \
-                and _MARKER_TEXT_RE.match("".join(a.itertext()) or "x"):
-            out.add(a.get("id"))
+    for parent in body.iter():
+        kids = list(parent)
+        for n, el in enumerate(kids):
+            inner = el if mark(el) else next((d for d in el.iter() if mark(d)), None) \
+                if _local(el.tag) == "sup" else None
+            if inner is None:
+                continue
+            out |= {x.get("id") for x in (el, inner) if x.get("id")}
+            before = kids[n - 1] if n else None
+            if before is not None and _local(before.tag) == "a" and before.get("id") and not before.get("href") \
+                    and not "".join(before.itertext()).strip():
+                out.add(before.get("id"))
     return out
 
 
@@ -217,11 +233,18 @@ class _Extractor:
         """``el`` is a note's body: its first link points back to a note marker of this document (Project
         Gutenberg's '22 (<a href="#linknoteref-22">return</a>) [ Translator's Note ...]', or "[1]" linking
         to the "[1]" in the text)."""
-        if not self._markers:
-            return False
+        if not self._markers or any(_local(d.tag) in _NOTE_HOLDER_TAGS for d in el.iter() if d is not el):
+            return False  # a note is one paragraph: a chapter's <div> whose first link is a mark is no note
         link = next((d for d in el.iter() if _local(d.tag) == "a" and d.get("href")), None)
         href = link.get("href", "") if link is not None else ""
-        return "#" in href and href.split("#", 1)[1] in self._markers
+        if "#" not in href or href.split("#", 1)[1] not in self._markers:
+            return False
+        before = []  # the text before the link: at most a label ("Footnote 1", "22 (")
+        for d in el.iter():
+            if d is link:
+                break
+            before += [d.text or "", d.tail or ""] if d is not el else [d.text or ""]
+        return len("".join(before).split()) <= 3
 
     def _notes_chapter(self, el: ET.Element, types: set[str], roles: set[str]) -> bool:
         """A notes section that the book's contents list links to and that holds text of its own outside

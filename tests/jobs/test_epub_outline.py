@@ -286,3 +286,35 @@ def test_epub_notes_linking_back_to_their_marks_are_notes_and_a_headings_mark_is
     assert book.chapters[0].paragraphs[1].startswith("It will generally be found")
     inline = _said(load_book(path, footnotes="inline"))
     assert "Hist. Nat. Lib." in inline and "Unsterblichkeit" in inline
+
+
+_DOUGLASS_X = ('<div class="chapter" id="p16"><h2><a id="link2HCH0010"/> CHAPTER X</h2>'
+               '<p>I had left Master Thomas\u2019s house, and went to live with Mr. Covey, on the 1st of January, 1833.</p>'
+               '<p>I found Sandy Jenkins, a slave with whom I was somewhat acquainted, and told him my trouble.'
+               '<a href="c.xhtml#fn-1" id="fnref-1" class="pginternal"><sup>[1]</sup></a> He told me, with great'
+               ' solemnity, I must go back to Covey.</p>'
+               '<p class="footnote"><a id="fn-1"/> <a href="c.xhtml#fnref-1" class="pginternal">[1]</a>\n'
+               'This is the same man who gave me the roots to prevent my being whipped by Mr. Covey.</p></div>'
+               '<div class="chapter" id="p17"><h2><a id="link2HCH0011"/> CHAPTER XI</h2>'
+               '<p>I now come to that part of my life during which I planned my escape.</p></div>')
+_NIGHTINGALE = ('<h2 id="n1">THE NIGHTINGALE; A CONVERSATIONAL POEM.</h2>'
+                '<p>And hark! the Nightingale begins its song,<br/>\u201cMost musical, most melancholy\u201d '
+                '<a id="footnote1tag"/><a href="n.xhtml#footnote1" class="pginternal"><sup>1</sup></a> Bird!</p>'
+                '<p class="footnote"><a id="footnote1"/><b>Footnote 1</b> <a href="n.xhtml#footnote1tag" '
+                'class="pginternal">(return)</a>: This passage in Milton possesses an excellence far superior.</p>'
+                '<h2 id="n2">THE FEMALE VAGRANT.</h2><p>By Derwent\u2019s side my Father\u2019s cottage stood.</p>')
+
+
+def test_epub_a_note_linking_back_is_one_paragraph_never_the_chapter_that_holds_it(tmp_path):
+    """Two more shapes of the same notes. Narrative of the Life of Frederick Douglass (PG 23): each chapter is
+    a <div> whose first link is a note mark, and the note's own link back is a "[1]" too; the chapter is not
+    a note, its note is ("This is the same man who gave me the roots ..."). Lyrical Ballads (PG 9622): the
+    mark's id is on an empty anchor before it, and the note opens with a label ("Footnote 1 (return): ...")."""
+    nav = [("CHAPTER X", "c.xhtml#p16"), ("CHAPTER XI", "c.xhtml#p17")]
+    book = load_book(make_epub(tmp_path / "d.epub", [("c.xhtml", _DOUGLASS_X)], nav=nav, title="Narrative"))
+    assert [c.title for c in book.chapters] == ["Chapter X", "Chapter XI"]
+    assert len(book.chapters[0].paragraphs) == 2 and "same man who gave me the roots" not in _said(book)
+    nav = [("THE NIGHTINGALE; A CONVERSATIONAL POEM.", "n.xhtml#n1"), ("THE FEMALE VAGRANT.", "n.xhtml#n2")]
+    book = load_book(make_epub(tmp_path / "l.epub", [("n.xhtml", _NIGHTINGALE)], nav=nav, title="Lyrical Ballads"))
+    assert len(book.chapters) == 2 and "Footnote" not in _said(book) and "Milton" not in _said(book)
+    assert "Milton" in _said(load_book(tmp_path / "l.epub", footnotes="inline"))
