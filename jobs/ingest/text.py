@@ -203,7 +203,11 @@ _PG_CREDIT_RE = re.compile(r"^(?:Produced by|(?:This )?e-?(?:text|book) (?:was )
 _PGDP_RE = re.compile(r"\bDistributed\s+Proofread(?:ing|ers)\b", re.I)
 """A credit line without "Produced by": "Steve Harris, Charles Franks and the Online Distributed Proofreading Team."."""
 _OLD_HEADER_RE = re.compile(r"\A\W*The\s+Project\s+Gutenberg\s+E-?(?:text|book)\b[\s\S]{0,3000}?"
-                            r"Please\s+do\s+not\s+remove\s+this\s+header", re.I)
+                            r"Please\s+do\s+not\s+remove\s+this(?:\s+header|\.)", re.I)
+_SMALL_PRINT_LATER_RE = re.compile(r"^[^\n]*\blegal\s+small\s+print\b[^\n]*\n(?:[^\n]*\S[^\n]*\n)*?"
+                                   r"[^\n]*\bused\.[ \t]*$", re.I | re.M)
+"""The paragraph that closes a 2002-2003 header: 'The "legal small print" and other information about this book
+may now be found at the end of this file. ... restrictions in how the file may be used.'"""
 _LONE_STARS_RE = re.compile(r"^[ \t]*\*{3}[ \t]*$", re.M)
 _ETEXT_LINE_RE = re.compile(r"\A[ \t]*\**[ \t]*(?:The[ \t]+)?Project Gutenberg(?:'s|\u2019s)? E-?text of (\S[^*\n]*?)"
                             r"(?:, by ([^*\n]+?))?[ \t]*\**[ \t]*$", re.I | re.M)
@@ -217,13 +221,16 @@ _CONNECTING_END_RE = re.compile(r"(?:[,;:\-\u2014]|\b(?:of|and|the|a|an|in|to|or
 
 def _old_header_end(text: str) -> re.Match | None:
     """The end of an old (2001-2003) Project Gutenberg header that has no START marker: it opens the file
-    ("The Project Gutenberg Etext of ...", then "Please do not remove this header information.") and ends
-    at the first line of three asterisks alone, within 12000 characters."""
+    ("The Project Gutenberg Etext of ...", then "Please do not remove this header information." or "Please
+    do not remove this.") and ends at the first line of three asterisks alone, or at the paragraph sending
+    the reader to the "legal small print" at the end of the file, within 12000 characters."""
     m = _OLD_HEADER_RE.match(text)
     if not m:
         return None
     stars = _LONE_STARS_RE.search(text, m.end(), m.end() + 12000)
-    return stars
+    later = _SMALL_PRINT_LATER_RE.search(text, m.end(), m.end() + 12000)
+    # without the asterisks, the paragraph sending the reader to the small print at the end closes it
+    return stars if stars and not (later and later.start() < stars.start()) else later
 
 
 _SPACED_RE = re.compile(r"(?<![\w'\u2019])[A-Z](?: [A-Z]){3,}(?![\w'\u2019])")
@@ -293,8 +300,9 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
         # an old (1990s) etext names itself on its first line ("*Project Gutenberg Etext of Five Children and
         # It, by E. Nesbit*"): the book's title; without an END marker it closes with that line again
         title = title or _norm(etext.group(1))
-        if not end:
-            end = re.compile(r"^" + re.escape(etext.group(0).strip()) + r"[ \t]*$", re.M).search(text, body_start)
+        again = re.compile(r"^" + re.escape(etext.group(0).strip()) + r"[ \t]*$", re.M).search(text, body_start)
+        if again and (not end or again.start() < end.start()):
+            end = again  # the line again before the notes and small print that close the file
     if end:
         found = True
         body = text[body_start:end.start()]

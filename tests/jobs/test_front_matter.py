@@ -222,3 +222,23 @@ def test_which_engines_take_a_speaker_is_the_registrys(tmp_path, short_book, voi
                                                                         ("fp32",), speakers=True))
     audio = synthesize._synthesize_rows(fake_engine, job.batch_rows(0), job.scales, 1, 3)
     assert len(audio[0]) == len(job.batch_rows(0))
+
+
+def test_a_2002_etext_header_without_asterisks_and_its_closing_notes_are_not_read():
+    """Three Dialogues between Hylas and Philonous (PG 4724, posted 2002), cut to each dialogue's first
+    paragraphs: its header ("The Project Gutenberg Etext of ...", "Please do not remove this.", the "Plain
+    Vanilla Electronic Texts" lines, "Prepared by ...") has no START marker and no line of asterisks; it ends
+    with the paragraph sending the reader to the "legal small print" at the end of the file. After the text the
+    etext's first line comes again, then the release notes and the small print. None of that is read; the
+    header gives the title and author."""
+    from pathlib import Path
+
+    book = load_book(Path(__file__).resolve().parents[1] / "data" / "structure" / "berkeley-dialogues-excerpt.txt")
+    assert book.title == "Three Dialogues between Hylas and Philonous, in Opposition to Sceptics and Atheists"
+    assert book.author == "George Berkeley"
+    assert [c.title for c in book.chapters] == ["The First Dialogue", "The Second Dialogue", "The Third Dialogue"]
+    said = all_text(book)
+    for phrase in ("Plain Vanilla", "Please do not remove", "Prepared by", "small print", "Etext", "donation",
+                   "by George Berkeley (1685-1753)"):
+        assert phrase not in said, phrase
+    assert book.chapters[-1].paragraphs[-1].startswith("HYLAS. Truly my opinion is")
