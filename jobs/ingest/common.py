@@ -66,13 +66,22 @@ _CAPS_UMLAUT_RE = re.compile(r"(?<=[AOU])e(?=[A-Z])")
 """An umlaut written in ASCII inside a word in capitals ("OLMUeTZ", "KOeCHEL" for OLMÜTZ, KÖCHEL)."""
 
 
+_CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play|persons\s+represented"
+                            r"|(?:the\s+)?characters(?:\s+in\s+the\s+play)?|cast(?:\s+of\s+characters)?)\b\W*$",
+                            re.I)
+"""The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
+
+
 def _is_prose(p: str) -> bool:
     """A paragraph that reads as running text (not a title, credit or edition line): twenty words or more, or
     three or more, some letters in lower case, ending a sentence (a line in capitals, "OLMUeTZ" and all, is
-    no prose)."""
+    no prose, nor a block of twenty words or more four fifths in capitals)."""
     words = p.split()
     if len(words) >= 20:
-        return True
+        # a long block in capitals is a title page's credit ("TRANSLATED INTO ENGLISH RHYMING VERSE WITH
+        # EXPLANATORY NOTES BY GILBERT MURRAY LL.D., ... REGIUS PROFESSOR OF GREEK ..."), not text
+        letters = [c for c in p if c.isalpha()]
+        return sum(c.isupper() for c in letters) < 0.8 * len(letters)
     if len(words) < 3 or p.lower().startswith("by "):
         return False
     return any(c.islower() for c in _CAPS_UMLAUT_RE.sub("", p)) and bool(_SENTENCE_END_RE.search(p))

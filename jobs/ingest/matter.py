@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from jobs.ingest.book import Chapter
-from jobs.ingest.common import _is_prose
+from jobs.ingest.common import _CAST_LABEL_RE, _is_prose
 from jobs.ingest.text import _caps_line
 
 
@@ -208,7 +208,8 @@ def _is_playbill(ch: Chapter) -> bool:
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
-    "Copyright", "All Rights Reserved", "Also by ...", "Description of Characters"; a play's production
+    "Copyright", "All Rights Reserved", "Also by ...", "Description of Characters"; a cast list under its label
+    ("Characters in the Play", "Dramatis Personae") before the last chapter, in entries of 80 words or fewer; a play's production
     appendices after the first chapter ("Property List", "Light Plot", "Light Cues"); a theatre programme page
     near the front (:func:`_is_playbill`); short copyright notices among the first three chapters; ISBN-only
     paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also letter-spaced: :func:`_the_end`);
@@ -224,6 +225,9 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             continue
         if k and title and _PRODUCTION_NOTES_RE.search(title):
             continue  # a play's property list, light plot, light cues: production notes, back matter
+        if k < n - 1 and title and _CAST_LABEL_RE.match(title) and ch.paragraphs \
+                and all(len(p.split()) <= 80 for p in ch.paragraphs):
+            continue  # a play's cast list as a chapter of its own ("CHARACTERS IN THE PLAY"): the playbill
         if k < 4 and k < n - 1 and _is_playbill(ch):
             continue
         if k < 3 and k < n - 1 and _is_copyright_chapter(ch):

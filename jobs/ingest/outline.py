@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from core.errors import InputError
 from jobs.ingest.book import Chapter
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
+from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes, _the_end
 from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
                                _number_value, _roman_value)
@@ -840,10 +840,6 @@ _ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s
 """The heading of a preface the e-text's maker wrote ("Preface to the Project Gutenberg Etext")."""
 
 
-_CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play|persons\s+represented"
-                            r"|(?:the\s+)?characters(?:\s+in\s+the\s+play)?|cast(?:\s+of\s+characters)?)\b\W*$",
-                            re.I)
-"""The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
 
 
 _ROMAN_YEAR_RE = re.compile(r"^M{1,2}(?:CM|CD|D?C{0,4})(?:XC|XL|L?X{0,4})(?:IX|IV|V?I{0,4})\.?$")

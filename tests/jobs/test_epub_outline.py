@@ -318,3 +318,21 @@ def test_epub_a_note_linking_back_is_one_paragraph_never_the_chapter_that_holds_
     book = load_book(make_epub(tmp_path / "l.epub", [("n.xhtml", _NIGHTINGALE)], nav=nav, title="Lyrical Ballads"))
     assert len(book.chapters) == 2 and "Footnote" not in _said(book) and "Milton" not in _said(book)
     assert "Milton" in _said(load_book(tmp_path / "l.epub", footnotes="inline"))
+
+
+def test_epub_title_page_credit_in_capitals_printing_history_and_a_cast_list_chapter_are_not_spoken(tmp_path):
+    """Oedipus, King of Thebes (PG 27673, EPUB 3, Gilbert Murray's translation), each section cut short: the nav
+    lists the title page's lines (the title, "SOPHOCLES" over the translator's credit in capitals, "FOURTEENTH
+    THOUSAND", the London imprint over a table of printings), then PREFACE, CHARACTERS IN THE PLAY, ARGUMENT and
+    the play. The title page is no chapter and none of it is spoken (the long credit in capitals is no prose);
+    the cast list under its label is the playbill, not a chapter."""
+    body = (STRUCTURE / "oedipus" / "body.xhtml").read_text(encoding="utf-8")
+    nav = [("OEDIPUS KING OF THEBES", "c.xhtml#pgepubid00000"), ("SOPHOCLES", "c.xhtml#pgepubid00001"),
+           ("LONDON: GEORGE ALLEN & UNWIN LTD. RUSKIN HOUSE 40 MUSEUM STREET, W.C.1", "c.xhtml#pgepubid00002"),
+           ("PREFACE", "c.xhtml#pgepubid00004"), ("CHARACTERS IN THE PLAY", "c.xhtml#pgepubid00012"),
+           ("ARGUMENT", "c.xhtml#pgepubid00014"), ("OEDIPUS, KING OF THEBES", "c.xhtml#pgepubid00016")]
+    book = load_book(make_epub(tmp_path / "o.epub", [("c.xhtml", body)], nav=nav, title="Oedipus King of Thebes"))
+    assert [c.title for c in book.chapters] == ["Preface", "Argument", "Oedipus, King of Thebes"]
+    said = _said(book).upper()
+    for phrase in ("REGIUS PROFESSOR", "FOURTEENTH THOUSAND", "RUSKIN HOUSE", "FIRST PUBLISHED", "A SHEPHERD OF KING"):
+        assert phrase not in said, phrase
