@@ -460,6 +460,42 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     return out
 
 
+_TITLE_WORD_RE = re.compile(r"^[\"'\u2018\u201c(]?[A-Z0-9]")
+_MONTH_WORD_RE = re.compile(r"\b(?:January|February|March|April|May|June|July|August|September|October|November"
+                            r"|December|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b", re.I)
+
+
+def _titled_line(text: str) -> bool:
+    """A short line as a title is printed: two to seven words, each capitalised but the small ones, and no
+    stop, comma or colon at its end ("After the Fall", "At Eve's Grave", "EXTRACT FROM ADAM'S DIARY")."""
+    words = text.split()
+    if not 2 <= len(words) <= 7 or text.rstrip()[-1:] in ".,;:!?-\u2014" or not _TITLE_WORD_RE.match(words[0]) \
+            or any(c.isdigit() for c in text) or _MONTH_WORD_RE.search(text):
+        return False  # a letter's date line ("25th August", "Christmas Eve, December") is no title
+    return all(_TITLE_WORD_RE.match(w) or w.lower() in _SMALL for w in words[1:])
+
+
+def _promote_set_apart(items: list[_Item], title: str, author: str | None) -> list[_Item]:
+    """A book with no heading found at all, whose text is parted by short title lines set apart (two blank lines
+    or more before, prose right after), in mixed case or capitals ("Translated from the Original", "EXTRACT
+    FROM ADAM'S DIARY", "After the Fall", "Forty Years Later", "At Eve's Grave"): three such lines or more
+    are its chapter headings. The book's title, its author and a "by ..." line are not."""
+    if any(it.kind == "heading" for it in items):
+        return items
+    title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
+    cands = [k for k, it in enumerate(items)
+             if it.kind == "para" and it.apart >= 2 and _titled_line(it.text) and k + 1 < len(items)
+             and items[k + 1].kind == "para" and _is_prose(items[k + 1].text)
+             and tuple(_tokens(it.text)) not in (title_t, author_t) and not _BY_RE.match(it.text)
+             and not re.search(r"\bby\b", it.text, re.I)]
+    if len(cands) < 3:
+        return items
+    out = list(items)
+    for k in cands:
+        out[k] = _Item("heading", items[k].text, style="caps", caps=items[k].caps, apart=items[k].apart)
+    return out
+
+
 def _source_line(it: _Item) -> bool:
     """A quotation's source on a line of its own, in capitals and ending with a full stop ("SOPHOCLES.",
     "PILGRIM'S PROGRESS.", "W. P. BANNATYNE."), six words at most."""
@@ -1184,6 +1220,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items, entries, after = _resolve_toc(items)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
     items = _epigraph_parts(_promote_caps(items, title, author, listed=_all_listed(items, entries, after)))
+    items = _promote_set_apart(items, title, author)
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
     notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]

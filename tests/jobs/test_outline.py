@@ -2091,3 +2091,24 @@ def test_a_glossary_before_other_chapters_stays_a_chapter_and_a_closing_one_join
     assert [c.title for c in glossary_sections([ch(1, "One"), ch(2, "Glossary and the sea")])][-1] == "One"
     assert [c.title for c in glossary_sections([ch(1, "One"), ch(2, "The Glossary Man. A Tale")])] == \
         ["One", "The Glossary Man. A Tale"]
+
+
+def test_short_title_lines_set_apart_part_a_book_with_no_other_headings():
+    """Eve's Diary (PG 8525), each part cut to its first paragraph: no contents, no numbers, no keyword; its five
+    parts are headed by short lines set apart by blank lines, in mixed case or capitals ("Translated from the
+    Original", "EXTRACT FROM ADAM'S DIARY", "After the Fall", "Forty Years Later", "At Eve's Grave"). They are its
+    chapters; the title page's title, "By Mark Twain" and "Illustrated by Lester Ralph" are not, nor spoken."""
+    book = load_book(STRUCTURE / "eves-diary-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Translated from the Original", "Extract from Adam's Diary",
+                                                "After the Fall", "Forty Years Later", "At Eve's Grave"]
+    assert book.chapters[0].paragraphs[0].startswith("SATURDAY.--I am almost a whole day old")
+    said = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "By Mark Twain" not in said and "Illustrated by" not in said
+
+
+def test_date_lines_set_apart_are_no_chapter_titles():
+    from jobs.ingest.outline import _titled_line
+
+    assert _titled_line("After the Fall") and _titled_line("EXTRACT FROM ADAM'S DIARY")
+    for line in ("25th August", "Christmas Eve, Wednesday", "Dear Daddy-Long-Legs,", "The End.", "Yours ever"):
+        assert not _titled_line(line), line
