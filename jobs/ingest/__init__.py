@@ -200,7 +200,8 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
     if not front_matter:
         kept = _drop_matter(book.chapters)
         if kept and any(c.paragraphs for c in kept):
-            book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds, c.part) for i, c in enumerate(kept)]
+            book.chapters = [Chapter(i + 1, c.title, c.paragraphs, c.kinds, c.part, opening=c.opening)
+                             for i, c in enumerate(kept)]
     if structure is None or not (structure.chapter_pattern or structure.chapter_marks):
         book.chapters = glossary_sections(book.chapters)  # the user's own chapter marks are kept as given
     book.chapters = fold_opening(book.chapters)

@@ -485,10 +485,13 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
             # before the book's first text, entries for the title page's lines (its title, a subtitle under
             # it, an edition line) title nothing: "THROUGH THE LOOKING-GLASS" / "And What Alice Found There"
-            if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or _BRACKETED_LINE_RE.match(t) or (
+            if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or _BRACKETED_LINE_RE.match(t) \
+                    or _AUTHOR_OF_RE.match(t) or (
                     title_page and not paras and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t)):
                 title_page = title_page or _title_entry(t, book_title)
                 if not paras:
+                    if len(t.split()) >= 4 and _DEDICATION_ENTRY_RE.match(t.strip()):
+                        merged.append(("", depth, [t], ["text"]))  # a dedication marked up as a heading: text
                     continue
                 t = ""
         if host is not None and depth <= host:
@@ -530,9 +533,14 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         if _NUMBERED_ENTRY_RE.match(t) and (inner >= 2 or paras and inner):
             host = depth
         if not paras:
-            pending = [(pt, pd) for pt, pd in pending if pd < depth] + [(t, depth)]
+            # an entry without text lends its label to the next ("Part One"), a contents label excepted: its
+            # list is not read, and "Contents. Foreword" is no title
+            _keep_dedications(pending, depth, merged)
+            pending = [(pt, pd) for pt, pd in pending if pd < depth] + \
+                ([] if _CONTENTS_LABEL_RE.match(t.strip()) else [(t, depth)])
             continue
         # a parent entry naming the book (a half-title over the chapters) lends no label: the announcement said it
+        _keep_dedications(pending, depth, merged)
         heads = [pt for pt, pd in pending if pd < depth and pt and not _title_entry(pt, book_title)]
         merged.append((_chain_titles(heads + [t]), depth, paras, ["text"] * len(paras)))
         texted = True
@@ -734,9 +742,23 @@ def _spoken(label: str) -> str:
 
 _EDITION_LINE_RE = re.compile(r"^\W*(?:the\s+)?(?:[\w'\u2019-]+\s+){0,3}edition(?:\s+[\d.]+|,?\s+\d{4})?\W*$", re.I)
 """A title page's edition line: "The Millennium Fulcrum Edition 1.7", "Second Edition, 1902"."""
+_AUTHOR_OF_RE = re.compile(r"^\W*(?:the\s+)?author\s+of\s+\S", re.I)
+"""A title page's line crediting the author's other books: 'Author of "From Passion to Peace"'."""
 _BRACKETED_LINE_RE = re.compile(r"^\s*\[[^\[\]]+\]\s*$")
 """A line wholly in square brackets ("[Canadian Poet, 1872-1918]"): before the book's first text, a title
 page's descriptor or an editor's note, which titles no chapter."""
+
+
+_DEDICATION_ENTRY_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])|(?i:in\s+memory\s+of|dedicated\s+to)\s)")
+
+
+def _keep_dedications(pending: list[tuple[str, int]], depth: int, merged: list) -> None:
+    """A dedication marked up as a heading, with no text under it ("To the Memory of John Stuart Mill from whom I
+    first learned ..."), and followed by an entry at its level, lends no title; it is text, spoken where it
+    stands (an untitled piece that opens the next chapter, as a dedication before the first heading does)."""
+    for pt, pd in pending:
+        if pd >= depth and pt and len(pt.split()) >= 4 and _DEDICATION_ENTRY_RE.match(pt.strip()):
+            merged.append(("", pd, [pt], ["text"]))
 
 
 def _title_entry(label: str, title: str) -> bool:
@@ -746,7 +768,8 @@ def _title_entry(label: str, title: str) -> bool:
     if not lt or not tt:
         return False
     main = _tokens(re.split(r"[;:]|,\s+or\b", title, maxsplit=1, flags=re.I)[0])
-    return lt == tt or (len(tt) >= 2 and lt[:len(tt)] == tt) or (len(main) >= 2 and lt == main)
+    # a one-word main title counts where a subtitle follows it ("PRAGMATISM" for "Pragmatism: A New Name ...")
+    return lt == tt or (len(tt) >= 2 and lt[:len(tt)] == tt) or (len(main) >= 2 or len(tt) > len(main)) and lt == main
 
 
 def _chain_titles(titles: list[str]) -> str:

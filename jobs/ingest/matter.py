@@ -254,6 +254,7 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
                     break
         if kept:
             kinds = [kd for _p, kd in kept]
-            out.append(Chapter(ch.index, ch.title, [p for p, _k in kept],
-                               None if ch.kinds is None else kinds, ch.part))
+            opening = sum(1 for i in range(ch.opening) if not _ISBN_RE.match(ch.paragraphs[i]) and i not in notes)
+            out.append(Chapter(ch.index, ch.title, [p for p, _k in kept], None if ch.kinds is None else kinds,
+                               ch.part, opening=opening if opening < len(kept) else 0))
     return out

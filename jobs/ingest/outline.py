@@ -1716,6 +1716,20 @@ def _lists_titles(para: str, titles: list[tuple[str, ...]]) -> bool:
     return hits >= 3 and 2 * covered >= len(toks)
 
 
+def _names_in_order(para: str, titles: list[tuple[str, ...]]) -> int:
+    """How many of ``titles`` (two words or more) the paragraph names one after another in their order."""
+    toks = tuple(_tokens(para))
+    pos, found = 0, 0
+    for t in titles:
+        if len(t) < 2:
+            continue
+        at = next((i for i in range(pos, len(toks) - len(t) + 1) if toks[i:i + len(t)] == t), None)
+        if at is not None:
+            found += 1
+            pos = at + len(t)
+    return found
+
+
 _FRONT_KEYWORD_RE = re.compile(r"^(?:introduction|preface|foreword|prefatory\s+note|translator\S*\s+(?:introduction"
                                r"|preface))\b", re.I)
 _CHAPTER_KEYWORD_RE = re.compile(r"^(?:chapter|book|part|volume|stave|canto|act|letter|section)\s+(?:[IVXLCDM]+\b|\d|"
@@ -1832,7 +1846,11 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
     for n, ch in enumerate(chapters):
         paras, kinds = list(ch.paragraphs), list(ch.kinds) if ch.kinds else None
         if n < 2:  # a contents list printed as running text in the first pages
-            keep = [not _lists_titles(p, [t for t in named[n + 1:] if len(t) >= 1]) for p in paras]
+            later = [t for t in named[n + 1:] if len(t) >= 1]
+            keep = [not _lists_titles(p, later) for p in paras]
+            for i in range(len(paras) - 1):  # an expanded contents under its label: titles with their summaries
+                if _CONTENTS_LABEL_RE.match(paras[i].strip()) and _names_in_order(paras[i + 1], later) >= 3:
+                    keep[i] = keep[i + 1] = False
             paras = [p for p, ok in zip(paras, keep) if ok]
             kinds = [kd for kd, ok in zip(kinds, keep) if ok] if kinds else kinds
         if n < 2:  # the title page: the first document, or the second after a producer's page
@@ -1848,4 +1866,31 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
         if not out and title_t and tt and len(tt) % len(title_t) == 0 and tt == title_t * (len(tt) // len(title_t)):
             spoken = ""  # front matter under the title page's entry: the announcement said the title
         out.append(Chapter(len(out) + 1, spoken, paras, kinds, ch.part))
-    return out or chapters
+    return _dedications_opening(out) or chapters
+
+
+_DEDICATION_LINE_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])|(?i:in\s+memory\s+of|dedicated\s+to)\s)")
+"""A dedication's first words: "To Romain Rolland", "To the Memory of ...", "Dedicated to ..." (not "To be or ...")."""
+
+
+def _dedications_opening(chapters: list[Chapter]) -> list[Chapter]:
+    """An untitled piece inside the book that is only a dedication ("Dedicated to Wilhelm Gundert, my cousin in
+    Japan", under a part's heading) opens the titled chapter after it: spoken before that chapter's heading
+    (``Chapter.opening``), no chapter of its own. (Before the first chapter, ``jobs.ingest.opening`` does so.)"""
+    out: list[Chapter] = []
+    k = 0
+    while k < len(chapters):
+        ch = chapters[k]
+        nxt = chapters[k + 1] if k + 1 < len(chapters) else None
+        if out and nxt is not None and not ch.title.strip() and nxt.title.strip() and not nxt.opening \
+                and 1 <= len(ch.paragraphs) <= 2 and _DEDICATION_LINE_RE.match(ch.paragraphs[0]) \
+                and all(len(p.split()) <= 40 for p in ch.paragraphs):
+            kinds = None if ch.kinds is None and nxt.kinds is None else \
+                [*(ch.kinds or ["text"] * len(ch.paragraphs)), *(nxt.kinds or ["text"] * len(nxt.paragraphs))]
+            out.append(Chapter(len(out) + 1, nxt.title, [*ch.paragraphs, *nxt.paragraphs], kinds, nxt.part,
+                               opening=len(ch.paragraphs)))
+            k += 2
+            continue
+        out.append(Chapter(len(out) + 1, ch.title, ch.paragraphs, ch.kinds, ch.part, opening=ch.opening))
+        k += 1
+    return out

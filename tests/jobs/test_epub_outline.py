@@ -336,3 +336,75 @@ def test_epub_title_page_credit_in_capitals_printing_history_and_a_cast_list_cha
     said = _said(book).upper()
     for phrase in ("REGIUS PROFESSOR", "FOURTEENTH THOUSAND", "RUSKIN HOUSE", "FIRST PUBLISHED", "A SHEPHERD OF KING"):
         assert phrase not in said, phrase
+
+
+_PRAGMATISM = (
+    '<h1 id="t0">PRAGMATISM</h1><h3 id="t1">A New Name for Some Old Ways of Thinking</h3><h2>By William James</h2>'
+    '<h4 id="t2">To the Memory of John Stuart Mill <br/> <br/> from whom I first learned the pragmatic openness of mind'
+    ' <br/> and whom my fancy likes to picture as our leader were he alive to-day.</h4><hr/>'
+    '<h2 id="pref">Preface</h2><p>The lectures that follow were delivered at the Lowell Institute in Boston in November'
+    ' and December, 1906, and in January, 1907, at Columbia University, in New York.</p>'
+    '<div class="middle"><p>CONTENTS</p>Lecture I <br/> The Present Dilemma in Philosophy <br/> Chesterton quoted.'
+    ' Everyone has a philosophy. Temperament is a factor in <br/> all philosophizing. <br/> Lecture II <br/> What'
+    ' Pragmatism Means <br/> The squirrel. Pragmatism as a method. History of the method. <br/> Lecture III <br/>'
+    ' Some Metaphysical Problems Pragmatically Considered <br/> The problem of substance. The Eucharist.</div><hr/>'
+    '<h1 id="half">PRAGMATISM</h1><hr/>'
+    '<h2 id="l1">Lecture I. \u2014 The Present Dilemma in Philosophy</h2><p>In the preface to that admirable collection'
+    ' of essays of his called \u2018Heretics,\u2019 Mr. Chesterton writes these words.</p>'
+    '<h2 id="l2">Lecture II. \u2014 What Pragmatism Means</h2><p>Some years ago, being with a camping party in the'
+    ' mountains, I returned from a solitary ramble to find everyone engaged in a ferocious metaphysical dispute.</p>'
+    '<h2 id="l3">Lecture III. \u2014 Some Metaphysical Problems Pragmatically Considered</h2><p>I am now to make the'
+    ' pragmatic method more familiar by giving you some illustrations of its application to particular problems.</p>')
+
+
+def test_epub_a_dedication_heading_is_spoken_and_an_expanded_contents_and_half_title_are_not(tmp_path):
+    """Pragmatism (PG 5116, EPUB 3), cut short: the nav lists the title ("PRAGMATISM"), its subtitle, the dedication
+    (an <h4>, no text under it), the Preface (with an "EXPANDED CONTENTS" of the lectures' titles and summaries
+    under a "CONTENTS" label inside it), a half-title "PRAGMATISM" and the lectures. The dedication is spoken before
+    the preface's heading; the expanded contents is not spoken; no title is led by "PRAGMATISM"."""
+    nav = [("PRAGMATISM", "c.xhtml#t0"), ("A New Name for Some Old Ways of Thinking", "c.xhtml#t1"),
+           ("To the Memory of John Stuart Mill from whom I first learned the pragmatic openness of mind and whom my "
+            "fancy likes to picture as our leader were he alive to-day.", "c.xhtml#t2"),
+           ("Preface", "c.xhtml#pref"), ("PRAGMATISM", "c.xhtml#half"),
+           ("Lecture I. \u2014 The Present Dilemma in Philosophy", "c.xhtml#l1"),
+           ("Lecture II. \u2014 What Pragmatism Means", "c.xhtml#l2"),
+           ("Lecture III. \u2014 Some Metaphysical Problems Pragmatically Considered", "c.xhtml#l3")]
+    book = load_book(make_epub(tmp_path / "p.epub", [("c.xhtml", _PRAGMATISM)], nav=nav,
+                               title="Pragmatism: A New Name for Some Old Ways of Thinking"))
+    assert [c.title for c in book.chapters] == ["Preface", "Lecture I. \u2014 The Present Dilemma in Philosophy",
+                                                "Lecture II. \u2014 What Pragmatism Means",
+                                                "Lecture III. \u2014 Some Metaphysical Problems Pragmatically Considered"]
+    preface = book.chapters[0]
+    assert preface.opening == 1 and preface.paragraphs[0].startswith("To the Memory of John Stuart Mill")
+    said = _said(book)
+    assert "Chesterton quoted" not in said and "The squirrel" not in said and "CONTENTS" not in said
+
+
+_THINKETH = (
+    '<h1 id="a0">AS A MAN THINKETH</h1><h2 id="a1">JAMES ALLEN</h2><h4 id="a2">Author of "From Passion to Peace"</h4>'
+    '<p class="poem"><i>Mind is the Master power that moulds and makes,<br/> And Man is Mind, and evermore he takes'
+    '<br/> The tool of Thought, and, shaping what he wills,<br/> Brings forth a thousand joys, a thousand ills:\u2014'
+    '</i></p><h4 id="a3">Authorized Edition<br/><br/>New York</h4><h2 id="a4">CONTENTS</h2>'
+    '<h4 id="a5"><a href="c.xhtml#a8">THOUGHT AND CHARACTER</a><br/><a href="c.xhtml#a9">SERENITY</a></h4>'
+    '<h3 id="a6">FOREWORD</h3><p>THIS little volume (the result of meditation and experience) is not intended as an'
+    ' exhaustive treatise on the much-written-upon subject of the power of thought.</p>'
+    '<h3 id="a8">THOUGHT AND CHARACTER</h3><p>THE aphorism, "As a man thinketh in his heart so is he," not only'
+    ' embraces the whole of a man\'s being, but is so comprehensive as to reach out to every condition.</p>'
+    '<h3 id="a9">SERENITY</h3><p>CALMNESS of mind is one of the beautiful jewels of wisdom. It is the result of long'
+    ' and patient effort in self-control.</p>')
+
+
+def test_epub_an_author_of_credit_and_a_contents_label_title_nothing_and_a_title_page_verse_is_spoken(tmp_path):
+    """As a Man Thinketh (PG 4507, EPUB 3), cut short: the nav lists every title-page line, the title page's
+    'Author of "From Passion to Peace"' (over a verse), the edition line, "CONTENTS" (whose entries are one
+    heading of links), FOREWORD and the essays. The credit is no chapter and not spoken; the verse opens the
+    foreword; "Contents" leads no title."""
+    nav = [("AS A MAN THINKETH", "c.xhtml#a0"), ("JAMES ALLEN", "c.xhtml#a1"),
+           ('Author of "From Passion to Peace"', "c.xhtml#a2"), ("Authorized Edition New York", "c.xhtml#a3"),
+           ("CONTENTS", "c.xhtml#a4", [("THOUGHT AND CHARACTER SERENITY", "c.xhtml#a5"), ("FOREWORD", "c.xhtml#a6")]),
+           ("THOUGHT AND CHARACTER", "c.xhtml#a8"), ("SERENITY", "c.xhtml#a9")]
+    book = load_book(make_epub(tmp_path / "t.epub", [("c.xhtml", _THINKETH)], nav=nav, title="As a man thinketh"))
+    assert [c.title for c in book.chapters] == ["Foreword", "Thought and Character", "Serenity"]
+    said = _said(book)
+    assert "Passion to Peace" not in said and "Contents" not in said
+    assert book.chapters[0].paragraphs[0].startswith("Mind is the Master power")

@@ -2112,3 +2112,20 @@ def test_date_lines_set_apart_are_no_chapter_titles():
     assert _titled_line("After the Fall") and _titled_line("EXTRACT FROM ADAM'S DIARY")
     for line in ("25th August", "Christmas Eve, Wednesday", "Dear Daddy-Long-Legs,", "The End.", "Yours ever"):
         assert not _titled_line(line), line
+
+
+def test_a_dedication_alone_between_chapters_opens_the_next_one():
+    # Siddhartha (PG 2500, EPUB 3): "SECOND PART" holds only its dedication before KAMALA
+    from jobs.ingest.outline import epub_checks
+
+    chapters = [Chapter(1, "AWAKENING", ["When Siddhartha left the grove, he pondered."]),
+                Chapter(2, "", ["Dedicated to Wilhelm Gundert, my cousin in Japan"]),
+                Chapter(3, "KAMALA", ["Siddhartha learned something new on every step of his path."])]
+    out = epub_checks(chapters, "Siddhartha", "Hermann Hesse")
+    assert [c.title for c in out] == ["Awakening", "Kamala"]
+    assert out[1].opening == 1 and out[1].paragraphs[0] == "Dedicated to Wilhelm Gundert, my cousin in Japan"
+    prose = [Chapter(1, "ONE", ["Text."]), Chapter(2, "", ["To be or not to be, that is the question he asked "
+                                                            "himself every morning for forty years, and never "
+                                                            "once did he find an answer that would satisfy him."]),
+             Chapter(3, "TWO", ["Text."])]
+    assert len(epub_checks(prose, "T", None)) == 3  # a passage of prose is no dedication
