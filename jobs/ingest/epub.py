@@ -562,11 +562,13 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     merged = [m for m in merged if "text" in m[3]]
     # leading front matter without prose (title page, contents, edition notice; an imprint or copyright entry in
     # sentences is no prose of the book unless front matter is kept) is left out
-    k = 0
+    k, kept_dedications = 0, []
     while k < len(merged) - 1 and not _has_prose([q for q in merged[k][2] if front_matter or not _imprint_line(q)]) \
             and any(_has_prose(c[2]) for c in merged[k + 1:]):
+        if not merged[k][0] and merged[k][2] and all(_DEDICATION_ENTRY_RE.match(q) for q in merged[k][2]):
+            kept_dedications.append(merged[k])  # a dedication marked up as a heading: spoken, though no prose
         k += 1
-    merged = merged[k:]
+    merged = kept_dedications + merged[k:]
     if not merged:
         raise InputError(f"{where} has no readable text in its documents; pass a book with text")
     return Book(title=book_title, source=p, format="epub",

@@ -2129,3 +2129,21 @@ def test_a_dedication_alone_between_chapters_opens_the_next_one():
                                                             "once did he find an answer that would satisfy him."]),
              Chapter(3, "TWO", ["Text."])]
     assert len(epub_checks(prose, "T", None)) == 3  # a passage of prose is no dedication
+
+
+def test_epub_a_short_dedication_entry_before_the_first_chapter_is_spoken(tmp_path):
+    # Siddhartha (PG 2500, EPUB 3): the nav lists "FIRST PART" and under it the <h3> "To Romain Rolland, my dear
+    # friend", no text of its own, before THE SON OF THE BRAHMAN; too short to count as prose, it is still spoken
+    from tests.jobs.test_ingest import make_epub
+
+    body = ('<h2 id="p1">FIRST PART</h2><h3 id="d1">To Romain Rolland, my dear friend</h3>'
+            '<h2 id="c1">THE SON OF THE BRAHMAN</h2><p>In the shade of the house, in the sunshine of the riverbank'
+            ' near the boats, in the shade of the Sal-wood forest, Siddhartha grew up.</p>'
+            '<h2 id="c2">WITH THE SAMANAS</h2><p>In the evening of this day they caught up with the ascetics.</p>')
+    nav = [("FIRST PART", "c.xhtml#p1", [("To Romain Rolland, my dear friend", "c.xhtml#d1"),
+                                          ("THE SON OF THE BRAHMAN", "c.xhtml#c1"),
+                                          ("WITH THE SAMANAS", "c.xhtml#c2")])]
+    book = load_book(make_epub(tmp_path / "s.epub", [("c.xhtml", body)], nav=nav, title="Siddhartha"))
+    first = book.chapters[0]
+    assert "The Son of the Brahman" in first.title
+    assert first.opening == 1 and first.paragraphs[0] == "To Romain Rolland, my dear friend"
