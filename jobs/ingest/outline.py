@@ -407,7 +407,11 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
             j += 1
     n_numbered = sum(1 for k, it in enumerate(items)
                      if it.kind == "heading" and it.style in numbered and k not in parts)
-    if not cands or len(cands) + named < 3 or n_numbered * 3 > len(cands) + named:
+    # the title page's own title line in capitals set apart shows the same typography: it counts for the pattern
+    # (never a heading itself)
+    shown = sum(1 for it in items[:limit] if it.kind == "para" and it.caps and it.apart >= 2
+                and title_t and tuple(_tokens(it.text)) == title_t)
+    if not cands or len(cands) + named + min(shown, 1) < 3 or n_numbered * 3 > len(cands) + named:
         return items
     letters = [k for k in cands if re.fullmatch(r"[A-Z]\.?", items[k].text)]
     if len(letters) >= 5:  # a dictionary's sections "A" ... "Z": its other lines in capitals are entries, verses

@@ -213,6 +213,10 @@ _ETEXT_LINE_RE = re.compile(r"\A[ \t]*\**[ \t]*(?:The[ \t]+)?Project Gutenberg(?
                             r"(?:, by ([^*\n]+?))?[ \t]*\**[ \t]*$", re.I | re.M)
 """An old (1990s) etext's first line, which names the book and its author: "*Project Gutenberg Etext of Five
 Children and It, by E. Nesbit*", "***The Project Gutenberg Etext of Lady Susan, by Jane Austen***"."""
+_ETEXT_NUMBER_LINE_RE = re.compile(r"\A[ \t]*\**[ \t]*(\S[^*\n]*?)[ \t]*:[ \t]+(?:Project[ \t]+)?Gutenberg[ \t]+E-?text"
+                                   r"[ \t]+#?\d+[ \t]*\**[ \t]*$", re.I | re.M)
+"""The same line in another form, the book's title and the etext's number: "*The Autobiography of Benjamin
+Franklin:  Gutenberg Etext #148*"."""
 
 
 _CONNECTING_END_RE = re.compile(r"(?:[,;:\-\u2014]|\b(?:of|and|the|a|an|in|to|or|for|with|from|on|by|at))\s*$", re.I)
@@ -303,6 +307,9 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
         again = re.compile(r"^" + re.escape(etext.group(0).strip()) + r"[ \t]*$", re.M).search(text, body_start)
         if again and (not end or again.start() < end.start()):
             end = again  # the line again before the notes and small print that close the file
+    numbered = _ETEXT_NUMBER_LINE_RE.match(text) if start and not title else None
+    if numbered:
+        title = _norm(numbered.group(1))
     if end:
         found = True
         body = text[body_start:end.start()]

@@ -242,3 +242,19 @@ def test_a_2002_etext_header_without_asterisks_and_its_closing_notes_are_not_rea
                    "by George Berkeley (1685-1753)"):
         assert phrase not in said, phrase
     assert book.chapters[-1].paragraphs[-1].startswith("HYLAS. Truly my opinion is")
+
+
+def test_a_1994_etext_first_line_names_the_book_and_its_title_page_is_not_read():
+    """The Autobiography of Benjamin Franklin (PG 148, posted 1994), cut short: the first line is "*The
+    Autobiography of Benjamin Franklin:  Gutenberg Etext #148*", there is no "Title:" line, and the small print
+    comes before the text. That line gives the title; the title page under it ("WITH INTRODUCTION AND NOTES /
+    EDITED BY CHARLES W ELIOT LLD / P F COLLIER & SON COMPANY, NEW YORK (1909)") is not read, and its headings in
+    capitals are still the chapters (the title line counts for their pattern without being one of them)."""
+    from pathlib import Path
+
+    book = load_book(Path(__file__).resolve().parents[1] / "data" / "structure" /
+                     "franklin-autobiography-excerpt.txt")
+    assert book.title == "The Autobiography of Benjamin Franklin"
+    assert [c.title for c in book.chapters] == ["Introductory Note", "Chief Events in Franklin's Life"]
+    said = all_text(book)
+    assert "ELIOT" not in said and "COLLIER" not in said and "Small Print" not in said
