@@ -72,6 +72,10 @@ _CAST_LABEL_RE = re.compile(r"^(?:dramatis\s+person\S*|(?:the\s+)?persons\s+(?:i
 """The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY")."""
 
 
+_DEDICATION_LINE_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])|(?i:in\s+memory\s+of|dedicated\s+to)\s)")
+"""A dedication's first words: "To Romain Rolland", "To the Memory of ...", "Dedicated to ..." (not "To be or ...")."""
+
+
 def _is_prose(p: str) -> bool:
     """A paragraph that reads as running text (not a title, credit or edition line): twenty words or more, or
     three or more, some letters in lower case, ending a sentence (a line in capitals, "OLMUeTZ" and all, is

@@ -40,7 +40,7 @@ from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
 from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
                                  title_case)
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _has_prose, _join_title, _norm, _show, _tokens
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _join_title, _norm, _show, _tokens
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _ORDINAL_HEADING_RE, _PG_END_RE, _PG_START_RE, _SECTION_RE
 
@@ -490,7 +490,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
                     title_page and not paras and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t)):
                 title_page = title_page or _title_entry(t, book_title)
                 if not paras:
-                    if len(t.split()) >= 4 and _DEDICATION_ENTRY_RE.match(t.strip()):
+                    if _dedication_entry(t):
                         merged.append(("", depth, [t], ["text"]))  # a dedication marked up as a heading: text
                     continue
                 t = ""
@@ -565,7 +565,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     k, kept_dedications = 0, []
     while k < len(merged) - 1 and not _has_prose([q for q in merged[k][2] if front_matter or not _imprint_line(q)]) \
             and any(_has_prose(c[2]) for c in merged[k + 1:]):
-        if not merged[k][0] and merged[k][2] and all(_DEDICATION_ENTRY_RE.match(q) for q in merged[k][2]):
+        if not merged[k][0] and merged[k][2] and all(_DEDICATION_LINE_RE.match(q) for q in merged[k][2]):
             kept_dedications.append(merged[k])  # a dedication marked up as a heading: spoken, though no prose
         k += 1
     merged = kept_dedications + merged[k:]
@@ -751,7 +751,9 @@ _BRACKETED_LINE_RE = re.compile(r"^\s*\[[^\[\]]+\]\s*$")
 page's descriptor or an editor's note, which titles no chapter."""
 
 
-_DEDICATION_ENTRY_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])|(?i:in\s+memory\s+of|dedicated\s+to)\s)")
+def _dedication_entry(label: str) -> bool:
+    """A nav entry that is a dedication marked up as a heading ("To the Memory of John Stuart Mill ...")."""
+    return len(label.split()) >= 4 and bool(_DEDICATION_LINE_RE.match(label.strip()))
 
 
 def _keep_dedications(pending: list[tuple[str, int]], depth: int, merged: list) -> None:
@@ -759,7 +761,7 @@ def _keep_dedications(pending: list[tuple[str, int]], depth: int, merged: list) 
     first learned ..."), and followed by an entry at its level, lends no title; it is text, spoken where it
     stands (an untitled piece that opens the next chapter, as a dedication before the first heading does)."""
     for pt, pd in pending:
-        if pd >= depth and pt and len(pt.split()) >= 4 and _DEDICATION_ENTRY_RE.match(pt.strip()):
+        if pd >= depth and _dedication_entry(pt):
             merged.append(("", pd, [pt], ["text"]))
 
 

@@ -233,12 +233,14 @@ class _Extractor:
         """``el`` is a note's body: its first link points back to a note marker of this document (Project
         Gutenberg's '22 (<a href="#linknoteref-22">return</a>) [ Translator's Note ...]', or "[1]" linking
         to the "[1]" in the text)."""
-        if not self._markers or any(_local(d.tag) in _NOTE_HOLDER_TAGS for d in el.iter() if d is not el):
-            return False  # a note is one paragraph: a chapter's <div> whose first link is a mark is no note
+        if not self._markers:
+            return False
         link = next((d for d in el.iter() if _local(d.tag) == "a" and d.get("href")), None)
         href = link.get("href", "") if link is not None else ""
         if "#" not in href or href.split("#", 1)[1] not in self._markers:
             return False
+        if any(_local(d.tag) in _NOTE_HOLDER_TAGS for d in el.iter() if d is not el):
+            return False  # a note is one paragraph: a chapter's <div> whose first link is a mark is no note
         before = []  # the text before the link: at most a label ("Footnote 1", "22 (")
         for d in el.iter():
             if d is link:

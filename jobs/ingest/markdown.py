@@ -18,8 +18,7 @@ from __future__ import annotations
 import html
 import re
 
-from jobs.ingest.common import _is_separator, _norm
-from jobs.ingest.outline import _CAST_LABEL_RE
+from jobs.ingest.common import _CAST_LABEL_RE, _is_separator, _norm
 from jobs.ingest.text import _caps_line, _clean_inline, _Item, _match_heading, _txt_items
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from core.errors import InputError
 from jobs.ingest.book import Chapter
-from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _has_prose, _is_prose, _join_title, _tokens
+from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _producer_notes, _the_end
 from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
                                _number_value, _roman_value)
@@ -409,9 +409,9 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                      if it.kind == "heading" and it.style in numbered and k not in parts)
     # the title page's own title line in capitals set apart shows the same typography: it counts for the pattern
     # (never a heading itself)
-    shown = sum(1 for it in items[:limit] if it.kind == "para" and it.caps and it.apart >= 2
-                and title_t and tuple(_tokens(it.text)) == title_t)
-    if not cands or len(cands) + named + min(shown, 1) < 3 or n_numbered * 3 > len(cands) + named:
+    shown = bool(title_t) and any(it.kind == "para" and it.caps and it.apart >= 2 and tuple(_tokens(it.text)) == title_t
+                                  for it in items[:limit])
+    if not cands or len(cands) + named + shown < 3 or n_numbered * 3 > len(cands) + named:
         return items
     letters = [k for k in cands if re.fullmatch(r"[A-Z]\.?", items[k].text)]
     if len(letters) >= 5:  # a dictionary's sections "A" ... "Z": its other lines in capitals are entries, verses
@@ -464,7 +464,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     return out
 
 
-_TITLE_WORD_RE = re.compile(r"^[\"'\u2018\u201c(]?[A-Z0-9]")
+_TITLE_WORD_RE = re.compile(r"^[\"'\u2018\u201c(]?[A-Z]")
 _MONTH_WORD_RE = re.compile(r"\b(?:January|February|March|April|May|June|July|August|September|October|November"
                             r"|December|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\b", re.I)
 
@@ -490,8 +490,7 @@ def _promote_set_apart(items: list[_Item], title: str, author: str | None) -> li
     cands = [k for k, it in enumerate(items)
              if it.kind == "para" and it.apart >= 2 and _titled_line(it.text) and k + 1 < len(items)
              and items[k + 1].kind == "para" and _is_prose(items[k + 1].text)
-             and tuple(_tokens(it.text)) not in (title_t, author_t) and not _BY_RE.match(it.text)
-             and not re.search(r"\bby\b", it.text, re.I)]
+             and tuple(_tokens(it.text)) not in (title_t, author_t) and not re.search(r"\bby\b", it.text, re.I)]
     if len(cands) < 3:
         return items
     out = list(items)
@@ -1871,10 +1870,6 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
             spoken = ""  # front matter under the title page's entry: the announcement said the title
         out.append(Chapter(len(out) + 1, spoken, paras, kinds, ch.part))
     return _dedications_opening(out) or chapters
-
-
-_DEDICATION_LINE_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])|(?i:in\s+memory\s+of|dedicated\s+to)\s)")
-"""A dedication's first words: "To Romain Rolland", "To the Memory of ...", "Dedicated to ..." (not "To be or ...")."""
 
 
 def _dedications_opening(chapters: list[Chapter]) -> list[Chapter]:
