@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
-from jobs.ingest.matter import _producer_notes, _the_end
+from jobs.ingest.matter import _PRICE_RE, _producer_notes, _the_end
 from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
                                _number_value, _roman_value)
 
@@ -213,6 +213,107 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], list[list[tuple[str, 
         else:
             out.append(_Item("para", it.text))
     return out, entries, after
+
+
+def _contents_groups(items: list[_Item]) -> list[tuple[set[tuple[str, ...]], set[tuple[str, ...]]]]:
+    """The groups of a confirmed contents list printed in two indentations: each entry at the outer one
+    (its forms, :func:`_entry_forms`) with the forms of the two or more entries indented under it."""
+    groups: list[tuple[set[tuple[str, ...]], set[tuple[str, ...]]]] = []
+    for k, it in enumerate(items):
+        if it.kind != "toc" or not it.hung or not _confirmed_toc(items, k):
+            continue
+        for entry, hung in zip(it.entries or [], it.hung):
+            if not hung:
+                groups.append((set(_entry_forms(entry)), set()))
+            elif groups:
+                groups[-1][1].update(_entry_forms(entry))
+    return [(outer, inner) for outer, inner in groups if len(inner) >= 2]
+
+
+def _listed_sections(items: list[_Item], levels: dict[int, str],
+                     groups: list[tuple[set[tuple[str, ...]], set[tuple[str, ...]]]]) -> None:
+    """Headlines a contents list indents under a chapter's entry are that chapter's sections: a lecture's
+    title ("THE FIDDLE AND THE BOW.") over its headlines in capitals ("CHERISH THE LITTLE ONES.", "THE
+    BANQUET."), which the list prints indented under it. The chapter's heading has text of its own before
+    its first headline, most of the title-only headings up to the next listed chapter are named by its
+    indented entries (the others, printed a little otherwise, go with them), and for the last listed
+    chapter only headings up to its last named headline are taken. A part's heading directly over its
+    chapters is no chapter with text of its own, so a PART over listed chapters is left alone."""
+    if not groups:
+        return
+
+    def forms(text: str) -> set[tuple[str, ...]]:
+        return {tuple(_tokens(text)), tuple(_tokens(_strip_number(text)))}
+
+    heads = [k for k, it in enumerate(items) if it.kind == "heading" and levels.get(k) in ("chapter", "part")]
+    starts = []  # (position in heads, group)
+    for n, k in enumerate(heads):
+        g = next((g for g in groups if forms(items[k].text) & g[0]), None)
+        if g is not None and levels[k] == "chapter":
+            starts.append((n, g))
+    for s_i, (n, (_outer, inner)) in enumerate(starts):
+        last = s_i == len(starts) - 1
+        end = starts[s_i + 1][0] if not last else len(heads)
+        span = []
+        for k in heads[n + 1:end]:
+            if levels[k] != "chapter" or items[k].style not in ("caps", "contents", ""):
+                break
+            span.append(k)
+        named = [k for k in span if forms(items[k].text) & inner]
+        if len(named) < 2 or 2 * len(named) < len(span):
+            continue
+        if last:
+            span = span[:span.index(named[-1]) + 1]
+        k0 = heads[n]
+        if not any(items[x].kind == "para" and _is_prose(items[x].text) for x in range(k0 + 1, span[0])):
+            continue
+        for k in span:
+            levels[k] = "section"
+
+
+_TRADE_RE = re.compile(r"\b(?:Co\.|CO\.|Company|COMPANY|Address|ADDRESS|Manager|MANAGER|Dealers?|DEALERS?"
+                       r"|Manufacturers?|MANUFACTURERS?|Agents\s+wanted|AGENTS\s+WANTED|for\s+sale|Rates)(?:\W|$)")
+"""A tradesman's advertisement's words: its firm ("JESSE FRENCH PIANO & ORGAN CO."), "ADDRESS", "Manager",
+"Dealers in Watches", "AGENTS WANTED", "for sale", "Rates"."""
+
+
+def _without_trade_advertisements(items: list[_Item]) -> list[_Item]:
+    """The book without the tradesmen's advertisements bound in after its text: from a scene-break row on
+    to the end, three or more pieces between such rows, each short (250 words at most, no chapter heading),
+    the first and two in three of them naming a price or a firm (:data:`_PRICE_RE`, :data:`_TRADE_RE`: a
+    syrup "in 50 cent bottles", "CALIFORNIA FIG SYRUP CO.", "Rates $2.50"), the whole run less than a third
+    of the book's words."""
+    breaks = [k for k, it in enumerate(items) if it.kind == "break"]
+    if len(breaks) < 2:
+        return items
+    total = sum(len(it.text.split()) for it in items)
+
+    def pieces(b: int) -> list[list[_Item]]:
+        out: list[list[_Item]] = [[]]
+        for it in items[b + 1:]:
+            if it.kind == "break":
+                out.append([])
+            else:
+                out[-1].append(it)
+        return [p for p in out if p]
+
+    def trade(piece: list[_Item]) -> bool:
+        text = " ".join(it.text for it in piece)
+        return bool(_PRICE_RE.search(text) or _TRADE_RE.search(text))
+
+    start = None
+    for b in reversed(breaks):
+        ps = pieces(b)
+        words = sum(len(it.text.split()) for p in ps for it in p)
+        if 3 * words > total:
+            break
+        if any(it.kind == "heading" and it.style not in ("named", "") for p in ps for it in p) \
+                or any(sum(len(it.text.split()) for it in p) > 250 for p in ps):
+            break
+        ads = sum(trade(p) for p in ps)
+        if len(ps) >= 3 and ads >= 3 and 3 * ads >= 2 * len(ps) and trade(ps[0]):
+            start = b
+    return items[:start] if start is not None else items
 
 
 def _all_listed(items: list[_Item], entries: list[list[tuple[str, ...]]], after: int) -> bool:
@@ -842,9 +943,10 @@ _BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|tr
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
 signs a notice and is no credit."""
 _PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
-                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)")
+                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|^\W*(?i:published\s+by)\s")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
-"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.")."""
+"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.",
+"Published by DeLONG RICE & COMPANY. Nashville, Tenn.")."""
 _ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b")
 """A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET")."""
 _PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
@@ -899,6 +1001,12 @@ _NOTICE_LABEL_RE = re.compile(r"^(?:(?:the\s+)?author(?:'s|\u2019s)\s+)?(?:notic
 "ADVERTISEMENT", "Author's Notice"."""
 
 
+def _quoted_caps(t: str) -> bool:
+    """A title in capitals in quotes, as a title page lists the pieces a book holds ('"THE PARADISE OF
+    FOOLS",'): a title-page line, not a quotation opening the text."""
+    return _shouted(t) and len(t.split()) <= 10
+
+
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
@@ -922,7 +1030,7 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     start = 0
     while start < len(paras):
         t = paras[start].text
-        if (_is_prose(t) or _DEDICATION_RE.match(t) or t.startswith(("\u201c", '"'))
+        if (_is_prose(t) or _DEDICATION_RE.match(t) or t.startswith(("\u201c", '"')) and not _quoted_caps(t)
                 or t.strip(" .").casefold() in ("to", "for")) and not (_BY_RE.match(t) and len(t.split()) <= 20):
             break
         if _NOTICE_LABEL_RE.match(t) and start + 1 < len(paras) and _is_prose(paras[start + 1].text):
@@ -1220,7 +1328,9 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     heading is a half-title and is not spoken, nor a genre line in capitals ("PLAY IN FOUR ACTS.") or a line
     of scene and time ("Scene:  The Mississippi Valley ...") under it."""
     items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
+    groups = _contents_groups(items)
     items, entries, after = _resolve_toc(items)
+    items = _without_trade_advertisements(items)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
     items = _epigraph_parts(_promote_caps(items, title, author, listed=_all_listed(items, entries, after)))
     items = _promote_set_apart(items, title, author)
@@ -1251,6 +1361,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
         items[first] = _Item("para", items[first].text)  # a series' "VOLUME 3" over the book's title: the title page
     items = _named_pieces(items)
     levels = _assign_levels(items)
+    _listed_sections(items, levels, groups)
     front: list[_Item] = []
     nodes: list[Node] = []
     for k, it in enumerate(items):

@@ -340,6 +340,7 @@ class _Item:
     apart: int = 0  # blank lines before the block (a line set apart has two or more)
     caps: bool = False  # a paragraph that is one short line in capitals (a heading the outline may take)
     label: bool = False  # "toc" items: right after a "Contents" label
+    hung: list[bool] | None = None  # "toc" items: per entry, indented under a shallower entry above it
     epigraph: bool = False  # a quotation marked up as a part's epigraph (a Markdown heading under a PART heading)
 
 
@@ -606,6 +607,34 @@ def _caps_title_lines(lines: list[str]) -> bool:
         and _caps_line(lines[0].rstrip(",;:-\u2014 \t")) and _caps_line(lines[1])
 
 
+_LETTER_FROM_RE = re.compile(r"^(?:Letter|LETTER)\s+(?:from|to|FROM|TO)\s+(?:(?:Mr|Mrs|Dr|Sir|the)\.?\s+)?[A-Z]")
+_UNDER_LETTER_RE = re.compile(r"^(?:\([^()]{1,60}\)\.?|[\"\u201c]?[A-Z][A-Za-z .'\u2019-]{1,40},\s+\S.{0,40}\b1[5-9]\d\d\.?)$")
+"""What a letter's heading line may have under it in its block: a note in brackets ("(received in Paris).")
+or a dateline ('"PARIS, January 31, 1783.')."""
+
+
+def _letter_heading(lines: list[str]) -> bool:
+    """A block that is a letter's heading, named by who wrote it or to whom ("Letter from Mr. Abel James, with
+    Notes of my Life" / "(received in Paris)."; "Letter from Mr. Benjamin Vaughan." over its dateline): the
+    line alone, twelve words at most, or with a note in brackets or a dateline under it."""
+    return _LETTER_FROM_RE.match(lines[0]) is not None and len(lines[0].split()) <= 12 \
+        and not _SENTENCE_END_INSIDE_RE.search(lines[0]) \
+        and (len(lines) == 1 or len(lines) == 2 and _UNDER_LETTER_RE.match(lines[1]) is not None)
+
+
+_SENTENCE_END_INSIDE_RE = re.compile(r"(?<!\bMr)(?<!\bMrs)(?<!\bDr)(?<!\bSt)[.!?]\s+\S")
+
+
+_YEARS_LINE_RE = re.compile(r"^\d{3,4}(?:\s*(?:-|--|\u2013|\u2014)\s*\d{2,4})?\.?$")
+
+
+def _caps_dated_title(lines: list[str]) -> bool:
+    """A title in capitals over two or three lines with the years it covers under it ("BENJAMIN FRANKLIN" /
+    "HIS AUTOBIOGRAPHY" / "1706-1757"): twelve words at most; it can head a chapter like a title on one line."""
+    return 2 <= len(lines) <= 3 and _YEARS_LINE_RE.match(lines[-1]) is not None \
+        and all(_caps_line(ln) for ln in lines[:-1]) and len(" ".join(lines).split()) <= 12
+
+
 _TOC_ENTRY_RE = re.compile(
     rf"^(?:(?:{_KEYWORD})[ \t]+)?(?:(?P<num>{_ROMAN}|\d{{1,3}}|(?i:{_NUMWORD}))(?![^\W\d_]|['\u2019]))?[.:)]?[ \t]*"
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
@@ -670,6 +699,27 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     return None
 
 
+def _hung_entries(block: list[str], titles: list[str]) -> list[bool] | None:
+    """Which of a contents block's entries (``titles``, from :func:`_toc_entries`) are printed indented under
+    an entry above them: a lecture's headlines under its title ("  "THE FIDDLE AND THE BOW."  9" /
+    "    Cherish the Little Ones  19"). The block's first line is its least indented and two entries or
+    more hang under it; None for a block printed flush."""
+    lines = [ln for ln in block if ln.strip()]
+    depth: list[int] = []
+    j = 0
+    for t in titles:
+        while j < len(lines) and t not in lines[j]:
+            j += 1
+        if j == len(lines):
+            return None
+        depth.append(_indent(lines[j]))
+        j += 1
+    if not depth or min(_indent(ln) for ln in lines) != depth[0] or _indent(lines[0]) != depth[0]:
+        return None
+    hung = [d > depth[0] for d in depth]
+    return hung if sum(hung) >= 2 else None
+
+
 _ILLUSTRATION_RE = re.compile(r"\[\s*(?:Illustrations?|Image|Picture|Frontispiece|Plate"
                              r"|Transcriber(?:'s|\u2019s|s)?\s+Notes?)\b[^\]\[]{0,2000}\]", re.I)
 """Picture notes and transcriber's notes in brackets ("[Illustration: ...]", "[Transcriber's Note: ...]")."""
@@ -730,6 +780,13 @@ def _roman_value(s: str) -> int:
 
 def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
+
+
+def _pushed_right(line: str) -> bool:
+    """A line set flush right, well past where a centred one would start: a signature under a preface
+    ("                                                            DELONG RICE."), never a heading."""
+    n = len(line.strip())
+    return _indent(line) >= 40 and _indent(line) + n >= 60 and _indent(line) > (72 - n) / 2 + 10
 
 
 def _centred_title(block: list[str]) -> bool:
@@ -953,7 +1010,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             or _index_group(items, blocks[i]) or _titles_again(blocks, i, singles)
         if entries is not None and not (i in roman_ok):
             items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
-                               entries=[_norm(_clean_inline(t)) for t in entries], label=after_label))
+                               entries=[_norm(_clean_inline(t)) for t in entries], label=after_label,
+                               hung=_hung_entries(blocks[i], entries)))
             i += 1
             continue
         lines = [ln.strip() for ln in blocks[i]]
@@ -962,6 +1020,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
         last_bare = counted = False
         while j < len(lines):
             h = _match_heading(lines[j])
+            if h is None and j == 0 and _letter_heading(lines):
+                h = _Heading(lines[0], "", style="named")  # the line under it is the letter's, no title
             if h is None and j == 0 and i - 1 in arabic_ok:
                 h = _Heading(lines[0], None, style="number", num=arabic_ok[i - 1])
             if h is None or (h.roman and (j != 0 or i - 1 not in roman_ok)):
@@ -995,7 +1055,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             if len(items) > n_items and items[-1].kind == "para":
                 items[-1].apart = gaps[i - 1]  # blank lines before it (a title line set apart has two or more)
             if items and items[-1].kind == "para" and (len(lines) == 1 and _caps_line(items[-1].text)
-                                                       or _caps_title_lines(lines)):
+                                                       and not _pushed_right(blocks[i - 1][0])
+                                                       or _caps_title_lines(lines) or _caps_dated_title(lines)):
                 items[-1].caps = True
             continue
         if j < len(lines):

@@ -258,3 +258,62 @@ def test_a_1994_etext_first_line_names_the_book_and_its_title_page_is_not_read()
     assert [c.title for c in book.chapters] == ["Introductory Note", "Chief Events in Franklin's Life"]
     said = all_text(book)
     assert "ELIOT" not in said and "COLLIER" not in said and "Small Print" not in said
+
+
+def test_lecture_headlines_indented_in_the_contents_are_sections_and_the_advertisements_are_not_read():
+    """Gov. Bob. Taylor's Tales (PG 20171, ISO-8859-1, CRLF), cut short: three lectures titled in capitals in
+    quotes, each broken by headlines in capitals that the contents list prints indented under its lecture
+    ("  "THE FIDDLE AND THE BOW."  9" / "    Cherish the Little Ones  19"). The lectures are the chapters and
+    the headlines their sections. The title page lists the lectures in quotes over the publisher's line; the
+    preface is signed flush right ("DELONG RICE."); after the last lecture come tradesmen's advertisements
+    between rows of asterisks (a fig syrup, a dental school, a hotel, pianos): none of these is read or
+    made a chapter."""
+    from pathlib import Path
+
+    book = load_book(Path(__file__).resolve().parents[1] / "data" / "structure" /
+                     "gov-bob-taylors-tales-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Preface.", '"The Fiddle and the Bow."', '"The Paradise of Fools."',
+                                                '"Visions and Dreams."']
+    first = book.chapters[1]
+    heads = [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"]
+    assert heads[:2] == ["Cherish the Little Ones.", "Fat Men and Bald-Headed Men."]
+    last = book.chapters[-1]
+    assert [p for p, k in zip(last.paragraphs, last.kinds) if k == "heading"][-1] == "The Dream of God."
+    assert last.paragraphs[-1].endswith("the universe is a flaunting lie!")
+    said = all_text(book)
+    for phrase in ("Syrup of Figs", "DENTISTRY", "PIANO", "NEW SOUTHERN HOTEL", "DeLONG RICE & COMPANY",
+                   "UNIVERSITY PRESS", "ILLUSTRATED."):
+        assert phrase not in said, phrase
+
+
+def test_a_dated_title_in_capitals_and_letters_named_by_their_writers_head_chapters():
+    """The Autobiography of Benjamin Franklin (PG 148, ASCII, CRLF), cut short: its first part is headed by a
+    title in capitals over three lines with its years ("BENJAMIN FRANKLIN" / "HIS AUTOBIOGRAPHY" /
+    "1706-1757"), and the two letters printed after it by indented lines naming their writers ("Letter from Mr.
+    Abel James, with Notes of my Life" over "(received in Paris).", "Letter from Mr. Benjamin Vaughan." over its
+    dateline). Each heads a chapter; the line under a letter's heading is the letter's, not its title."""
+    from pathlib import Path
+
+    book = load_book(Path(__file__).resolve().parents[1] / "data" / "structure" /
+                     "franklin-autobiography-letters-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Introductory Note", "Benjamin Franklin His Autobiography 1706-1757",
+        "Letter from Mr. Abel James, with Notes of my Life", "Letter from Mr. Benjamin Vaughan.",
+        "Chief Events in Franklin's Life"]
+    assert book.chapters[1].paragraphs[0].startswith("TWYFORD, at the Bishop of St. Asaph's")
+    assert book.chapters[2].paragraphs[:2] == ["(received in Paris).",
+                                               book.chapters[2].paragraphs[1]]
+    assert book.chapters[2].paragraphs[1].startswith('"MY DEAR AND HONORED FRIEND:')
+    assert book.chapters[3].paragraphs[0] == '"PARIS, January 31, 1783.'
+
+
+@pytest.mark.parametrize("block, heading", [
+    (["Letter from Mr. Abel James, with Notes of my Life", "(received in Paris)."], True),
+    (["Letter to Sir Walter Scott"], True),
+    (["Letter from Mr. Smith arrived. We read it at once", "and wept."], False),
+    (["Letter from the front came at last, and with it news", "of the regiment's losses."], False),
+])
+def test_letter_heading_lines(block, heading):
+    from jobs.ingest.text import _letter_heading
+
+    assert _letter_heading(block) is heading
