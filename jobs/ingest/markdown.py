@@ -188,7 +188,9 @@ def _stray_chapters(blocks: list[tuple[str, int, str, bool]], headings: list[tup
     LOST HEARTS"), and, when every chapter heading is a title in capitals with no number, a title in capitals
     printed the same way that is the only heading of its level between two chapter headings ("### 'OH,
     WHISTLE, AND I'LL COME TO YOU, MY LAD'" between "## COUNT MAGNUS" and "## THE TREASURE OF ABBOT THOMAS";
-    numbered ones, "### I", "### II", stay sections)."""
+    numbered ones, "### I", "### II", stay sections), and every title in capitals one level below where two or
+    more chapter headings group such titles right under them (a collection whose poems sit under "## POEMS OF
+    LATER LIFE" at "###", some of them slipped up to "##")."""
     below = min((b[1] for _, b in headings if b[1] > level), default=None)
     tops = [k for k, b in headings if b[1] == level]
     if below is None or not tops:
@@ -197,7 +199,16 @@ def _stray_chapters(blocks: list[tuple[str, int, str, bool]], headings: list[tup
     for k, b in headings:
         if b[1] == below and k < tops[0] and k + 1 < len(blocks) and blocks[k + 1][0] == "para":
             out.add(k)
-    if not all(_title_only(b[2]) for _, b in headings if b[1] == level):
+    titles = sum(1 for k in tops if _title_only(blocks[k][2]))
+    # two or more chapter-level headings right over a title one level below ("## POEMS OF LATER LIFE" / "### THE
+    # RAVEN"), nine in ten chapter headings titles in capitals: that level holds the pieces, the upper one groups
+    # them and some pieces slipped up to it; every title in capitals one level below is a piece (numbered ones,
+    # "### I.", stay sections)
+    level_of = {k: b[1] for k, b in headings}
+    groups = sum(1 for k in tops if level_of.get(k + 1) == below and _title_only(blocks[k + 1][2]))
+    if groups >= 2 and 10 * titles >= 9 * len(tops):
+        return out | {k for k, b in headings if b[1] == below and _title_only(b[2])}
+    if titles < len(tops):
         return out
     bounds = [*tops, len(blocks)]
     for start, end in zip(bounds, bounds[1:]):

@@ -102,7 +102,9 @@ label, every such note in a row is the transcriber's."""
 _THIS_FILE_RE = re.compile(r"\bthis\s+(?:e-?text|e-?book|file|electronic\s+(?:edition|text|version))\b|\be-?texts?\b",
                            re.I)
 _PRODUCTION_RE = re.compile(r"\b(?:images?|illustrations?|versions?|formats?|screens?|transcri\w*|proofread\w*"
-                            r"|archives?|project)\b", re.I)
+                            r"|archives?|project|thanks|provid(?:e|ed|es|ing))\b|\bhttps?://|\bwww\.", re.I)
+"""Words of a note on how the e-text was made or where it came from ("From:  http://www.constitution.org/... Our
+Thanks to The Consitution Society for Providing This Etext!!")."""
 
 
 _SOURCE_NOTE_RE = re.compile(r"^\W*(?:(?:this|the)\s+(?:e-?)?(?:text|book)\s+(?:is|was|has\s+been)\s+)?"

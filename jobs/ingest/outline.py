@@ -33,7 +33,7 @@ SPLIT_LEVELS = ("part", "chapter", "section")
 
 PART_STYLES = {"part", "book", "volume", "capspart"}
 SECTION_STYLES = {"scene", "section", "numpart", "piece"}
-NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle"}
+NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle", "serial"}
 RANKED_CHAPTER_STYLES = {"chapter", "stave", "act"}
 """The keywords that outrank the others: a book numbered by them is cut at them."""
 INNER_STYLES = {"letter", "contents", "caps"}
@@ -314,6 +314,51 @@ def _without_trade_advertisements(items: list[_Item]) -> list[_Item]:
         if len(ps) >= 3 and ads >= 3 and 3 * ads >= 2 * len(ps) and trade(ps[0]):
             start = b
     return items[:start] if start is not None else items
+
+
+def _credit_headings(items: list[_Item]) -> list[_Item]:
+    """A title page's credit marked up as a heading before any prose ("###  Translated by R. Farquharson Sharp" over
+    "###  ACT I"): a line of the title page (:data:`_BY_RE`, twelve words at most), no heading."""
+    out = list(items)
+    for k, it in enumerate(items):
+        if it.kind == "para" and _is_prose(it.text):
+            break
+        if it.kind == "heading" and not it.forced and _BY_RE.match(it.text) and len(it.text.split()) <= 12:
+            out[k] = _Item("para", it.text)
+    return out
+
+
+def _listed_pieces(items: list[_Item], levels: dict[int, str]) -> list[_Item]:
+    """A chapter heading whose first paragraph is the list of the numbered, titled pieces under it, word for word
+    ("LEGENDS OF THE PROVINCE-HOUSE." / "I.--HOWE'S MASQUERADE. II.--EDWARD RANDOLPH'S PORTRAIT. ..." over "I." /
+    "HOWE'S MASQUERADE." ...): each piece is a chapter, the group's heading, left without text, is said with the
+    first piece's title ("Legends of the Province-House. Howe's Masquerade."), and the list, a contents, is not
+    spoken. Returns the items without such lists; ``levels`` is updated in place (keys of the items after a
+    dropped list move down with them)."""
+    drop: set[int] = set()
+    heads = [k for k, it in enumerate(items) if it.kind == "heading" and levels.get(k) in ("chapter", "part", "section")]
+    for n, k in enumerate(heads):
+        if levels[k] != "chapter" or k + 1 >= len(items) or items[k + 1].kind != "para":
+            continue
+        listed = _tokens(items[k + 1].text)
+        pieces, got = [], []
+        for k2 in heads[n + 1:]:
+            if levels[k2] != "section" or len(got) >= len(listed):
+                break
+            pieces.append(k2)
+            got += _tokens(items[k2].text)
+        if len(pieces) >= 2 and got == listed:
+            for k2 in pieces:
+                levels[k2] = "chapter"
+            drop.add(k + 1)
+    if not drop:
+        return items
+    kept = [k for k in range(len(items)) if k not in drop]
+    moved = {old: new for new, old in enumerate(kept)}
+    new_levels = {moved[k]: v for k, v in levels.items() if k in moved}
+    levels.clear()
+    levels.update(new_levels)
+    return [items[k] for k in kept]
 
 
 def _all_listed(items: list[_Item], entries: list[list[tuple[str, ...]]], after: int) -> bool:
@@ -885,7 +930,8 @@ def title_case(s: str) -> str:
         low = w.lower()
         core = low.strip("\"'\u201c\u2018([_*.,:;!?")
         prev = words[n - 1] if n else ""
-        if n and core in _SMALL and not prev.endswith((".", ":")) and not (n == 1 and prev.isdigit()):
+        if n and core in _SMALL and not prev.endswith((".", ":", "--", "\u2014", "\u2013")) \
+                and not (n == 1 and prev.isdigit()):
             out.append(low)  # ("190 A FOUR-LEAVED CLOVER": the title after its number starts with a capital)
         else:
             out.append("\u2014".join("-".join(_cap(p) for p in part.split("-")) for part in low.split("\u2014")))
@@ -922,7 +968,10 @@ def spoken_heading(it: _Item, level: str) -> str:
     elif it.style == "roman":
         numeral, _, rest = text.partition(" ")
         numeral = numeral if numeral.endswith(".") else numeral + "."
-        text = f"{'Chapter' if level == 'chapter' else 'Part'} {numeral}" + (f" {rest}" if rest else "")
+        text = f"{'Chapter' if level == 'chapter' else 'Part'} {numeral}" + (f" {title_case(rest)}" if rest else "")
+    if it.style == "serial":  # "FEDERALIST No. 10": the series' name de-shouted, its number as printed
+        name, _, rest = text.partition(" ")
+        return f"{title_case(name) if _shouted(name) else name} {rest}"
     if it.style in _KEYWORDS and it.style != "forced":
         m = re.match(r"^(\S+\s+\S+?[.:]?)(\s+.*)?$", text)  # "CHAPTER XIV." as printed, its title de-shouted
         if m and m.group(2) and not _ORDINAL_HEADING_RE.match(text):  # "THE FIRST BOOK" as printed too
@@ -1327,7 +1376,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     (the header's title, or its part before a comma: "Adventures of Huckleberry Finn, Complete") over the first
     heading is a half-title and is not spoken, nor a genre line in capitals ("PLAY IN FOUR ACTS.") or a line
     of scene and time ("Scene:  The Mississippi Valley ...") under it."""
-    items = _caption_lists(_paged_runs(_labelled_title_lines(items)))
+    items = _caption_lists(_paged_runs(_credit_headings(_labelled_title_lines(items))))
     groups = _contents_groups(items)
     items, entries, after = _resolve_toc(items)
     items = _without_trade_advertisements(items)
@@ -1362,6 +1411,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _named_pieces(items)
     levels = _assign_levels(items)
     _listed_sections(items, levels, groups)
+    items = _listed_pieces(items, levels)
     front: list[_Item] = []
     nodes: list[Node] = []
     for k, it in enumerate(items):

@@ -491,7 +491,27 @@ def _match_heading(line: str) -> _Heading | None:
     if m and _title_like(m.group("title")) and _shouted(m.group("title")) \
             and not re.search(r"\s\d{1,4}$", m.group("title")):  # "I. THE PRISON-DOOR 51": a paged entry
         return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
+    m = _DASHED_NUMTITLE_RE.match(line)
+    if m and _title_like(m.group("title")) and not _shouted(m.group("title")) \
+            and not re.search(r"\s\d{1,4}$", m.group("title")):
+        return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
     return None
+
+
+_DASHED_NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.?[ \t]*(?:--|\u2014|\u2013))[ \t]*"
+                                 r"(?P<title>[A-Z\"'\u201c\u2018].*)$")
+"""A chapter's number and its title after a dash, in mixed case: "1--A Face on Which Time Makes but Little
+Impression" (a heading only as a line set apart, or over two lines, and only in sequence, like "I. A SCANDAL IN
+BOHEMIA"; in capitals, "III.\u2014ON FALLING IN LOVE", it is an essay's numbered part, see
+``jobs.ingest.outline``)."""
+
+
+def _dashed_title_over_two_lines(lines: list[str]) -> bool:
+    """A dashed chapter title run over two lines ("4--Cheerfulness Again Asserts Itself at Blooms-End, and Clym
+    Finds His" / "Vocation"): the first line unfinished, the second six words at most, capitalised."""
+    return len(lines) == 2 and _DASHED_NUMTITLE_RE.match(lines[0]) is not None \
+        and not lines[0].rstrip().endswith((".", "!", "?", ":", ";")) \
+        and len(lines[1].split()) <= 6 and lines[1][:1].isupper()
 
 
 _QUOTED_WORDS_END_RE = re.compile(r"[^\W_][\"\u201d\u2019]$")
@@ -858,6 +878,44 @@ def _arabic_headings(blocks: list[list[str]], gaps: list[int]) -> dict[int, int]
     return ok if len(ok) >= 5 else {}
 
 
+_ADDRESSEE_RE = re.compile(r"^To[ \t]+(?:the[ \t]+)?(?:Mr|Mrs|Miss|Ms|Dr|Sir|Lady|Lord|Revd|Rev|Capt|Captain|Messrs|Master"
+                           r"|Madam|Madame|Mademoiselle|Monsieur|Colonel|Col|Major|General|Professor|Prof)\.?[ \t]+[A-Z]")
+"""A letter's heading naming only whom it is written to: "To Dr LEWIS.", "To the Revd. Mr JONATHAN DUSTWICH, at--"."""
+_ADDRESSEE_RUN_ON_RE = re.compile(r"^(To[ \t].+?[.,])[ \t]+([A-Z]{2,}\b.*)$")
+"""An addressee line run on into the letter's place, date or salutation in capitals: "To Dr LEWIS. BATH, April 23. DEAR
+DOCTOR,"."""
+
+
+def _addressee_headings(blocks: list[list[str]], gaps: list[int]) -> set[int]:
+    """Blocks that head a letter by its addressee alone (:data:`_ADDRESSEE_RE`), on one line of twenty words at
+    most set apart by two blank lines or more, where the book has three or more such lines: an epistolary
+    novel's letters ("To Dr LEWIS.", "To Sir WATKIN PHILLIPS, of Jesus college, Oxon."). A sentence that starts
+    "To this proposal he ..." names nobody and is text."""
+    found = {k for k, b in enumerate(blocks)
+             if len(b) == 1 and gaps[k] >= 2 and _ADDRESSEE_RE.match(b[0].strip()) and len(b[0].split()) <= 20}
+    return found if len(found) >= 3 else set()
+
+
+_SERIAL_RE = re.compile(rf"^(?P<kw>[A-Z][A-Za-z]+)[ \t]+(?:No\.|NO\.|Number|NUMBER)[ \t]*(?P<num>\d{{1,3}}|{_ROMAN})\.?$")
+"""A numbered paper of a series, headed by the series' name: "FEDERALIST No. 10", "Rambler No. 4"."""
+
+
+def _serial_headings(blocks: list[list[str]]) -> dict[int, int]:
+    """Blocks whose first line heads a paper of a series ("FEDERALIST No. 1" ... "FEDERALIST No. 85"): the same
+    name with "No." and a number, three times or more, the numbers mostly running on by one. Block -> number."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    for k, b in enumerate(blocks):
+        m = _SERIAL_RE.match(b[0].strip())
+        if m:
+            found.setdefault(m.group("kw").casefold(), []).append((k, _number_value(m.group("num")) or 0))
+    out: dict[int, int] = {}
+    for runs in found.values():
+        steps = sum(1 for (_a, x), (_b, y) in zip(runs, runs[1:]) if y == x + 1)
+        if len(runs) >= 3 and 2 * steps >= len(runs) - 1:
+            out.update(runs)
+    return out
+
+
 _ENTRY_RUN_RE = re.compile(rf"\b(?:{_KEYWORD})[ \t]+(?:{_ROMAN}|\d{{1,4}})\b")
 
 
@@ -990,6 +1048,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
     pictures = _picture_notes(blocks)
     roman_ok = _roman_headings(blocks) - letters
     arabic_ok = _arabic_headings(blocks, gaps)
+    serial = _serial_headings(blocks)
+    addressed = _addressee_headings(blocks, gaps)
     singles = _single_lines(blocks)
     items: list[_Item] = []
     i = 0
@@ -1003,6 +1063,14 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             continue
         if i in letters:  # "A" ... "Z": a line in capitals set apart, which the outline may take as a heading
             items.append(_Item("para", blocks[i][0].strip(), apart=gaps[i], caps=True))
+            i += 1
+            continue
+        if i in addressed:
+            line = _norm(_clean_inline(blocks[i][0]))
+            run_on = _ADDRESSEE_RUN_ON_RE.match(line)
+            items.append(_Item("heading", run_on.group(1) if run_on else line, style="letter"))
+            if run_on:
+                items.append(_Item("para", run_on.group(2)))
             i += 1
             continue
         after_label = _after_contents_label(items)
@@ -1020,6 +1088,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
         last_bare = counted = False
         while j < len(lines):
             h = _match_heading(lines[j])
+            if h is None and j == 0 and i - 1 in serial:
+                h = _Heading(lines[0], None, style="serial", num=serial[i - 1])
             if h is None and j == 0 and _letter_heading(lines):
                 h = _Heading(lines[0], "", style="named")  # the line under it is the letter's, no title
             if h is None and j == 0 and i - 1 in arabic_ok:
@@ -1028,6 +1098,10 @@ def _txt_items(body: str, force=None) -> list[_Item]:
                 break
             if h.title and _runs_on(h.title, lines[j + 1:]):
                 break  # "BOOK I. (Folio), CHAPTER I. (Sperm Whale).--This whale, among the ...": a paragraph
+            if h.style == "numtitle" and j == 0 and _dashed_title_over_two_lines(lines):
+                items.append(_Item("heading", _norm(_clean_inline(" ".join(lines))), style="numtitle", num=h.num))
+                j = len(lines)
+                break
             if h.style == "numtitle" and (j != 0 or len(lines) > 1):
                 break  # "I. A SCANDAL IN BOHEMIA" is a heading only as a line set apart
             if h.style == "named" and _numbered_entries_follow(lines[j + 1:]):

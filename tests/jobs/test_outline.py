@@ -355,8 +355,8 @@ def test_one_entry_per_block_contents_and_illustration_lists_and_a_preface_to_he
     book = load_book(SCARLET)
     assert book.announcement() == "The Scarlet Letter, by Nathaniel Hawthorne."
     assert [c.title for c in book.chapters] == [
-        "Preface to the Second Edition.", "The Custom-House.", "Chapter I. THE PRISON-DOOR.",
-        "Chapter II. THE MARKET-PLACE.", "Chapter III. THE RECOGNITION."]
+        "Preface to the Second Edition.", "The Custom-House.", "Chapter I. The Prison-Door.",
+        "Chapter II. The Market-Place.", "Chapter III. The Recognition."]
     assert book.chapters[0].paragraphs[0].startswith("Much to the author’s surprise")
     assert book.chapters[2].paragraphs[0].startswith("A throng of bearded men")
     said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
@@ -1977,9 +1977,9 @@ def test_a_misprinted_numeral_between_its_neighbours_is_a_heading():
     that numeral, and the letter a chapter of its own."""
     book = load_book(STRUCTURE / "lady-susan-excerpt.txt")
     assert [c.title for c in book.chapters] == [
-        "Chapter XIV. MR. DE COURCY TO SIR REGINALD", "Chapter XV. MRS. VERNON TO LADY DE COURCY",
-        "Chapter XVI. LADY SUSAN TO MRS. JOHNSON", "Chapter XVII. MRS. VERNON TO LADY DE COURCY",
-        "Chapter XVIII. FROM THE SAME TO THE SAME"]
+        "Chapter XIV. Mr. De Courcy to Sir Reginald", "Chapter XV. Mrs. Vernon to Lady De Courcy",
+        "Chapter XVI. Lady Susan to Mrs. Johnson", "Chapter XVII. Mrs. Vernon to Lady De Courcy",
+        "Chapter XVIII. From the Same to the Same"]
     assert book.chapters[2].paragraphs[1].startswith("Never, my dearest Alicia, was I so provoked")
 
 
@@ -2147,3 +2147,85 @@ def test_epub_a_short_dedication_entry_before_the_first_chapter_is_spoken(tmp_pa
     first = book.chapters[0]
     assert "The Son of the Brahman" in first.title
     assert first.opening == 1 and first.paragraphs[0] == "To Romain Rolland, my dear friend"
+
+
+def test_papers_of_a_series_headed_by_its_name_and_number_are_chapters():
+    """The Federalist Papers (PG 18, the old 1998 "Etext" header), cut short: each paper is headed "FEDERALIST No.
+    N", its subtitle, paper and date in the block under it. Three such lines or more, numbered on by one, head
+    chapters, said "Federalist No. 1"; the e-text's provenance line under the small print ("From:  http://... Our
+    Thanks to The Consitution Society for Providing This Etext!!") is not read."""
+    book = load_book(STRUCTURE / "federalist-papers-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Federalist No. 1", "Federalist No. 2", "Federalist No. 3"]
+    assert book.chapters[1].paragraphs[0].startswith("Concerning Dangers from Foreign Force and Influence")
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "Consitution Society" not in said and "constitution.org" not in said
+
+
+def test_dashed_chapter_titles_under_books_and_one_over_two_lines():
+    """The Return of the Native (PG 122), cut short: BOOKs titled in words hold chapters headed "1--A Face on Which
+    Time Makes but Little Impression", numbered again in each book, one title run over two lines ("4--Cheerfulness
+    Again Asserts Itself at Blooms-End, and Clym Finds His" / "Vocation"). Each is a chapter of its book, and the
+    book's title after its dash keeps a capital ("BOOK SIX -- Aftercourses")."""
+    book = load_book(STRUCTURE / "return-of-the-native-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Preface", "BOOK ONE -- The Three Women. 1--A Face on Which Time Makes but Little Impression",
+        "2--Humanity Appears upon the Scene, Hand in Hand with Trouble", "BOOK TWO -- The Arrival. 1--Tidings of the Comer",
+        "2--The People at Blooms-End Make Ready", "BOOK SIX -- Aftercourses. 1--The Inevitable Movement Onward",
+        "2--Thomasin Walks in a Green Place by the Roman Road", "3--The Serious Discourse of Clym with His Cousin",
+        "4--Cheerfulness Again Asserts Itself at Blooms-End, and Clym Finds His Vocation"]
+    assert book.chapters[-1].part == "BOOK SIX -- Aftercourses"
+    assert book.chapters[-1].paragraphs[0].startswith("Anybody who had passed through Blooms-End")
+
+
+def test_letters_headed_by_their_addressee_alone_are_chapters():
+    """The Expedition of Humphry Clinker (PG 2160), cut short: each letter is headed only by whom it is written to
+    ("To Dr LEWIS.", the same line again and again), once run on into the letter's place, date and salutation
+    ("To Dr LEWIS. BATH, April 23. DEAR DOCTOR,"). Each heads a chapter; the run-on words are the letter's; a line
+    of a paragraph that starts "To this proposal he received ..." is text."""
+    book = load_book(STRUCTURE / "humphry-clinker-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "To Mr HENRY DAVIS, Bookseller, in London.", "To the Revd. Mr JONATHAN DUSTWICH, at--", "To Dr Lewis.",
+        "To Dr Lewis."]
+    assert book.chapters[3].paragraphs[0] == "BATH, April 23. DEAR DOCTOR,"
+    assert any("To this proposal he received" in p for p in book.chapters[3].paragraphs)
+
+
+def test_numbered_pieces_listed_under_a_group_heading_are_chapters():
+    """Twice-Told Tales (PG 13707), cut short: "LEGENDS OF THE PROVINCE-HOUSE." is followed by the list of its
+    four legends ("I.--HOWE'S MASQUERADE." ...) and then each legend under a bare numeral over its title in
+    capitals ("I." / "HOWE'S MASQUERADE."). The legends are chapters, not parts of one; the group's heading is
+    said with the first, its list is not read, and the tales after the legends are chapters as before."""
+    book = load_book(STRUCTURE / "twice-told-tales-excerpt.txt")
+    assert [c.title for c in book.chapters] == [
+        "Dr. Heidegger's Experiment.", "Legends of the Province-House. Chapter I. Howe's Masquerade.",
+        "Chapter II. Edward Randolph's Portrait.", "Chapter III. Lady Eleanore's Mantle.",
+        "Chapter IV. Old Esther Dudley.", "The Haunted Mind.", "The Village Uncle."]
+    assert all(c.part is None for c in book.chapters)
+    said = " ".join(" ".join(c.paragraphs) for c in book.chapters)
+    assert "MASQUERADE" not in said
+
+
+def test_markdown_credit_heading_before_the_acts_is_not_read():
+    """An Enemy of the People (Markdown, no Gutenberg header): "###  Translated by R. Farquharson Sharp" stands
+    at the acts' level right over "###  ACT I". A credit is a title-page line: no heading, not read."""
+    book = load_book(STRUCTURE / "enemy-of-the-people-excerpt.md")
+    assert [c.title for c in book.chapters] == ["ACT I", "ACT II"]
+    said = " ".join(c.title + " " + " ".join(c.paragraphs) for c in book.chapters)
+    assert "Farquharson" not in said
+
+
+def test_markdown_poems_under_group_headings_one_level_down_are_chapters():
+    """Poe's poems (Markdown): the poems sit at "###" under group headings at "##" ("## POEMS OF LATER LIFE" /
+    "### THE RAVEN"), and some poems slipped up to "##" ("## THE BELLS", whose numbered parts are "### I." ...).
+    Every title in capitals at "###" is a poem and a chapter (ULALUME after THE BELLS' part IV; EULALIE and A
+    DREAM WITHIN A DREAM after ELDORADO), also where one chapter heading in ten is no title in capitals ("## TO
+    ----"); the numbered parts stay inside their poem."""
+    book = load_book(STRUCTURE / "poe-poems-excerpt.md")
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Poems of Later Life. The Raven", "The Bells", "Ulalume", "To Helen", "Annabel Lee.", "A Valentine.",
+                      "An Enigma", "To My Mother", "For Annie", "To F----.", "To Frances S. Osgood", "Eldorado.",
+                      "Eulalie", "A Dream Within a Dream", "To Marie Louise (Shew)", "To Marie Louise (Shew)",
+                      "The City in the Sea.", "The Sleeper.", "Bridal Ballad.", "Poems of Manhood. Lenore",
+                      "To One in Paradise.", "Poems of Youth. Sonnet--To Science", "Al Aaraaf", "To ----"]
+    bells = book.chapters[1]
+    assert [p for p in bells.paragraphs if p.endswith(".") and len(p) <= 4] == ["I.", "II.", "III.", "IV."]
