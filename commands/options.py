@@ -250,7 +250,8 @@ def job_options(f):
         click.option("--normalize-text/--no-normalize-text", default=True, show_default=True,
                      help="Say numbers, dates, times, currency, abbreviations and URLs as words."),
         click.option("--footnotes", type=click.Choice(FOOTNOTE_MODES), default="skip", show_default=True,
-                     help="EPUB footnote bodies: skip them, read them inline, or at the end of their chapter."),
+                     help="Footnote bodies (EPUB notes; in text, '[Footnote 1: ...]' and notes after their mark): skip "
+                          "them, read them inline, or at the end of their chapter."),
         click.option("--lexicon", type=click.Path(path_type=str), default=None, metavar="FILE",
                      help="Pronunciation lexicon (TSV word<TAB>respelling or [[ phonemes ]], or JSON)."),
         click.option("--include-front-matter", is_flag=True, default=False,

@@ -144,7 +144,8 @@ class JobConfig:
     normalize_text: bool = True
     """Rewrite numbers, dates, abbreviations, URLs... into words before phonemization (:mod:`jobs.normalize`)."""
     footnotes: str = "skip"
-    """EPUB footnote/endnote bodies: ``skip``, ``inline`` (where they are) or ``end`` (end of their document)."""
+    """Footnote/endnote bodies (EPUB notes; text and Markdown notes, ``jobs.ingest.notes``): ``skip``, ``inline``
+    (where they are) or ``end`` (end of their document or chapter)."""
     lexicon: str | None = None
     """Pronunciation lexicon file (TSV or JSON, :mod:`jobs.lexicon`); its content hash is part of the job."""
     include_front_matter: bool = False

@@ -20,6 +20,7 @@ from jobs.ingest.book import Book
 from jobs.ingest.chapters import _load_text
 from jobs.ingest.common import _show
 from jobs.ingest.epub import _load_epub, epub_cover, epub_details, epub_text_chars
+from jobs.ingest.notes import text_notes
 from jobs.ingest.outline import Structure
 from jobs.ingest.text import _decode_text
 
@@ -36,7 +37,7 @@ class ReadOptions:
     encoding: str | None = None
     """Text encoding of TXT/MD files (None: UTF-8, BOM allowed); formats that declare theirs ignore it."""
     footnotes: str = "skip"
-    """EPUB footnote bodies: ``skip``, ``inline`` or ``end``."""
+    """Footnote bodies (EPUB notes; in text, :mod:`jobs.ingest.notes`): ``skip``, ``inline`` or ``end``."""
     front_matter: bool = False
     """Keep front and back matter."""
     structure: Structure | None = None
@@ -95,7 +96,9 @@ def _load_plain(fmt: str):
             data = p.read_bytes()
         except OSError as e:
             raise InputError(f"{where}: cannot read it ({e.strerror or e}); check its permissions") from None
-        return _load_text(p, where, _decode_text(where, data, opts.encoding), fmt, opts.structure)
+        book = _load_text(p, where, _decode_text(where, data, opts.encoding), fmt, opts.structure)
+        book.chapters = text_notes(book.chapters, opts.footnotes)
+        return book
 
     return load
 
