@@ -448,6 +448,12 @@ class Inbox:
         unfinished work of an earlier pass, or a new book."""
         name = path.name
         entry = books.get(sha)
+        if entry and entry.get("state") == "submitted" and entry.get("name") == name and not entry.get("moved_to"):
+            moved = self._moved_before(name, sha)
+            if moved is not None:  # that pass moved it and stopped before saying so: this one is a drop again
+                entry["moved_to"] = moved
+                books[sha] = entry
+                self.save_ledger(ledger)
         if entry and entry.get("state") == "submitted":
             if entry.get("name") == name and not entry.get("moved_to"):
                 # submitted by a pass that stopped before moving the file: finish that pass's work
@@ -508,6 +514,21 @@ class Inbox:
         res.submitted.append(dict(entry))
         log.info("inbox %s: submitted %s as job %s (%d of %d batches queued) -> %s", self.inbox, name, job.job_id,
                  n, info.batches, out_dir)
+
+    def _moved_before(self, name: str, sha: str) -> str | None:
+        """Where an earlier pass moved a file of this name and content into ``done/`` (its reason file beside
+        it), when it was stopped before recording that in the ledger; None when it did not."""
+        dest = self.inbox / DONE / name
+        if not dest.with_name(dest.name + REASON_SUFFIX).is_file() or not dest.is_file() or dest.is_symlink():
+            return None
+        digest = hashlib.sha256()
+        try:
+            with open(dest, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+        except OSError:
+            return None
+        return str(dest) if digest.hexdigest() == sha else None
 
     def _done(self, path: Path, entry: dict, sha: str, books: dict, ledger: dict) -> None:
         reason = (f"submitted as job {entry['job_id']} on {entry.get('queue', self.queue)}: "

@@ -199,6 +199,46 @@ def test_scan_killed_mid_submission_neither_loses_nor_repeats(redis_url, tmp_pat
     assert not list(inbox.glob("*.txt"))
 
 
+def test_a_pass_killed_after_moving_a_file_but_before_recording_it_then_a_redrop_is_a_duplicate(
+        redis_url, tmp_path, monkeypatch):
+    """A watcher killed between moving a submitted file into done/ (its reason file written) and recording the
+    move in its ledger: the same file dropped again under the same name is a duplicate of it, not the first
+    pass's unfinished move (which would move it beside the first copy as if it had never been taken)."""
+    import workers.watch as watch
+
+    use_redis(redis_url)
+    store = JobStore(redis_url)
+    inbox, out = tmp_path / "inbox", tmp_path / "out"
+    inbox.mkdir()
+    drop(inbox, "tea.txt", BOOKS["tea.txt"])
+    real_save = watch.Inbox.save_ledger
+
+    class Killed(BaseException):
+        pass
+
+    def die_once_moved(self, ledger):
+        if any(e.get("moved_to") for e in ledger["books"].values()):
+            raise Killed()
+        real_save(self, ledger)
+
+    box = watch.Inbox(inbox, out, store, JobConfig(max_batch=2))
+    box.scan()
+    monkeypatch.setattr(watch.Inbox, "save_ledger", die_once_moved)
+    with pytest.raises(Killed):
+        box.scan()  # submitted, recorded as such, moved to done/ with its reason: killed before recording the move
+    monkeypatch.setattr(watch.Inbox, "save_ledger", real_save)
+    assert reason(inbox, "done", "tea.txt").startswith("submitted as job")
+    n = queued_messages(store)
+    drop(inbox, "tea.txt", BOOKS["tea.txt"])  # the same book again, under the same name
+    box = watch.Inbox(inbox, out, store, JobConfig(max_batch=2))  # "restart"
+    box.scan()
+    r = box.scan()
+    [dup] = r.duplicates
+    assert dup["reason"].startswith("duplicate of tea.txt") and not r.submitted
+    assert reason(inbox, "done", "tea.txt").startswith("submitted as job"), "the first copy's record is kept"
+    assert queued_messages(store) == n and not list(inbox.glob("*.txt"))
+
+
 def test_lock_of_a_dead_watcher_is_taken_over_and_a_live_one_is_renewed(redis_url, tmp_path, monkeypatch):
     """A watcher SIGKILLed mid-pass leaves the inbox's Redis lock behind: the next watcher on this host
     sees its process is gone and scans at once. A live holder (here or on another host) keeps the inbox
