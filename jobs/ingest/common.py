@@ -117,7 +117,7 @@ def _join_title(head: str, title: str) -> str:
     return f"{head} {title}" if head[-1] in ".:!?;\u2014-" else f"{head}. {title}"
 
 
-_CONTENTS_LABEL_RE = re.compile(r"^(?:(?:table\s+of\s+)?contents(?:\s+of\s+(?:the\s+)?"
+_CONTENTS_LABEL_RE = re.compile(r"^(?:(?:(?:table|analysis|synopsis|summary)\s+of\s+(?:the\s+)?)?contents(?:\s+of\s+(?:the\s+)?"
                                 r"(?:vol(?:ume)?\.?\s*(?:[ivxlcdm]+|\d{1,2})|\w+\s+volume))?"
                                 r"|index\s+of\s+first\s+lines)[.:]?$", re.I)
 """The label over a contents list, also naming the volume it lists ("CONTENTS OF VOLUME II.", "Contents of the

@@ -23,7 +23,7 @@ from jobs.ingest.text import _caps_line
 
 _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
-    r"|copyright(?:\s+page)?|colophon|transcriber(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
+    r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
     r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters)"
     r"[.:]?$", re.I)
 _ROYALTY_RE = re.compile(r"\broyalt(?:y|ies)\b", re.I)
@@ -84,7 +84,7 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
     return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
 
 
-_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|e-?text\s+editor"
+_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|preparer|e-?text\s+editor"
                             r"|project\s+gutenberg\s+editor)(?:'s|\u2019s|s'|s)?"
                             r"\s+(?:notes?|comments?)\b", re.I)
 _SUB_LABEL_RE = re.compile(r"^[A-Z][A-Za-z'\u2019 -]{0,40}:$")
@@ -93,7 +93,9 @@ _FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|elec
                            r"|\be-?texts\b|\b(?:images|illustrations)\s+in\s+this\b|\btranscri|\bproofread"
                            r"|\btypographical\b|\b(?:spelling|hyphenation|punctuation)\b.{0,40}\b(?:retained|preserved"
                            r"|corrected|standardi[sz]ed|original|made)"
-                           r"|\bthis\s+text\b|\bto\s+indicate\s+italics\b|\bend-?notes\b", re.I)
+                           r"|\bthis\s+text\b|\bto\s+indicate\s+italics\b|\bend-?notes\b"
+                           r"|\bitalics?(?:\s+text)?\s+(?:is|are)\s+(?:represented|indicated|shown|marked)\b|\brenumbered\b"
+                           r"|\bsquare\s+brackets\b", re.I)
 
 
 _END_NOTE_RE = re.compile(r"^\[\s*(?:foot\s*)?note\s+\d{1,3}\s*:", re.I)
@@ -200,6 +202,26 @@ def _advertisements(paras: list[str]) -> int | None:
     return start
 
 
+_INDEX_LABEL_RE = re.compile(r"^(?:general\s+)?index(?:\s+of\s+\w+(?:\s+\w+)?)?\.?$", re.I)
+_PAGE_REFS_RE = re.compile(r"\w,\s+\d{1,4}(?:[-\u2013]\d{1,4})?(?:,\s+\d{1,4}(?:[-\u2013]\d{1,4})?)*[.;]?(?=\s|$)")
+"""An index entry's page references: "Accents, 92.", "Aeschylus, 70, 76.", "Amiot, 50, 57, 61, 263."."""
+
+
+def _back_index(paras: list[str]) -> int | None:
+    """Where the book's index starts inside its last chapter: an "INDEX" label ("General Index", "Index of
+    Names") after which every paragraph is a group letter ("A.") or holds entries with page numbers ("Accents,
+    92. Adagio, 189. ..."), ten page references or more in all; None when there is none."""
+    for j in range(len(paras) - 1, 0, -1):
+        if not _INDEX_LABEL_RE.match(paras[j].strip()):
+            continue
+        rest = paras[j + 1:]
+        refs = sum(len(_PAGE_REFS_RE.findall(p)) for p in rest)
+        if rest and refs >= 10 and all(len(p.strip(" .")) <= 2 or _PAGE_REFS_RE.search(p) for p in rest):
+            return j
+        return None
+    return None
+
+
 def _is_playbill(ch: Chapter) -> bool:
     """A chapter near the front that names the first production's staff ("Staged by Philip Moeller",
     "Settings and Costumes by Lee Simonson") among its first lines and holds no long paragraph: the
@@ -208,18 +230,52 @@ def _is_playbill(ch: Chapter) -> bool:
     return any(_STAGING_CREDIT_RE.match(p) for p in paras[:8]) and all(len(p.split()) <= 40 for p in paras)
 
 
+_PERFORMED_RE = re.compile(r"\b(?:first\s+(?:performed|produced|acted)|performed\s+(?:at|by)|produced\s+at)\b", re.I)
+_CAST_ENTRY_RE = re.compile(r"^[A-Z][A-Z'\u2019.-]{2,}(?:\s+[A-Z][A-Z'\u2019.-]+)*(?:\s*[,(]|$)")
+"""A cast list's entry: a name in capitals, alone or before its description ("SMITH (a young business man)")."""
+_FIRST_ACT_RE = re.compile(r"^(?:act\s+(?:i|1|one|the\s+first)|first\s+act)\b\W*$", re.I)
+
+
+def _play_title_pages(chapters: list[Chapter]) -> list[Chapter]:
+    """A play's own page before its first act, in a book of several plays ("The Verge": when and where it was
+    first performed, its persons): thirty short paragraphs at most (25 words each), one of them a performance
+    note or a cast label or half of them cast entries in capitals, followed by a chapter titled as the first act
+    (a verse prologue before the first act is no such page). The programme is not read (as a cast list under its label is not); the play's title is said
+    with its first act ("The Verge. Act I")."""
+    out: list[Chapter] = []
+    k = 0
+    while k < len(chapters):
+        ch = chapters[k]
+        nxt = chapters[k + 1] if k + 1 < len(chapters) else None
+        if nxt is not None and ch.title and not _FIRST_ACT_RE.match(ch.title.strip()) \
+                and _FIRST_ACT_RE.match((nxt.title or "").strip()) and 0 < len(ch.paragraphs) <= 30 \
+                and all(len(p.split()) <= 25 for p in ch.paragraphs) and ch.opening == 0 \
+                and (any(_PERFORMED_RE.search(p) or _CAST_LABEL_RE.match(p) for p in ch.paragraphs)
+                     or 2 * sum(1 for p in ch.paragraphs if _CAST_ENTRY_RE.match(p)) >= len(ch.paragraphs) >= 3):
+            title = ch.title.rstrip() if ch.title.rstrip().endswith((".", "!", "?")) else ch.title.rstrip() + "."
+            out.append(Chapter(nxt.index, f"{title} {nxt.title}", nxt.paragraphs, nxt.kinds, nxt.part,
+                               nxt.title_is_letter, nxt.opening))
+            k += 2
+            continue
+        out.append(ch)
+        k += 1
+    return out
+
+
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
     "Copyright", "All Rights Reserved", "Also by ...", "Description of Characters"; a cast list under its label
     ("Characters in the Play", "Dramatis Personae") before the last chapter, in entries of 80 words or fewer; a play's production
     appendices after the first chapter ("Property List", "Light Plot", "Light Cues"); a theatre programme page
-    near the front (:func:`_is_playbill`); short copyright notices among the first three chapters; ISBN-only
+    near the front (:func:`_is_playbill`); a play's own page (its first performance, its persons) before its
+    first act in a book of plays (:func:`_play_title_pages`); short copyright notices among the first three chapters; ISBN-only
     paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also letter-spaced: :func:`_the_end`);
     a short last chapter about Project
-    Gutenberg ("More Info"); a trailing "About the Author" section
+    Gutenberg ("More Info"); the book's index at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" section
     inside the last chapter (a heading-like
     paragraph of its own, followed by at most 400 words)."""
     out: list[Chapter] = []
+    chapters = _play_title_pages(chapters)
     n = len(chapters)
     for k, ch in enumerate(chapters):
         title = (ch.title or "").strip()
@@ -246,6 +302,9 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             if end is not None:
                 kept = kept[:end + 1]  # after "THE END": the publisher's advertisements
                 paras = paras[:end + 1]
+            index = _back_index(paras)
+            if index is not None:
+                kept, paras = kept[:index], paras[:index]  # the book's index after its text
             ads = _advertisements(paras)
             if ads is not None:
                 kept, paras = kept[:ads], paras[:ads]  # the publisher's list of books with their prices

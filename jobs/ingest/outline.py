@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
-from jobs.ingest.matter import _PRICE_RE, _producer_notes, _the_end
+from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
 from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
                                _number_value, _roman_value)
 
@@ -343,7 +343,7 @@ def _listed_pieces(items: list[_Item], levels: dict[int, str]) -> list[_Item]:
         listed = _tokens(items[k + 1].text)
         pieces, got = [], []
         for k2 in heads[n + 1:]:
-            if levels[k2] != "section" or len(got) >= len(listed):
+            if levels[k2] not in ("section", "chapter") or len(got) >= len(listed):
                 break
             pieces.append(k2)
             got += _tokens(items[k2].text)
@@ -419,7 +419,9 @@ _BRACKETED_TAIL_RE = re.compile(r"\s+\([^()]{1,80}\)\W*$")
 
 def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, title: str) -> list[_Item]:
     """A short line after the contents list that the list names is a chapter heading (not the
-    book's own title line), also with a note in brackets after the name the list gives."""
+    book's own title line), also with a note in brackets after the name the list gives; so is a bare numeral's
+    heading with its title that the list names with the numeral ("I" / "THE SHADOW OF YEARS" for "I.  THE
+    SHADOW OF YEARS  3"), though numerals under the list's other chapters would be their parts."""
     if not named:
         return items
     out = list(items)
@@ -427,12 +429,18 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     for k, it in enumerate(out):
         if k < after or tuple(_tokens(it.text)) == title_t:
             continue
+        if it.kind == "heading" and it.style == "roman" and k >= after and " " in it.text \
+                and tuple(_tokens(it.text)) in named:
+            # "I" / "THE SHADOW OF YEARS" under an entry "I.    THE SHADOW OF YEARS    3": a chapter the list names
+            out[k] = _Item("heading", it.text, style="listedroman", num=it.num)
+            continue
         if it.kind != "para" or len(it.text.split()) > 14 or k + 1 >= len(out) or not (
                 out[k + 1].kind == "para" or _first_part(out[k + 1])):
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
-        bare = _BRACKETED_TAIL_RE.sub("", it.text)  # "Jonathan Swift Somers (Author of the Spooniad)"
+        bare = _BRACKETED_TAIL_RE.sub("", _FOOTNOTE_MARK_RE.sub("", it.text))  # "Jonathan Swift Somers (Author of
+        # the Spooniad)", "Almighty Death[1]"
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
                 or _names_start(tuple(_tokens(it.text)), named) or _renamed_entry(it.text, named) \
                 or bare != it.text and tuple(_tokens(bare)) in named:
@@ -461,7 +469,7 @@ def _after_title(text: str, title_t: tuple[str, ...]) -> str:
 def _first_part(it: _Item) -> bool:
     """The heading of a chapter's first numbered part ("I", "1. HOW THEY WENT ..."): a title line right
     above it heads the chapter."""
-    return it.kind == "heading" and it.style in ("roman", "numtitle") and it.num == 1
+    return it.kind == "heading" and it.style in ("roman", "numtitle", "listedroman") and it.num == 1
 
 
 def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
@@ -502,7 +510,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     apart inside the chapters are a picture's placeholder ("GRAPHIC"), a decoded cipher ("AM HERE ABE
     SLANEY."), a signature or a headline quoted in the text ("MURDER IN WESTMINSTER"); one before the
     first entry's heading (a preface the list leaves out) may still be one."""
-    numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman", "number"}  # "number": a letter's "216." alone
+    numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman", "number", "listedroman"}  # "number": "216." alone
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
 
@@ -769,7 +777,8 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
         if not good:
             levels[k] = "para"
     heads = [(k, it) for k, it in heads if levels.get(k) != "para"]
-    core = [k for k, it in heads if it.style in NUMBERED_CHAPTER_STYLES or it.style in ("contents", "caps", "")]
+    core = [k for k, it in heads if it.style in NUMBERED_CHAPTER_STYLES
+            or it.style in ("contents", "caps", "", "listedroman")]
     romans_are_sections = False
     if core:
         # bare numerals that start again at one after each chapter heading are the chapters' parts; so are
@@ -965,7 +974,7 @@ def spoken_heading(it: _Item, level: str) -> str:
         return f"Part {m.group(1)}. " + title_case(text[m.end() - 1:])
     if it.style == "numtitle" and level == "chapter":
         text = _strip_number(text)
-    elif it.style == "roman":
+    elif it.style in ("roman", "listedroman"):
         numeral, _, rest = text.partition(" ")
         numeral = numeral if numeral.endswith(".") else numeral + "."
         text = f"{'Chapter' if level == 'chapter' else 'Part'} {numeral}" + (f" {title_case(rest)}" if rest else "")
@@ -1011,7 +1020,7 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
                          r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
-                         r"|\bpublic\s+domain\b|\bedition\s+produced\b|\bfirst\s+published\b"
+                         r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
@@ -1048,6 +1057,27 @@ def _imprint_line(t: str) -> bool:
 _NOTICE_LABEL_RE = re.compile(r"^(?:(?:the\s+)?author(?:'s|\u2019s)\s+)?(?:notice|explanatory|advertisement)\W*$", re.I)
 """The label of an author's short note before the chapters, alone on its line: "NOTICE", "EXPLANATORY",
 "ADVERTISEMENT", "Author's Notice"."""
+
+
+def _without_transcriber_pages(front: list[_Item]) -> list[_Item]:
+    """The front matter without a transcriber's note set out as a page of its own: its label ("TRANSCRIBER'S
+    NOTES", "PREPARER'S NOTE", set apart) and everything under it up to the next block set apart by three blank
+    lines or more, the next page (sixty paragraphs at most: a note on how italics, brackets, notes and music are
+    written in the e-text, with its examples)."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(front):
+        it = front[k]
+        if it.kind == "para" and it.apart >= 2 and len(it.text.split()) <= 6 and _NOTE_LABEL_RE.match(it.text):
+            e = k + 1
+            while e < len(front) and e - k <= 60 and front[e].apart < 3 and front[e].kind != "heading":
+                e += 1
+            if e < len(front) and e - k <= 60:
+                k = e
+                continue
+        out.append(it)
+        k += 1
+    return out
 
 
 def _quoted_caps(t: str) -> bool:
@@ -1383,6 +1413,8 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
     items = _epigraph_parts(_promote_caps(items, title, author, listed=_all_listed(items, entries, after)))
     items = _promote_set_apart(items, title, author)
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+    items = _without_transcriber_pages(items[:first]) + items[first:]
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
     notes = {paras[n] for n in _producer_notes([items[k].text for k in paras], front=False)}  # label and note
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]

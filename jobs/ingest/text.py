@@ -691,6 +691,12 @@ def _without_glosses(block: list[str]) -> list[str]:
     return [ln for ln in block if _indent(ln) != deep]
 
 
+_COLUMN_HEADER_RE = re.compile(r"^(?:chap(?:ter)?s?\.?|no\.|number|section|lecture|essay)[ \t]{2,}(?:page|pages|pp?\.)$", re.I)
+"""The names of a contents list's columns on a line of their own: "CHAPTER    PAGE", "CHAP.    PAGE"."""
+_PAGED_LINE_RE = re.compile(r"^(?P<title>\S.*?\S)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})(?:\d{1,4}|[ivxlc]{1,7})$")
+"""A contents line with its page after a gap or dot leaders, in figures or small roman numerals: "POSTSCRIPT    ix"."""
+
+
 def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     """The entry titles of a contents-list block, or None when the block is not one.
 
@@ -700,6 +706,9 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     block = [ln for ln in block if ln.strip().casefold() not in ("page", "pages", "page.")]  # a column header
     if after_label:
         block = _without_glosses(block)
+    if after_label and 1 <= len(block) < 3 and all(_PAGED_LINE_RE.match(ln.strip()) for ln in block):
+        # a list printed in short groups under its label ("I.  THE SHADOW OF YEARS  3" / "_A Litany at Atlanta_ 14")
+        return [_PAGED_LINE_RE.match(ln.strip()).group("title") for ln in block]
     if len(block) < 3 or any(len(ln.strip()) > 100 for ln in block):
         return None
     titles: list[str] = []
@@ -1074,6 +1083,10 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             i += 1
             continue
         after_label = _after_contents_label(items)
+        if len(blocks[i]) == 1 and (_COLUMN_HEADER_RE.match(blocks[i][0].strip())
+                                    or after_label and blocks[i][0].strip(" .").casefold() in ("page", "pages")):
+            i += 1  # "CHAPTER    PAGE" over a contents list: its columns' names
+            continue
         entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i]) \
             or _index_group(items, blocks[i]) or _titles_again(blocks, i, singles)
         if entries is not None and not (i in roman_ok):

@@ -18,6 +18,9 @@ STORY = "The story begins here and the hero walks into the wood. " + PROSE
 ENDING = "The story ends there and the hero walks out of the wood. " + PROSE
 
 
+STRUCTURE_DATA = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "structure"
+
+
 def all_text(book):
     return " ".join(c.title + " " + " ".join(c.paragraphs) for c in book.chapters)
 
@@ -317,3 +320,63 @@ def test_letter_heading_lines(block, heading):
     from jobs.ingest.text import _letter_heading
 
     assert _letter_heading(block) is heading
+
+
+def _bench_book(name, tmp_path):
+    """A book of the structure test set (bench/structure/books), unpacked when gzipped."""
+    import gzip
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[2] / "bench" / "structure" / "books" / name
+    if src.suffix != ".gz":
+        return src
+    dest = tmp_path / src.name[:-3]
+    dest.write_bytes(gzip.decompress(src.read_bytes()))
+    return dest
+
+
+def test_contents_in_short_paged_groups_under_a_column_header_and_italic_pieces_it_names():
+    """Darkwater (PG 15210), cut short: "Contents", a "CHAPTER    PAGE" column header, then the list in groups of
+    two ("I.    THE SHADOW OF YEARS    3" / "_A Litany at Atlanta_    14"), pages also in small roman numerals
+    ("POSTSCRIPT    ix"); the essays are headed "I" / "THE SHADOW OF YEARS", the pieces between them by their
+    titles alone ("_Credo_", "The Call", "Almighty Death[1]"). The list and the "Originally published ..." line are
+    not read; each piece the list names is a chapter, and the essays stay chapters."""
+    book = load_book(STRUCTURE_DATA / "darkwater-excerpt.txt")
+    assert [c.title for c in book.chapters] == ["Postscript", "Credo", "Chapter I. The Shadow of Years",
+                                                "Chapter II. The Souls of White Folk", "The Call", "Almighty Death"]
+    said = all_text(book)
+    for phrase in ("PAGE", "Originally published", "Harcourt", "THE SHADOW OF YEARS 3", "Litany at Atlanta 14"):
+        assert phrase not in said, phrase
+
+
+def test_a_transcribers_page_the_title_page_under_it_and_the_index_are_not_read(tmp_path):
+    """MacDowell's Critical and Historical Essays (PG 35993, ISO-8859-1): a page of transcriber's notes on how
+    italics, notes and music are written (22 paragraphs with examples), the title page with its London and Boston
+    imprints, a contents list under a "CHAP.    PAGE" header, and after the last lecture an INDEX of entries with
+    page numbers ("Accents, 92."): none of it is read; the lectures are the chapters."""
+    book = load_book(_bench_book("macdowell-critical-and-historical-essays.txt.gz", tmp_path))
+    said = all_text(book)
+    for phrase in ("Italic text is represented", "Pitches:", "ARTHUR P. SCHMIDT", "ELKIN", "CHAP.", "Accents, 92",
+                   "Aeolian mode, 83"):
+        assert phrase not in said, phrase
+    assert book.chapters[0].title == "Preface" and len(book.chapters) == 22
+    assert book.chapters[-1].paragraphs[-1].endswith("in the musical acceptance of the word.")
+
+
+def test_an_analysis_of_contents_is_a_contents_list(tmp_path):
+    """The Poetics (PG 1974): its "Analysis of Contents" (a summary line for each of the 26 sections) is a
+    contents list under its label: not read, and the sections headed "I" ... "XXVI" are the chapters."""
+    book = load_book(_bench_book("poetics-of-aristotle.txt", tmp_path))
+    assert [c.title for c in book.chapters][:2] == ["Chapter I.", "Chapter II."] and len(book.chapters) == 26
+    assert "common principle of the Arts of Poetry" not in all_text(book)
+
+
+def test_a_plays_programme_page_before_its_first_act_is_said_as_its_title(tmp_path):
+    """Glaspell's Plays (EPUB 3): "The Verge" and "Inheritors" each have a page of their own (first performance,
+    persons of the play) before "Act I". The page is the programme, not a chapter: its title is said with the first
+    act ("The Verge. Act I"). One-act plays keep their page as their opening."""
+    book = load_book(_bench_book("glaspell-plays-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert "The Verge. Act I" in titles and "Inheritors. Act I" in titles
+    assert "The Verge" not in titles and "Inheritors" not in titles
+    assert titles[:2] == ["Trifles", "The Outside"]
