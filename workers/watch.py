@@ -75,6 +75,7 @@ import redis
 
 from jobs.config import JobConfig
 from core.errors import BrokerError, InputError, JobError, TTSError
+from core.files import sha256_file
 from core.files import atomic_path, read_json, slug, write_json
 from workers.celery_app import DEFAULT_PRIORITY, DEFAULT_QUEUE_PREFIX, PRIORITIES, queue_name
 from jobs.claim import process_gone as pid_gone
@@ -521,14 +522,10 @@ class Inbox:
         dest = self.inbox / DONE / name
         if not dest.with_name(dest.name + REASON_SUFFIX).is_file() or not dest.is_file() or dest.is_symlink():
             return None
-        digest = hashlib.sha256()
         try:
-            with open(dest, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
+            return str(dest) if sha256_file(dest) == sha else None
         except OSError:
             return None
-        return str(dest) if digest.hexdigest() == sha else None
 
     def _done(self, path: Path, entry: dict, sha: str, books: dict, ledger: dict) -> None:
         reason = (f"submitted as job {entry['job_id']} on {entry.get('queue', self.queue)}: "

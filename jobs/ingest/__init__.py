@@ -186,8 +186,8 @@ def load_book(path: str | Path, encoding: str | None = None, front_matter: bool 
     declare their own. ``front_matter`` keeps copyright pages, contents, indexes, "About the
     Author" and ISBN lines (see "Front and back matter"); ``footnotes`` is what happens to
     footnote/endnote bodies (EPUB notes; TXT/Markdown notes, :mod:`jobs.ingest.notes`): ``skip``,
-    ``inline`` (read where they are) or ``end`` (read at the end of their document or chapter). ``structure``: the outline overrides of TXT/Markdown books
-    (:class:`jobs.ingest.outline.Structure`). Raises :class:`InputError` (one line) for anything unusable.
+    ``inline`` (read where they are) or ``end`` (read at the end of their document or chapter).
+    ``structure``: the outline overrides of TXT/Markdown books (:class:`jobs.ingest.outline.Structure`). Raises :class:`InputError` (one line) for anything unusable.
     """
     if footnotes not in FOOTNOTE_MODES:
         raise InputError(f"--footnotes {footnotes!r}: choose one of {', '.join(FOOTNOTE_MODES)}")

@@ -15,9 +15,10 @@ landmark matter, which ``jobs.ingest.html`` and ``jobs.ingest.epub`` skip while 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from jobs.ingest.book import Chapter
-from jobs.ingest.common import _CAST_LABEL_RE, _is_prose
+from jobs.ingest.common import _CAST_LABEL_RE, _is_prose, _join_title
 from jobs.ingest.text import _caps_line
 
 
@@ -240,8 +241,8 @@ def _play_title_pages(chapters: list[Chapter]) -> list[Chapter]:
     """A play's own page before its first act, in a book of several plays ("The Verge": when and where it was
     first performed, its persons): thirty short paragraphs at most (25 words each), one of them a performance
     note or a cast label or half of them cast entries in capitals, followed by a chapter titled as the first act
-    (a verse prologue before the first act is no such page). The programme is not read (as a cast list under its label is not); the play's title is said
-    with its first act ("The Verge. Act I")."""
+    (a verse prologue before the first act is no such page). The programme is not read (as a cast list under its
+    label is not); the play's title is said with its first act ("The Verge. Act I")."""
     out: list[Chapter] = []
     k = 0
     while k < len(chapters):
@@ -252,9 +253,7 @@ def _play_title_pages(chapters: list[Chapter]) -> list[Chapter]:
                 and all(len(p.split()) <= 25 for p in ch.paragraphs) and ch.opening == 0 \
                 and (any(_PERFORMED_RE.search(p) or _CAST_LABEL_RE.match(p) for p in ch.paragraphs)
                      or 2 * sum(1 for p in ch.paragraphs if _CAST_ENTRY_RE.match(p)) >= len(ch.paragraphs) >= 3):
-            title = ch.title.rstrip() if ch.title.rstrip().endswith((".", "!", "?")) else ch.title.rstrip() + "."
-            out.append(Chapter(nxt.index, f"{title} {nxt.title}", nxt.paragraphs, nxt.kinds, nxt.part,
-                               nxt.title_is_letter, nxt.opening))
+            out.append(replace(nxt, title=_join_title(ch.title, nxt.title)))
             k += 2
             continue
         out.append(ch)
@@ -268,12 +267,11 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     ("Characters in the Play", "Dramatis Personae") before the last chapter, in entries of 80 words or fewer; a play's production
     appendices after the first chapter ("Property List", "Light Plot", "Light Cues"); a theatre programme page
     near the front (:func:`_is_playbill`); a play's own page (its first performance, its persons) before its
-    first act in a book of plays (:func:`_play_title_pages`); short copyright notices among the first three chapters; ISBN-only
-    paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also letter-spaced: :func:`_the_end`);
-    a short last chapter about Project
-    Gutenberg ("More Info"); the book's index at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" section
-    inside the last chapter (a heading-like
-    paragraph of its own, followed by at most 400 words)."""
+    first act in a book of plays (:func:`_play_title_pages`); short copyright notices among the first three
+    chapters; ISBN-only paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also
+    letter-spaced: :func:`_the_end`); a short last chapter about Project Gutenberg ("More Info"); the book's index
+    at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" section inside the last
+    chapter (a heading-like paragraph of its own, followed by at most 400 words)."""
     out: list[Chapter] = []
     chapters = _play_title_pages(chapters)
     n = len(chapters)

@@ -19,6 +19,7 @@ EPUB (``jobs.ingest.html``).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from jobs.ingest.book import Chapter
 
@@ -102,8 +103,6 @@ def text_notes(chapters: list[Chapter], mode: str = "skip") -> list[Chapter]:
         if not any(k == "text" for k in new_kinds):
             continue
         opening = sum(1 for i in range(ch.opening) if i not in notes)
-        out.append(Chapter(ch.index, ch.title, paras, None if all(k == "text" for k in new_kinds) else new_kinds,
-                           ch.part, ch.title_is_letter, opening if opening < len(paras) else 0))
-    return [c if c.index == n + 1 else Chapter(n + 1, c.title, c.paragraphs, c.kinds, c.part, c.title_is_letter,
-                                               c.opening)
-            for n, c in enumerate(out)]
+        out.append(replace(ch, paragraphs=paras, kinds=None if all(k == "text" for k in new_kinds) else new_kinds,
+                           opening=opening if opening < len(paras) else 0))
+    return [c if c.index == n + 1 else replace(c, index=n + 1) for n, c in enumerate(out)]

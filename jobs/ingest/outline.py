@@ -283,35 +283,31 @@ def _without_trade_advertisements(items: list[_Item]) -> list[_Item]:
     the first and two in three of them naming a price or a firm (:data:`_PRICE_RE`, :data:`_TRADE_RE`: a
     syrup "in 50 cent bottles", "CALIFORNIA FIG SYRUP CO.", "Rates $2.50"), the whole run less than a third
     of the book's words."""
-    breaks = [k for k, it in enumerate(items) if it.kind == "break"]
-    if len(breaks) < 2:
-        return items
     total = sum(len(it.text.split()) for it in items)
-
-    def pieces(b: int) -> list[list[_Item]]:
-        out: list[list[_Item]] = [[]]
-        for it in items[b + 1:]:
-            if it.kind == "break":
-                out.append([])
-            else:
-                out[-1].append(it)
-        return [p for p in out if p]
 
     def trade(piece: list[_Item]) -> bool:
         text = " ".join(it.text for it in piece)
         return bool(_PRICE_RE.search(text) or _TRADE_RE.search(text))
 
+    pieces = words = ads = 0  # the pieces between the break at ``b`` and the end, read from the end
     start = None
-    for b in reversed(breaks):
-        ps = pieces(b)
-        words = sum(len(it.text.split()) for p in ps for it in p)
-        if 3 * words > total:
+    end = len(items)
+    for b in range(len(items) - 1, -1, -1):
+        if items[b].kind != "break":
+            continue
+        piece = items[b + 1:end]
+        end = b
+        if not piece:
+            continue
+        n_words = sum(len(it.text.split()) for it in piece)
+        words += n_words
+        if 3 * words > total or n_words > 250 or any(it.kind == "heading" and it.style not in ("named", "")
+                                                      for it in piece):
             break
-        if any(it.kind == "heading" and it.style not in ("named", "") for p in ps for it in p) \
-                or any(sum(len(it.text.split()) for it in p) > 250 for p in ps):
-            break
-        ads = sum(trade(p) for p in ps)
-        if len(ps) >= 3 and ads >= 3 and 3 * ads >= 2 * len(ps) and trade(ps[0]):
+        pieces += 1
+        first_is_ad = trade(piece)
+        ads += first_is_ad
+        if pieces >= 3 and ads >= 3 and 3 * ads >= 2 * pieces and first_is_ad:
             start = b
     return items[:start] if start is not None else items
 
@@ -429,7 +425,7 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     for k, it in enumerate(out):
         if k < after or tuple(_tokens(it.text)) == title_t:
             continue
-        if it.kind == "heading" and it.style == "roman" and k >= after and " " in it.text \
+        if it.kind == "heading" and it.style == "roman" and " " in it.text \
                 and tuple(_tokens(it.text)) in named:
             # "I" / "THE SHADOW OF YEARS" under an entry "I.    THE SHADOW OF YEARS    3": a chapter the list names
             out[k] = _Item("heading", it.text, style="listedroman", num=it.num)
