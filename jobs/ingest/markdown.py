@@ -228,6 +228,11 @@ def _is_continuation(text: str, previous: str | None) -> bool:
     return bool(m and previous and m.group(1).strip(" .").casefold() == previous.strip(" .").casefold())
 
 
+_SUBHEAD_WORDS = 15
+"""A Markdown heading below the chapters' level with more words than this is a sentence marked up as a
+heading, read as a paragraph."""
+
+
 def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
     """Markdown -> items, the title H1 (if the file has one) and the author its metadata names. Falls back
     to plain-text headings."""
@@ -271,5 +276,8 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
             # a quotation headed below the chapters right under a PART heading is that part's epigraph
             epigraph = kind == "heading" and text[:1] in "\"\u201c'\u2018" and bool(items) \
                 and items[-1].kind == "heading" and items[-1].style in ("part", "book", "volume")
-            items.append(_Item("para", text, toc, epigraph=epigraph))
+            # any other heading below the chapters' level (a poem's "### I.", a story's "### II", a subtitle) is
+            # a heading inside its chapter: said as one, with the pause after it, never run into the text
+            subhead = kind == "heading" and not epigraph and not toc and len(text.split()) <= _SUBHEAD_WORDS
+            items.append(_Item("para", text, toc, epigraph=epigraph, subhead=subhead))
     return items, title_h1, meta.get("author")

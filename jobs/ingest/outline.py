@@ -26,7 +26,7 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
-from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
+from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _ROMAN, _Item, _caps_line, _match_heading,
                                _number_value, _roman_value)
 
 SPLIT_LEVELS = ("part", "chapter", "section")
@@ -1820,10 +1820,26 @@ def _join_all(titles: list[str]) -> str:
     return t
 
 
+_BARE_NUMERAL_RE = re.compile(rf"^(?:{_ROMAN}|\d{{1,3}})\.?$")
+
+
+def _spoken_subhead(text: str) -> str:
+    """What is said for a heading inside a chapter that Markdown marks below the chapters' level: a bare
+    numeral as a section ("### II." -> "Part II.", as a bare numeral section of a text book is said),
+    capitals de-shouted, any other heading as printed."""
+    text = text.strip()
+    if _BARE_NUMERAL_RE.match(text):
+        return f"Part {text.rstrip('.')}."
+    return title_case(text)
+
+
 def _add_items(chapter: tuple[str, list[str], list[str]], items: list[_Item]) -> None:
     _t, paras, kinds = chapter
     for it in items:
-        if it.kind == "para":
+        if it.kind == "para" and it.subhead:
+            paras.append(_spoken_subhead(it.text))
+            kinds.append("heading")
+        elif it.kind == "para":
             paras.append(it.text)
             kinds.append("text")
         elif it.kind == "break" and kinds and kinds[-1] == "text":

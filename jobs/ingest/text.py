@@ -342,6 +342,7 @@ class _Item:
     label: bool = False  # "toc" items: right after a "Contents" label
     hung: list[bool] | None = None  # "toc" items: per entry, indented under a shallower entry above it
     epigraph: bool = False  # a quotation marked up as a part's epigraph (a Markdown heading under a PART heading)
+    subhead: bool = False  # a Markdown heading below the chapters' level (a poem's "### I.", a subtitle)
 
 
 _ROMAN = r"(?=[IVXLCDM])M{0,4}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})"

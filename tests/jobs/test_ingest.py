@@ -648,6 +648,26 @@ def test_markdown_parts_prefix_their_first_chapter(tmp_path):
         ("Part Two. Chapter 3", ["Three."])]
 
 
+def test_markdown_headings_below_the_chapters_are_headings_inside_them(tmp_path):
+    # a poem's numbered parts ("### I.") and a letter's writer line, marked up below the chapters' level,
+    # are said as headings (the pause after them), a bare numeral as a part, capitals de-shouted; a
+    # sentence marked up as a heading stays a paragraph
+    long = "And so it was that the whole of the company went down to the river together at dawn that day"
+    p = tmp_path / "poems.md"
+    p.write_text(f"## THE BELLS\n\n### I.\n\nHear the sledges with the bells.\n\n### II.\n\nHear the mellow "
+                 f"wedding bells.\n\n## LETTER 1\n\n### USBEK TO RUSTAN\n\nWe stayed one day only.\n\n"
+                 f"### {long}\n\nThe end.\n\n## ANNABEL LEE\n\nIt was many and many a year ago.\n\n"
+                 f"## ELDORADO\n\nGaily bedight, a gallant knight.\n")
+    book = load_book(p)
+    assert [c.title for c in book.chapters] == ["The Bells", "LETTER 1", "Annabel Lee", "Eldorado"]
+    bells, letter = book.chapters[:2]
+    assert list(zip(bells.paragraphs, [bells.kind(i) for i in range(len(bells.paragraphs))])) == [
+        ("Part I.", "heading"), ("Hear the sledges with the bells.", "text"),
+        ("Part II.", "heading"), ("Hear the mellow wedding bells.", "text")]
+    assert [(letter.paragraphs[i], letter.kind(i)) for i in range(len(letter.paragraphs))] == [
+        ("Usbek to Rustan", "heading"), ("We stayed one day only.", "text"), (long, "text"), ("The end.", "text")]
+
+
 def test_markdown_without_hash_headings_uses_text_headings(tmp_path):
     p = tmp_path / "plain.md"
     p.write_text(f"CHAPTER I.\nThe Start\n\n{PROSE} *Emphasis* [a link](http://x.example).\n\nCHAPTER II.\n\nEnd.\n")

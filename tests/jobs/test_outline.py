@@ -1417,7 +1417,8 @@ def test_markdown_chapter_headings_printed_one_level_down_are_chapters_too():
     assert book.chapters[0].paragraphs[0].startswith("If anyone is curious about my local settings")
     assert book.chapters[7].paragraphs[0].startswith("'I suppose you will be getting away pretty soon")
     treasure = book.chapters[8].paragraphs
-    assert treasure[0] == "I" and "II" in treasure and treasure[-1] == "This was Mr Somerton's story:"
+    assert treasure[0] == "Part I." and "Part II." in treasure and treasure[-1] == "This was Mr Somerton's story:"
+    assert book.chapters[8].kind(0) == "heading"
 
 
 def test_the_authors_other_books_on_the_title_page_are_not_spoken():
@@ -2228,4 +2229,5 @@ def test_markdown_poems_under_group_headings_one_level_down_are_chapters():
                       "The City in the Sea.", "The Sleeper.", "Bridal Ballad.", "Poems of Manhood. Lenore",
                       "To One in Paradise.", "Poems of Youth. Sonnet--To Science", "Al Aaraaf", "To ----"]
     bells = book.chapters[1]
-    assert [p for p in bells.paragraphs if p.endswith(".") and len(p) <= 4] == ["I.", "II.", "III.", "IV."]
+    assert [(p, bells.kind(i)) for i, p in enumerate(bells.paragraphs) if p.startswith("Part ")] == [
+        ("Part I.", "heading"), ("Part II.", "heading"), ("Part III.", "heading"), ("Part IV.", "heading")]
