@@ -126,6 +126,23 @@ _FACSIMILE_RE = re.compile(r"^\W*(?:\{[^{}]{0,20}\}\s*)?(?:\(?from\s+an?\s+)?fac
 """A facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...")."""
 
 
+_BRACKETED_NOTE_RE = re.compile(r"^\[\s*note\s*:", re.I)
+
+
+def _bracketed_file_note(paras: list[str], i: int) -> range:
+    """The paragraphs of a note in square brackets that opens at ``i`` ("[Note: ...") and closes within six
+    paragraphs (or runs to the end of them), when it speaks of the text as the e-text gives it (its square brackets, "this text",
+    spelling kept or corrected); an empty range for any other note (the author's "[Note: ...]" aside)."""
+    depth, words = 0, 0
+    for j in range(i, min(len(paras), i + 6)):
+        depth += paras[j].count("[") - paras[j].count("]")
+        words += len(paras[j].split())
+        if depth <= 0 or j == len(paras) - 1:  # closed, or its closing line already taken (the edition it names)
+            note = " ".join(paras[i:j + 1])
+            return range(i, j + 1) if words <= 300 and _FILE_NOTE_RE.search(note) else range(0)
+    return range(0)
+
+
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in,
@@ -134,7 +151,9 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
     paragraph about this file, e-book or e-text that speaks of its images, version, format or
     making ("The images in this file are ...") or is labelled as a note on the file ("Note from the original
-    file: ..."); "He opened the file." stays. Also a paragraph wholly in braces
+    file: ..."), or is a note in square brackets on how the text is given ("[Note: The body of this novel
+    contains a lot of footnotes ... inserted in square brackets ...]", over its paragraphs); "He opened the file."
+    stays. Also a paragraph wholly in braces
     ("{Although the poem itself is included shortly, ... — A. L.}"), and, in the first chapters, a line naming
     the edition the text was taken from ("[This text is taken from the New York edition of 1919.]") and a
     facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...") with the copy of the page
@@ -165,6 +184,8 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
             out.add(i)
         elif front and len(p.split()) <= 120 and _FILE_NOTE_LABEL_RE.match(p):
             out.add(i)  # "Note from the original file: ..."
+        elif front and _BRACKETED_NOTE_RE.match(p):
+            out.update(_bracketed_file_note(paras, i))  # "[Note: The body of this novel ... square brackets ...]"
         elif _BRACED_RE.match(p.strip()) and len(p.split()) >= 5:
             out.add(i)  # a note in braces, the e-text maker's
         elif front and len(p.split()) <= 40 and _SOURCE_NOTE_RE.match(p):
@@ -211,11 +232,14 @@ _PAGE_REFS_RE = re.compile(r"\w,\s+\d{1,4}(?:[-\u2013]\d{1,4})?(?:,\s+\d{1,4}(?:
 def _back_index(paras: list[str]) -> int | None:
     """Where the book's index starts inside its last chapter: an "INDEX" label ("General Index", "Index of
     Names") after which every paragraph is a group letter ("A.") or holds entries with page numbers ("Accents,
-    92. Adagio, 189. ..."), ten page references or more in all; None when there is none."""
+    92. Adagio, 189. ..."), ten page references or more in all, perhaps with "THE END." under them; None when
+    there is none."""
     for j in range(len(paras) - 1, 0, -1):
         if not _INDEX_LABEL_RE.match(paras[j].strip()):
             continue
         rest = paras[j + 1:]
+        while rest and _the_end(rest[-1]):
+            rest = rest[:-1]  # "THE END." under the index: the book's last line, cut with it
         refs = sum(len(_PAGE_REFS_RE.findall(p)) for p in rest)
         if rest and refs >= 10 and all(len(p.strip(" .")) <= 2 or _PAGE_REFS_RE.search(p) for p in rest):
             return j

@@ -272,9 +272,10 @@ def _listed_sections(items: list[_Item], levels: dict[int, str],
 
 
 _TRADE_RE = re.compile(r"\b(?:Co\.|CO\.|Company|COMPANY|Address|ADDRESS|Manager|MANAGER|Dealers?|DEALERS?"
-                       r"|Manufacturers?|MANUFACTURERS?|Agents\s+wanted|AGENTS\s+WANTED|for\s+sale|Rates)(?:\W|$)")
-"""A tradesman's advertisement's words: its firm ("JESSE FRENCH PIANO & ORGAN CO."), "ADDRESS", "Manager",
-"Dealers in Watches", "AGENTS WANTED", "for sale", "Rates"."""
+                       r"|Manufacturers?|MANUFACTURERS?|Agents\s+wanted|AGENTS\s+WANTED|for\s+sale|Rates"
+                       r"|Merchants|MERCHANTS|Purveyors|PURVEYORS|Sold\s+by|SOLD\s+BY)(?:\W|$)")
+"""A tradesman's advertisement's words: its firm ("JESSE FRENCH PIANO & ORGAN CO.", "TEA MERCHANTS"), "ADDRESS",
+"Manager", "Dealers in Watches", "AGENTS WANTED", "for sale", "Rates", "Sold by Grocers"."""
 
 
 def _without_trade_advertisements(items: list[_Item]) -> list[_Item]:
@@ -310,6 +311,40 @@ def _without_trade_advertisements(items: list[_Item]) -> list[_Item]:
         if pieces >= 3 and ads >= 3 and 3 * ads >= 2 * pieces and first_is_ad:
             start = b
     return items[:start] if start is not None else items
+
+
+def _without_front_advertisements(items: list[_Item], title: str) -> list[_Item]:
+    """The book without the tradesmen's advertisements bound in before its title page: where the title page's
+    lines spell the book's title ("A PLAIN" / "COOKERY BOOK" / "FOR THE" / "WORKING CLASSES.") before the first
+    heading, and what stands before them is three or more pieces between scene-break rows, two in three of
+    them naming a price or a firm (as after the text: :func:`_without_trade_advertisements`), the book starts
+    at the title page."""
+    title_t = _tokens(title)
+    first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
+    if len(title_t) < 2:
+        return items
+    for r in range(1, first):
+        got: list[str] = []
+        for it in items[r:min(first, r + 6)]:
+            if it.kind != "para" or len(it.text.split()) > 8:
+                break
+            got += _tokens(it.text)
+            if got == title_t or len(got) >= len(title_t):
+                break
+        if got != title_t:
+            continue
+        pieces: list[list[_Item]] = [[]]
+        for it in items[:r]:
+            if it.kind == "break":
+                pieces.append([])
+            else:
+                pieces[-1].append(it)
+        pieces = [pc for pc in pieces if pc]
+        trade = sum(1 for pc in pieces if any(_PRICE_RE.search(it.text) or _TRADE_RE.search(it.text) for it in pc))
+        if len(pieces) >= 3 and trade >= 3 and 3 * trade >= 2 * len(pieces):
+            return items[r:]
+        return items
+    return items
 
 
 def _credit_headings(items: list[_Item]) -> list[_Item]:
@@ -486,6 +521,15 @@ _ORDINALS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", 
 _ORDINAL_LINE_RE = re.compile(rf"^({'|'.join(_ORDINALS)})\s+\w+\.?$", re.I)
 
 
+def _entry_of(line: str, label: str) -> bool:
+    """The line heads a numbered entry of the section ``label`` names: the label's words, then a number
+    ("GLOSSARY 12. WEED ASHES." under "GLOSSARY")."""
+    words = _tokens(label)
+    got = _tokens(line)
+    return 1 <= len(words) <= 3 and got[:len(words)] == words and len(got) > len(words) \
+        and got[len(words)].isdigit()
+
+
 def _promote_caps(items: list[_Item], title: str, author: str | None = None, listed: bool = False) -> list[_Item]:
     """Title-only headings: short lines in capitals set apart by two or more blank lines ("STORY OF
     THE DOOR", "HANS IN LUCK") are chapter headings when there are three or more of them, each
@@ -532,10 +576,11 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                  len(items)) if listed else len(items)
     cands = [k for k, it in enumerate(items) if k < limit and cand(k, it, 2)]
     # a line naming the notes of the title above it ("NOTES TO HANS PFAAL") is no chapter: its notes stay
-    # with that chapter, as under a "FOOTNOTES." label
+    # with that chapter, as under a "FOOTNOTES." label; nor is an entry headed by the name of the line
+    # above it and its number ("GLOSSARY 1. MONDAY MORNING--" ... under "GLOSSARY"): entries of that section
     above, notes = "", set()
     for k, it in enumerate(items):
-        if k in cands and above and _notes_of(it.text, above):
+        if k in cands and above and (_notes_of(it.text, above) or _entry_of(it.text, above)):
             notes.add(k)
         elif k in cands or it.kind == "heading":
             above = it.text
@@ -543,9 +588,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     # lines of the same kind that the contents list has already made headings count for the pattern: a
     # line its list misprints ("The Little Boy Pound" for THE LITTLE BOY FOUND) is found by its likeness
     named = sum(1 for it in items if it.kind == "heading" and it.style == "contents" and it.caps and it.apart >= 2)
-    # bare numerals that start at I right under such a line and run on are its parts, not chapters
+    # bare numerals that start at I right under such a line, or under a named heading ("INTRODUCTION" / "I" ...
+    # "IV"), and run on are its parts, not chapters
     parts: set[int] = set()
-    for k in cands:
+    for k in sorted(set(cands) | {k for k, it in enumerate(items) if it.kind == "heading" and it.style == "named"}):
         expect, j = 1, k + 1
         while j < len(items) and not (j != k + 1 and j in cands):
             it = items[j]
@@ -976,6 +1022,9 @@ def spoken_heading(it: _Item, level: str) -> str:
         text = f"{'Chapter' if level == 'chapter' else 'Part'} {numeral}" + (f" {title_case(rest)}" if rest else "")
     if it.style == "serial":  # "FEDERALIST No. 10": the series' name de-shouted, its number as printed
         name, _, rest = text.partition(" ")
+        m = re.match(r"^(\d+\.)\s+(\S.*)$", rest) if name.casefold() == "no." else None
+        if m:  # "No. 1. BOILED BEEF.": the entry's title de-shouted
+            return f"No. {m.group(1)} {title_case(m.group(2))}"
         return f"{title_case(name) if _shouted(name) else name} {rest}"
     if it.style in _KEYWORDS and it.style != "forced":
         m = re.match(r"^(\S+\s+\S+?[.:]?)(\s+.*)?$", text)  # "CHAPTER XIV." as printed, its title de-shouted
@@ -1082,6 +1131,30 @@ def _quoted_caps(t: str) -> bool:
     return _shouted(t) and len(t.split()) <= 10
 
 
+def _without_title_lines(paras: list[_Item], title: str) -> list[_Item]:
+    """The front without the title page's lines in capitals that spell a run of the book's title, two words or
+    more ("FOR THE" / "WORKING CLASSES." of "A Plain Cookery Book for the Working Classes"): the announcement
+    says the title, and "FOR THE" alone is no dedication."""
+    title_t = _tokens(title)
+    drop: set[int] = set()
+    for r in range(len(paras)):
+        got: list[str] = []
+        for e in range(r, min(len(paras), r + 6)):
+            t = paras[e].text
+            if not _shouted(t) or len(t.split()) > 8:
+                break
+            got += _tokens(t)
+            if len(got) >= 2 and any(title_t[i:i + len(got)] == got for i in range(len(title_t) - len(got) + 1)):
+                if e + 1 == len(paras) or not any(title_t[i:i + len(got) + len(_tokens(paras[e + 1].text))]
+                                                   == got + _tokens(paras[e + 1].text)
+                                                   for i in range(len(title_t))):
+                    drop.update(range(r, e + 1))
+                    break
+            elif len(got) >= 2:
+                break
+    return [it for n, it in enumerate(paras) if n not in drop]
+
+
 def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     """Front matter worth reading: the title page (lines before the first prose, dedication or
     epigraph: the title, "by ...", edition lines), notes by transcribers and producers, imprint lines
@@ -1101,7 +1174,7 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     paras = [it for n, it in enumerate(front) if not _NOTE_RE.match(it.text) and not imprint[n] and n not in place]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
-    paras = _without_other_books(paras)
+    paras = _without_title_lines(_without_other_books(paras), title)
     start = 0
     while start < len(paras):
         t = paras[start].text
@@ -1405,7 +1478,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _caption_lists(_paged_runs(_credit_headings(_labelled_title_lines(items))))
     groups = _contents_groups(items)
     items, entries, after = _resolve_toc(items)
-    items = _without_trade_advertisements(items)
+    items = _without_front_advertisements(_without_trade_advertisements(items), title)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
     items = _epigraph_parts(_promote_caps(items, title, author, listed=_all_listed(items, entries, after)))
     items = _promote_set_apart(items, title, author)

@@ -380,3 +380,38 @@ def test_a_plays_programme_page_before_its_first_act_is_said_as_its_title(tmp_pa
     assert "The Verge. Act I" in titles and "Inheritors. Act I" in titles
     assert "The Verge" not in titles and "Inheritors" not in titles
     assert titles[:2] == ["Trifles", "The Outside"]
+
+
+def test_glossary_entries_headed_by_its_name_and_a_bracketed_note_on_the_text(tmp_path):
+    """Castle Rackrent (heldout19): the glossary's 29 entries "GLOSSARY 1. MONDAY MORNING--" ... are entries
+    of the glossary, not chapters; the introduction's bare numerals "I" ... "V" right under "INTRODUCTION" are
+    its parts; the transcriber's "[Note: The body of this novel ... square brackets ...]" over four paragraphs
+    is not read."""
+    book = load_book(_bench_book("castle-rackrent.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles == ["Introduction", "Notes on \u2018Castle Rackrent\u2019", "Author\u2019s Preface", "Castle Rackrent",
+                      "Continuation of the Memoirs of the Rackrent Family. History of Sir Conolly Rackrent"]
+    intro = book.chapters[0]
+    assert [p for i, p in enumerate(intro.paragraphs) if intro.kind(i) == "heading"] == [
+        "Part I.", "Part II.", "Part III.", "Part IV.", "Part V."]
+    spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "square brackets near to the point" not in spoken and "replaced by capitals" not in spoken
+    last = book.chapters[-1].paragraphs
+    assert "GLOSSARY 1. MONDAY MORNING--" in last and "GLOSSARY 29. KILT." in last  # read in the glossary, in order
+    assert last.index("GLOSSARY 1. MONDAY MORNING--") < last.index("GLOSSARY 29. KILT.")
+
+
+def test_numbered_recipes_are_chapters_and_the_advertisements_round_them_are_not_read(tmp_path):
+    """A Plain Cookery Book (heldout19): 241 recipes headed "No. 1. BOILED BEEF." ... (No. 241's title over two
+    lines) are the chapters after the introduction; the tradesmen's advertisements before the title page, the
+    title page's lines and the index after the last recipe are not read."""
+    book = load_book(_bench_book("plain-cookery-book.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "Introduction." and len(titles) == 242
+    assert titles[1].startswith("No. 1. ") and titles[-1].startswith("No. 241. ")
+    assert titles[-1].endswith("Distribution to the Poor.")
+    assert [int(t.split()[1].rstrip(".")) for t in titles[1:]] == list(range(1, 242))
+    spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+    for phrase in ("TEA MERCHANTS", "Epps's Homoeopathic Cocoa", "ROUTLEDGE, WARNE", "Anchovy Sauce, 64"):
+        assert phrase not in spoken, phrase
+    assert not any(p in ("FOR THE", "WORKING CLASSES.") for c in book.chapters for p in c.paragraphs)
