@@ -40,7 +40,8 @@ from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
 from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
                                  title_case)
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _join_title, _norm, _show, _tokens
+from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _join_title, _norm,
+                                _show, _tokens)
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
 from jobs.ingest.text import _ORDINAL_HEADING_RE, _PG_END_RE, _PG_START_RE, _SECTION_RE
 
@@ -479,6 +480,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     numbered = False  # the last chapter is a numbered one: sentences marked up as headings after it are its text
     texted = False  # an entry with text of its own has been read
     title_page = False  # the nav's entry for the book's title came before any text: its title page's lines follow
+    cast_at: int | None = None  # the depth of a play's cast list just passed over, under its title's entry
     for n, (label, depth, blocks) in enumerate(segments[1:], 1):
         t, paras = _segment_paragraphs(label, blocks)
         if not texted:
@@ -532,6 +534,10 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         inner = next((m for m in range(n + 1, len(segments)) if segments[m][1] <= depth), len(segments)) - n - 1
         if _NUMBERED_ENTRY_RE.match(t) and (inner >= 2 or paras and inner):
             host = depth
+        if paras and pending and (_CAST_LABEL_RE.match(t.strip()) or _CAST_LABEL_AFTER_RE.search(t)) \
+                and all(len(q.split()) <= 16 for q in paras):
+            cast_at = depth  # a play's cast list under its title's entry ("CHARACTERS"): the playbill, not read
+            continue
         if not paras:
             # an entry without text lends its label to the next ("Part One"), a contents label excepted: its
             # list is not read, and "Contents. Foreword" is no title
@@ -542,7 +548,13 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         # a parent entry naming the book (a half-title over the chapters) lends no label: the announcement said it
         _keep_dedications(pending, depth, merged)
         heads = [pt for pt, pd in pending if pd < depth and pt and not _title_entry(pt, book_title)]
-        merged.append((_chain_titles(heads + [t]), depth, paras, ["text"] * len(paras)))
+        if cast_at == depth and heads:
+            # the play's title again after its cast list ("THE CHESTER PAGEANT OF THE DELUGE" under "THE CHESTER
+            # PAGEANT OF THE WATER-LEADERS ... NOAH'S DELUGE"): the play is titled by its entry, said once
+            merged.append((_chain_titles(heads), depth, paras, ["text"] * len(paras)))
+        else:
+            merged.append((_chain_titles(heads + [t]), depth, paras, ["text"] * len(paras)))
+        cast_at = None
         texted = True
         numbered = bool(_NUMBERED_ENTRY_RE.match(t))
         pending = []
@@ -781,6 +793,11 @@ def _chain_titles(titles: list[str]) -> str:
     for t in titles:
         out = _join_title(out, t) if out else _norm(t)
     return out
+
+
+_CAST_LABEL_AFTER_RE = re.compile(r"\s(?:CHARACTERS|DRAMATIS\s+PERSON\w+|PERSONS\s+REPRESENTED)\W*$")
+"""A cast list's label run into the subtitle above it in one nav entry ("EXTRACTION OF SOULS FROM HELL
+CHARACTERS")."""
 
 
 def _segment_paragraphs(title: str | None, blocks: list[_Block]) -> tuple[str, list[str]]:

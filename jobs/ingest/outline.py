@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
-from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _ROMAN, _Item, _caps_line, _match_heading,
+from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
                                _number_value, _roman_value)
 
 SPLIT_LEVELS = ("part", "chapter", "section")
@@ -978,6 +978,9 @@ def title_case(s: str) -> str:
         if _ROMAN_TOKEN_RE.match(w) and (n == 0 or words[n - 1].rstrip(".").lower() in _KEYWORDS or len(w) > 1):
             out.append(w)
             continue
+        if n and re.fullmatch(r"[A-Z][.:]?", w) and words[n - 1].rstrip(".").lower() in _LETTERED:
+            out.append(w)  # "APPENDIX A": the appendix's letter, not the article
+            continue
         low = w.lower()
         core = low.strip("\"'\u201c\u2018([_*.,:;!?")
         prev = words[n - 1] if n else ""
@@ -990,6 +993,8 @@ def title_case(s: str) -> str:
 
 
 _KEYWORDS = {"chapter", "book", "part", "volume", "stave", "canto", "act", "scene", "letter", "adventure", "section"}
+_LETTERED = {"appendix", "part", "section", "note", "plate", "schedule", "table"}
+"""Words a letter after them numbers ("APPENDIX A", "PART A")."""
 
 
 def _cap(w: str) -> str:
@@ -1893,9 +1898,6 @@ def _join_all(titles: list[str]) -> str:
     return t
 
 
-_BARE_NUMERAL_RE = re.compile(rf"^(?:{_ROMAN}|\d{{1,3}})\.?$")
-
-
 def _spoken_subhead(text: str) -> str:
     """What is said for a heading inside a chapter that Markdown marks below the chapters' level: a bare
     numeral as a section ("### II." -> "Part II.", as a bare numeral section of a text book is said),
@@ -1979,6 +1981,29 @@ def _with_parts(chapters: list[Chapter]) -> list[Chapter]:
             kinds = ["heading"] + (list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs))
             ch = Chapter(ch.index, m.group("title").rstrip(" ."), ["Part I.", *ch.paragraphs], kinds, ch.part)
             last = 1
+        out.append(ch)
+    return out
+
+
+_DASHED_SECTION_RE = re.compile(r"^(?P<num>[IVXLC]+)\.?\s*--\s*\S", re.I)
+_FIRST_DASHED_SECTION_RE = re.compile(r"(?:^|\.\s)I\.?\s*--\s*\S")
+
+
+def _dashed_sections(chapters: list[Chapter]) -> list[Chapter]:
+    """Numbered sections of an appendix listed as entries of their own: where a chapter's title ends with its
+    first section ("APPENDIX C. THE TOWN CYCLES. I.--THE YORK PAGEANTS"), the entries "II.--THE WAKEFIELD PLAYS",
+    "III.--THE CHESTER PLAYS" ... that number on from it are read inside it under their headings."""
+    out: list[Chapter] = []
+    last = None  # the number of the last section in out[-1]
+    for ch in chapters:
+        title = ch.title.strip()
+        m = _DASHED_SECTION_RE.match(title)
+        if m and out and last is not None and _roman_value(m.group("num").upper()) == last + 1:
+            head = m.group("num").upper() + title[len(m.group("num")):m.end() - 1] + title_case(title[m.end() - 1:])
+            out[-1] = _with_heading(out[-1], replace(ch, title=head))
+            last += 1
+            continue
+        last = 1 if _FIRST_DASHED_SECTION_RE.search(title) else None
         out.append(ch)
     return out
 
@@ -2120,7 +2145,7 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
     (:func:`_introduction_sections`), a first entry titled by the book's title is left untitled (the
     announcement says the title), titles in capitals said in title case, and the title page's lines (the book's title, its author,
     "by ...") at the start of the first chapter not spoken again after the announcement."""
-    chapters = _notes_sections(_introduction_sections(_with_parts(_play_sections(chapters))))
+    chapters = _notes_sections(_introduction_sections(_dashed_sections(_with_parts(_play_sections(chapters)))))
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
     out = []

@@ -415,3 +415,23 @@ def test_numbered_recipes_are_chapters_and_the_advertisements_round_them_are_not
     for phrase in ("TEA MERCHANTS", "Epps's Homoeopathic Cocoa", "ROUTLEDGE, WARNE", "Anchovy Sauce, 64"):
         assert phrase not in spoken, phrase
     assert not any(p in ("FOR THE", "WORKING CLASSES.") for c in book.chapters for p in c.paragraphs)
+
+
+def test_a_plays_cast_list_under_its_title_entry_and_an_appendixs_numbered_sections(tmp_path):
+    """"Everyman," with Other Interludes (EPUB 3, heldout19): each play's nav entry holds "CHARACTERS" (its cast
+    list) and the play's short title again; the play is one chapter under its own title, the cast list not read.
+    The appendices' sections "II.--THE WAKEFIELD (OR WOODKIRK) PLAYS" ... that number on from "I.--" in the
+    appendix's title are read inside it."""
+    book = load_book(_bench_book("everyman-and-other-interludes-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert "The Chester Pageant of the Water-Leaders and Drawers of the Dee Concerning Noah's Deluge" in titles
+    assert "The Chester Pageant of the Deluge" not in titles and "The Crucifixion" not in titles
+    deluge = book.chapters[titles.index(
+        "The Chester Pageant of the Water-Leaders and Drawers of the Dee Concerning Noah's Deluge")]
+    assert deluge.paragraphs[0].startswith("God. I, God, that all the world have wrought")
+    assert not any(p == "Noah's Wife" for c in book.chapters for p in c.paragraphs)  # the cast list
+    town = next(c for c in book.chapters if c.title.startswith("Appendix C."))
+    heads = [p for i, p in enumerate(town.paragraphs) if town.kind(i) == "heading"]
+    assert heads[:2] == ["II.--The Wakefield (or Woodkirk) Plays", "III.--The Chester Plays"], heads
+    assert [t.split(".")[0] for t in titles if t.lower().startswith("appendix")] == [
+        "Appendix A", "Appendix B", "Appendix C", "APPENDIX D"]  # "Appendix A", not the article "a"
