@@ -661,6 +661,9 @@ _TOC_ENTRY_RE = re.compile(
     r"(?P<title>[^\s.].{0,90}?)(?:[ \t]*(?:\.[ \t]*){2,}|[ \t]{2,})?(?:[ \t]*(?P<page>\d{1,4}))?$")
 
 
+_ROMAN_ONLY_RE = re.compile(rf"^{_ROMAN}$")
+
+
 def _numbered_entries_follow(lines: list[str]) -> bool:
     """Two or more lines follow, most of them numbered contents entries ("I.  Of Our Spiritual Strivings",
     "II.  Of the Dawn of Freedom"): the named heading over them ("The Forethought", "Preface") is the first
@@ -715,18 +718,27 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     titles: list[str] = []
     numbered = paged = bad = 0
     for ln in block:
-        m = _TOC_ENTRY_RE.match(ln.strip())
-        if not m or not (_title_like(m.group("title")) or m.group("page")):
+        line = ln.strip()
+        m = _TOC_ENTRY_RE.match(line)
+        worded = bool(m and m.group("num") and m.group("num").isalpha() and line.startswith(m.group("num"))
+                      and line[len(m.group("num")):][:1] in (" ", "\t") and not _ROMAN_ONLY_RE.match(m.group("num")))
+        # "Two Kings", "Six and One": a title that starts with a number word, not a numbered entry
+        title = (line[:m.start("page")].strip() if m.group("page") else line) if worded else m and m.group("title")
+        if not m or not (_title_like(title) or m.group("page")):
             bad += 1  # an entry the scan spoiled ("y Pretty Rose-Tree") among good ones
             continue
-        numbered += m.group("num") is not None
+        numbered += m.group("num") is not None and not worded
         paged += m.group("page") is not None
-        titles.append(m.group("title").strip())
+        titles.append(title.strip())
     if bad > 0.1 * len(block) or len(titles) < 3:
         return None
     if numbered == len(titles) or paged >= 0.8 * len(titles) or after_label:
         return titles
     return None
+
+
+_KEYWORD_NUMBER_RE = re.compile(rf"^{_KEYWORD}[ \t]+(?:{_ROMAN}|\d{{1,4}})\.")
+_NUMBER_START_RE = re.compile(rf"^(?:{_ROMAN}|\d{{1,4}})\.\s")
 
 
 def _hung_entries(block: list[str], titles: list[str]) -> list[bool] | None:
@@ -747,6 +759,9 @@ def _hung_entries(block: list[str], titles: list[str]) -> list[bool] | None:
     if not depth or min(_indent(ln) for ln in lines) != depth[0] or _indent(lines[0]) != depth[0]:
         return None
     hung = [d > depth[0] for d in depth]
+    numbered = sum(1 for ln in lines[1:] if _NUMBER_START_RE.match(ln.strip()))
+    if _KEYWORD_NUMBER_RE.match(lines[0].strip()) and numbered >= 2 and 3 * numbered >= 2 * (len(lines) - 1):
+        return None  # "CHAPTER I. The Widow ..." / "      II. The Old Mint": numerals set flush right, one list
     return hung if sum(hung) >= 2 else None
 
 

@@ -435,3 +435,23 @@ def test_a_plays_cast_list_under_its_title_entry_and_an_appendixs_numbered_secti
     assert heads[:2] == ["II.--The Wakefield (or Woodkirk) Plays", "III.--The Chester Plays"], heads
     assert [t.split(".")[0] for t in titles if t.lower().startswith("appendix")] == [
         "Appendix A", "Appendix B", "Appendix C", "APPENDIX D"]  # "Appendix A", not the article "a"
+
+
+def test_a_contents_whose_numerals_are_set_flush_right_under_chapter_one_lists_chapters(tmp_path):
+    """Jack Sheppard (heldout20): the contents prints "CHAPTER I. The Widow and her Child  1" and under it
+    "       II. The Old Mint  13", the numerals set flush right; the entries are chapters like the first, not
+    headlines hung under it (as a lecture's are), so "CHAPTER II." / "The Old Mint." is a chapter."""
+    book = load_book(_bench_book("jack-sheppard.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    for t in ("The Old Mint.", "Old London Bridge.", "Thames Darrell.", "The Mohocks."):
+        assert t in titles, t
+    assert len(titles) >= 55
+
+
+def test_contents_titles_that_start_with_a_number_word_name_their_headings(tmp_path):
+    """Fantastic Fables (heldout20): the contents lists "Two Kings", "Six and One" among the fables' titles; the
+    number word is the title's first word, not an entry's number, so the fables so headed are chapters."""
+    book = load_book(_bench_book("fantastic-fables.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    for t in ("Two Kings", "Six and One", "Two Dogs", "The Crimson Candle"):
+        assert t in titles, t
