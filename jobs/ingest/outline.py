@@ -329,7 +329,7 @@ def _without_front_advertisements(items: list[_Item], title: str) -> list[_Item]
             if it.kind != "para" or len(it.text.split()) > 8:
                 break
             got += _tokens(it.text)
-            if got == title_t or len(got) >= len(title_t):
+            if len(got) >= len(title_t):
                 break
         if got != title_t:
             continue
@@ -1141,22 +1141,24 @@ def _without_title_lines(paras: list[_Item], title: str) -> list[_Item]:
     more ("FOR THE" / "WORKING CLASSES." of "A Plain Cookery Book for the Working Classes"): the announcement
     says the title, and "FOR THE" alone is no dedication."""
     title_t = _tokens(title)
+
+    def in_title(words: list[str]) -> bool:
+        return any(title_t[i:i + len(words)] == words for i in range(len(title_t) - len(words) + 1))
+
     drop: set[int] = set()
-    for r in range(len(paras)):
+    r = 0
+    while r < len(paras):
         got: list[str] = []
-        for e in range(r, min(len(paras), r + 6)):
-            t = paras[e].text
-            if not _shouted(t) or len(t.split()) > 8:
-                break
-            got += _tokens(t)
-            if len(got) >= 2 and any(title_t[i:i + len(got)] == got for i in range(len(title_t) - len(got) + 1)):
-                if e + 1 == len(paras) or not any(title_t[i:i + len(got) + len(_tokens(paras[e + 1].text))]
-                                                   == got + _tokens(paras[e + 1].text)
-                                                   for i in range(len(title_t))):
-                    drop.update(range(r, e + 1))
-                    break
-            elif len(got) >= 2:
-                break
+        e = r  # the run r..e-1: short lines in capitals whose words, read on, are a stretch of the title
+        while e < min(len(paras), r + 6) and _shouted(paras[e].text) and len(paras[e].text.split()) <= 8 \
+                and in_title(got + _tokens(paras[e].text)):
+            got += _tokens(paras[e].text)
+            e += 1
+        if len(got) >= 2:
+            drop.update(range(r, e))
+            r = e
+        else:
+            r += 1
     return [it for n, it in enumerate(paras) if n not in drop]
 
 

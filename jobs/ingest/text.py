@@ -923,7 +923,7 @@ def _addressee_headings(blocks: list[list[str]], gaps: list[int]) -> set[int]:
 
 _SERIAL_RE = re.compile(rf"^(?P<kw>[A-Z][A-Za-z]+)[ \t]+(?:No\.|NO\.|Number|NUMBER)[ \t]*(?P<num>\d{{1,3}}|{_ROMAN})\.?$")
 """A numbered paper of a series, headed by the series' name: "FEDERALIST No. 10", "Rambler No. 4"."""
-_NUMBERED_ENTRY_RE = re.compile(r"^(?:No\.|NO\.)[ \t]*(?P<num>\d{1,4})\.[ \t]+(?P<title>[A-Z][^a-z]{2,}|[A-Z].{2,80}\.)$")
+_NO_ENTRY_RE = re.compile(r"^(?:No\.|NO\.)[ \t]*(?P<num>\d{1,4})\.[ \t]+(?P<title>[A-Z][^a-z]{2,}|[A-Z].{2,80}\.)$")
 """A numbered entry headed by "No." and its number, then its title ("No. 1. BOILED BEEF.", "No. 33. How to Dispose
 of the Pig's Pluck."): a cookery book's recipes, a manual's numbered pieces."""
 
@@ -931,14 +931,14 @@ of the Pig's Pluck."): a cookery book's recipes, a manual's numbered pieces."""
 def _serial_headings(blocks: list[list[str]]) -> dict[int, int]:
     """Blocks whose first line heads a paper of a series ("FEDERALIST No. 1" ... "FEDERALIST No. 85"): the same
     name with "No." and a number, three times or more, the numbers mostly running on by one; so do numbered
-    entries "No. 1. BOILED BEEF." ... (:data:`_NUMBERED_ENTRY_RE`), alone in their block or with their title's
+    entries "No. 1. BOILED BEEF." ... (:data:`_NO_ENTRY_RE`), alone in their block or with their title's
     last line in capitals under them. Block -> number."""
     found: dict[str, list[tuple[int, int]]] = {}
     for k, b in enumerate(blocks):
         m = _SERIAL_RE.match(b[0].strip())
         if m:
             found.setdefault(m.group("kw").casefold(), []).append((k, _number_value(m.group("num")) or 0))
-        m = _NUMBERED_ENTRY_RE.match(b[0].strip()) if len(b) <= 2 else None
+        m = _NO_ENTRY_RE.match(b[0].strip()) if len(b) <= 2 else None
         if m and (len(b) == 1 or _caps_line(b[1]) and len(b[1].split()) <= 12):  # a title may run on a line
             found.setdefault("no.", []).append((k, int(m.group("num"))))
     out: dict[int, int] = {}
