@@ -553,6 +553,8 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     numbered = NUMBERED_CHAPTER_STYLES | PART_STYLES | {"roman", "number", "listedroman"}  # "number": "216." alone
     title_t = tuple(_tokens(title))
     author_t = tuple(_tokens(author or ""))
+    # the title line may print only the main title: "LEGEND LAND" for "Legend Land, Vol. 1"
+    title_forms = {title_t, tuple(_tokens(title.split(", ")[0]))} if title_t else set()
 
     def followed(k: int) -> bool:
         if k + 1 >= len(items):
@@ -567,7 +569,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
 
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
-                and tuple(_tokens(it.text)) not in (title_t, author_t) and tuple(_tokens(it.text)) not in credited
+                and tuple(_tokens(it.text)) not in title_forms | {author_t} and tuple(_tokens(it.text)) not in credited
                 and not _BY_RE.match(it.text) and not _the_end(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
 
@@ -605,7 +607,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                      if it.kind == "heading" and it.style in numbered and k not in parts)
     # the title page's own title line in capitals set apart shows the same typography: it counts for the pattern
     # (never a heading itself)
-    shown = bool(title_t) and any(it.kind == "para" and it.caps and it.apart >= 2 and tuple(_tokens(it.text)) == title_t
+    shown = bool(title_t) and any(it.kind == "para" and it.caps and it.apart >= 2 and tuple(_tokens(it.text)) in title_forms
                                   for it in items[:limit])
     if not cands or len(cands) + named + shown < 3 or n_numbered * 3 > len(cands) + named:
         return items
@@ -1051,10 +1053,10 @@ _BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|tr
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
 signs a notice and is no credit."""
 _PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
-                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|^\W*(?i:published\s+by)\s")
+                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
 "SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.",
-"Published by DeLONG RICE & COMPANY. Nashville, Tenn.")."""
+"Published by DeLONG RICE & COMPANY. Nashville, Tenn.", "Published in 1922 by THE GREAT WESTERN RAILWAY")."""
 _ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b")
 """A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET")."""
 _PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
@@ -1072,6 +1074,7 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*p
                          r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
+                         r"|^\W*this\s+(?:book\s+|volume\s+)?is\s+a\s+reprint\b"
                          r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
@@ -1081,7 +1084,10 @@ to Act of Congress, in the year 1845 ..."), rights, printer, edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
 edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888", "A new
-edition, with several additions in the body of the work.")."""
+edition, with several additions in the body of the work.", "This is a reprint in book form of ...")."""
+_BEING_RE = re.compile(r"^\W*being\s+(?:a|an|the|some|his|her|their)\s", re.I)
+"""A title page's subtitle that tells what the book is: "Being a collection of some of the OLD TALES told ...",
+"Being the Memoirs of ..." (a line of the title page, not the first sentence of its text)."""
 
 _ETEXT_PREFACE_RE = re.compile(r"^(?:preface|note|notes|introduction|foreword)\s+(?:to|on)\s+(?:the|this)\s+"
                                r"(?:project\s+gutenberg\s+)?(?:e-?text|e-?book|electronic\s+(?:edition|text|version))\b",
@@ -1191,6 +1197,11 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
         if _NOTICE_LABEL_RE.match(t) and start + 1 < len(paras) and _is_prose(paras[start + 1].text):
             break  # "NOTICE" over the author's few sentences: the notice's title, not a title-page line
         start += 1
+    while start < len(paras) and _BEING_RE.match(paras[start].text) and len(paras[start].text.split()) <= 40 \
+            and not paras[start].text.rstrip().endswith((".", "!", "?")):
+        start += 1  # the subtitle "Being a collection of ..." under the title: then the title page goes on
+        while start < len(paras) and not (_is_prose(paras[start].text) or _DEDICATION_RE.match(paras[start].text)):
+            start += 1
     kept = paras[start:]
     title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
     byline = title_t + ("by",) + author_t  # a half-title with its byline in one block: "Common Sense" / "By Thomas Paine"
@@ -1516,6 +1527,9 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
             and len(_tokens(items[first].text)) - len(title_t) <= 3:
         items[first] = _Item("para", items[first].text)  # a series' "VOLUME 3" over the book's title: the title page
+    elif first is not None and items[first].style == "volume" and _title_volume(title) == items[first].num \
+            and not any(it.kind == "heading" and it.style == "volume" for it in items[first + 1:]):
+        items[first] = _Item("para", items[first].text)  # "VOLUME ONE" on the title page of "Legend Land, Vol. 1"
     items = _named_pieces(items)
     levels = _assign_levels(items)
     _listed_sections(items, levels, groups)
@@ -1535,6 +1549,15 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             front.append(it)
     _epigraphs_forward(front, nodes)
     return Outline(_front(_without_listed_titles(front, nodes), title, author), nodes)
+
+
+_TITLE_VOLUME_RE = re.compile(r"\b(?:Vol|Volume)\.?\s+(\w+)\.?$", re.I)
+
+
+def _title_volume(title: str) -> int | None:
+    """The volume a book's title names at its end ("Legend Land, Vol. 1", "Essays, Volume II"), or None."""
+    m = _TITLE_VOLUME_RE.search(title)
+    return _number_value(m.group(1)) if m else None
 
 
 _PIECE_RE = re.compile(r"^(?P<name>.*[^\W\d_].*?)\s+[-\u2013\u2014:]\s*(?P<num>[IVXLC]{1,7}|\d{1,3})\.?$")

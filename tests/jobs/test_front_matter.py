@@ -455,3 +455,18 @@ def test_contents_titles_that_start_with_a_number_word_name_their_headings(tmp_p
     titles = [c.title for c in book.chapters]
     for t in ("Two Kings", "Six and One", "Two Dogs", "The Crimson Candle"):
         assert t in titles, t
+
+
+def test_a_railway_booklets_title_page_under_its_volume_line_is_not_read(tmp_path):
+    """Legend Land, Vol. 1 (heldout20): the title page prints "LEGEND LAND" (the title without its "Vol. 1"), the
+    subtitle "Being a collection of some of the _OLD TALES_ told ...", "VOLUME ONE" (the volume the title names),
+    "_Published in 1922 by_" the railway, its general manager and station; after the contents, a note "This is a
+    reprint in book form of ..." and the printer's line. None of it is a chapter or read; the book starts with
+    its FOREWORD."""
+    book = load_book(_bench_book("legend-land-vol-1.txt.gz", tmp_path))
+    assert book.chapters[0].title.upper().startswith("FOREWORD"), [c.title for c in book.chapters[:3]]
+    spoken = " ".join(p for c in book.chapters for p in [c.title, *c.paragraphs])
+    for phrase in ("Being a collection", "GREAT WESTERN RAILWAY", "GENERAL MANAGER", "This is a reprint",
+                   "VOLUME ONE", "Printed by"):
+        assert phrase.lower() not in spoken.lower(), phrase
+    assert "Legend Land" not in [c.title for c in book.chapters]
