@@ -193,7 +193,7 @@ def _group_start(out: list[_Item], labelled: bool) -> int:
 
 def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], list[list[tuple[str, ...]]], int]:
     """Drop confirmed contents-list blocks (with their "Contents" label and the contents headings
-    between the label and the block); others become paragraphs again. Returns the items, the entries
+    between the label and the block) and a list of plates under its label; others become paragraphs again. Returns the items, the entries
     the contents named, each as the forms of its words (:func:`_entry_forms`: evidence for headings),
     and the position after the last contents list."""
     out: list[_Item] = []
@@ -202,6 +202,9 @@ def _resolve_toc(items: list[_Item]) -> tuple[list[_Item], list[list[tuple[str, 
     for k, it in enumerate(items):
         if it.kind != "toc":
             out.append(it)
+            continue
+        if out and out[-1].kind == "para" and _ILLUSTRATIONS_LABEL_RE.match(out[-1].text):
+            out.pop()  # "LIST OF THE PLATES" over its captions and pages: it names no headings
             continue
         if _confirmed_toc(items, k):
             entries.extend(_entry_forms(e) for e in it.entries or [])
@@ -567,8 +570,27 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     credited = {tuple(_tokens(m.group(1))) for it in items[:first_head] if it.kind == "para"
                 and len(it.text.split()) <= 30 for m in [re.search(r"\bby\s+([^.,;:]+)\W*$", it.text, re.I)] if m}
 
+    # a title page's line that starts the title, before any prose: "THE BEGGAR'S OPERA" over its subtitle
+    # "to which is prefixed the Musick to each Song" ("THE CALL OF THE WILD" of "... and Other Stories" may
+    # be a story's heading)
+    first_prose = next((k for k, it in enumerate(items) if it.kind == "para" and _is_prose(it.text)), len(items))
+
+    def title_start(k: int, t: tuple[str, ...]) -> bool:
+        return (k < first_prose and 2 <= len(t) < len(title_t) and title_t[:len(t)] == t
+                and title_t[len(t)] not in ("and", "with", "or"))
+
+    # a play's cast list from its label ("DRAMATIS PERSONAE.") to the next prose or heading: "MEN.", "WOMEN."
+    cast: set[int] = set()
+    for k, it in enumerate(items):
+        if it.kind == "para" and _CAST_LABEL_RE.match(it.text):
+            j = k + 1
+            while j < len(items) and items[j].kind != "heading" and not (items[j].kind == "para" and _is_prose(items[j].text)):
+                cast.add(j)
+                j += 1
+
     def cand(k: int, it: _Item, apart: int) -> bool:
-        return (it.kind == "para" and it.caps and it.apart >= apart and followed(k)
+        return (it.kind == "para" and it.caps and it.apart >= apart and followed(k) and k not in cast
+                and not title_start(k, tuple(_tokens(it.text))) and not _ILLUSTRATIONS_LABEL_RE.match(it.text)
                 and tuple(_tokens(it.text)) not in title_forms | {author_t} and tuple(_tokens(it.text)) not in credited
                 and not _BY_RE.match(it.text) and not _the_end(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
@@ -610,7 +632,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     shown = bool(title_t) and any(it.kind == "para" and it.caps and it.apart >= 2 and tuple(_tokens(it.text)) in title_forms
                                   for it in items[:limit])
     if not cands or len(cands) + named + shown < 3 or n_numbered * 3 > len(cands) + named:
-        return items
+        return _front_pieces(items, [k for k, it in enumerate(items) if cand(k, it, 1)])
     letters = [k for k in cands if re.fullmatch(r"[A-Z]\.?", items[k].text)]
     if len(letters) >= 5:  # a dictionary's sections "A" ... "Z": its other lines in capitals are entries, verses
         cands = [k for k in cands if k < letters[0] or k in letters]
@@ -659,6 +681,25 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 expect += 1
             else:
                 under = False
+    return out
+
+
+def _front_pieces(items: list[_Item], cands: list[int]) -> list[_Item]:
+    """A book cut at numbered acts or chapters with pieces before the first that are headed by lines in
+    capitals ("CLAUD LOVAT FRASER", a memoir of the designer; "NOTE ON THE SCENE AND COSTUMES ...", before
+    "ACT I. SCENE I."): such a line is a chapter heading when three paragraphs of prose or more (150 words or
+    more) follow it before the next such line or heading (``cands``: the lines in capitals after one blank line
+    or more). Lines in capitals among the chapters are not."""
+    first = next((k for k, it in enumerate(items) if it.kind == "heading" and it.style in RANKED_CHAPTER_STYLES
+                  and it.num == 1), None)
+    if first is None:
+        return items
+    out = list(items)
+    for k in (c for c in cands if c < first):
+        end = next((j for j in range(k + 1, first) if j in cands or items[j].kind == "heading"), first)
+        prose = [it.text for it in items[k + 1:end] if it.kind == "para" and _is_prose(it.text)]
+        if len(prose) >= 3 and sum(len(t.split()) for t in prose) >= 150:
+            out[k] = _Item("heading", items[k].text, style="caps")
     return out
 
 
@@ -1075,6 +1116,7 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*p
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*this\s+(?:book\s+|volume\s+)?is\s+a\s+reprint\b"
+                         r"|\bthe\s+text\s+(?:here\s+given\s+|of\s+this\s+edition\s+)?is\s+(?:taken|reprinted|printed)\s+from\b"
                          r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
@@ -1101,12 +1143,17 @@ _ROMAN_YEAR_RE = re.compile(r"^M{1,2}(?:CM|CD|D?C{0,4})(?:XC|XL|L?X{0,4})(?:IX|I
 """A year in roman numerals alone, an imprint's date ("MDCCLXXVI")."""
 
 
+_PLACE_YEAR_RE = re.compile(r"^[A-Z][A-Z .]{2,20}:\s+\S.*\b1[5-9]\d\d\.?$")
+"""The title page's place, publisher and year on one line: "LONDON: William Heinemann 1921"."""
+
+
 def _imprint_line(t: str) -> bool:
     """A publisher's, printer's or producer's line of the title page (:data:`_IMPRINT_RE`, :data:`_PUBLISHER_RE`,
-    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`), or its date alone in roman numerals ("MDCCLXXVI")."""
+    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`, :data:`_PLACE_YEAR_RE`), or its date alone in roman numerals ("MDCCLXXVI")."""
     n = len(t.split())
     return bool(_IMPRINT_RE.search(t) and n <= 120 or _PUBLISHER_RE.search(t) and n <= 30
                 or _ADDRESS_RE.search(t) and n <= 12 or _PRINTING_RE.search(t) and n <= 25
+                or _PLACE_YEAR_RE.match(t) and n <= 10
                 or len(t.strip(" .")) >= 4 and _ROMAN_YEAR_RE.match(t.strip()))
 
 
@@ -1144,8 +1191,10 @@ def _quoted_caps(t: str) -> bool:
 
 def _without_title_lines(paras: list[_Item], title: str) -> list[_Item]:
     """The front without the title page's lines in capitals that spell a run of the book's title, two words or
-    more ("FOR THE" / "WORKING CLASSES." of "A Plain Cookery Book for the Working Classes"): the announcement
-    says the title, and "FOR THE" alone is no dedication."""
+    more ("FOR THE" / "WORKING CLASSES." of "A Plain Cookery Book for the Working Classes"), and without a line
+    in any case that is a stretch of the title of three words or more ("To which is Prefixed the MUSICK to each
+    SONG." of "The Beggar's Opera to which is prefixed the Musick to each Song"): the announcement says the
+    title, and "FOR THE" alone is no dedication."""
     title_t = _tokens(title)
 
     def in_title(words: list[str]) -> bool:
@@ -1165,6 +1214,10 @@ def _without_title_lines(paras: list[_Item], title: str) -> list[_Item]:
             r = e
         else:
             r += 1
+    for n, it in enumerate(paras):  # a line that is a stretch of the title, in any case: "The BEGGAR'S OPERA."
+        words = _tokens(it.text)
+        if len(words) >= 3 and len(it.text.split()) <= 12 and in_title(words):
+            drop.add(n)
     return [it for n, it in enumerate(paras) if n not in drop]
 
 
@@ -1206,7 +1259,8 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
     byline = title_t + ("by",) + author_t  # a half-title with its byline in one block: "Common Sense" / "By Thomas Paine"
     kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t, ("by",), byline)
-            and not _BY_RE.match(it.text) and not _CONTENTS_LABEL_RE.match(it.text)]
+            and not _BY_RE.match(it.text) and not _CONTENTS_LABEL_RE.match(it.text)
+            and not _ILLUSTRATIONS_LABEL_RE.match(it.text)]
     texts = [it.text for it in kept]
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
         return []
@@ -1265,7 +1319,7 @@ def _without_etext_prefaces(front: list[_Item]) -> list[_Item]:
 
 
 _PAGED_ENTRY_RE = re.compile(r"^(?P<title>\S.{0,90}?)(?:[ \t]*\.){0,40}[ \t]+(?P<page>\d{1,4})$")
-_ILLUSTRATIONS_LABEL_RE = re.compile(r"^(?:list\s+of\s+)?(?:illustrations|plates)[.:]?$", re.I)
+_ILLUSTRATIONS_LABEL_RE = re.compile(r"^(?:list\s+of\s+(?:the\s+)?)?(?:illustrations|plates)[.:]?$", re.I)
 
 
 def _paged(it: _Item) -> bool:

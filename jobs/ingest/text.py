@@ -455,7 +455,7 @@ def _shouted(s: str) -> bool:
 
 
 def _match_heading(line: str) -> _Heading | None:
-    line = line.strip()
+    line = line.strip().replace("\u00a0", " ")  # "ACT\u00a0I. SCENE I.": a no-break space set after the keyword
     if not line or len(line) > 100:
         return None
     m = _HEADING_RE.match(line)

@@ -470,3 +470,23 @@ def test_a_railway_booklets_title_page_under_its_volume_line_is_not_read(tmp_pat
                    "VOLUME ONE", "Printed by"):
         assert phrase.lower() not in spoken.lower(), phrase
     assert "Legend Land" not in [c.title for c in book.chapters]
+
+
+def test_a_ballad_operas_title_page_plates_cast_and_prefatory_pieces(tmp_path):
+    """The Beggar's Opera (heldout21): "ACT\u00a0I. SCENE I." (a no-break space after ACT) is the first act; the
+    memoir "CLAUD LOVAT FRASER" and the "NOTE ON THE SCENE AND COSTUMES ..." before the acts, each with pages of
+    prose, are chapters; the half-title, the title page ("The" / "BEGGAR'S" / "OPERA.", "To which is Prefixed the
+    MUSICK to each SONG.", "LONDON: William Heinemann 1921"), the note on the text, the printing history, "LIST OF
+    THE PLATES" with its entries and the cast's "MEN." / "WOMEN." are neither chapters nor read."""
+    book = load_book(_bench_book("beggars-opera.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[:3] == ["Claud Lovat Fraser", "Note on the Scene and Costumes at the Lyric Theatre, Hammersmith",
+                          "Introduction. Beggar, Player."], titles
+    assert [t.split(".")[0].upper() for t in titles[3:]] == ["ACT I", "ACT II", "ACT III"], titles
+    assert book.chapters[3].paragraphs[0].startswith("_SCENE, Peachum's House._") \
+        or book.chapters[3].paragraphs[0].startswith("SCENE, Peachum's House"), book.chapters[3].paragraphs[0]
+    spoken = " ".join(p for c in book.chapters for p in [c.title, *c.paragraphs])
+    for phrase in ("Prefixed the MUSICK", "William Heinemann", "taken from the edition of 1765", "First published",
+                   "New Impression", "LIST OF THE PLATES", "Frontispiece", "To face page"):
+        assert phrase.lower() not in spoken.lower(), phrase
+    assert "Men." not in titles and "Women." not in titles

@@ -1478,7 +1478,7 @@ def test_topics_under_a_line_about_the_text_in_a_transcribers_note_are_not_spoke
     example ("All of the footnotes have been re-numbered ...", "Leading blanks are reproduced ... Eg.:" /
     "FERDINAND.  Sister, I have a suit to you."): none of it is spoken."""
     book = load_book(STRUCTURE / "duchess-of-malfi-excerpt.txt")
-    assert [c.title for c in book.chapters] == ["", "ACT I", "Act V"]
+    assert [c.title for c in book.chapters] == ["Introductory Note", "ACT I", "Act V"]  # the note before the acts, pages of prose, is a chapter
     assert book.chapters[-1].paragraphs[-1] == "END OF PLAY"
     said = _said(book)
     for gone in ("Transcriber", "Comments on the preparation", "re-numbered", "angle brackets", "spelled out",
