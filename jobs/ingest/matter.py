@@ -208,16 +208,20 @@ def _advertisements(paras: list[str]) -> int | None:
     ("New Picture Books for Little Children.", "Catalogue of ..."), and from it to the end only short
     paragraphs (lists of titles, series lines: 60 words at most) that name prices twice or more ("TEN CENTS
     EACH.", "PRICE, 75 Cts.", "3s. 6d.") or a price and the publishers ("McLOUGHLIN BROS., PUBLISHERS, New
-    York."), less than half the chapter's words; None when there are none."""
+    York."), less than half the chapter's words; None when there are none. A press notice quoted under a
+    title (61 to 150 words) may stand among them where the list names two more prices for each such notice."""
     total = sum(len(p.split()) for p in paras)
     start = None
     for j in range(len(paras) - 1, 0, -1):
-        if len(paras[j].split()) > 60:
+        if len(paras[j].split()) > 150:
             break
         if len(paras[j].split()) > 12 or not _ADS_HEAD_RE.search(paras[j]):
             continue
         tail = paras[j:]
         prices = sum(1 for p in tail if _PRICE_RE.search(p))
+        notices = sum(1 for p in tail if len(p.split()) > 60)
+        if notices and prices < 2 + 2 * notices:
+            continue
         if (prices >= 2 or prices and any(_PUBLISHERS_LINE_RE.search(p) for p in tail)) \
                 and 2 * sum(len(p.split()) for p in tail) < total:
             start = j  # the earliest such line opens the list

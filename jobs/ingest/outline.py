@@ -1093,11 +1093,12 @@ _BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|tr
 """A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
 signs a notice and is no credit."""
-_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
+_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b[A-Z][a-z]+\s+Press\b(?!\s+(?:of|and)\b)|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
                            r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
 "SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.",
-"Published by DeLONG RICE & COMPANY. Nashville, Tenn.", "Published in 1922 by THE GREAT WESTERN RAILWAY")."""
+"Published by DeLONG RICE & COMPANY. Nashville, Tenn.", "Published in 1922 by THE GREAT WESTERN RAILWAY",
+"D. B. Updike \u00b7 The Merrymount Press \u00b7 Boston")."""
 _ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b")
 """A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET")."""
 _PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
@@ -1116,6 +1117,7 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*p
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*this\s+(?:book\s+|volume\s+)?is\s+a\s+reprint\b"
+                         r"|^\W*this\s+series\b[^.]{0,80}\b(?:is|are|was)\s+published\b"
                          r"|\bthe\s+text\s+(?:here\s+given\s+|of\s+this\s+edition\s+)?is\s+(?:taken|reprinted|printed)\s+from\b"
                          r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
@@ -1581,8 +1583,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
             and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
             and len(_tokens(items[first].text)) - len(title_t) <= 3:
         items[first] = _Item("para", items[first].text)  # a series' "VOLUME 3" over the book's title: the title page
-    elif first is not None and items[first].style == "volume" and _title_volume(title) == items[first].num \
-            and not any(it.kind == "heading" and it.style == "volume" for it in items[first + 1:]):
+    elif first is not None and _lone_volume_line(items, first, title):
         items[first] = _Item("para", items[first].text)  # "VOLUME ONE" on the title page of "Legend Land, Vol. 1"
     items = _named_pieces(items)
     levels = _assign_levels(items)
@@ -1606,6 +1607,24 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
 
 
 _TITLE_VOLUME_RE = re.compile(r"\b(?:Vol|Volume)\.?\s+(\w+)\.?$", re.I)
+
+
+def _lone_volume_line(items: list[_Item], first: int, title: str) -> bool:
+    """Whether the first heading, a "VOLUME" line and the book's only one, is a line of the title page: the
+    volume the title names ("VOLUME ONE" of "Legend Land, Vol. 1"), or a series' number over the title's
+    lines ("SCANDINAVIAN CLASSICS" / "VOLUME VI" / "MODERN ICELANDIC" / "PLAYS")."""
+    if items[first].style != "volume" or any(it.kind == "heading" and it.style == "volume" for it in items[first + 1:]):
+        return False
+    if _title_volume(title) == items[first].num:
+        return True
+    title_t, got = tuple(_tokens(title)), ()
+    for it in items[first + 1:first + 5]:
+        if it.kind != "para":
+            break
+        got += tuple(_tokens(it.text))
+        if got == title_t:
+            return True
+    return False
 
 
 def _title_volume(title: str) -> int | None:

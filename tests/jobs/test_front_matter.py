@@ -490,3 +490,19 @@ def test_a_ballad_operas_title_page_plates_cast_and_prefatory_pieces(tmp_path):
                    "New Impression", "LIST OF THE PLATES", "Frontispiece", "To face page"):
         assert phrase.lower() not in spoken.lower(), phrase
     assert "Men." not in titles and "Women." not in titles
+
+
+def test_a_series_volume_line_over_the_title_and_the_series_advertisements_are_not_read(tmp_path):
+    """Modern Icelandic Plays (heldout21): the series page "SCANDINAVIAN CLASSICS" / "VOLUME VI" / "MODERN
+    ICELANDIC" / "PLAYS" is a title page, not a part; the printer "D. B. Updike · The Merrymount Press · Boston"
+    and "This series of SCANDINAVIAN CLASSICS is published by ..." are not read; nor are the Foundation's
+    publications at the end (titles, prices and press notices of up to 80 words) and the errata after them."""
+    book = load_book(_bench_book("modern-icelandic-plays.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "Introduction" and "VOLUME VI" not in titles and len(titles) == 8, titles
+    assert all(c.part is None for c in book.chapters)
+    spoken = " ".join(p for c in book.chapters for p in [c.title, *c.paragraphs])
+    for phrase in ("Merrymount Press", "This series of SCANDINAVIAN CLASSICS", "Price $1.50",
+                   "HENRY GODDARD LEACH", "There has always been a peculiar fascination", "Errata noted"):
+        assert phrase.lower() not in spoken.lower(), phrase
+    assert "I have smiled my teeth all white and shining" in spoken  # the songs after the last act are read
