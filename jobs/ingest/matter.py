@@ -99,6 +99,10 @@ _FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|elec
                            r"|\bsquare\s+brackets\b", re.I)
 
 
+_CORRECTION_RE = re.compile(r"^\W*(?:page|p\.|pg\.?)\s*\d{1,4}\b[^:]{0,30}:"
+                            r"|\b(?:changed|corrected)\s+[\"\u201c'].{1,80}?[\"\u201d']\s+to\s+[\"\u201c']", re.I)
+"""A transcriber's correction: "Page 83: changed "her serious, eyes" to "her serious eyes"", "Page 138: Added
+missing word "we" ..."."""
 _END_NOTE_RE = re.compile(r"^\[\s*(?:foot\s*)?note\s+\d{1,3}\s*:", re.I)
 """A numbered note in brackets ("[Footnote 1: Frontispiece, with the caption ...]"): under a transcriber's
 label, every such note in a row is the transcriber's."""
@@ -147,7 +151,7 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in,
     and the paragraphs under it that speak of the text, its spelling or its files, up to five, all the
-    bracketed numbered notes "[Footnote 1: ...]" in a row under it, and topics under labels of their own
+    bracketed numbered notes "[Footnote 1: ...]" and corrections ("Page 83: changed ... to ...") in a row under it, and topics under labels of their own
     ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
     paragraph about this file, e-book or e-text that speaks of its images, version, format or
     making ("The images in this file are ...") or is labelled as a note on the file ("Note from the original
@@ -176,7 +180,7 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                     elif under and (_is_prose(q) or q.rstrip().endswith(":")) and len(q.split()) <= 120:
                         under -= 1
                     elif not (j <= i + 5 and _FILE_NOTE_RE.search(q) and len(q.split()) <= 200
-                              or _END_NOTE_RE.match(q)):
+                              or _END_NOTE_RE.match(q) or _CORRECTION_RE.search(q) and len(q.split()) <= 60):
                         break
                     out.add(j)
                     j += 1

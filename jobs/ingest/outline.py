@@ -573,11 +573,9 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     # a title page's line that starts the title, before any prose: "THE BEGGAR'S OPERA" over its subtitle
     # "to which is prefixed the Musick to each Song" ("THE CALL OF THE WILD" of "... and Other Stories" may
     # be a story's heading)
-    first_prose = next((k for k, it in enumerate(items) if it.kind == "para" and _is_prose(it.text)), len(items))
-
     def title_start(k: int, t: tuple[str, ...]) -> bool:
-        return (k < first_prose and 2 <= len(t) < len(title_t) and title_t[:len(t)] == t
-                and title_t[len(t)] not in ("and", "with", "or"))
+        return (2 <= len(t) < len(title_t) and title_t[:len(t)] == t and title_t[len(t)] not in ("and", "with", "or")
+                and not any(it.kind == "para" and _is_prose(it.text) for it in items[:k]))
 
     # a play's cast list from its label ("DRAMATIS PERSONAE.") to the next prose or heading: "MEN.", "WOMEN."
     cast: set[int] = set()
@@ -694,9 +692,9 @@ def _front_pieces(items: list[_Item], cands: list[int]) -> list[_Item]:
                   and it.num == 1), None)
     if first is None:
         return items
-    out = list(items)
+    out, marked = list(items), set(cands)
     for k in (c for c in cands if c < first):
-        end = next((j for j in range(k + 1, first) if j in cands or items[j].kind == "heading"), first)
+        end = next((j for j in range(k + 1, first) if j in marked or items[j].kind == "heading"), first)
         prose = [it.text for it in items[k + 1:end] if it.kind == "para" and _is_prose(it.text)]
         if len(prose) >= 3 and sum(len(t.split()) for t in prose) >= 150:
             out[k] = _Item("heading", items[k].text, style="caps")
@@ -1155,7 +1153,7 @@ def _imprint_line(t: str) -> bool:
     n = len(t.split())
     return bool(_IMPRINT_RE.search(t) and n <= 120 or _PUBLISHER_RE.search(t) and n <= 30
                 or _ADDRESS_RE.search(t) and n <= 12 or _PRINTING_RE.search(t) and n <= 25
-                or _PLACE_YEAR_RE.match(t) and n <= 10
+                or n <= 10 and _PLACE_YEAR_RE.match(t)
                 or len(t.strip(" .")) >= 4 and _ROMAN_YEAR_RE.match(t.strip()))
 
 
@@ -1409,10 +1407,15 @@ def _labelled_title_lines(items: list[_Item]) -> list[_Item]:
     return out
 
 
+_PAGED_CAPTION_RE = re.compile(r"(?:\s\d{1,4}|\bfrontispiece|\btitle(?:-page)?)[\W_]*$", re.I)
+"""A caption in a list of illustrations, ending with its page: "... exaggerated patience      8", "_Frontispiece_"."""
+
+
 def _caption_lists(items: list[_Item]) -> list[_Item]:
     """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
     Illustrations") label and three or more captions of a few words (eight at most), one per block,
-    up to the next heading or longer paragraph, is dropped with its label: it names no headings."""
+    up to the next heading or longer paragraph, is dropped with its label: it names no headings. So is
+    one whose captions, of any length, each end with their page ("FACING PAGE" over the first)."""
     out: list[_Item] = []
     k = 0
     while k < len(items):
@@ -1422,6 +1425,13 @@ def _caption_lists(items: list[_Item]) -> list[_Item]:
             while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 8:
                 e += 1
             if e - k - 1 >= 3 and (e == len(items) or items[e].kind != "para"):
+                k = e
+                continue
+            e = k + 1  # captions of any length, each ending with its page: "... patience      8", "_Frontispiece_"
+            while e < len(items) and (items[e].kind == "toc" or items[e].kind == "para" and len(items[e].text.split()) <= 80
+                                      and _PAGED_CAPTION_RE.search(items[e].text)):
+                e += 1
+            if e - k - 1 >= 3:
                 k = e
                 continue
         out.append(it)

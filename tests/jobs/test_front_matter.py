@@ -506,3 +506,17 @@ def test_a_series_volume_line_over_the_title_and_the_series_advertisements_are_n
                    "HENRY GODDARD LEACH", "There has always been a peculiar fascination", "Errata noted"):
         assert phrase.lower() not in spoken.lower(), phrase
     assert "I have smiled my teeth all white and shining" in spoken  # the songs after the last act are read
+
+
+def test_a_list_of_illustrations_with_long_captions_and_a_transcribers_corrections_are_not_read(tmp_path):
+    """American Adventures (heldout22): "LIST OF ILLUSTRATIONS" / "FACING PAGE" over captions of up to three lines,
+    each ending with its page ("... according to the best traditions   _Frontispiece_", "... patience   8"), is
+    dropped whole, not read as a chapter named by the next heading ("FARTHEST SOUTH"); the transcriber's notes at
+    the end ("Page 83: changed "her serious, eyes" to ...") are not read."""
+    book = load_book(_bench_book("american-adventures.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert "Farthest South" not in titles and len(titles) == 61, titles[:3]
+    spoken = " ".join(p for c in book.chapters for p in [c.title, *c.paragraphs])
+    for phrase in ("LIST OF ILLUSTRATIONS", "FACING PAGE", "best traditions Frontispiece", "patience 8",
+                   "Page 83: changed", "Page 590", "Added missing word"):
+        assert phrase.lower() not in spoken.lower(), phrase
