@@ -1413,8 +1413,8 @@ _PAGED_CAPTION_RE = re.compile(r"(?:\s\d{1,4}|\bfrontispiece|\btitle(?:-page)?)[
 
 def _caption_lists(items: list[_Item]) -> list[_Item]:
     """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
-    Illustrations") label and three or more captions of a few words (eight at most), one per block,
-    up to the next heading or longer paragraph, is dropped with its label: it names no headings. So is
+    Illustrations") label and three or more captions (thirty words at most, with the artist's name or not),
+    one per block, up to the next heading, is dropped with its label: it names no headings. So is
     one whose captions, of any length, each end with their page ("FACING PAGE" over the first)."""
     out: list[_Item] = []
     k = 0
@@ -1422,7 +1422,7 @@ def _caption_lists(items: list[_Item]) -> list[_Item]:
         it = items[k]
         if it.kind == "para" and _ILLUSTRATIONS_LABEL_RE.match(it.text):
             e = k + 1
-            while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 8:
+            while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 30:
                 e += 1
             if e - k - 1 >= 3 and (e == len(items) or items[e].kind != "para"):
                 k = e
@@ -2273,6 +2273,10 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
                 paras.pop(0)
                 if kinds:
                     kinds.pop(0)
+            run = _title_page_lines(paras, title or "")
+            if run:
+                paras = paras[:run.start] + paras[run.stop:]
+                kinds = kinds[:run.start] + kinds[run.stop:] if kinds else kinds
             if not paras:
                 continue
         spoken = title_case(ch.title) if _shouted(ch.title) else ch.title
@@ -2281,6 +2285,31 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
             spoken = ""  # front matter under the title page's entry: the announcement said the title
         out.append(Chapter(len(out) + 1, spoken, paras, kinds, ch.part))
     return _dedications_opening(out) or chapters
+
+
+_CREDIT_LINE_RE = re.compile(r"^\W*(?:(?:translated|edited|illustrated|selected|arranged|compiled|revised)\b"
+                             r"|with\s+(?:an?\s+)?(?:preface|introduction|foreword|notes?|memoir)\b|by\s+\S)", re.I)
+"""A title page's credit line: "TRANSLATED WITH INTRODUCTION AND NOTES BY ...", "WITH A PREFACE BY ...", "BY ..."."""
+
+
+def _title_page_lines(paras: list[str], title: str) -> range:
+    """The lines of a title page printed after other opening matter (an epigraph over "PERPETUAL PEACE A
+    PHILOSOPHICAL ESSAY"): from a short line that starts with the book's title (its part before a colon), the
+    short lines under it that are no prose, or are credits ("BY IMMANUEL KANT", "TRANSLATED ... BY ...", "WITH A
+    PREFACE BY ..."), imprint or edition lines, up to the first other paragraph; an empty range when there is none."""
+    main_t = tuple(_tokens(title.split(":")[0]))
+    if len(main_t) < 1:
+        return range(0)
+    for i, p in enumerate(paras[:30]):
+        words = tuple(_tokens(p))
+        if len(p.split()) <= 15 and words[:len(main_t)] == main_t and not _is_prose(p):
+            e = i + 1
+            while e < len(paras) and len(paras[e].split()) <= 40 and (
+                    _CREDIT_LINE_RE.match(paras[e]) or _imprint_line(paras[e]) or _ROMAN_YEAR_RE.match(paras[e].strip())
+                    or re.fullmatch(r"\W*1[5-9]\d\d\W*", paras[e]) or not _is_prose(paras[e])):
+                e += 1
+            return range(i, e) if e - i >= 2 else range(0)
+    return range(0)
 
 
 def _dedications_opening(chapters: list[Chapter]) -> list[Chapter]:

@@ -520,3 +520,29 @@ def test_a_list_of_illustrations_with_long_captions_and_a_transcribers_correctio
     for phrase in ("LIST OF ILLUSTRATIONS", "FACING PAGE", "best traditions Frontispiece", "patience 8",
                    "Page 83: changed", "Page 590", "Added missing word"):
         assert phrase.lower() not in spoken.lower(), phrase
+
+
+def test_a_list_of_illustrations_with_artists_names_is_not_read(tmp_path):
+    """The Log School-House on the Columbia (heldout22): "LIST OF ILLUSTRATIONS." over captions with their artists
+    ("The mountain lion      D. Carter Beard", two-line captions, "Redrawn by Walter C. Greenough"), up to
+    "CHAPTER I.": none of it is read, and the preface before it still is."""
+    book = load_book(_bench_book("log-school-house-on-the-columbia.txt.gz", tmp_path))
+    spoken = " ".join(p for c in book.chapters for p in [c.title, *c.paragraphs])
+    for phrase in ("LIST OF ILLUSTRATIONS", "D. Carter Beard", "Redrawn by Walter C. Greenough",
+                   "stoical and silent. E. J. Austen"):
+        assert phrase.lower() not in spoken.lower(), phrase
+    assert book.chapters[0].title.startswith("Preface") and len(book.chapters[0].paragraphs) >= 3
+
+
+def test_an_epub_title_page_after_an_epigraph_is_not_read(tmp_path):
+    """Perpetual Peace (EPUB 3, heldout21): the first document holds Tennyson's lines, then the title page
+    ("PERPETUAL PEACE A PHILOSOPHICAL ESSAY", "BY IMMANUEL KANT", "1795", "TRANSLATED WITH INTRODUCTION AND NOTES
+    BY ...", "WITH A PREFACE BY PROFESSOR LATTA", the publishers, the impressions), then the preface: the epigraph
+    and the preface are read, the title page is not."""
+    book = load_book(_bench_book("perpetual-peace-epub.epub", tmp_path))
+    first = book.chapters[0]
+    spoken = " ".join(first.paragraphs)
+    assert "Parliament of man" in spoken and "This translation of Kant" in spoken
+    for phrase in ("BY IMMANUEL KANT", "TRANSLATED WITH INTRODUCTION", "WITH A PREFACE BY", "GEORGE ALLEN",
+                   "MACMILLAN", "Second Impression"):
+        assert phrase.lower() not in spoken.lower(), phrase
