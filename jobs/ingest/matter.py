@@ -85,7 +85,7 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
     return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
 
 
-_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|preparer|e-?text\s+editor"
+_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|preparer|poster|e-?text\s+editor"
                             r"|project\s+gutenberg\s+editor)(?:'s|\u2019s|s'|s)?"
                             r"\s+(?:notes?|comments?)\b", re.I)
 _SUB_LABEL_RE = re.compile(r"^[A-Z][A-Za-z'\u2019 -]{0,40}:$")

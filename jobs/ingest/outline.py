@@ -1215,8 +1215,7 @@ def _without_title_lines(paras: list[_Item], title: str) -> list[_Item]:
         else:
             r += 1
     for n, it in enumerate(paras):  # a line that is a stretch of the title, in any case: "The BEGGAR'S OPERA."
-        words = _tokens(it.text)
-        if len(words) >= 3 and len(it.text.split()) <= 12 and in_title(words):
+        if len(it.text) <= 200 and len(it.text.split()) <= 12 and len(words := _tokens(it.text)) >= 3 and in_title(words):
             drop.add(n)
     return [it for n, it in enumerate(paras) if n not in drop]
 
@@ -1411,6 +1410,37 @@ _PAGED_CAPTION_RE = re.compile(r"(?:\s\d{1,4}|\bfrontispiece|\btitle(?:-page)?)[
 """A caption in a list of illustrations, ending with its page: "... exaggerated patience      8", "_Frontispiece_"."""
 
 
+_NUMBERED_ENTRY_START_RE = re.compile(r"^(?:(?i:contents|table\s+of\s+contents)[.:]?\s+)?(\d{1,3})\.\s+\S")
+
+
+def _numbered_contents(items: list[_Item]) -> list[_Item]:
+    """A contents list of numbered summaries under its label ("CONTENTS" / "1. The description of the family of
+    Wakefield; in which ...", the label run into the first entry or not), five entries or more whose numbers run
+    up from 1 (two run together in one paragraph skip one), 60 words at most each: dropped with its label. The
+    chapters' headings ("CHAPTER 1" over the same summary) are found without it."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        it = items[k]
+        labelled = it.kind == "para" and _CONTENTS_LABEL_RE.match(it.text)
+        first = k + 1 if labelled else k
+        m = _NUMBERED_ENTRY_START_RE.match(items[first].text) if first < len(items) and items[first].kind == "para" else None
+        if m and int(m.group(1)) == 1 and (labelled or m.group(0)[:1].isalpha()):
+            e, last = first, 0
+            while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 60:
+                n = _NUMBERED_ENTRY_START_RE.match(items[e].text)
+                if n is None or not last < int(n.group(1)) <= last + 2:
+                    break
+                last = int(n.group(1))
+                e += 1
+            if e - first >= 5:
+                k = e
+                continue
+        out.append(it)
+        k += 1
+    return out
+
+
 def _caption_lists(items: list[_Item]) -> list[_Item]:
     """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
     Illustrations") label and three or more captions (thirty words at most, with the artist's name or not),
@@ -1559,7 +1589,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     (the header's title, or its part before a comma: "Adventures of Huckleberry Finn, Complete") over the first
     heading is a half-title and is not spoken, nor a genre line in capitals ("PLAY IN FOUR ACTS.") or a line
     of scene and time ("Scene:  The Mississippi Valley ...") under it."""
-    items = _caption_lists(_paged_runs(_credit_headings(_labelled_title_lines(items))))
+    items = _numbered_contents(_caption_lists(_paged_runs(_credit_headings(_labelled_title_lines(items)))))
     groups = _contents_groups(items)
     items, entries, after = _resolve_toc(items)
     items = _without_front_advertisements(_without_trade_advertisements(items), title)

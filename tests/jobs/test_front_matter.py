@@ -546,3 +546,24 @@ def test_an_epub_title_page_after_an_epigraph_is_not_read(tmp_path):
     for phrase in ("BY IMMANUEL KANT", "TRANSLATED WITH INTRODUCTION", "WITH A PREFACE BY", "GEORGE ALLEN",
                    "MACMILLAN", "Second Impression"):
         assert phrase.lower() not in spoken.lower(), phrase
+
+
+def test_a_contents_of_numbered_summaries_is_not_read(tmp_path):
+    """The Vicar of Wakefield (heldout23): "CONTENTS" run into its first entry, then 32 numbered summaries over two
+    or three lines ("2. Family misfortunes. The loss of fortune only serves to / increase the pride of the
+    worthy"), two of them run together ("... constitution 5. A new and great acquaintance introduced."): the list
+    is not read; each chapter still opens with its own summary under "CHAPTER 1"."""
+    book = load_book(_bench_book("vicar-of-wakefield.txt.gz", tmp_path))
+    assert len(book.chapters) == 33
+    opening = " ".join(book.chapters[0].paragraphs)
+    assert "CONTENTS" not in opening and "Family misfortunes" not in opening and "constitution 5." not in opening
+    assert book.chapters[1].paragraphs[0].startswith("The description of the family of Wakefield")
+
+
+def test_a_posters_note_is_the_e_texts_not_the_books(tmp_path):
+    """The Chemical History of a Candle (heldout23): "Poster's note: "combustion that makes!" was corrected from a
+    misprint ..." at the end is the e-text maker's note, like a transcriber's: not read."""
+    book = load_book(_bench_book("chemical-history-of-a-candle.txt.gz", tmp_path))
+    spoken = " ".join(p for c in book.chapters for p in c.paragraphs)
+    assert "Poster's note" not in spoken and "corrected from a misprint" not in spoken
+    assert "Royal George" in spoken or len(book.chapters) >= 7  # the lectures and their notes are still read
