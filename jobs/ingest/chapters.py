@@ -19,7 +19,7 @@ from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _drop_invisible, _is_prose, _norm
 from jobs.ingest.markdown import _MD_ESCAPE_RE, _md_items
-from jobs.ingest.outline import _ILLUSTRATIONS_LABEL_RE, Structure, build_outline, merge_fragments, title_case, to_chapters
+from jobs.ingest.outline import Structure, build_outline, merge_fragments, title_case, to_chapters
 from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items, _unspace_letters
 
 
@@ -37,8 +37,7 @@ def _build_chapters(items: list[_Item], book_title: str, author: str | None = No
 
 
 def _drop_toc_para_runs(items: list[_Item]) -> list[_Item]:
-    """Drop runs of 3+ contents-entry paragraphs (and a "Contents" label just before them), and a shorter run
-    under a contents or illustrations label ("LIST OF THE PLATES") with its label."""
+    """Drop runs of 3+ contents-entry paragraphs (and a "Contents" label just before them)."""
     out: list[_Item] = []
     k = 0
     while k < len(items):
@@ -49,7 +48,7 @@ def _drop_toc_para_runs(items: list[_Item]) -> list[_Item]:
         e = k
         while e < len(items) and items[e].toc:
             e += 1
-        label_before = bool(out) and (_CONTENTS_LABEL_RE.match(out[-1].text) or _ILLUSTRATIONS_LABEL_RE.match(out[-1].text)) is not None
+        label_before = bool(out) and _CONTENTS_LABEL_RE.match(out[-1].text) is not None
         if e - k >= 3 or label_before:
             if label_before:
                 out.pop()

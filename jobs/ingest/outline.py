@@ -1243,17 +1243,15 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     start = 0
     while start < len(paras):
         t = paras[start].text
+        # a credit line and the subtitle "Being a collection of ..." under the title are the title page's
+        title_line = (_BY_RE.match(t) and len(t.split()) <= 20
+                      or _BEING_RE.match(t) and len(t.split()) <= 40 and not t.rstrip().endswith((".", "!", "?")))
         if (_is_prose(t) or _DEDICATION_RE.match(t) or t.startswith(("\u201c", '"')) and not _quoted_caps(t)
-                or t.strip(" .").casefold() in ("to", "for")) and not (_BY_RE.match(t) and len(t.split()) <= 20):
+                or t.strip(" .").casefold() in ("to", "for")) and not title_line:
             break
         if _NOTICE_LABEL_RE.match(t) and start + 1 < len(paras) and _is_prose(paras[start + 1].text):
             break  # "NOTICE" over the author's few sentences: the notice's title, not a title-page line
         start += 1
-    while start < len(paras) and _BEING_RE.match(paras[start].text) and len(paras[start].text.split()) <= 40 \
-            and not paras[start].text.rstrip().endswith((".", "!", "?")):
-        start += 1  # the subtitle "Being a collection of ..." under the title: then the title page goes on
-        while start < len(paras) and not (_is_prose(paras[start].text) or _DEDICATION_RE.match(paras[start].text)):
-            start += 1
     kept = paras[start:]
     title_t, author_t = tuple(_tokens(title)), tuple(_tokens(author or ""))
     byline = title_t + ("by",) + author_t  # a half-title with its byline in one block: "Common Sense" / "By Thomas Paine"
@@ -1619,12 +1617,8 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = [it for k, it in enumerate(items) if k not in half]
     items = _addresses_announced(_volume_title_pages(_openings_named(items, title), title))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), None)
-    if first is not None and items[first].style in PART_STYLES and title_t \
-            and tuple(_tokens(items[first].text))[-len(title_t):] == title_t \
-            and len(_tokens(items[first].text)) - len(title_t) <= 3:
-        items[first] = _Item("para", items[first].text)  # a series' "VOLUME 3" over the book's title: the title page
-    elif first is not None and _lone_volume_line(items, first, title):
-        items[first] = _Item("para", items[first].text)  # "VOLUME ONE" on the title page of "Legend Land, Vol. 1"
+    if first is not None and _title_page_heading(items, first, title):
+        items[first] = _Item("para", items[first].text)
     items = _named_pieces(items)
     levels = _assign_levels(items)
     _listed_sections(items, levels, groups)
@@ -1649,15 +1643,20 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
 _TITLE_VOLUME_RE = re.compile(r"\b(?:Vol|Volume)\.?\s+(\w+)\.?$", re.I)
 
 
-def _lone_volume_line(items: list[_Item], first: int, title: str) -> bool:
-    """Whether the first heading, a "VOLUME" line and the book's only one, is a line of the title page: the
-    volume the title names ("VOLUME ONE" of "Legend Land, Vol. 1"), or a series' number over the title's
-    lines ("SCANDINAVIAN CLASSICS" / "VOLUME VI" / "MODERN ICELANDIC" / "PLAYS")."""
-    if items[first].style != "volume" or any(it.kind == "heading" and it.style == "volume" for it in items[first + 1:]):
-        return False
-    if _title_volume(title) == items[first].num:
+def _title_page_heading(items: list[_Item], first: int, title: str) -> bool:
+    """Whether the book's first heading is a line of its title page: a series' "VOLUME 3" over the book's title
+    on the same line, or a "VOLUME" line that is the book's only one and names the volume the title names
+    ("VOLUME ONE" of "Legend Land, Vol. 1") or a series' number over the title's lines ("SCANDINAVIAN CLASSICS" /
+    "VOLUME VI" / "MODERN ICELANDIC" / "PLAYS")."""
+    it, title_t = items[first], tuple(_tokens(title))
+    if it.style in PART_STYLES and title_t and tuple(_tokens(it.text))[-len(title_t):] == title_t \
+            and len(_tokens(it.text)) - len(title_t) <= 3:
         return True
-    title_t, got = tuple(_tokens(title)), ()
+    if it.style != "volume" or any(later.kind == "heading" and later.style == "volume" for later in items[first + 1:]):
+        return False
+    if _title_volume(title) == it.num:
+        return True
+    got: tuple[str, ...] = ()
     for it in items[first + 1:first + 5]:
         if it.kind != "para":
             break
@@ -2317,11 +2316,6 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
     return _dedications_opening(out) or chapters
 
 
-_CREDIT_LINE_RE = re.compile(r"^\W*(?:(?:translated|edited|illustrated|selected|arranged|compiled|revised)\b"
-                             r"|with\s+(?:an?\s+)?(?:preface|introduction|foreword|notes?|memoir)\b|by\s+\S)", re.I)
-"""A title page's credit line: "TRANSLATED WITH INTRODUCTION AND NOTES BY ...", "WITH A PREFACE BY ...", "BY ..."."""
-
-
 def _title_page_lines(paras: list[str], title: str) -> range:
     """The lines of a title page printed after other opening matter (an epigraph over "PERPETUAL PEACE A
     PHILOSOPHICAL ESSAY"): from a short line that starts with the book's title (its part before a colon), the
@@ -2335,8 +2329,7 @@ def _title_page_lines(paras: list[str], title: str) -> range:
         if len(p.split()) <= 15 and words[:len(main_t)] == main_t and not _is_prose(p):
             e = i + 1
             while e < len(paras) and len(paras[e].split()) <= 40 and (
-                    _CREDIT_LINE_RE.match(paras[e]) or _imprint_line(paras[e]) or _ROMAN_YEAR_RE.match(paras[e].strip())
-                    or re.fullmatch(r"\W*1[5-9]\d\d\W*", paras[e]) or not _is_prose(paras[e])):
+                    _BY_RE.match(paras[e]) or _imprint_line(paras[e]) or not _is_prose(paras[e])):
                 e += 1
             return range(i, e) if e - i >= 2 else range(0)
     return range(0)
