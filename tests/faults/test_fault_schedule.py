@@ -163,17 +163,19 @@ class Schedule:
         waited for; their batches were re-enqueued by the reaper.)"""
         r = self.store.r
         deadline = time.monotonic() + timeout
+        pending: object = None
         while time.monotonic() < deadline:
             try:
-                busy = (sum(r.llen(q) for q in ("tts.high", "tts.normal", "tts.low"))
-                        + len(self.store.running(job_id)))
-            except Exception:
-                busy = 1
+                pending = ({q: r.llen(q) for q in ("tts.high", "tts.normal", "tts.low")}, self.store.running(job_id))
+                busy = sum(pending[0].values()) + len(pending[1])
+            except Exception as e:
+                pending, busy = repr(e), 1
             if not busy:
                 time.sleep(1.5)  # the last messages taken, handled; a SIGCONTed worker's last steps
                 return
             time.sleep(0.2)
-        raise AssertionError(f"job {job_id}: messages still pending after {timeout} s {self.where()}")
+        raise AssertionError(f"job {job_id}: messages still pending after {timeout} s (queued, running: {pending}) "
+                             f"{self.where()}")
 
     # ---------------------------------------------------------------- submits
 
