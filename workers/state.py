@@ -408,7 +408,8 @@ _LUA_IS_SENDER = " or ".join(f"task:sub(1, {len(p)}) == '{p}'" for p in (SENDING
 
 _LUA_CREATE = """
 -- KEYS: job, done, jobs, active, failed, deliveries, guard, running, records
--- ARGV: job_id, created, reset, nfields, f1, v1, ..., ndone, done ids, then (optional) a holder and the
+-- ARGV: job_id, created, reset, nfields, f1, v1, ..., ndone, done ids (their running entries dropped), then
+-- (optional) a holder and the
 -- ids of batches to enter in `running` as held by it, with no lease (unless a worker's entry is there:
 -- an earlier sender's, left by a submit that died or failed, is replaced: this one queues the batch now)
 local exists = redis.call('EXISTS', KEYS[1]) == 1
@@ -426,7 +427,12 @@ for i = 0, n - 1 do
 end
 local d = 5 + 2 * n
 local nd = tonumber(ARGV[d])
-for i = d + 1, d + nd do redis.call('SADD', KEYS[2], ARGV[i]) end
+for i = d + 1, d + nd do
+  redis.call('SADD', KEYS[2], ARGV[i])
+  -- a done batch runs nowhere: an entry left by a worker that wrote it but could not count it (Redis was
+  -- down) would outlive the job, since the reaper does not sweep a cancelled or finished one
+  redis.call('HDEL', KEYS[8], ARGV[i])
+end
 for i = d + nd + 2, #ARGV do
   local cur = redis.call('HGET', KEYS[8], ARGV[i])
   local replace = not cur
@@ -469,6 +475,15 @@ end
 return n
 """
 
+_LUA_DROP_DONE_RUNNING = """
+-- KEYS: running, done.  Drop the entries of batches that are done.
+local n = 0
+for _, b in ipairs(redis.call('HKEYS', KEYS[1])) do
+  if redis.call('SISMEMBER', KEYS[2], b) == 1 then n = n + redis.call('HDEL', KEYS[1], b) end
+end
+return n
+"""
+
 #: Set a field of a job's hash only if the job exists (a job Redis lost is not re-created as a stub of one
 #: field, which would keep the reapers from rebuilding it). KEYS: job hash; ARGV: field, value.
 _LUA_SET_IF_JOB = """
@@ -506,6 +521,7 @@ class JobStore:
         self._stale = self.r.register_script(_LUA_STALE_FINALIZE)
         self._set_status = self.r.register_script(_LUA_SET_STATUS)
         self._drop_running = self.r.register_script(_LUA_DROP_RUNNING)
+        self._drop_done_running = self.r.register_script(_LUA_DROP_DONE_RUNNING)
         self._set_if_job = self.r.register_script(_LUA_SET_IF_JOB)
 
     # ------------------------------------------------------------ keys
@@ -653,13 +669,15 @@ class JobStore:
         return self.require_job(job_id)
 
     def finish(self, job_id: str, summary: dict | None) -> bool:
-        """Mark the job done (after ``finalize``); ``finalize_runs`` counts how often that happened.
-        False if Redis does not know the job (see :meth:`set_status`)."""
+        """Mark the job done (after ``finalize``); ``finalize_runs`` counts how often that happened. The
+        ``running`` entries of done batches go (left by a worker that could not count its batch while Redis was
+        down: no reaper sweeps a finished job). False if Redis does not know the job (see :meth:`set_status`)."""
         if not self.set_status(job_id, JobStatus.DONE, finished=now(), summary=summary):
             return False
         self.r.hincrby(self.k_job(job_id), "finalize_runs", 1)
         self.r.delete(self.k_lease(job_id, FINALIZE))
         self.r.hdel(self.k(job_id, "running"), FINALIZE)
+        self._drop_done_running(keys=[self.k(job_id, "running"), self.k(job_id, "done")])
         self.expire_done(job_id)
         return True
 

@@ -230,3 +230,26 @@ def test_a_finalized_job_redis_lost_is_rebuilt_as_done(redis_url, short_book, tm
         assert recovery.rebuild_lost_jobs(s) == 0
     finally:
         runtime.reset_for_tests()
+
+
+def test_a_done_batch_keeps_no_running_entry_after_a_resume_or_the_finish(redis_url):
+    # A worker wrote batches 1 and 2 but could not count them (Redis was down): their running entries stay
+    # while their leases lapse. A resume that finds them written on disk counts them done, and no entry of a
+    # done batch outlives that: the reaper never sweeps a cancelled or finished job, so nothing else drops it.
+    s = _store(redis_url)
+    j = _job(s, batches=3)
+    w = _holder("t-writer", pid=7)
+    for b in (1, 2):
+        assert s.begin(j, b, w, 0.05, 6)[0] == "ok"
+    s.cancel(j)
+    time.sleep(0.1)  # the leases lapse
+    info = s.get_job(j)
+    info.status, info.cancelled = JobStatus.RUNNING, False
+    assert s.create_job(info, done_ids=[1], reset=True) == 2
+    assert set(s.running(j)) == {"2"}  # batch 2 not known done yet: its entry is what the reaper queues
+    assert s.begin(j, 0, _holder("t0"), 10, 6)[0] == "ok"
+    s.r.sadd(s.k(j, "done"), 2)  # counted another way (a rebuild from the directory)
+    assert s.complete(j, 0, _holder("t0"), {}, 1.0)[0] == "finalize"
+    assert s.begin(j, FINALIZE, _holder("tf"), 10, 6)[0] == "ok"
+    assert s.finish(j, {"chapter_files": []}) is True
+    assert s.running(j) == {}
