@@ -38,8 +38,8 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
-                                 title_case)
+from jobs.ingest.outline import (PASSAGE_MAX_MEDIAN_WORDS, PASSAGES_MIN, PASSAGES_MIN_GROUPS, _BY_RE,
+                                 _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks, title_case)
 from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _join_title, _norm,
                                 _show, _tokens)
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
@@ -473,6 +473,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     entries = [(label, depth) for label, depth, _blocks in segments]
     parts = _restarting_parts(entries)
     pieces = _nested_parts(entries)
+    passages = _numbered_passages(entries, [sum(len(b.text.split()) for b in blocks) for _l, _d, blocks in segments])
     inserts = _between_numbers(entries)
     # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
     pending: list[tuple[str, int]] = []
@@ -486,9 +487,9 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         if not texted:
             paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
             # before the book's first text, entries for the title page's lines (its title, a subtitle under
-            # it, an edition line) title nothing: "THROUGH THE LOOKING-GLASS" / "And What Alice Found There"
+            # it, an edition line, the publisher's imprint) title nothing: "THROUGH THE LOOKING-GLASS" / "And What Alice Found There"
             if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or _BRACKETED_LINE_RE.match(t) \
-                    or _AUTHOR_OF_RE.match(t) or (
+                    or _AUTHOR_OF_RE.match(t) or not front_matter and _imprint_line(t) or (
                     title_page and not paras and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t)):
                 title_page = title_page or _title_entry(t, book_title)
                 if not paras:
@@ -508,13 +509,15 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
                           ks + ["heading"] + ["text"] * len(paras))
             numbered = texted = True
             continue
-        if n in pieces and (merged or pending):
-            # a poem's or tale's numbered part listed under its entry (and a titled piece beside them: "ARGUMENT.")
+        if (n in pieces or n in passages) and (merged or pending):
+            # a poem's or tale's numbered part listed under its entry (and a titled piece beside them: "ARGUMENT."),
+            # or a numbered fragment under its section's entry
             if pending:
                 merged.append((_chain_titles([pt for pt, _pd in pending if pt]), depth, [], []))
                 pending = []
             pt, pd, ps, ks = merged[-1]
-            head = f"Part {t.strip().rstrip('.')}." if _bare_number(t) is not None else _spoken(t)
+            head = f"{t.strip().rstrip('.')}." if n in passages else \
+                f"Part {t.strip().rstrip('.')}." if _bare_number(t) is not None else _spoken(t)
             merged[-1] = (pt, pd, ps + [head] + paras, ks + ["heading"] + ["text"] * len(paras))
             texted = True
             continue
@@ -686,6 +689,36 @@ def _nested_parts(entries: list[tuple[str | None, int]]) -> set[int]:
                 and len(children) - len(numbers) <= 1 and _bare_number(entries[children[-1]][0]) is not None:
             found.append(children)
     return {m for run in found for m in run} if len(found) >= 2 else set()
+
+
+_PASSAGE_NUMBER_RE = re.compile(r"^\d{1,4}\.?$")
+
+
+def _numbered_passages(entries: list[tuple[str | None, int]], words: list[int]) -> set[int]:
+    """The entries that are numbered passages of a book of fragments or sayings, listed under their section's
+    entry ("SECTION I" / "THOUGHTS ON MIND AND ON STYLE" / "1" ... "59", "SECTION II" / ... / "60" ...): entries
+    titled by a number alone, nested under an entry of another kind, at least
+    :data:`~jobs.ingest.outline.PASSAGES_MIN` of them under :data:`~jobs.ingest.outline.PASSAGES_MIN_GROUPS`
+    parent entries or more, whose median text (``words``: each entry's words) is
+    :data:`~jobs.ingest.outline.PASSAGE_MAX_MEDIAN_WORDS` words at most. They are read inside their section under
+    their number, not as chapters of their own (a novel's bare-numbered chapters under its parts run to thousands
+    of words)."""
+    found: list[int] = []
+    parents: set[int] = set()
+    parent: int | None = None  # the last entry of another kind, and its depth
+    for n, (label, depth) in enumerate(entries):
+        if n == 0:
+            continue
+        if label and _PASSAGE_NUMBER_RE.match(label.strip()):
+            if parent is not None and depth > entries[parent][1]:
+                found.append(n)
+                parents.add(parent)
+            continue
+        parent = n
+    if len(found) < PASSAGES_MIN or len(parents) < PASSAGES_MIN_GROUPS:
+        return set()
+    sizes = sorted(words[n] for n in found)
+    return set(found) if sizes[len(sizes) // 2] <= PASSAGE_MAX_MEDIAN_WORDS else set()
 
 
 def _bare_number(label: str | None) -> int | None:

@@ -131,6 +131,10 @@ _FACSIMILE_RE = re.compile(r"^\W*(?:\{[^{}]{0,20}\}\s*)?(?:\(?from\s+an?\s+)?fac
 
 
 _BRACKETED_NOTE_RE = re.compile(r"^\[\s*note\s*:", re.I)
+_ERRATA_LABEL_RE = re.compile(r"^\W*(?:errata|corrigenda)\W*$", re.I)
+"""The label of a list of errata ("Errata"): the list is a correction of the print, not the book's text."""
+ERRATA_MAX_WORDS = 400
+"""A list of errata under its label is dropped when it closes the book within this many words."""
 
 
 def _bracketed_file_note(paras: list[str], i: int) -> range:
@@ -157,7 +161,9 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     making ("The images in this file are ...") or is labelled as a note on the file ("Note from the original
     file: ..."), or is a note in square brackets on how the text is given ("[Note: The body of this novel
     contains a lot of footnotes ... inserted in square brackets ...]", over its paragraphs); "He opened the file."
-    stays. Also a paragraph wholly in braces
+    stays. Also a list of errata closing the book under its label ("Errata", :data:`ERRATA_MAX_WORDS` words at
+    most), a bracketed note about the e-text over several paragraphs in the first chapters ("[This e-text includes
+    characters that require UTF-8 ..." ... "... use the Latin-1 version of the file instead.]"), a paragraph wholly in braces
     ("{Although the poem itself is included shortly, ... — A. L.}"), and, in the first chapters, a line naming
     the edition the text was taken from ("[This text is taken from the New York edition of 1919.]") and a
     facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...") with the copy of the page
@@ -184,6 +190,10 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                         break
                     out.add(j)
                     j += 1
+        elif _ERRATA_LABEL_RE.match(p) and sum(len(q.split()) for q in paras[i + 1:]) <= ERRATA_MAX_WORDS:
+            out.update(range(i, len(paras)))  # a list of errata closing the book, under its label
+        elif front and p.lstrip().startswith("[") and p.count("[") > p.count("]") and _bracketed_file_note(paras, i):
+            out.update(_bracketed_file_note(paras, i))  # "[This e-text includes characters ..." over paragraphs
         elif front and len(p.split()) <= 120 and _THIS_FILE_RE.search(p) and _PRODUCTION_RE.search(p):
             out.add(i)
         elif front and len(p.split()) <= 120 and _FILE_NOTE_LABEL_RE.match(p):

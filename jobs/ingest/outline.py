@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from core.errors import InputError
@@ -586,8 +587,18 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 cast.add(j)
                 j += 1
 
+    # the title printed over two lines in capitals ("THE" / "LIBERTY MINSTREL."), on the title page or as a
+    # half-title: neither line is a heading
+    split_title: set[int] = set()
+    for k in range(len(items) - 1):
+        a, b = items[k], items[k + 1]
+        if a.kind == b.kind == "para" and a.caps and b.caps and b.apart <= 1 \
+                and tuple(_tokens(a.text)) + tuple(_tokens(b.text)) in title_forms:
+            split_title.update((k, k + 1))
+
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k) and k not in cast
+                and k not in split_title and not _author_named(tuple(_tokens(it.text)), author_t)
                 and not title_start(k, tuple(_tokens(it.text))) and not _ILLUSTRATIONS_LABEL_RE.match(it.text)
                 and tuple(_tokens(it.text)) not in title_forms | {author_t} and tuple(_tokens(it.text)) not in credited
                 and not _BY_RE.match(it.text) and not _the_end(it.text)
@@ -638,9 +649,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
         cands = sorted(set(cands) | {k for k, it in enumerate(items)
                                      if k < limit and cand(k, it, 1) and k and items[k - 1].kind == "para"
                                      and _is_prose(items[k - 1].text) and _is_prose(items[k + 1].text)})
+        cands = sorted(set(cands) | set(_mixed_case_titles(items, cands, limit, title_forms | {author_t})))
     out = list(items)
     for k in cands:
-        out[k] = _Item("heading", items[k].text, style="caps")
+        out[k] = _Item("heading", items[k].text, style="caps", apart=items[k].apart)
     # a chapter told in parts headed by ordinals ("THE WEDDING OF MRS FOX", then "FIRST STORY" at once,
     # later "SECOND STORY"): the ordinal lines are its sections
     prev_caps, expect = None, 0
@@ -680,6 +692,24 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
             else:
                 under = False
     return out
+
+
+def _mixed_case_titles(items: list[_Item], cands: list[int], limit: int, names: set[tuple[str, ...]]) -> list[int]:
+    """Titles printed in mixed case among titles in capitals, set apart exactly as they are: where four in five of
+    the lines in capitals (``cands``) stand after the same number of blank lines, three or more, a short line in
+    mixed case after as many blank lines ("The Slave Boy's Wish.", "How long! O! how long!" among "GONE, SOLD AND
+    GONE.", ... in a songbook) is a title too (eight words at most, not the book's title or author's name, not a
+    credit "by ...", followed by text); one before the first line in capitals is the title page's."""
+    gaps = Counter(items[k].apart for k in cands)
+    apart, n = gaps.most_common(1)[0]
+    if apart < 3 or n * 5 < len(cands) * 4:
+        return []
+    return [k for k in range(cands[0] + 1, min(limit, len(items) - 1))
+            if items[k].kind == "para" and not items[k].caps and items[k].apart == apart
+            and len(items[k].text.split()) <= 8 and items[k].text[:1].isupper()
+            and items[k + 1].kind == "para" and items[k - 1].kind == "para"
+            and tuple(_tokens(items[k].text)) not in names and not _BY_RE.match(items[k].text)
+            and not _the_end(items[k].text)]
 
 
 def _front_pieces(items: list[_Item], cands: list[int]) -> list[_Item]:
@@ -840,9 +870,20 @@ def _first_ranked_chapter(heads: list[tuple[int, _Item]]) -> int | None:
     """The position of the first heading of the book's numbered CHAPTER (STAVE, ACT) sequence, when it
     has one (two or more such headings, most of them numbered in sequence); None otherwise."""
     ranked = [(k, it) for k, it in heads if it.style in RANKED_CHAPTER_STYLES]
-    if len(ranked) < 2 or 2 * sum(_in_sequence([it.num for _k, it in ranked])) < len(ranked):
+    if len(ranked) < 2 or 2 * sum(_in_sequence([it.num for _k, it in ranked])) < len(ranked) \
+            or _instalments(heads):
         return None
     return ranked[0][0]
+
+
+def _instalments(heads: list[tuple[int, _Item]]) -> bool:
+    """A magazine's issue: every numbered CHAPTER (STAVE, ACT, PART) heading is a first one ("CHAPTER I." of two
+    serials, "PART I." of a series), each under an article's title in capitals, three titles or more. The titles
+    are the chapters; the numbered headings are instalments inside them (:func:`_assign_levels`)."""
+    numbered = [it for _k, it in heads if it.style in RANKED_CHAPTER_STYLES | PART_STYLES and it.style != "capspart"]
+    ranked = [it for it in numbered if it.style in RANKED_CHAPTER_STYLES]
+    return len(ranked) >= 2 and all(it.num == 1 for it in numbered) \
+        and sum(1 for _k, it in heads if it.style == "caps") >= 3 and heads[0][1].style == "caps"
 
 
 def _assign_levels(items: list[_Item]) -> dict[int, str]:
@@ -914,11 +955,70 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "section" if romans_are_sections else "chapter"
         else:
             levels[k] = "chapter"
+    if _instalments(heads):
+        for k, it in heads:
+            if it.style in RANKED_CHAPTER_STYLES | PART_STYLES and it.style != "capspart":
+                levels[k] = "section"
+    _lower_caps(heads, levels)
     _named_sections(heads, levels, core)
     _named_parts(heads, levels)
     _numbered_pieces(heads, levels)
     _postscripts(heads, levels)
     return levels
+
+
+_NUMBER_ONLY_RE = re.compile(r"^(?:(?:chapter|chap|section|sect|no|number)\.?\s+)?(?:[IVXLCDM]+|\d{1,4})\W*$", re.I)
+"""A heading that is a number and nothing else: "CHAP. II.", "CHAPTER I.", "17", "XII."."""
+PASSAGES_MIN = 100
+"""Numbered passages: at least this many untitled numbered chapters, ..."""
+PASSAGES_MIN_GROUPS = 3
+"""... under at least this many parts ..."""
+PASSAGE_MAX_MEDIAN_WORDS = 80
+"""... whose median text is at most this many words (a novel's chapters run to thousands; a book of fables,
+recipes or sonnets to about a hundred each, and they have titles or no parts)."""
+
+
+def _numbered_passages(items: list[_Item], levels: dict[int, str]) -> None:
+    """A book of numbered sayings or fragments ("BOOK I. HSIO R." over "CHAP. I." ... "CHAP. XVI.", each a few
+    sentences long, 499 of them in twenty books): when the chapters are numbers alone (:data:`PASSAGES_MIN` of
+    them or more, nine in ten untitled), short (a median of :data:`PASSAGE_MAX_MEDIAN_WORDS` words at most) and
+    grouped in :data:`PASSAGES_MIN_GROUPS` parts or more, the parts are the book's chapters and the numbered
+    passages their sections, each said under its number. Changes ``levels`` in place."""
+    heads = sorted(k for k, lv in levels.items() if items[k].kind == "heading")
+    parts = [k for k in heads if levels[k] == "part"]
+    chapters = [k for k in heads if levels[k] == "chapter" and parts and k > parts[0]]
+    if len(chapters) < PASSAGES_MIN or len(parts) < PASSAGES_MIN_GROUPS:
+        return
+    if sum(1 for k in chapters if _NUMBER_ONLY_RE.match(items[k].text.strip())) < 0.9 * len(chapters):
+        return
+    ends = {k: nxt for k, nxt in zip(heads, heads[1:] + [len(items)])}
+    words = sorted(sum(len(items[x].text.split()) for x in range(k + 1, ends[k]) if items[x].kind == "para")
+                   for k in chapters)
+    if words[len(words) // 2] > PASSAGE_MAX_MEDIAN_WORDS:
+        return
+    for k in chapters:
+        levels[k] = "section"
+    for k in parts:
+        levels[k] = "chapter"
+
+
+def _lower_caps(heads: list[tuple[int, _Item]], levels: dict[int, str]) -> None:
+    """Titles in capitals in two tiers: where most chapter lines in capitals stand after three blank lines or
+    more (an article's title: "VARIETIES.", "ANSWERS TO CORRESPONDENTS."), those after two blank lines that
+    follow one of them ("SINGING SERVANTS.", "EDUCATIONAL.") are its sections, when they are the fewer and one
+    of them at least stands right under such a title, with no text between ("ANSWERS TO CORRESPONDENTS." /
+    "EDUCATIONAL."). (A line after one blank line that the pattern took, see :func:`_promote_caps`, is no
+    lower tier.)"""
+    caps = [(k, it) for k, it in heads if it.style == "caps" and levels.get(k) == "chapter"]
+    upper = [k for k, it in caps if it.apart >= 3]
+    if len(upper) < 3:
+        return
+    after = [(k, it) for k, it in caps if k > upper[0]]
+    lower = [k for k, it in after if it.apart == 2]
+    under = {b for (a, _ia), (b, _ib) in zip(caps, caps[1:]) if a in upper and b == a + 1}
+    if lower and len(lower) < len(upper) and under & set(lower) and all(it.apart >= 2 for _k, it in after):
+        for k in lower:
+            levels[k] = "section"
 
 
 _POSTSCRIPT_RE = re.compile(r"^postscript\W*$", re.I)
@@ -1091,14 +1191,16 @@ _BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|tr
 """A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
 signs a notice and is no credit."""
-_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b[A-Z][a-z]+\s+Press\b(?!\s+(?:of|and)\b)|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
-                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s")
+_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
+                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|\s(?:&|and|AND)\s+(?:Company|COMPANY)\b(?!\s+of\b)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
-"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.",
+"SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.", "GINN AND
+COMPANY", "Methuen & Company", "The Athen\u00e6um Press",
 "Published by DeLONG RICE & COMPANY. Nashville, Tenn.", "Published in 1922 by THE GREAT WESTERN RAILWAY",
 "D. B. Updike \u00b7 The Merrymount Press \u00b7 Boston")."""
-_ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b")
-"""A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET")."""
+_ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b"
+                         r"|ST\.)")
+"""A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET", "120 NASSAU ST.")."""
 _PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
 """A line of a book's printing history: a printing named, ending with its year ("First printed serially in
 the Commonweal, 1890.", "Kelmscott Press Edition, 1892.", "Since reprinted March 1895; ... and January 1908.")."""
@@ -1119,6 +1221,7 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*p
                          r"|\bthe\s+text\s+(?:here\s+given\s+|of\s+this\s+edition\s+)?is\s+(?:taken|reprinted|printed)\s+from\b"
                          r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
+                         r"|\bclerk(?:'s|\u2019s)\s+office\s+of\s+the\b"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
                          re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
 """A publisher's or producer's line in the front matter: copyright (and the copyright entry "Entered according
@@ -1149,10 +1252,12 @@ _PLACE_YEAR_RE = re.compile(r"^[A-Z][A-Z .]{2,20}:\s+\S.*\b1[5-9]\d\d\.?$")
 
 def _imprint_line(t: str) -> bool:
     """A publisher's, printer's or producer's line of the title page (:data:`_IMPRINT_RE`, :data:`_PUBLISHER_RE`,
-    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`, :data:`_PLACE_YEAR_RE`), or its date alone in roman numerals ("MDCCLXXVI")."""
+    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`, :data:`_PLACE_YEAR_RE`; a list of the booksellers with two street
+    addresses or more), or its date alone in roman numerals ("MDCCLXXVI")."""
     n = len(t.split())
     return bool(_IMPRINT_RE.search(t) and n <= 120 or _PUBLISHER_RE.search(t) and n <= 30
-                or _ADDRESS_RE.search(t) and n <= 12 or _PRINTING_RE.search(t) and n <= 25
+                or _ADDRESS_RE.search(t) and n <= 12 or len(_ADDRESS_RE.findall(t)) >= 2 and n <= 60
+                or _PRINTING_RE.search(t) and n <= 25
                 or n <= 10 and _PLACE_YEAR_RE.match(t)
                 or len(t.strip(" .")) >= 4 and _ROMAN_YEAR_RE.match(t.strip()))
 
@@ -1235,7 +1340,10 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     front = [it for it in _without_etext_prefaces(front) if it.kind == "para"]
     imprint = [_imprint_line(it.text) for it in front]
     # the place of publication over the printer's line ("PHILADELPHIA" / "Printed and sold by W. & T. Bradford")
-    place = {n for n, it in enumerate(front[:-1]) if imprint[n + 1] and _caps_line(it.text) and len(it.text.split()) <= 2}
+    place = {n for n, it in enumerate(front[:-1]) if imprint[n + 1] and len(it.text.split()) <= 2
+             and (_caps_line(it.text) or re.fullmatch(r"[A-Z][A-Z .-]{2,24}:", it.text.strip()))}  # "NEW-YORK:"
+    # and the year under the publishers' names ("NEW-YORK:" / "LEAVITT & ALDEN, 7 CORNHILL, ..." / "1844.")
+    place |= {n for n, it in enumerate(front) if n and imprint[n - 1] and _YEAR_LINE_RE.match(it.text)}
     paras = [it for n, it in enumerate(front) if not _NOTE_RE.match(it.text) and not imprint[n] and n not in place]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
@@ -1257,11 +1365,24 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     byline = title_t + ("by",) + author_t  # a half-title with its byline in one block: "Common Sense" / "By Thomas Paine"
     kept = [it for it in kept if tuple(_tokens(it.text)) not in (title_t, author_t, ("by",), byline)
             and not _BY_RE.match(it.text) and not _CONTENTS_LABEL_RE.match(it.text)
-            and not _ILLUSTRATIONS_LABEL_RE.match(it.text)]
+            and not _ILLUSTRATIONS_LABEL_RE.match(it.text)
+            and not (_caps_line(it.text) and _author_named(tuple(_tokens(it.text)), author_t))]
     texts = [it.text for it in kept]
     if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
         return []
     return kept
+
+
+_YEAR_LINE_RE = re.compile(r"^\W*1[5-9]\d\d\W*$")
+"""A year alone on its line ("1844.")."""
+
+
+def _author_named(t: tuple[str, ...], author_t: tuple[str, ...]) -> bool:
+    """Whether a line's words name the author as a title page or a signature shortens the name: "GEO. W.
+    CLARK." or "G.W. CLARK." for George W. Clark (the surname, and initials or shortenings of the names
+    before it)."""
+    return len(author_t) >= 2 and 2 <= len(t) <= len(author_t) and t[-1] == author_t[-1] \
+        and all(any(a.startswith(w) for a in author_t[:-1]) for w in t[:-1])
 
 
 _OTHER_BOOKS_RE = re.compile(r"^[\W_]*(?:author\s+of|(?:also\s+)?by\s+the\s+same\s+(?:author|writer)|also\s+by"
@@ -1540,7 +1661,10 @@ def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
 def _cast_lists(items: list[_Item]) -> list[_Item]:
     """A play's cast list after an introduction: its label ("CHARACTERS.", "Dramatis Personae") and what
     follows it up to the play's first numbered act (or chapter) heading, with no other heading between,
-    are the playbill, not spoken (in the front matter the same rule holds, see :func:`_front`)."""
+    are the playbill, not spoken (in the front matter the same rule holds, see :func:`_front`). So is a cast
+    list under the play's title when the title is printed again over the play's text ("A ROMAN SCHOOL" / "90
+    B.C." / "DRAMATIS PERSONAE" / ... / "A ROMAN SCHOOL"): the play is headed once, by the second."""
+    items = _retitled_playbills(items)
     for k, it in enumerate(items):
         if it.kind != "para" or not _CAST_LABEL_RE.match(it.text):
             continue
@@ -1549,6 +1673,18 @@ def _cast_lists(items: list[_Item]) -> list[_Item]:
                 and any(j < k for j in range(len(items)) if items[j].kind == "heading"):
             return items[:k] + items[h:]
     return items
+
+
+def _retitled_playbills(items: list[_Item]) -> list[_Item]:
+    """Items without each playbill that sits between a play's title and the same title again (see
+    :func:`_cast_lists`): the first heading and what follows it up to the second go."""
+    heads = [k for k, it in enumerate(items) if it.kind == "heading"]
+    drop: set[int] = set()
+    for a, b in zip(heads, heads[1:]):
+        if b - a <= 60 and _tokens(items[a].text) == _tokens(items[b].text) \
+                and any(items[j].kind == "para" and _CAST_LABEL_RE.match(items[j].text) for j in range(a + 1, b)):
+            drop.update(range(a, b))
+    return [it for k, it in enumerate(items) if k not in drop] if drop else items
 
 
 _NOTES_LABEL_RE = re.compile(r"^(?:foot\s*)?notes?[.:]?$", re.I)
@@ -1621,6 +1757,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
         items[first] = _Item("para", items[first].text)
     items = _named_pieces(items)
     levels = _assign_levels(items)
+    _numbered_passages(items, levels)
     _listed_sections(items, levels, groups)
     items = _listed_pieces(items, levels)
     front: list[_Item] = []

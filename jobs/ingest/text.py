@@ -1091,7 +1091,9 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             items.append(_Item("heading", _norm(_clean_inline(blocks[i][0])), forced=True, style="forced"))
             i += 1
             continue
-        if i in pictures:
+        if i in pictures:  # a line after a picture note stands as far apart as the note did
+            if i + 1 < len(blocks):
+                gaps[i + 1] = max(gaps[i + 1], gaps[i])
             i += 1
             continue
         if i in letters:  # "A" ... "Z": a line in capitals set apart, which the outline may take as a heading
@@ -1167,6 +1169,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             _add_para(items, lines)
             if len(items) > n_items and items[-1].kind == "para":
                 items[-1].apart = gaps[i - 1]  # blank lines before it (a title line set apart has two or more)
+            elif len(items) == n_items and i < len(blocks):  # a picture note alone: the next line stands as far apart
+                gaps[i] = max(gaps[i], gaps[i - 1])
             if items and items[-1].kind == "para" and (len(lines) == 1 and _caps_line(items[-1].text)
                                                        and not _pushed_right(blocks[i - 1][0])
                                                        or _caps_title_lines(lines) or _caps_dated_title(lines)):
