@@ -588,7 +588,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         raise InputError(f"{where} has no readable text in its documents; pass a book with text")
     return Book(title=book_title, source=p, format="epub",
                 chapters=epub_checks([Chapter(i + 1, t, ps, None if "heading" not in ks else ks)
-                                      for i, (t, _d, ps, ks) in enumerate(merged)], title, author),
+                                      for i, (t, _d, ps, ks) in enumerate(merged)], title, author, front_matter),
                 author=author,
                 title_known=bool(title))
 

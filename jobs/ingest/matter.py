@@ -153,7 +153,8 @@ def _bracketed_file_note(paras: list[str], i: int) -> range:
 
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
-    ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in,
+    ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in, or
+    "[Transcriber's Notes:" opening a bracket over paragraphs up to the one that closes it, twelve at most,
     and the paragraphs under it that speak of the text, its spelling or its files, up to five, all the
     bracketed numbered notes "[Footnote 1: ...]" and corrections ("Page 83: changed ... to ...") in a row under it, and topics under labels of their own
     ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
@@ -170,6 +171,17 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     above it, from its title line in capitals down."""
     out: set[int] = set()
     for i, p in enumerate(paras):
+        if _NOTE_LABEL_RE.match(p) and p.lstrip().startswith("[") and p.count("[") > p.count("]"):
+            # "[Transcriber's Notes:" over paragraphs up to its closing bracket ("... Don Kostuch ]"): all the note's
+            depth, j = 0, i
+            while j < min(len(paras), i + 12):
+                depth += paras[j].count("[") - paras[j].count("]")
+                if depth <= 0:
+                    break
+                j += 1
+            if depth <= 0 and sum(len(q.split()) for q in paras[i:j + 1]) <= 800:
+                out.update(range(i, j + 1))
+                continue
         if _NOTE_LABEL_RE.match(p):
             out.add(i)
             if len(p.split()) <= 6 or not p.startswith(("[", "(")):  # a label, or one with its note run in

@@ -596,6 +596,10 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 and tuple(_tokens(a.text)) + tuple(_tokens(b.text)) in title_forms:
             split_title.update((k, k + 1))
 
+    # a series' or archive's name over the title line ("ALBERT EINSTEIN REFERENCE ARCHIVE" / "RELATIVITY: ...")
+    split_title |= {k for k in range(len(items) - 1) if items[k + 1].kind == "para" and items[k + 1].apart <= 1
+                    and items[k + 1].caps and title_t and tuple(_tokens(items[k + 1].text))[:len(title_t)] == title_t}
+
     def cand(k: int, it: _Item, apart: int) -> bool:
         return (it.kind == "para" and it.caps and it.apart >= apart and followed(k) and k not in cast
                 and k not in split_title and not _author_named(tuple(_tokens(it.text)), author_t)
@@ -1183,7 +1187,7 @@ def spoken_heading(it: _Item, level: str) -> str:
 # --------------------------------------------------------------------------- front matter
 
 
-_BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|translated\s+by|(?:with\s+)?illustrations\s+by"
+_BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|translated(?:\s+into\s+\w+)?\s+by|(?:with\s+)?illustrations\s+by"
                     r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?d?\s+)?(?:introduction|preface"
                     r"|foreword|notes|memoir|essay|introductory\s+note)(?:\s+(?:in|on|of)\s+\w+)?"
                     r"(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
@@ -1532,6 +1536,63 @@ _PAGED_CAPTION_RE = re.compile(r"(?:\s\d{1,4}|\bfrontispiece|\btitle(?:-page)?)[
 _NUMBERED_ENTRY_START_RE = re.compile(r"^(?:(?i:contents|table\s+of\s+contents)[.:]?\s+)?(\d{1,3})\.\s+\S")
 
 
+_RUN_ON_ENTRY_RE = re.compile(r"(?:^|\s)(\d{1,3})\.\s+[A-Z\"'\u201c]")
+
+
+_RUN_ON_ROMAN_RE = re.compile(r"(?:^|\s)([IVXLC]+)\.\s+[A-Z\"'\u201c]")
+
+
+def _entry_run(text: str) -> bool:
+    """A paragraph of three numbered contents entries or more run on, numbered up by one ("18. Special and General
+    Principle of Relativity 19. The Gravitational Field 20. ...")."""
+    nums = [int(n) for n in _RUN_ON_ENTRY_RE.findall(text)]
+    return len(nums) >= 3 and all(b == a + 1 for a, b in zip(nums, nums[1:])) and len(text.split()) <= 12 * len(nums)
+
+
+def _roman_list(text: str) -> bool:
+    """A paragraph that lists titles numbered in roman from I, five or more, perhaps under a label in capitals
+    ("TITLES I. Of Justice and Law II. Of the law of nature, the law of nations, and the civil law III. ...")."""
+    m = re.match(r"^(?:[A-Z]{3,}\s+)?I\.\s", text)
+    nums = [_numeral(n) for n in _RUN_ON_ROMAN_RE.findall(text)]
+    return bool(m) and len(nums) >= 5 and nums == list(range(1, len(nums) + 1)) and len(text.split()) <= 14 * len(nums)
+
+
+def _run_on_contents(items: list[_Item]) -> list[_Item]:
+    """What a contents list leaves when its numbered entries run on in paragraphs under its part lines ("Part II: The
+    General Theory of Relativity" / "18. Special and General Principle of Relativity 19. The Gravitational Field
+    ..." / "Part III: ..." / "30. ..." / "Appendices:" / "01. ..."): two such paragraphs or more (:func:`_entry_run`),
+    the part lines over them, short labels ending with a colon and a note on the list after them ("Note: The fifth
+    Appendix was added ..."): dropped; the part lines are no headings. So is one paragraph right under a heading that
+    lists titles numbered in roman (:func:`_roman_list`: "TITLES I. Of Justice and Law II. ..." under "BOOK I.")."""
+    out: list[_Item] = []
+    k = 0
+    while k < len(items):
+        j, runs = k, 0
+        while j < len(items):
+            t = items[j]
+            if t.kind == "para" and _entry_run(t.text):
+                runs += 1
+            elif t.kind == "heading" and j + 1 < len(items) and items[j + 1].kind == "para" and _entry_run(items[j + 1].text):
+                pass
+            elif t.kind == "para" and runs and t.text.rstrip().endswith(":") and len(t.text.split()) <= 3:
+                pass  # "Appendices:"
+            elif t.kind == "para" and runs >= 2 and re.match(r"^note\s*:", t.text, re.I) and len(t.text.split()) <= 60:
+                j += 1
+                break
+            else:
+                break
+            j += 1
+        if runs >= 2:
+            k = j
+            continue
+        if items[k].kind == "para" and k and items[k - 1].kind == "heading" and _roman_list(items[k].text):
+            k += 1  # a list of titles in one paragraph under a book's heading
+            continue
+        out.append(items[k])
+        k += 1
+    return out
+
+
 def _numbered_contents(items: list[_Item]) -> list[_Item]:
     """A contents list of numbered summaries under its label ("CONTENTS" / "1. The description of the family of
     Wakefield; in which ...", the label run into the first entry or not), five entries or more whose numbers run
@@ -1729,7 +1790,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = _without_front_advertisements(_without_trade_advertisements(items), title)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
     items = _epigraph_parts(_promote_caps(items, title, author, listed=_all_listed(items, entries, after)))
-    items = _promote_set_apart(items, title, author)
+    items = _run_on_contents(_promote_set_apart(items, title, author))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
     items = _without_transcriber_pages(items[:first]) + items[first:]
     paras = [k for k, it in enumerate(items) if it.kind == "para"]
@@ -2410,7 +2471,8 @@ def glossary_sections(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
-def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) -> list[Chapter]:
+def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
+                front_matter: bool = False) -> list[Chapter]:
     """The checks EPUB chapters (found from the nav/NCX and ``epub:type``) share with text books:
     a play's scenes listed as entries go into their act and its cast list is not spoken
     (:func:`_play_sections`), notes headed after a work go into it (:func:`_notes_sections`),
@@ -2418,7 +2480,8 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
     an introduction's sub-headings listed before the numbered chapters become its sections
     (:func:`_introduction_sections`), a first entry titled by the book's title is left untitled (the
     announcement says the title), titles in capitals said in title case, and the title page's lines (the book's title, its author,
-    "by ...") at the start of the first chapter not spoken again after the announcement."""
+    "by ...") at the start of the first chapter not spoken again after the announcement, nor, unless ``front_matter``,
+    the publisher's lines among the first chapters' paragraphs."""
     chapters = _notes_sections(_introduction_sections(_dashed_sections(_with_parts(_play_sections(chapters)))))
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
@@ -2443,6 +2506,11 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None) 
             if run:
                 paras = paras[:run.start] + paras[run.stop:]
                 kinds = kinds[:run.start] + kinds[run.stop:] if kinds else kinds
+            # the publisher's imprint among the opening lines ("CASSELL & COMPANY, Limited: LONDON, PARIS & MELBOURNE.")
+            # (a copyright notice stays: it marks a copyright page, which jobs.ingest.matter leaves out whole)
+            keep = [front_matter or not (_PUBLISHER_RE.search(p) and len(p.split()) <= 12) for p in paras]
+            paras = [p for p, ok in zip(paras, keep) if ok]
+            kinds = [kd for kd, ok in zip(kinds, keep) if ok] if kinds else kinds
             if not paras:
                 continue
         spoken = title_case(ch.title) if _shouted(ch.title) else ch.title

@@ -221,6 +221,8 @@ Franklin:  Gutenberg Etext #148*"."""
 
 _CONNECTING_END_RE = re.compile(r"(?:[,;:\-\u2014]|\b(?:of|and|the|a|an|in|to|or|for|with|from|on|by|at))\s*$", re.I)
 """A title line that runs on into the next ("The Life and Adventures of" / "Robinson Crusoe")."""
+_CONNECTING_START_RE = re.compile(r"(?:of|and|as|in|to|or|for|with|from|on|by|at|upon)\s", re.I)
+"""A title line that carries on the line above it ("AS AN ARGUMENT FOR THE GENERAL POSTULATE")."""
 
 
 def _old_header_end(text: str) -> re.Match | None:
@@ -624,8 +626,17 @@ def _caps_title_lines(lines: list[str]) -> bool:
     """A title in capitals printed over two lines, the first left unfinished ("OF THE ORIGIN AND DESIGN OF
     GOVERNMENT IN GENERAL," / "WITH CONCISE REMARKS ON THE ENGLISH CONSTITUTION."): each line in capitals, the
     first ending in a comma or a connecting word; it can head a chapter like a title on one line."""
-    return len(lines) == 2 and _CONNECTING_END_RE.search(lines[0]) is not None \
-        and _caps_line(lines[0].rstrip(",;:-\u2014 \t")) and _caps_line(lines[1])
+    if len(lines) == 2 and _CONNECTING_END_RE.search(lines[0]) is not None \
+            and _caps_line(lines[0].rstrip(",;:-\u2014 \t")) and _caps_line(lines[1]):
+        return True
+    # over two or three lines, each running on into the next by a connecting word at its end or the next one's
+    # start ("THE APPARENT INCOMPATIBILITY OF THE" / "LAW OF PROPAGATION OF LIGHT WITH THE" / "PRINCIPLE OF
+    # RELATIVITY"; "THE EQUALITY OF INERTIAL AND GRAVITATIONAL MASS" / "AS AN ARGUMENT FOR ...") or wrapped at a long
+    # line's end ("TITLE XX. OF ATILIAN GUARDIANS, AND THOSE APPOINTED UNDER THE LEX IULIA" / "ET TITIA")
+    return 2 <= len(lines) <= 3 and sum(len(ln.split()) for ln in lines) <= 25 \
+        and all(_caps_line(ln.strip()) and ln.strip()[-1:] not in ",;:-\u2014" for ln in lines) \
+        and all(_CONNECTING_END_RE.search(a) or _CONNECTING_START_RE.match(b.strip()) or len(a.strip()) >= 60
+                for a, b in zip(lines, lines[1:]))
 
 
 _LETTER_FROM_RE = re.compile(r"^(?:Letter|LETTER)\s+(?:from|to|FROM|TO)\s+(?:(?:Mr|Mrs|Dr|Sir|the)\.?\s+)?[A-Z]")

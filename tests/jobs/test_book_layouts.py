@@ -93,3 +93,50 @@ def test_an_epub_imprint_entry_titles_nothing(tmp_path):
     assert not any("Methuen" in c.title for c in book.chapters)
     assert "methuen" not in _spoken(book).lower()
     assert book.chapters[0].title == "Notes on Manuscripts and Editions"
+
+
+def test_a_contents_run_on_under_its_part_lines_and_titles_over_several_lines(tmp_path):
+    """Relativity (heldout25): the contents' entries run on in paragraphs under its part lines ("Part II: The
+    General Theory of Relativity" / "18. Special and General Principle of Relativity 19. ..."), the archive's name
+    over the title line, section titles in capitals over two or three lines ("THE APPARENT INCOMPATIBILITY OF THE"
+    / "LAW OF PROPAGATION OF LIGHT WITH THE" / "PRINCIPLE OF RELATIVITY")."""
+    book = load_book(_bench_book("relativity.txt", tmp_path), encoding="cp1252")
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "PREFACE. (December, 1916)", titles[:3]
+    assert "The Apparent Incompatibility of the Law of Propagation of Light with the Principle of Relativity" in titles
+    spoken = _spoken(book)
+    for phrase in ("Albert Einstein Reference Archive", "18. Special and General Principle", "Appendices:",
+                   "The fifth Appendix was added"):
+        assert phrase.lower() not in spoken.lower(), phrase
+
+
+def test_a_list_of_titles_in_one_paragraph_and_titles_wrapped_at_a_long_line(tmp_path):
+    """The Institutes of Justinian (heldout25): under "BOOK I." a paragraph "TITLES I. Of Justice and Law II. Of the
+    law of nature ..." lists the book's titles: not read, and "BOOK I." heads no chapter of its own; titles in
+    capitals wrapped at a long line ("TITLE XX. OF ATILIAN GUARDIANS, AND THOSE APPOINTED UNDER THE LEX IULIA" /
+    "ET TITIA") are headings; "Translated into English by J. B. Moyle" is the title page's."""
+    book = load_book(_bench_book("institutes-of-justinian.txt", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 99 and "BOOK I." not in titles, titles[:3]
+    assert "Title XX. Of Atilian Guardians, and Those Appointed Under the Lex Iulia Et Titia" in titles
+    spoken = _spoken(book)
+    for phrase in ("TITLES I. Of Justice and Law", "Translated into English by", "Barrister-at-Law"):
+        assert phrase.lower() not in spoken.lower(), phrase
+
+
+def test_an_epub_publishers_imprint_among_the_opening_lines_is_not_read(tmp_path):
+    """The Angel in the House (EPUB 3, heldout25): "CASSELL & COMPANY, Limited: LONDON, PARIS & MELBOURNE. 1891."
+    among the first document's epigraph and dedication is not read; they are."""
+    book = load_book(_bench_book("angel-in-the-house-epub.epub", tmp_path))
+    first = " ".join(book.chapters[0].paragraphs)
+    assert "CASSELL" not in first and "Rousier des Dames" in first and "INSCRIBED TO THE MEMORY" in first
+
+
+def test_a_transcribers_note_in_brackets_over_paragraphs_is_not_read(tmp_path):
+    """McGuffey's First Eclectic Reader (heldout25): "[Transcriber's Notes:" over five paragraphs about the reissue,
+    closed by "Don Kostuch ]": none of it is read; the preface still is."""
+    book = load_book(_bench_book("mcguffeys-first-reader.txt", tmp_path), encoding="cp1252")
+    spoken = _spoken(book)
+    for phrase in ("Welcome to the schoolroom of 1900", "Counting in Roman numerals is included", "Don Kostuch"):
+        assert phrase.lower() not in spoken.lower(), phrase
+    assert "In presenting McGuffey" in spoken
