@@ -38,8 +38,8 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _producer_notes
-from jobs.ingest.outline import (PASSAGE_MAX_MEDIAN_WORDS, PASSAGES_MIN, PASSAGES_MIN_GROUPS, _BY_RE,
-                                 _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks, title_case)
+from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
+                                 passages_short, title_case)
 from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _join_title, _norm,
                                 _show, _tokens)
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
@@ -697,10 +697,8 @@ _PASSAGE_NUMBER_RE = re.compile(r"^\d{1,4}\.?$")
 def _numbered_passages(entries: list[tuple[str | None, int]], words: list[int]) -> set[int]:
     """The entries that are numbered passages of a book of fragments or sayings, listed under their section's
     entry ("SECTION I" / "THOUGHTS ON MIND AND ON STYLE" / "1" ... "59", "SECTION II" / ... / "60" ...): entries
-    titled by a number alone, nested under an entry of another kind, at least
-    :data:`~jobs.ingest.outline.PASSAGES_MIN` of them under :data:`~jobs.ingest.outline.PASSAGES_MIN_GROUPS`
-    parent entries or more, whose median text (``words``: each entry's words) is
-    :data:`~jobs.ingest.outline.PASSAGE_MAX_MEDIAN_WORDS` words at most. They are read inside their section under
+    titled by a number alone, nested under an entry of another kind, as many, under as many parents and as short
+    (``words``: each entry's words) as :func:`~jobs.ingest.outline.passages_short` asks. They are read inside their section under
     their number, not as chapters of their own (a novel's bare-numbered chapters under its parts run to thousands
     of words)."""
     found: list[int] = []
@@ -715,10 +713,7 @@ def _numbered_passages(entries: list[tuple[str | None, int]], words: list[int]) 
                 parents.add(parent)
             continue
         parent = n
-    if len(found) < PASSAGES_MIN or len(parents) < PASSAGES_MIN_GROUPS:
-        return set()
-    sizes = sorted(words[n] for n in found)
-    return set(found) if sizes[len(sizes) // 2] <= PASSAGE_MAX_MEDIAN_WORDS else set()
+    return set(found) if passages_short([words[n] for n in found], len(parents)) else set()
 
 
 def _bare_number(label: str | None) -> int | None:

@@ -137,18 +137,27 @@ ERRATA_MAX_WORDS = 400
 """A list of errata under its label is dropped when it closes the book within this many words."""
 
 
+def _bracket_end(paras: list[str], i: int, span: int) -> int | None:
+    """The paragraph, among ``span`` from ``i``, in which the square bracket open at ``i`` closes; None if none does."""
+    depth = 0
+    for j in range(i, min(len(paras), i + span)):
+        depth += paras[j].count("[") - paras[j].count("]")
+        if depth <= 0:
+            return j
+    return None
+
+
 def _bracketed_file_note(paras: list[str], i: int) -> range:
     """The paragraphs of a note in square brackets that opens at ``i`` ("[Note: ...") and closes within six
     paragraphs (or runs to the end of them), when it speaks of the text as the e-text gives it (its square brackets, "this text",
     spelling kept or corrected); an empty range for any other note (the author's "[Note: ...]" aside)."""
-    depth, words = 0, 0
-    for j in range(i, min(len(paras), i + 6)):
-        depth += paras[j].count("[") - paras[j].count("]")
-        words += len(paras[j].split())
-        if depth <= 0 or j == len(paras) - 1:  # closed, or its closing line already taken (the edition it names)
-            note = " ".join(paras[i:j + 1])
-            return range(i, j + 1) if words <= 300 and _FILE_NOTE_RE.search(note) else range(0)
-    return range(0)
+    j = _bracket_end(paras, i, 6)
+    if j is None and len(paras) <= i + 6:
+        j = len(paras) - 1  # its closing line already taken (the edition it names)
+    if j is None:
+        return range(0)
+    note = " ".join(paras[i:j + 1])
+    return range(i, j + 1) if len(note.split()) <= 300 and _FILE_NOTE_RE.search(note) else range(0)
 
 
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
@@ -171,15 +180,11 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     above it, from its title line in capitals down."""
     out: set[int] = set()
     for i, p in enumerate(paras):
-        if _NOTE_LABEL_RE.match(p) and p.lstrip().startswith("[") and p.count("[") > p.count("]"):
+        opened = p.lstrip().startswith("[") and p.count("[") > p.count("]")
+        if opened and _NOTE_LABEL_RE.match(p):
             # "[Transcriber's Notes:" over paragraphs up to its closing bracket ("... Don Kostuch ]"): all the note's
-            depth, j = 0, i
-            while j < min(len(paras), i + 12):
-                depth += paras[j].count("[") - paras[j].count("]")
-                if depth <= 0:
-                    break
-                j += 1
-            if depth <= 0 and sum(len(q.split()) for q in paras[i:j + 1]) <= 800:
+            j = _bracket_end(paras, i, 12)
+            if j is not None and sum(len(q.split()) for q in paras[i:j + 1]) <= 800:
                 out.update(range(i, j + 1))
                 continue
         if _NOTE_LABEL_RE.match(p):
@@ -204,8 +209,8 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
                     j += 1
         elif _ERRATA_LABEL_RE.match(p) and sum(len(q.split()) for q in paras[i + 1:]) <= ERRATA_MAX_WORDS:
             out.update(range(i, len(paras)))  # a list of errata closing the book, under its label
-        elif front and p.lstrip().startswith("[") and p.count("[") > p.count("]") and _bracketed_file_note(paras, i):
-            out.update(_bracketed_file_note(paras, i))  # "[This e-text includes characters ..." over paragraphs
+        elif front and opened and (note := _bracketed_file_note(paras, i)):
+            out.update(note)  # "[This e-text includes characters ..." over paragraphs
         elif front and len(p.split()) <= 120 and _THIS_FILE_RE.search(p) and _PRODUCTION_RE.search(p):
             out.add(i)
         elif front and len(p.split()) <= 120 and _FILE_NOTE_LABEL_RE.match(p):

@@ -874,20 +874,22 @@ def _first_ranked_chapter(heads: list[tuple[int, _Item]]) -> int | None:
     """The position of the first heading of the book's numbered CHAPTER (STAVE, ACT) sequence, when it
     has one (two or more such headings, most of them numbered in sequence); None otherwise."""
     ranked = [(k, it) for k, it in heads if it.style in RANKED_CHAPTER_STYLES]
-    if len(ranked) < 2 or 2 * sum(_in_sequence([it.num for _k, it in ranked])) < len(ranked) \
-            or _instalments(heads):
+    if len(ranked) < 2 or 2 * sum(_in_sequence([it.num for _k, it in ranked])) < len(ranked):
         return None
     return ranked[0][0]
 
 
-def _instalments(heads: list[tuple[int, _Item]]) -> bool:
-    """A magazine's issue: every numbered CHAPTER (STAVE, ACT, PART) heading is a first one ("CHAPTER I." of two
-    serials, "PART I." of a series), each under an article's title in capitals, three titles or more. The titles
-    are the chapters; the numbered headings are instalments inside them (:func:`_assign_levels`)."""
-    numbered = [it for _k, it in heads if it.style in RANKED_CHAPTER_STYLES | PART_STYLES and it.style != "capspart"]
-    ranked = [it for it in numbered if it.style in RANKED_CHAPTER_STYLES]
-    return len(ranked) >= 2 and all(it.num == 1 for it in numbered) \
-        and sum(1 for _k, it in heads if it.style == "caps") >= 3 and heads[0][1].style == "caps"
+def _instalments(heads: list[tuple[int, _Item]]) -> list[int]:
+    """A magazine's issue: where every numbered CHAPTER (STAVE, ACT, PART) heading is a first one ("CHAPTER I." of
+    two serials, "PART I." of a series), two CHAPTER headings or more, under articles' titles in capitals (three or
+    more, the first heading one of them), the titles are the chapters and these headings instalments inside them:
+    their positions (:func:`_assign_levels`); none otherwise."""
+    numbered = [(k, it) for k, it in heads if it.style in RANKED_CHAPTER_STYLES | PART_STYLES and it.style != "capspart"]
+    chapters = sum(1 for _k, it in numbered if it.style in RANKED_CHAPTER_STYLES)
+    if chapters >= 2 and all(it.num == 1 for _k, it in numbered) and heads[0][1].style == "caps" \
+            and sum(1 for _k, it in heads if it.style == "caps") >= 3:
+        return [k for k, _it in numbered]
+    return []
 
 
 def _assign_levels(items: list[_Item]) -> dict[int, str]:
@@ -940,7 +942,8 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
     # numbered letters or entries ("216." alone on its line) are chapters too: a PART over them is a part
     has_chapters = bool(core) or any(it.style == "roman" and not romans_are_sections or it.style == "number"
                                      for _k, it in heads)
-    first_ranked = _first_ranked_chapter(heads)
+    instalments = _instalments(heads)
+    first_ranked = None if instalments else _first_ranked_chapter(heads)
     # parts over numbered sections and nothing else ("PART I", "Section 1." ... "Section 12.", "PART II"):
     # the sections are the chapters and the parts stay parts, when there are two sections or more a part
     n_parts = sum(1 for k, it in heads if it.style in PART_STYLES and k not in inner_parts)
@@ -959,10 +962,8 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "section" if romans_are_sections else "chapter"
         else:
             levels[k] = "chapter"
-    if _instalments(heads):
-        for k, it in heads:
-            if it.style in RANKED_CHAPTER_STYLES | PART_STYLES and it.style != "capspart":
-                levels[k] = "section"
+    for k in instalments:
+        levels[k] = "section"
     _lower_caps(heads, levels)
     _named_sections(heads, levels, core)
     _named_parts(heads, levels)
@@ -982,6 +983,14 @@ PASSAGE_MAX_MEDIAN_WORDS = 80
 recipes or sonnets to about a hundred each, and they have titles or no parts)."""
 
 
+def passages_short(words: list[int], groups: int) -> bool:
+    """Whether numbered headings that hold ``words`` words each, under ``groups`` groups, are a book's numbered
+    passages (:data:`PASSAGES_MIN`, :data:`PASSAGES_MIN_GROUPS`, :data:`PASSAGE_MAX_MEDIAN_WORDS`); the same test
+    for text, Markdown and EPUB (``jobs.ingest.epub._numbered_passages``)."""
+    return len(words) >= PASSAGES_MIN and groups >= PASSAGES_MIN_GROUPS \
+        and sorted(words)[len(words) // 2] <= PASSAGE_MAX_MEDIAN_WORDS
+
+
 def _numbered_passages(items: list[_Item], levels: dict[int, str]) -> None:
     """A book of numbered sayings or fragments ("BOOK I. HSIO R." over "CHAP. I." ... "CHAP. XVI.", each a few
     sentences long, 499 of them in twenty books): when the chapters are numbers alone (:data:`PASSAGES_MIN` of
@@ -991,14 +1000,12 @@ def _numbered_passages(items: list[_Item], levels: dict[int, str]) -> None:
     heads = sorted(k for k, lv in levels.items() if items[k].kind == "heading")
     parts = [k for k in heads if levels[k] == "part"]
     chapters = [k for k in heads if levels[k] == "chapter" and parts and k > parts[0]]
-    if len(chapters) < PASSAGES_MIN or len(parts) < PASSAGES_MIN_GROUPS:
-        return
-    if sum(1 for k in chapters if _NUMBER_ONLY_RE.match(items[k].text.strip())) < 0.9 * len(chapters):
+    if len(chapters) < PASSAGES_MIN or len(parts) < PASSAGES_MIN_GROUPS \
+            or sum(1 for k in chapters if _NUMBER_ONLY_RE.match(items[k].text.strip())) < 0.9 * len(chapters):
         return
     ends = {k: nxt for k, nxt in zip(heads, heads[1:] + [len(items)])}
-    words = sorted(sum(len(items[x].text.split()) for x in range(k + 1, ends[k]) if items[x].kind == "para")
-                   for k in chapters)
-    if words[len(words) // 2] > PASSAGE_MAX_MEDIAN_WORDS:
+    words = [sum(len(items[x].text.split()) for x in range(k + 1, ends[k]) if items[x].kind == "para") for k in chapters]
+    if not passages_short(words, len(parts)):
         return
     for k in chapters:
         levels[k] = "section"
