@@ -27,6 +27,9 @@ _MATTER_TITLE_RE = re.compile(
     r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
     r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters)"
     r"[.:]?$", re.I)
+_COPYRIGHT_TITLE_RE = re.compile(r"^(?:copyright|all\s+rights\s+reserved)\b", re.I)
+"""The matter titles that a speech or an essay may also bear: a chapter so titled is dropped only when it is not
+prose (:func:`_speech`)."""
 _ROYALTY_RE = re.compile(r"\broyalt(?:y|ies)\b", re.I)
 _PERFORMING_RIGHTS_RE = re.compile(r"\broyalt|\bamateurs?\b|\bperform(?:ance|ed|ing)?\b|\bprograms?\b|\bproduc(?:ed|tion)\b", re.I)
 _PRODUCTION_NOTES_RE = re.compile(r"(?:^|\s)(?:property\s+list|light(?:ing)?\s+plot|light(?:ing)?\s+cues|scene\s+plot)[.:]?$", re.I)
@@ -62,6 +65,13 @@ def _the_end(p: str) -> bool:
     if _LETTER_SPACED_RE.match(p):
         return re.fullmatch(r"[\W_]*(?:theend|finis)[.!_*]*", re.sub(r"\s+", "", p), re.I) is not None
     return _THE_END_RE.match(p) is not None
+
+
+def _speech(ch: Chapter) -> bool:
+    """A chapter of prose, not a notice: over 300 words, three paragraphs of prose over 60 words each (Mark Twain's
+    speech "COPYRIGHT" before a committee of Congress)."""
+    return len(" ".join(ch.paragraphs).split()) > 300 \
+        and sum(1 for p in ch.paragraphs if _is_prose(p) and len(p.split()) > 60) >= 3
 
 
 def _is_copyright_chapter(ch: Chapter) -> bool:
@@ -336,7 +346,7 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     n = len(chapters)
     for k, ch in enumerate(chapters):
         title = (ch.title or "").strip()
-        if title and _MATTER_TITLE_RE.match(title):
+        if title and _MATTER_TITLE_RE.match(title) and not (_COPYRIGHT_TITLE_RE.match(title) and _speech(ch)):
             continue
         if k and title and _PRODUCTION_NOTES_RE.search(title):
             continue  # a play's property list, light plot, light cues: production notes, back matter

@@ -81,7 +81,7 @@ _LATIN1_NAMES = {"iso88591", "isolatin1", "latin1", "iso885915", "isolatin9", "l
 
 def _declared_charset(data: bytes) -> str | None:
     """The encoding a Project Gutenberg header names before its START marker, as written; None if none."""
-    start = _PG_START_RE.search(data[:65536].decode("latin-1"))
+    start = _pg_start(data[:65536].decode("latin-1"))
     m = _DECLARED_CHARSET_RE.search(data[:start.start() if start else 16384])
     return m.group(1).decode("ascii", "replace").strip() if m else None
 
@@ -187,9 +187,20 @@ def _refuse_binary(where: str, data: bytes) -> None:
 
 _PG_START_RE = re.compile(
     r"^[ \t]*\*{3}[ \t]*START[ \t]+OF[ \t]+(?:THE|THIS)[ \t]+PROJECT[ \t]+GUTENBERG[ \t]+E-?(?:BOOK|TEXT)\b.*$"
-    r"|^\*END\*THE SMALL PRINT!.*$"
+    r"|^\*END\*?[ \t]*THE[ \t]+SMALL[ \t]+PRINT!.*$"
     r"|^[ \t]*(?:\\?\*){2,}\\?_?[ \t]*START[ \t]*OF[ \t]*TH(?:E|IS)[ \t]*PROJECT[ \t]*GUTENBERG[ \t]*E-?(?:BOOK|TEXT).*$",
     re.I | re.M)  # the last: a marker once letter-spaced ("S T A R T O F ...") and escaped for Markdown
+
+
+def _pg_start(text: str) -> re.Match | None:
+    """The START marker that ends the header; the line closing the small print counts only in the first half of
+    the file: an old etext prints its small print before the book or after it."""
+    for m in _PG_START_RE.finditer(text):
+        if not (m.group(0).lstrip().startswith("*END") and 2 * m.start() > len(text)):
+            return m
+    return None
+
+
 _PG_END_RE = re.compile(
     r"^[ \t]*(?:\*{3}[ \t]*END[ \t]+OF[ \t]+(?:THE|THIS)[ \t]+PROJECT[ \t]+GUTENBERG"
     r"|End[ \t]+of[ \t]+(?:the[ \t]+|this[ \t]+)?Project[ \t]+Gutenberg(?:'s|\u2019s)?\b"
@@ -255,7 +266,7 @@ def _unspace_letters(text: str) -> str:
 
 def _pg_author(text: str) -> str | None:
     """The header's ``Author:`` line, else the author an old etext's first line names (:data:`_ETEXT_LINE_RE`)."""
-    start = _PG_START_RE.search(text) or _old_header_end(text)
+    start = _pg_start(text) or _old_header_end(text)
     m = _PG_AUTHOR_RE.search(text, 0, start.start()) if start else None
     if m:
         return _norm(m.group(1))
@@ -272,7 +283,7 @@ def _strip_gutenberg(text: str) -> tuple[str, str | None, bool]:
     """Return (body, title from the header, whether PG markers were found)."""
     title = None
     found = False
-    start = _PG_START_RE.search(text) or _old_header_end(text)
+    start = _pg_start(text) or _old_header_end(text)
     if start:
         found = True
         m = _PG_TITLE_RE.search(text, 0, start.start())

@@ -1,4 +1,4 @@
-"""Book layouts of the twenty-fourth held-out set (docs/STRUCTURE.md, "Twenty-fourth round"), on the books
+"""Book layouts met in the twenty-fourth and later rounds (docs/STRUCTURE.md), on the books
 themselves (bench/structure/books): numbered passages under their books or sections, a songbook's titles in two
 cases, a magazine issue's articles with serials inside them, school plays titled twice around their cast lists."""
 
@@ -140,3 +140,33 @@ def test_a_transcribers_note_in_brackets_over_paragraphs_is_not_read(tmp_path):
     for phrase in ("Welcome to the schoolroom of 1900", "Counting in Roman numerals is included", "Don Kostuch"):
         assert phrase.lower() not in spoken.lower(), phrase
     assert "In presenting McGuffey" in spoken
+
+
+def test_an_old_etexts_small_print_before_or_after_the_book(tmp_path):
+    """Mark Twain's Speeches (2001): the header and "The Legal Small Print" stand before the book, closed by
+    "*END THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.12.12.00*END*": none of it is read, the book is
+    announced from the header's Title and Author; a speech titled "COPYRIGHT" is a chapter like the others.
+    Berkeley's Three Dialogues prints the same small print after the book: the book is still read."""
+    book = load_book(_bench_book("mark-twains-speeches.txt.gz", tmp_path))
+    assert book.announcement() == "Mark Twain's Speeches, by Mark Twain."
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "Introduction" and "Copyright" in titles and len(titles) == 105
+    speech = book.chapters[titles.index("Copyright")]
+    assert speech.paragraphs[0].startswith("With Mr. Howells, Edward Everett Hale")
+    spoken = _spoken(book)
+    for phrase in ("Plain Vanilla Electronic Texts", "Please do not remove this", "Legal Small Print"):
+        assert phrase.lower() not in spoken.lower(), phrase
+    after = load_book(_bench_book("berkeley-three-dialogues.txt.gz", tmp_path))
+    assert len(after.chapters) >= 3 and "small print" not in _spoken(after).lower()
+
+
+def test_an_epubs_navigation_links_are_not_read(tmp_path):
+    """"[To Contents]" under each heading of The Ladies' Book of Etiquette, and the "back" link of the page that
+    holds The Angel in the House's title picture, only move the reader about: not read; the printer's line is
+    then the last page's foot and is not read either."""
+    ladies = load_book(_bench_book("ladies-book-of-etiquette-epub.epub", tmp_path))
+    assert not any("To Contents" in p for c in ladies.chapters for p in c.paragraphs)
+    assert ladies.chapters[1].paragraphs[0].startswith("In preparing a book of etiquette for ladies")
+    angel = load_book(_bench_book("angel-in-the-house-epub.epub", tmp_path))
+    last = angel.chapters[-1].paragraphs
+    assert last[-1].startswith("Her own and manhood") and "Printed by Cassell" not in _spoken(angel)
