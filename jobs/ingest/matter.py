@@ -43,12 +43,13 @@ _RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:public
                         r"printed in|library of congress", re.I)
 
 
-_PRINTED_RE = re.compile(r"^\W*printed\s+(?:by|at|in)\b", re.I)
+_PRINTED_RE = re.compile(r"^\W*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:by|at|in)\b",
+                         re.I)
 
 
 def _printer_line(p: str) -> bool:
     """The printer's line at the foot of the last page ("THE NORTHUMBERLAND PRESS, NEWCASTLE-UPON-TYNE",
-    "Printed by ..."): short, and in capitals naming a press or printers, or starting "Printed by"."""
+    "Printed by ...", "Cambridge: Electrotyped and Printed by ..."): short, and in capitals naming a press or printers, or starting "Printed by"."""
     if len(p.split()) > 15:
         return False
     return bool(_PRINTED_RE.match(p)) or (not any(c.islower() for c in p)

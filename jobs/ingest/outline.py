@@ -34,7 +34,9 @@ SPLIT_LEVELS = ("part", "chapter", "section")
 
 PART_STYLES = {"part", "book", "volume", "capspart"}
 SECTION_STYLES = {"scene", "section", "numpart", "piece"}
-NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle", "serial"}
+UNIT_STYLES = {"sermon", "lecture", "discourse", "essay", "epistle", "homily"}
+"""A numbered piece of a collection by its own name ("SERMON I.", "LECTURE III", "Essay 2"): a chapter."""
+NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle", "serial", *UNIT_STYLES}
 RANKED_CHAPTER_STYLES = {"chapter", "stave", "act"}
 """The keywords that outrank the others: a book numbered by them is cut at them."""
 INNER_STYLES = {"letter", "contents", "caps"}
@@ -1144,7 +1146,8 @@ def title_case(s: str) -> str:
     return " ".join(out)
 
 
-_KEYWORDS = {"chapter", "book", "part", "volume", "stave", "canto", "act", "scene", "letter", "adventure", "section"}
+_KEYWORDS = {"chapter", "book", "part", "volume", "stave", "canto", "act", "scene", "letter", "adventure", "section",
+             *UNIT_STYLES}
 _LETTERED = {"appendix", "part", "section", "note", "plate", "schedule", "table"}
 """Words a letter after them numbers ("APPENDIX A", "PART A")."""
 
@@ -1184,9 +1187,13 @@ def spoken_heading(it: _Item, level: str) -> str:
             return f"No. {m.group(1)} {title_case(m.group(2))}"
         return f"{title_case(name) if _shouted(name) else name} {rest}"
     if it.style in _KEYWORDS and it.style != "forced":
-        m = re.match(r"^(\S+\s+\S+?[.:]?)(\s+.*)?$", text)  # "CHAPTER XIV." as printed, its title de-shouted
-        if m and m.group(2) and not _ORDINAL_HEADING_RE.match(text):  # "THE FIRST BOOK" as printed too
-            return m.group(1) + " " + title_case(m.group(2).strip())
+        # "CHAPTER XIV." as printed, its title de-shouted, also after a dash ("LECTURE I--SESAME. OF ...")
+        m = re.match(r"^(\S+\s+[\w'\u2019-]+?[.:]?)(?:(\s*(?:--|\u2014|\u2013)\s*|\s+)(\S.*))?$", text)
+        if m and m.group(3) and not _ORDINAL_HEADING_RE.match(text) and not _shouted(m.group(3)):
+            m = re.match(r"^(\S+\s+\S+?[.:]?)()(?:\s+(.*))?$", text)  # "SCENE II.--At" + "LADY SNEERWELL'S"
+        if m and m.group(3) and not _ORDINAL_HEADING_RE.match(text):  # "THE FIRST BOOK" as printed too
+            sep = m.group(2) if m.group(2).strip() else " "
+            return m.group(1) + sep + title_case(m.group(3).strip())
         return text
     return title_case(text)
 
@@ -1223,7 +1230,7 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
                       r"|this\s+e-?(?:book|text)\s+is\s+for\s+the\s+use\s+of)", re.I)
 
 
-_IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*printed\s+(?:in|by)\b"
+_IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:in|by)\b"
                          r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
@@ -1657,9 +1664,9 @@ def _caption_lists(items: list[_Item]) -> list[_Item]:
 
 
 def _listed_ahead(items: list[_Item]) -> list[_Item]:
-    """A numbered CHAPTER, STAVE or ACT heading that comes again later (a play's list of scenes, "ACT I.
-    The Octagon Room", before "FIRST ACT") and has no prose under it, or a tenth of the words the later one
-    has, is an entry of a list, not a start (unless a PART, BOOK or VOLUME heading comes between the two):
+    """A numbered CHAPTER, STAVE, ACT, LETTER or SERMON (:data:`UNIT_STYLES`) heading that comes again later (a
+    play's list of scenes, "ACT I. The Octagon Room", before "FIRST ACT"; a contents list of letters, each with its
+    summary) and has no prose under it, or a tenth of the words the later one has, is an entry of a list, not a start (unless a PART, BOOK or VOLUME heading comes between the two):
     it becomes a paragraph of the front matter (where a cast list's rules drop it). So does a PART (BOOK,
     VOLUME) heading with no prose under it that comes again later after one numbered lower (a note naming
     "Part II" before "PART I.")."""
@@ -1676,16 +1683,55 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
                     and not _has_prose(_body_words(items, heads, n)):
                 out[k] = _Item("para", it.text)
             continue
-        if it.style not in RANKED_CHAPTER_STYLES or it.num is None:
+        if it.style not in RANKED_CHAPTER_STYLES | UNIT_STYLES | {"letter"} or it.num is None:
             continue
         again = next((m for m in range(n + 1, len(heads))
                       if items[heads[m]].style == it.style and items[heads[m]].num == it.num), None)
         if again is None or any(items[j].style in PART_STYLES for j in heads[n + 1:again]):
             continue  # numbers that start again in the next part (BOOK II, CHAPTER I) are no list
-        body, later = _body_words(items, heads, n), _body_words(items, heads, again)
+        body = _body_words(items, heads, n)
+        stop = next((heads[m] for m in range(again + 1, len(heads)) if items[heads[m]].style == it.style), len(items))
+        later = [b.text for b in items[heads[again] + 1:stop] if b.kind == "para"]  # its sub-headings' text too
         if not _has_prose(body) or 10 * sum(len(b.split()) for b in body) < sum(len(b.split()) for b in later):
             out[k] = _Item("para", it.text)
     return out
+
+
+_NUMERAL_TOKEN_RE = re.compile(r"^(?:[ivxlcdm]+|\d{1,4})$")
+
+
+def _contents_of_titles(items: list[_Item]) -> list[_Item]:
+    """A "Contents" label over the book's headings printed again as plain lines before the next heading, each
+    entry run together with what the book prints under its heading and a page number ("SERMON I." / "GOD'S
+    WORLD." / "PSALM civ. 24. O Lord, how manifold ... 1"), or taken for headings with nothing under them
+    ("LECTURE ON PLATINUM." / "NOTES."), or over entries already found to be a list
+    (:func:`_listed_ahead`: "LETTER I" over the letter's summary): when the titles of three or more, and of at
+    least three in five, of the numbered headings that follow are found in order between the label and the next
+    heading with a paragraph of 40 words or more under it, in paragraphs of 100 words at most, that run is the contents list and is dropped with its label."""
+    for label, it in enumerate(items):
+        if it.kind != "para" or not _CONTENTS_LABEL_RE.match(it.text.strip()):
+            continue
+        heads = [k for k in range(label + 1, len(items)) if items[k].kind == "heading"] + [len(items)]
+        nxt = next((k for k, e in zip(heads, heads[1:])  # the first heading with text under it
+                    if any(len(x.text.split()) >= 40 for x in items[k + 1:e] if x.kind == "para")), None)
+        if nxt is None or any(len(x.text.split()) > 100 for x in items[label + 1:nxt]):
+            continue
+        span = [t for x in items[label + 1:nxt] for t in _tokens(x.text)]
+        titles = []
+        for h in items[nxt:]:
+            if h.kind != "heading" or h.num is None:
+                continue
+            toks = _tokens(h.text)
+            cut = next((i + 1 for i, t in enumerate(toks[:3]) if _NUMERAL_TOKEN_RE.match(t)), 0)
+            titles.append(toks[cut:] or toks)  # "LETTER I" with no title: its keyword and number
+        found, at = 0, 0
+        for t in titles:
+            hit = next((i for i in range(at, len(span) - len(t) + 1) if span[i:i + len(t)] == t), None)
+            if hit is not None:
+                found, at = found + 1, hit + len(t)
+        if found >= 3 and 5 * found >= 3 * len(titles):
+            return items[:label] + items[nxt:]
+    return items
 
 
 def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
@@ -1693,8 +1739,9 @@ def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
     THE LIBERTY OF THOUGHT AND DISCUSSION 28") or numbered lines ("II. ON THE SITUATION, FEELINGS, AND
     PLEASURES OF AN AMERICAN / FARMER", its title over two lines), with short lines between them (no
     prose: titles, page numbers, a column header "LETTER"). With three or more numbered entries, the label
-    and everything up to the last entry are a contents list and are dropped. A heading with prose under it
-    ends the list (it is the first chapter) unless it ends with a page number ("CHAPTER V. APPLICATIONS 177")."""
+    and everything up to the last entry are a contents list and are dropped; an entry's title may run to a long
+    line in capitals ("LECTURE V." / "OXYGEN PRESENT IN THE AIR--NATURE OF THE ATMOSPHERE--..."). A heading with
+    prose under it ends the list (it is the first chapter) unless it ends with a page number ("CHAPTER V. APPLICATIONS 177")."""
     def entry(it: _Item) -> bool:  # a numbered line of the list: "XI. FROM MR. IW--N AL--Z, A RUSSIAN ..."
         return it.kind == "para" and bool(_LEADING_NUMBER_RE.match(it.text)) and len(it.text.split()) <= 40 \
             and (_shouted(it.text) or not _is_prose(it.text))
@@ -1709,13 +1756,18 @@ def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
                 cur = items[e]
                 if cur.kind == "heading" and cur.num is not None:
                     nxt = items[e + 1] if e + 1 < len(items) else None
-                    if (nxt is None or nxt.kind == "para" and _is_prose(nxt.text) and not entry(nxt)) \
+                    if (nxt is None or nxt.kind == "para" and _is_prose(nxt.text) and not entry(nxt)
+                            and not (_shouted(nxt.text) and len(nxt.text.split()) <= 40)) \
                             and not re.search(r"\s\d{1,4}$", cur.text):
                         break
                     entries, last = entries + 1, e
+                elif cur.kind == "heading" and entries and e + 1 < len(items) \
+                        and not (items[e + 1].kind == "para" and _is_prose(items[e + 1].text)):
+                    last = e  # an unnumbered entry taken for a heading, nothing under it ("LECTURE ON PLATINUM.")
                 elif entry(cur):
                     entries, last = entries + 1, e
-                elif not (cur.kind == "para" and len(cur.text.split()) <= 14 and not _is_prose(cur.text)):
+                elif not (cur.kind == "para" and (len(cur.text.split()) <= 14 and not _is_prose(cur.text)
+                                                  or _shouted(cur.text) and len(cur.text.split()) <= 40)):
                     break
                 e += 1
             if entries >= 3:
@@ -1805,7 +1857,7 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items = [it for k, it in enumerate(items) if k not in notes and not (it.kind == "para" and _NOTE_RE.match(it.text))]
     items = _without_bylines(_labelled_entry_runs(items), author)
     items = _heading_runs(items)
-    items = _listed_ahead(items)
+    items = _contents_of_titles(_listed_ahead(items))
     items = _cast_lists(items)
     title_t = tuple(_tokens(title))
     titles = {title_t, tuple(_tokens(title.split(", ")[0]))} if title_t else set()

@@ -193,10 +193,10 @@ _PG_START_RE = re.compile(
 
 
 def _pg_start(text: str) -> re.Match | None:
-    """The START marker that ends the header; the line closing the small print counts only in the first half of
-    the file: an old etext prints its small print before the book or after it."""
+    """The START marker that ends the header; the line closing the small print counts only with the book after it:
+    an old etext prints its small print before the book or after it (then little or nothing follows the line)."""
     for m in _PG_START_RE.finditer(text):
-        if not (m.group(0).lstrip().startswith("*END") and 2 * m.start() > len(text)):
+        if not (m.group(0).lstrip().startswith("*END") and 10 * (len(text) - m.end()) < m.start()):
             return m
     return None
 
@@ -365,7 +365,8 @@ _NUMWORD = (rf"(?:(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)(?:[-
 _ORDINAL = (r"(?:the\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth"
             r"|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|last)")
 _KEYWORD = (r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|CANTO|Canto|ACT|Act|SCENE|Scene"
-            r"|LETTER|Letter|ADVENTURE|Adventure|SECTION|Section)")
+            r"|LETTER|Letter|ADVENTURE|Adventure|SECTION|Section|SERMON|Sermon|LECTURE|Lecture|DISCOURSE|Discourse"
+            r"|ESSAY|Essay|EPISTLE|Epistle|HOMILY|Homily)")
 _HEADING_RE = re.compile(
     rf"^(?P<head>(?P<kw>{_KEYWORD})[ \t]+(?P<num>{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
     rf"(?:[ \t]*(?:--|[.,:\u2014\u2013-])?[ \t]*(?P<title>\S.*))?$")
@@ -393,6 +394,10 @@ _TO_READER_RE = re.compile(r"^(?P<head>(?:THE[ \t]+(?:EDITOR|AUTHOR|TRANSLATOR|P
                            r"(?P<title>(?!))?")
 """An address to the reader, or a letter's heading naming its writer and reader, on a line of its own in
 capitals: "THE EDITOR TO THE READER.", "TO THE READER", "A LETTER FROM CAPTAIN GULLIVER TO HIS COUSIN SYMPSON."."""
+_UNIT_ON_RE = re.compile(r"^(?P<head>(?:LECTURE|SERMON|DISCOURSE|ESSAY|HOMILY)[ \t]+(?:ON|UPON|OF|CONCERNING)[ \t]+"
+                         r"[A-Z\u201c\"'][^.]{1,60}\.?)$(?P<title>(?!))?")
+"""A piece of a collection named by its subject, in capitals on a line of its own: "LECTURE ON PLATINUM.", "SERMON ON
+THE MOUNT"."""
 _ROMAN_ALONE_RE = re.compile(rf"^{_ROMAN}\.?$")
 _OPEN_CHARS = "\"'\u201c\u2018([_*"
 
@@ -490,7 +495,7 @@ def _match_heading(line: str) -> _Heading | None:
         return _Heading(line, None, style=m.group("kw").lower(), num=_number_value(m.group("num")))
     m = _SECTION_RE.match(line)
     if m is None and _shouted(line):  # "PREFACE TO THE SECOND EDITION.", "INTRODUCTION TO PYGMALION."
-        m = _SECTION_TO_RE.match(line) or _TO_READER_RE.match(line)
+        m = _SECTION_TO_RE.match(line) or _TO_READER_RE.match(line) or _UNIT_ON_RE.match(line)
     if m:
         title = m.group("title")
         if title is not None and not _title_like(title):
@@ -502,7 +507,7 @@ def _match_heading(line: str) -> _Heading | None:
     o = _COUNTED_RE.match(m.group("title")) if m else None
     if o and _word_value(o.group("ord")) == _number_value(m.group("num")):
         return _Heading(line, None, style="numtitle", num=_number_value(m.group("num")))  # "1. First Day."
-    if m and _title_like(m.group("title")) and _shouted(m.group("title")) \
+    if m and _title_like(m.group("title")) and _shouted(m.group("title")) and not _INITIALS_RE.match(line) \
             and not re.search(r"\s\d{1,4}$", m.group("title")):  # "I. THE PRISON-DOOR 51": a paged entry
         return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
     m = _DASHED_NUMTITLE_RE.match(line)
@@ -512,6 +517,8 @@ def _match_heading(line: str) -> _Heading | None:
     return None
 
 
+_INITIALS_RE = re.compile(r"^(?:[A-Z]\.[ \t]*){2,4}$")
+"""A writer's initials signing a letter ("I. L. B."), not a numbered title ("I." and "L. B.")."""
 _DASHED_NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.?[ \t]*(?:--|\u2014|\u2013))[ \t]*"
                                  r"(?P<title>[A-Z\"'\u201c\u2018].*)$")
 """A chapter's number and its title after a dash, in mixed case: "1--A Face on Which Time Makes but Little

@@ -170,3 +170,41 @@ def test_an_epubs_navigation_links_are_not_read(tmp_path):
     angel = load_book(_bench_book("angel-in-the-house-epub.epub", tmp_path))
     last = angel.chapters[-1].paragraphs
     assert last[-1].startswith("Her own and manhood") and "Printed by Cassell" not in _spoken(angel)
+
+
+def test_sermons_under_their_numbers_after_a_contents_that_repeats_them(tmp_path):
+    """Twenty-Five Village Sermons: "SERMON I." over its title, then the text and verse; the contents prints every
+    heading, title, text and verse again with page numbers, run together: 25 sermons, no contents read, nor the
+    printer's line of the title page ("LONDON: Printed by G. BARCLAY, ...")."""
+    book = load_book(_bench_book("twenty-five-village-sermons.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 25 and titles[0] == "SERMON I. God\u2019s World." and titles[-1].startswith("SERMON XXV.")
+    spoken = _spoken(book)
+    assert "BARCLAY" not in spoken and "find you out 72" not in spoken
+    assert book.chapters[0].paragraphs[0] == "PSALM civ. 24."
+
+
+def test_letters_after_a_contents_of_their_summaries_and_signed_with_initials(tmp_path):
+    """A Lady's Life in the Rocky Mountains: "LETTER I" over each letter's summary in the contents, then "Letter
+    I" over the same summary in the text; letters signed "I. L. B." (initials, not a numbered title): 17 letters,
+    the contents (and the introduction it lists, missing from the file) not read, the dedication kept."""
+    book = load_book(_bench_book("ladys-life-in-the-rocky-mountains.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 17 and titles[0] == "Letter I" and titles[-1] == "Letter XVII"
+    assert book.chapters[0].paragraphs[book.chapters[0].opening].startswith("Lake Tahoe--Morning in San Francisco")
+    spoken = _spoken(book)
+    assert "Introduction, by Ann Ronald" not in spoken and "To My Sister" in spoken
+    assert spoken.count("A lady's \"get-up\"--Grizzly bears") == 1
+
+
+def test_lectures_numbered_and_named_after_their_contents(tmp_path):
+    """The Chemical History of a Candle: "LECTURE I." ... "LECTURE VI." (two over a long title line in capitals)
+    and "LECTURE ON PLATINUM.", after a contents list that prints them all: eight chapters after the preface, the
+    contents not read; "LECTURE I--SESAME.  OF KING'S TREASURIES" (Sesame and Lilies) is said in title case."""
+    book = load_book(_bench_book("chemical-history-of-a-candle.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "Preface" and titles[1].startswith("LECTURE I. A Candle") and len(titles) == 8
+    assert titles[-1] == "Lecture on Platinum."
+    assert "BURNING OP A CANDLE" not in _spoken(book)  # the contents' misprint
+    sesame = load_book(_bench_book("sesame-and-lilies.txt.gz", tmp_path))
+    assert sesame.chapters[0].title == "LECTURE I--Sesame. Of King's Treasuries"
