@@ -171,6 +171,18 @@ def _bracketed_file_note(paras: list[str], i: int) -> range:
     return range(i, j + 1) if len(note.split()) <= 300 and _FILE_NOTE_RE.search(note) else range(0)
 
 
+def _closing_bracketed_notes(paras: list[str]) -> int:
+    """Where the notes in square brackets that close a book start, when one of them is about the e-text
+    (:data:`_FILE_NOTE_RE`: "[In this text, to keep the character set to the minimum 'vanilla ASCII': italics have
+    been converted to capitals ...]", after "[The book ends with two lines of ancient Greek ...]"): paragraphs each
+    wholly in brackets, 120 words at most, after the book's last paragraph; ``len(paras)`` when there are none."""
+    start = len(paras)
+    while start > 1 and paras[start - 1].lstrip().startswith("[") and paras[start - 1].rstrip().endswith("]") \
+            and len(paras[start - 1].split()) <= 120:
+        start -= 1
+    return start if any(_FILE_NOTE_RE.search(p) for p in paras[start:]) else len(paras)
+
+
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in, or
@@ -366,6 +378,9 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         if k == n - 1:
             while len(kept) > 1 and _printer_line(paras[-1]):
                 kept, paras = kept[:-1], paras[:-1]  # the printer's line under the last page
+            tail = _closing_bracketed_notes(paras)
+            if tail < len(paras):
+                kept, paras = kept[:tail], paras[:tail]  # the e-text maker's notes in brackets after the text
             end = next((j for j, para in enumerate(paras) if _the_end(para)), None)
             if end is not None:
                 kept = kept[:end + 1]  # after "THE END": the publisher's advertisements

@@ -208,3 +208,13 @@ def test_lectures_numbered_and_named_after_their_contents(tmp_path):
     assert "BURNING OP A CANDLE" not in _spoken(book)  # the contents' misprint
     sesame = load_book(_bench_book("sesame-and-lilies.txt.gz", tmp_path))
     assert sesame.chapters[0].title == "LECTURE I--Sesame. Of King's Treasuries"
+
+
+def test_the_etext_makers_bracketed_notes_after_the_last_page_are_not_read(tmp_path):
+    """The Life of Nelson ends with "[The book ends with two lines of ancient Greek ...]" and "[In this text, to keep
+    the character set to the minimum 'vanilla ASCII': italics have been converted to capitals ...]": the e-text
+    maker's notes, not read; the book's last paragraph is."""
+    book = load_book(_bench_book("life-of-nelson.txt.gz", tmp_path))
+    last = book.chapters[-1].paragraphs
+    assert last[-1].startswith("There was reason to suppose, from the appearances upon opening the body")
+    assert "vanilla ASCII" not in _spoken(book) and "ancient Greek" not in _spoken(book)
