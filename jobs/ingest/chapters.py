@@ -19,7 +19,7 @@ from core.errors import InputError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.common import _CONTENTS_LABEL_RE, _drop_invisible, _is_prose, _norm
 from jobs.ingest.markdown import _MD_ESCAPE_RE, _md_items
-from jobs.ingest.outline import Structure, build_outline, merge_fragments, title_case, to_chapters
+from jobs.ingest.outline import Structure, build_outline, closing_sections, merge_fragments, title_case, to_chapters
 from jobs.ingest.text import _Item, _pg_author, _strip_gutenberg, _txt_items, _unspace_letters
 
 
@@ -33,7 +33,7 @@ def _build_chapters(items: list[_Item], book_title: str, author: str | None = No
         kept = outline.front or [it for it in items if it.kind == "para"]
         texts = [it.text for it in kept] or paras
         return [Chapter(1, "", texts)] if texts else []
-    return merge_fragments(to_chapters(outline, split_level))
+    return closing_sections(merge_fragments(to_chapters(outline, split_level)))
 
 
 def _drop_toc_para_runs(items: list[_Item]) -> list[_Item]:

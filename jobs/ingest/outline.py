@@ -790,6 +790,34 @@ def _epigraph_end(items: list[_Item], k: int) -> int | None:
     return j if 1 <= n <= 2 else None
 
 
+def _epigraph_sources(items: list[_Item]) -> list[_Item]:
+    """A quotation's source line in capitals (:func:`_source_line`, no numeral, three words at most unless the
+    quotation opens with a quotation mark: "MOTHER BOMBIE.", "GARRICK.") right under a
+    quotation that stands under a heading (and its subtitle in capitals: "THE BOAR'S HEAD TAVERN, EASTCHEAP." /
+    "A SHAKESPEARIAN RESEARCH." / "\"A tavern is the rendezvous ...\""), is the epigraph's, not a heading; unless
+    there are more than three such lines and they are a fifth of the headings in capitals or more (a play's
+    speakers over their speeches)."""
+    out = list(items)
+    found = []
+    for k in range(2, len(items)):
+        it, quote = items[k], items[k - 1]
+        if not (it.kind == "heading" and it.style == "caps" and _source_line(it) and quote.kind == "para"
+                and not any(_NUMERAL_TOKEN_RE.match(t) for t in _tokens(it.text))  # "CHAP. III." heads
+                and (quote.text.lstrip()[:1] in "\"\u201c'\u2018" or len(it.text.split()) <= 3)
+                and not _shouted(quote.text) and len(quote.text.split()) <= 80):
+            continue
+        over = items[k - 2]
+        if over.kind == "heading" or k >= 3 and items[k - 3].kind == "heading" and over.kind == "para" \
+                and _shouted(over.text) and len(over.text.split()) <= 10:
+            found.append(k)
+    caps = sum(1 for it in items if it.kind == "heading" and it.style == "caps")
+    if len(found) > 3 and 5 * len(found) > caps:
+        return items  # a play's speakers in capitals over their speeches, not epigraphs
+    for k in found:
+        out[k] = _Item("para", items[k].text, epigraph=True)
+    return out
+
+
 def _epigraph_parts(items: list[_Item]) -> list[_Item]:
     """Parts headed in capitals over an epigraph: a line in capitals set apart (perhaps with a note in
     brackets after it: "UPPER GEVAUDAN (continued)") whose only text is an epigraph, one or two
@@ -1848,7 +1876,8 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items, entries, after = _resolve_toc(items)
     items = _without_front_advertisements(_without_trade_advertisements(items), title)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
-    items = _epigraph_parts(_promote_caps(items, title, author, listed=_all_listed(items, entries, after)))
+    items = _epigraph_parts(_epigraph_sources(_promote_caps(items, title, author,
+                                                             listed=_all_listed(items, entries, after))))
     items = _run_on_contents(_promote_set_apart(items, title, author))
     first = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
     items = _without_transcriber_pages(items[:first]) + items[first:]
@@ -2513,6 +2542,83 @@ def _notes_sections(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
+_POSTSCRIPT_TITLE_RE = re.compile(r"^(?:a\s+)?post-?script\b", re.I)
+"""A postscript's heading, alone or with what it is ("Postscript. Found in the Handwriting of ...")."""
+
+
+def _short_postscripts(chapters: list[Chapter]) -> list[Chapter]:
+    """A postscript headed after a piece ("Postscript." after "Rip Van Winkle", "POSTSCRIPT, FOUND IN THE
+    HANDWRITING OF MR. KNICKERBOCKER."), 600 words at most and not the book's last chapter, is read inside that
+    piece under its heading."""
+    out: list[Chapter] = []
+    for n, ch in enumerate(chapters):
+        if out and n < len(chapters) - 1 and _POSTSCRIPT_TITLE_RE.match((ch.title or "").strip()) \
+                and len(" ".join(ch.paragraphs).split()) <= 600:
+            out[-1] = _with_heading(out[-1], ch)
+            continue
+        out.append(ch)
+    return [c if c.index == k + 1 else replace(c, index=k + 1) for k, c in enumerate(out)]
+
+
+def closing_sections(chapters: list[Chapter]) -> list[Chapter]:
+    """Pieces headed after a chapter that belong to it: postscripts (:func:`_short_postscripts`) and notes on each story
+    titled by the story again (:func:`title_notes`)."""
+    return title_notes(_short_postscripts(chapters))
+
+
+_NOTES_HEAD_RE = re.compile(r"^(?:foot\s*|end\s*)?notes?(?:\s+(?:and|&)\s+(?:references|sources|illustrations))?\W*$",
+                            re.I)
+"""The label over a book's closing notes, as a paragraph: "NOTES AND REFERENCES", "Notes."."""
+
+
+def title_notes(chapters: list[Chapter]) -> list[Chapter]:
+    """Notes on each story headed by the story's title again ("I. CONNLA AND THE FAIRY MAIDEN." ... "XXVI. LAD WITH
+    THE GOAT SKIN." under "NOTES AND REFERENCES", after the 26 tales): a closing run of three or more chapters, the
+    last half of the book's chapters at most and fewer words than the chapters before it, whose titles, numeral
+    aside, name earlier chapters in their order (every word of one in the earlier title, or half the words of
+    both shared), four in five of them, with four in five of those titles their own, is read as sections of one notes chapter: the chapter before the run is
+    split at its notes label when it has one (the notes' own introduction is that chapter's text), else the
+    notes are read inside it."""
+    folded = [{w for w in _folded(_strip_number(ch.title or "")) if w not in _KEYWORDS and not _NUMERAL_TOKEN_RE.match(w)}
+              for ch in chapters]  # "Chapter VII." names nothing: numbers start again in each book
+    words = [len(" ".join(ch.paragraphs).split()) for ch in chapters]
+
+    def names(k: int, j: int) -> bool:
+        a, b = folded[k], folded[j]
+        return bool(a) and (a <= b or 2 * len(a & b) >= max(len(a), len(b)))
+
+    n = len(chapters)
+    best = None
+    for s in range(max(2, n - n // 2), n - 2):
+        if not any(names(s, j) for j in range(s)) or sum(words[s:]) >= sum(words[:s]) \
+                or 5 * len({frozenset(f) for f in folded[s:]}) < 4 * (n - s):  # "Note I", "Note II": one name
+            continue
+        at, hits = 0, 0
+        for k in range(s, n):
+            j = next((j for j in range(at, s) if names(k, j)), None)
+            if j is not None:
+                hits, at = hits + 1, j + 1
+        if hits >= 3 and 5 * hits >= 4 * (n - s):
+            best = s
+            break
+    if best is None:
+        return chapters
+    host = chapters[best - 1]
+    label = next((i for i in range(len(host.paragraphs) - 1, 0, -1)
+                  if host.kind(i) == "text" and _NOTES_HEAD_RE.match(host.paragraphs[i].strip())), None)
+    out = chapters[:best - 1]
+    if label is not None:
+        kinds = list(host.kinds) if host.kinds else None
+        out.append(Chapter(host.index, host.title, host.paragraphs[:label], kinds[:label] if kinds else None,
+                           host.part, title_is_letter=host.title_is_letter, opening=host.opening))
+        host = Chapter(host.index + 1, title_case(host.paragraphs[label]), host.paragraphs[label + 1:],
+                       kinds[label + 1:] if kinds else None, host.part)
+    for ch in chapters[best:]:
+        host = _with_heading(host, ch)
+    out.append(host)
+    return [c if c.index == k + 1 else replace(c, index=k + 1) for k, c in enumerate(out)]
+
+
 _GLOSSARY_RE = re.compile(r"^(?:an?\s+|the\s+)?(?:glossary|vocabulary|glossarial\s+index)"
                           r"(?:\s+(?:of|to|and)\b[^.]{0,80})?\W*$", re.I)
 """A glossary's heading: "VOCABULARY", "Glossary.", "A Glossary Of Archaic Words And Phrases"."""
@@ -2541,7 +2647,7 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
     announcement says the title), titles in capitals said in title case, and the title page's lines (the book's title, its author,
     "by ...") at the start of the first chapter not spoken again after the announcement, nor, unless ``front_matter``,
     the publisher's lines among the first chapters' paragraphs."""
-    chapters = _notes_sections(_introduction_sections(_dashed_sections(_with_parts(_play_sections(chapters)))))
+    chapters = title_notes(_notes_sections(_introduction_sections(_dashed_sections(_with_parts(_play_sections(chapters))))))
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
     out = []

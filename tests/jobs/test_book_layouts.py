@@ -218,3 +218,27 @@ def test_the_etext_makers_bracketed_notes_after_the_last_page_are_not_read(tmp_p
     last = book.chapters[-1].paragraphs
     assert last[-1].startswith("There was reason to suppose, from the appearances upon opening the body")
     assert "vanilla ASCII" not in _spoken(book) and "ancient Greek" not in _spoken(book)
+
+
+def test_notes_headed_by_each_storys_title_are_one_notes_chapter(tmp_path):
+    """Celtic Fairy Tales: after the 26 tales, "NOTES AND REFERENCES", its survey, then "I. CONNLA AND THE FAIRY
+    MAIDEN." ... "XXVI. LAD WITH THE GOAT SKIN.", each naming its tale again: one chapter, the notes its sections."""
+    book = load_book(_bench_book("celtic-fairy-tales.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[-1] == "Notes and References" and len(titles) == 27, titles[-3:]
+    notes = book.chapters[-1]
+    assert notes.paragraphs[0].startswith("It may be as well to give the reader some account")
+    heads = [p for p, k in zip(notes.paragraphs, notes.kinds) if k == "heading"]
+    assert len(heads) == 26 and heads[1] == "Guleesh."
+
+
+def test_an_epigraphs_source_and_a_pieces_postscript_are_no_chapters(tmp_path):
+    """The Sketch Book: "MOTHER BOMBIE." under the quotation that opens "THE BOAR'S HEAD TAVERN, EASTCHEAP." is
+    the quotation's source; "POSTSCRIPT." after "Rip Van Winkle" is the tale's: neither is a chapter."""
+    book = load_book(_bench_book("sketch-book-of-geoffrey-crayon.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert "Mother Bombie." not in titles and "Garrick." not in titles and "Postscript." not in titles
+    rip = book.chapters[titles.index("Rip Van Winkle.")]
+    assert "Postscript." in [p for p, k in zip(rip.paragraphs, rip.kinds) if k == "heading"]
+    tavern = book.chapters[titles.index("The Boar's Head Tavern, Eastcheap.")]
+    assert "MOTHER BOMBIE." in tavern.paragraphs[:4]
