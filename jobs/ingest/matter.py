@@ -96,9 +96,13 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
     return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
 
 
-_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:original\s+)?(?:transcriber|producer|preparer|poster|e-?text\s+editor"
+_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:(?:original\s+)?(?:transcriber|producer|preparer|poster|e-?text\s+editor"
                             r"|project\s+gutenberg\s+editor)(?:'s|\u2019s|s'|s)?"
-                            r"\s+(?:notes?|comments?)\b", re.I)
+                            r"\s+(?:notes?|comments?)\b"
+                            r"|about\s+(?:the|this)\s+(?:online|electronic|digital|e-?text|e-?book)\s+(?:edition|version|text)\b)",
+                            re.I)
+"""A note's label by whoever made the e-text: "Transcriber's Note:", "[Producer's comments", "About the online
+edition." (The Voyage of the Beagle: how it writes degrees and italics)."""
 _SUB_LABEL_RE = re.compile(r"^[A-Z][A-Za-z'\u2019 -]{0,40}:$")
 """A topic's label inside a transcriber's note ("SQUARE BRACKETS:", "CHANGES TO THE TEXT:")."""
 _FILE_NOTE_RE = re.compile(r"\b(?:this|the)\s+(?:e-?texts?|e-?books?|files?|electronic\s+(?:edition|text|version))\b"

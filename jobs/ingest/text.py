@@ -1042,12 +1042,16 @@ def _single_lines(blocks: list[list[str]]) -> dict[tuple[str, ...], list[int]]:
     return where
 
 
-def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...], list[int]]) -> list[str] | None:
+def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...], list[int]],
+                  after_label: bool = False) -> list[str] | None:
     """A contents list with no label, numbers or pages: a block of three or more short title lines ("Of Truth",
     "Of Death", ... under "THE ESSAYS") each of which comes again later, in the same order, as a line set
-    apart (the heading of its chapter); one in ten may be missing. None for any other block."""
+    apart (the heading of its chapter); one in ten may be missing. Right after a "Contents" label or another
+    contents block, and beside such a list (:func:`_beside_titles_again`), one or two such lines, all found again,
+    are a group of the list too ("Dedication" / "The
+    Coming of Arthur" over "THE ROUND TABLE" and its idylls). None for any other block."""
     lines = [ln.strip() for ln in blocks[i]]
-    if len(lines) < 3 or not all(_title_like(ln) and len(ln.split()) <= 10 and any(c.isalpha() for c in ln)
+    if len(lines) < (2 if after_label else 3) or not all(_title_like(ln) and len(ln.split()) <= 10 and any(c.isalpha() for c in ln)
                                  for ln in lines):
         return None
     pos = i
@@ -1057,7 +1061,17 @@ def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...]
         if later:
             pos = later[0]
             found += 1
-    return lines if len(lines) - found <= len(lines) // 10 else None
+    return lines if len(lines) - found <= len(lines) // 10 and (len(lines) >= 3 or found == len(lines)) else None
+
+
+def _beside_titles_again(items: list[_Item], blocks: list[list[str]], i: int,
+                         singles: dict[tuple[str, ...], list[int]]) -> bool:
+    """A contents block of titles found again (:func:`_titles_again`) is right before block ``i``, or is the next
+    block or the one after a group label ("THE ROUND TABLE")."""
+    if items and items[-1].kind == "toc":
+        return True
+    return any(j < len(blocks) and len(blocks[j]) >= 3 and _titles_again(blocks, j, singles) is not None
+               for j in (i + 1, i + 2))
 
 
 _OPEN_NOTE_RE = re.compile(r"^\s*\[\s*(?:Illustrations?|Image|Picture|Frontispiece|Plate)\b[^\]\[]*$", re.I)
@@ -1143,7 +1157,8 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             i += 1  # "CHAPTER    PAGE" over a contents list: its columns' names
             continue
         entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i]) \
-            or _index_group(items, blocks[i]) or _titles_again(blocks, i, singles)
+            or _index_group(items, blocks[i]) \
+            or _titles_again(blocks, i, singles, after_label and _beside_titles_again(items, blocks, i, singles))
         if entries is not None and not (i in roman_ok):
             items.append(_Item("toc", _norm(_clean_inline(" ".join(blocks[i]))),
                                entries=[_norm(_clean_inline(t)) for t in entries], label=after_label,

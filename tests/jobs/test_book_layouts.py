@@ -242,3 +242,17 @@ def test_an_epigraphs_source_and_a_pieces_postscript_are_no_chapters(tmp_path):
     assert "Postscript." in [p for p, k in zip(rip.paragraphs, rip.kinds) if k == "heading"]
     tavern = book.chapters[titles.index("The Boar's Head Tavern, Eastcheap.")]
     assert "MOTHER BOMBIE." in tavern.paragraphs[:4]
+
+
+def test_a_contents_in_groups_of_two_lines_beside_its_list_and_an_online_editions_note(tmp_path):
+    """Idylls of the King: the contents prints "Dedication" / "The Coming of Arthur", then "THE ROUND TABLE" over
+    ten idylls, then "The Passing of Arthur" / "To the Queen": the two-line groups are entries too, and every title
+    heads its idyll (13). The Voyage of the Beagle: "About the online edition." and its note on degrees and italics
+    are the e-text maker's, not read."""
+    book = load_book(_bench_book("idylls-of-the-king.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "The Coming of Arthur" and titles[-2:] == ["The Passing of Arthur", "To the Queen"]
+    assert len(titles) == 13
+    beagle = load_book(_bench_book("voyage-of-the-beagle.txt.gz", tmp_path))
+    assert "online edition" not in _spoken(beagle) and "degree symbol is represented" not in _spoken(beagle)
+    assert beagle.chapters[0].paragraphs[0].startswith("I have stated in the preface to the first Edition")
