@@ -27,7 +27,7 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
-from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _match_heading,
+from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _SECTION_RE, _match_heading,
                                _number_value, _roman_value)
 
 SPLIT_LEVELS = ("part", "chapter", "section")
@@ -2636,6 +2636,41 @@ def glossary_sections(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
+_CHAPTER_PARA_RE = re.compile(r"^(?:CHAPTER|Chapter)[ \t]+(?P<num>[IVXLCDM]+|\d{1,3})\b\.?[ \t]*(?:[-\u2013\u2014:.][ \t]*\S.*)?$")
+"""A paragraph that names a chapter and says what happens in it: "Chapter I - The crystal sea, God commands Adam,
+expelled from Eden, to live in the Cave of Treasures."."""
+
+
+def _chapter_paragraphs(chapters: list[Chapter]) -> list[Chapter]:
+    """An EPUB chapter whose chapters are marked only by paragraphs ("Chapter I - The crystal sea ...", no heading
+    markup and no contents entry): three or more such paragraphs of 40 words at most, numbered I, II, III ... on
+    by one, split it, each opening a chapter titled by it; the text before the first keeps the chapter's title,
+    or takes a named heading it opens with ("Prologue"), said as a title."""
+    out: list[Chapter] = []
+    for ch in chapters:
+        at = []
+        for i, p in enumerate(ch.paragraphs):
+            m = _CHAPTER_PARA_RE.match(p.strip()) if ch.kind(i) == "text" and len(p.split()) <= 40 else None
+            if m:
+                at.append((i, _number_value(m.group("num"))))
+        if len(at) < 3 or [n for _i, n in at] != list(range(1, len(at) + 1)):
+            out.append(ch)
+            continue
+        kinds = list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs)
+        first = at[0][0]
+        head, paras, hk = ch.title, ch.paragraphs[:first], kinds[:first]
+        lead = next((j for j, k in enumerate(hk) if k == "text"), None)
+        if lead is not None and lead >= ch.opening and _SECTION_RE.match(paras[lead].strip()):
+            head, paras, hk = paras[lead].strip(), paras[:lead] + paras[lead + 1:], hk[:lead] + hk[lead + 1:]
+        if any(k == "text" for k in hk):
+            out.append(Chapter(ch.index, head, paras, hk, ch.part, title_is_letter=ch.title_is_letter,
+                               opening=min(ch.opening, len(paras))))
+        bounds = [i for i, _n in at] + [len(ch.paragraphs)]
+        for a, b in zip(bounds, bounds[1:]):
+            out.append(Chapter(ch.index, ch.paragraphs[a].strip(), ch.paragraphs[a + 1:b], kinds[a + 1:b], ch.part))
+    return [c if c.index == k + 1 else replace(c, index=k + 1) for k, c in enumerate(out)]
+
+
 def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
                 front_matter: bool = False) -> list[Chapter]:
     """The checks EPUB chapters (found from the nav/NCX and ``epub:type``) share with text books:
@@ -2647,7 +2682,8 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
     announcement says the title), titles in capitals said in title case, and the title page's lines (the book's title, its author,
     "by ...") at the start of the first chapter not spoken again after the announcement, nor, unless ``front_matter``,
     the publisher's lines among the first chapters' paragraphs."""
-    chapters = title_notes(_notes_sections(_introduction_sections(_dashed_sections(_with_parts(_play_sections(chapters))))))
+    chapters = title_notes(_notes_sections(_introduction_sections(_dashed_sections(_with_parts(_play_sections(
+        _chapter_paragraphs(chapters)))))))
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
     out = []

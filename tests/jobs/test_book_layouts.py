@@ -256,3 +256,14 @@ def test_a_contents_in_groups_of_two_lines_beside_its_list_and_an_online_edition
     beagle = load_book(_bench_book("voyage-of-the-beagle.txt.gz", tmp_path))
     assert "online edition" not in _spoken(beagle) and "degree symbol is represented" not in _spoken(beagle)
     assert beagle.chapters[0].paragraphs[0].startswith("I have stated in the preface to the first Edition")
+
+
+def test_an_epubs_chapters_marked_only_by_paragraphs_naming_them(tmp_path):
+    """The First Book of Adam and Eve (EPUB 3): one document holds the prologue and 79 chapters, each opening with
+    a plain paragraph "Chapter I - The crystal sea, ..." that no heading markup or contents entry marks: the
+    paragraphs, numbered on by one, split it into the prologue and 79 chapters."""
+    book = load_book(_bench_book("first-book-of-adam-and-eve-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "Prologue" and len(titles) == 80
+    assert titles[1].startswith("Chapter I - The crystal sea") and titles[-1].startswith("Chapter LXXIX - ")
+    assert book.chapters[1].paragraphs[0].startswith("1 On the third day, God planted the garden")
