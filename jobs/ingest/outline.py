@@ -1728,6 +1728,13 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
 _NUMERAL_TOKEN_RE = re.compile(r"^(?:[ivxlcdm]+|\d{1,4})$")
 
 
+def _dash_summary(text: str) -> bool:
+    """A chapter's summary as a contents list prints it, phrases joined by dashes ("Purpose and scope of this
+    book--Not written for professional musicians, ...--..."): a dash for every twelve words, three at least."""
+    dashes = text.count("--") + text.count("\u2014")
+    return dashes >= max(3, len(text.split()) // 12)
+
+
 def _contents_of_titles(items: list[_Item]) -> list[_Item]:
     """A "Contents" label over the book's headings printed again as plain lines before the next heading, each
     entry run together with what the book prints under its heading and a page number ("SERMON I." / "GOD'S
@@ -1735,16 +1742,12 @@ def _contents_of_titles(items: list[_Item]) -> list[_Item]:
     ("LECTURE ON PLATINUM." / "NOTES."), or over entries already found to be a list
     (:func:`_listed_ahead`: "LETTER I" over the letter's summary): when the titles of three or more, and of at
     least three in five, of the numbered headings that follow are found in order between the label and the next
-    heading with a paragraph of 40 words or more under it, in paragraphs of 100 words at most, that run is the contents list and is dropped with its label."""
-    for label, it in enumerate(items):
-        if it.kind != "para" or not _CONTENTS_LABEL_RE.match(it.text.strip()):
-            continue
-        heads = [k for k in range(label + 1, len(items)) if items[k].kind == "heading"] + [len(items)]
-        nxt = next((k for k, e in zip(heads, heads[1:])  # the first heading with text under it
-                    if any(len(x.text.split()) >= 40 for x in items[k + 1:e] if x.kind == "para")), None)
-        if nxt is None or any(len(x.text.split()) > 100 for x in items[label + 1:nxt]):
-            continue
-        span = [t for x in items[label + 1:nxt] for t in _tokens(x.text)]
+    heading with a paragraph of 40 words or more under it, in paragraphs of 100 words at most (or longer summaries
+    of phrases joined by dashes, :func:`_dash_summary`), that run is the contents list and is dropped with its
+    label. With its label gone already, the run is the short lines and summaries right before the first such
+    heading, six paragraphs or more (titles over their summaries, a list of plates, "INDEX Page 351")."""
+    def listed(a: int, nxt: int) -> bool:
+        span = [t for x in items[a:nxt] for t in _tokens(x.text)]
         titles = []
         for h in items[nxt:]:
             if h.kind != "heading" or h.num is None:
@@ -1757,8 +1760,30 @@ def _contents_of_titles(items: list[_Item]) -> list[_Item]:
             hit = next((i for i in range(at, len(span) - len(t) + 1) if span[i:i + len(t)] == t), None)
             if hit is not None:
                 found, at = found + 1, hit + len(t)
-        if found >= 3 and 5 * found >= 3 * len(titles):
+        return found >= 3 and 5 * found >= 3 * len(titles)
+
+    def text_under(k: int, heads: list[int]) -> bool:
+        e = next((h for h in heads if h > k), len(items))
+        return any(len(x.text.split()) >= 40 for x in items[k + 1:e] if x.kind == "para")
+
+    heads = [k for k, it in enumerate(items) if it.kind == "heading"]
+    for label, it in enumerate(items):
+        if it.kind != "para" or not _CONTENTS_LABEL_RE.match(it.text.strip()):
+            continue
+        nxt = next((k for k in heads if k > label and text_under(k, heads)), None)
+        if nxt is None or any(len(x.text.split()) > 100 and not _dash_summary(x.text) for x in items[label + 1:nxt]):
+            continue
+        if listed(label + 1, nxt):
             return items[:label] + items[nxt:]
+    first = next((k for k in heads if items[k].num is not None and text_under(k, heads)), None)
+    if first is None:
+        return items
+    start = first
+    while start and items[start - 1].kind in ("para", "break") \
+            and (len(items[start - 1].text.split()) <= 12 or _dash_summary(items[start - 1].text)):
+        start -= 1
+    if first - start >= 6 and listed(start, first):
+        return items[:start] + items[first:]
     return items
 
 

@@ -794,9 +794,10 @@ def _hung_entries(block: list[str], titles: list[str]) -> list[bool] | None:
     return hung if sum(hung) >= 2 else None
 
 
-_ILLUSTRATION_RE = re.compile(r"\[\s*(?:Illustrations?|Image|Picture|Frontispiece|Plate"
+_ILLUSTRATION_RE = re.compile(r"\[\s*(?:Illustrations?|Image|Picture|Frontispiece|Plate|Side-?notes?"
                              r"|Transcriber(?:'s|\u2019s|s)?\s+Notes?)\b[^\]\[]{0,2000}\]", re.I)
-"""Picture notes and transcriber's notes in brackets ("[Illustration: ...]", "[Transcriber's Note: ...]")."""
+"""Picture notes, margin notes and transcriber's notes in brackets ("[Illustration: ...]", "[Sidenote: The book's
+appeal.]", "[Transcriber's Note: ...]"): the page's furniture, not read."""
 _MARK_RE = re.compile(r"\*+|_+")
 
 

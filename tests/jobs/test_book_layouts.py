@@ -267,3 +267,15 @@ def test_an_epubs_chapters_marked_only_by_paragraphs_naming_them(tmp_path):
     assert titles[0] == "Prologue" and len(titles) == 80
     assert titles[1].startswith("Chapter I - The crystal sea") and titles[-1].startswith("Chapter LXXIX - ")
     assert book.chapters[1].paragraphs[0].startswith("1 On the third day, God planted the garden")
+
+
+def test_margin_notes_and_a_contents_of_summaries_whose_label_is_gone(tmp_path):
+    """How to Listen to Music: 565 "[Sidenote: ...]" margin notes (page furniture, not read), and a contents of
+    chapter titles over long summaries of phrases joined by dashes, a list of plates and "INDEX Page 351" before the
+    first chapter: not read."""
+    book = load_book(_bench_book("how-to-listen-to-music.txt.gz", tmp_path))
+    spoken = _spoken(book)
+    assert "Sidenote" not in spoken and "INDEX Page 351" not in spoken
+    assert "Purpose and scope of this book--Not written for professional musicians" not in spoken
+    first = next(c for c in book.chapters if c.title.endswith("Introduction"))
+    assert first.paragraphs[0].startswith("This book has a purpose, which is as simple as it is plain")
