@@ -158,7 +158,8 @@ def read_chapters_file(path: str) -> tuple[str, ...]:
 
 def _confirmed_toc(items: list[_Item], k: int) -> bool:
     """A contents-list block is one when a "Contents" label precedes it or at least half of the
-    titles it names come again later in the book, as headings or short lines."""
+    titles it names come again later in the book, as headings or short lines (a numbered heading's title after
+    its keyword and number: "CHAPTER I. THE EPITAPH OF SUMMER" for "I The Epitaph of Summer")."""
     it = items[k]
     if it.label:
         return True
@@ -166,7 +167,11 @@ def _confirmed_toc(items: list[_Item], k: int) -> bool:
     for other in items[k + 1:]:
         if other.kind in ("heading", "para") and len(other.text) <= 120:
             later.add(tuple(_tokens(_strip_number(other.text))))
-            later.add(tuple(_tokens(other.text)))
+            toks = tuple(_tokens(other.text))
+            later.add(toks)
+            if other.kind == "heading" and other.num is not None:  # "CHAPTER I. THE EPITAPH OF SUMMER"
+                cut = next((i + 1 for i, t in enumerate(toks[:3]) if _NUMERAL_TOKEN_RE.match(t)), 0)
+                later.add(toks[cut:])
     hits = sum(1 for e in it.entries or [] if tuple(_tokens(e)) in later)
     return hits * 2 >= len(it.entries or [])
 

@@ -279,3 +279,13 @@ def test_margin_notes_and_a_contents_of_summaries_whose_label_is_gone(tmp_path):
     assert "Purpose and scope of this book--Not written for professional musicians" not in spoken
     first = next(c for c in book.chapters if c.title.endswith("Introduction"))
     assert first.paragraphs[0].startswith("This book has a purpose, which is as simple as it is plain")
+
+
+def test_an_unlabelled_contents_whose_titles_come_again_after_chapter_numbers(tmp_path):
+    """October Vagabonds: a contents with no label ("I The Epitaph of Summer", "II At Evening I Came to the Wood",
+    ...) names titles the book prints as "CHAPTER I. THE EPITAPH OF SUMMER": it is a contents list, not read."""
+    book = load_book(_bench_book("october-vagabonds.txt", tmp_path))
+    spoken = _spoken(book)
+    assert "I The Epitaph of Summer II At Evening" not in spoken
+    assert book.chapters[0].title.startswith("CHAPTER I.")
+    assert book.chapters[0].paragraphs[0].startswith("As I started out from the farm with a basket of potatoes")
