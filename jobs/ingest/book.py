@@ -7,7 +7,7 @@ nothing of file formats, decoding or parsing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 KINDS = ("text", "heading", "break")
@@ -73,6 +73,11 @@ class Chapter:
         return cls(index=int(d["index"]), title=str(d.get("title", "")), paragraphs=paragraphs, kinds=kinds,
                    part=None if part is None else str(part),
                    title_is_letter=d.get("title_is_letter") is True, opening=opening)
+
+
+def renumbered(chapters: list[Chapter]) -> list[Chapter]:
+    """The chapters with each ``index`` set to its position again (1-based), after some were merged or split."""
+    return [c if c.index == n + 1 else replace(c, index=n + 1) for n, c in enumerate(chapters)]
 
 
 @dataclass

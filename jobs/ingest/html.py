@@ -116,8 +116,9 @@ _MATTER_TYPES = {"copyright-page", "copyright", "colophon", "imprint", "toc", "i
                  "doc-colophon", "doc-toc", "doc-index"}
 _MARKER_TEXT_RE = re.compile(r"^\s*(?:\[\s*\d{1,4}\s*\]|\(\s*\d{1,4}\s*\)|\d{1,4}|[*\u2020\u2021\u00a7\u00b6]+)\s*$")
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_NAV_LINK_RE = re.compile(r"^\W*(?:(?:go\s+)?back|top(?:\s+of\s+(?:the\s+)?page)?|(?:(?:back|return|go)\s+)?to\s+(?:the\s+)?"
-                          r"(?:top|contents|table\s+of\s+contents|index|text|start)|\u21a9\ufe0e?)\W*$", re.I)
+_NAV_LINK_RE = re.compile(r"^\W*(?:(?:go\s+)?back|top(?:\s+of\s+(?:the\s+)?page)?"
+                          r"|(?:(?:back|return|go)\s+)?to\s+(?:the\s+)?(?:top|contents|table\s+of\s+contents|index|text|start)"
+                          r"|\u21a9\ufe0e?)\W*$", re.I)
 """A link that only moves the reader about the book ("back" under a picture's page, "Back to Top", "[To Contents]",
 "Return to Contents"): its words are not read."""
 

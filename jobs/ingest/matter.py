@@ -43,13 +43,14 @@ _RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:public
                         r"printed in|library of congress", re.I)
 
 
-_PRINTED_RE = re.compile(r"^\W*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:by|at|in)\b",
-                         re.I)
+_PRINTED_RE = re.compile(r"^\W*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?"
+                         r"printed\s+(?:by|at|in)\b", re.I)
 
 
 def _printer_line(p: str) -> bool:
     """The printer's line at the foot of the last page ("THE NORTHUMBERLAND PRESS, NEWCASTLE-UPON-TYNE",
-    "Printed by ...", "Cambridge: Electrotyped and Printed by ..."): short, and in capitals naming a press or printers, or starting "Printed by"."""
+    "Printed by ...", "Cambridge: Electrotyped and Printed by ..."): short, and in capitals naming a press or
+    printers, or starting "Printed by"."""
     if len(p.split()) > 15:
         return False
     return bool(_PRINTED_RE.match(p)) or (not any(c.islower() for c in p)
@@ -99,8 +100,8 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
 _NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:(?:original\s+)?(?:transcriber|producer|preparer|poster|e-?text\s+editor"
                             r"|project\s+gutenberg\s+editor)(?:'s|\u2019s|s'|s)?"
                             r"\s+(?:notes?|comments?)\b"
-                            r"|about\s+(?:the|this)\s+(?:online|electronic|digital|e-?text|e-?book)\s+(?:edition|version|text)\b)",
-                            re.I)
+                            r"|about\s+(?:the|this)\s+(?:online|electronic|digital|e-?text|e-?book)"
+                            r"\s+(?:edition|version|text)\b)", re.I)
 """A note's label by whoever made the e-text: "Transcriber's Note:", "[Producer's comments", "About the online
 edition." (The Voyage of the Beagle: how it writes degrees and italics)."""
 _SUB_LABEL_RE = re.compile(r"^[A-Z][A-Za-z'\u2019 -]{0,40}:$")

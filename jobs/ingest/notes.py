@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from jobs.ingest.book import Chapter
+from jobs.ingest.book import Chapter, renumbered
 
 _LABELLED_RE = re.compile(r"^\[\s*(?:foot-?\s?note\b[^:\]]{0,12}|note\s+\d{1,3}[a-z]?\s*):", re.I)
 """A note labelled as one: "[Footnote 1: ...", "[Footnote: ...", "[Note 3: ..."; "[Note: When I say ...]" in
@@ -105,4 +105,4 @@ def text_notes(chapters: list[Chapter], mode: str = "skip") -> list[Chapter]:
         opening = sum(1 for i in range(ch.opening) if i not in notes)
         out.append(replace(ch, paragraphs=paras, kinds=None if all(k == "text" for k in new_kinds) else new_kinds,
                            opening=opening if opening < len(paras) else 0))
-    return [c if c.index == n + 1 else replace(c, index=n + 1) for n, c in enumerate(out)]
+    return renumbered(out)

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from core.errors import InputError
-from jobs.ingest.book import Chapter
+from jobs.ingest.book import Chapter, renumbered
 from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
 from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
 from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _SECTION_RE, _match_heading,
@@ -36,7 +36,8 @@ PART_STYLES = {"part", "book", "volume", "capspart"}
 SECTION_STYLES = {"scene", "section", "numpart", "piece"}
 UNIT_STYLES = {"sermon", "lecture", "discourse", "essay", "epistle", "homily"}
 """A numbered piece of a collection by its own name ("SERMON I.", "LECTURE III", "Essay 2"): a chapter."""
-NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle", "serial", *UNIT_STYLES}
+NUMBERED_CHAPTER_STYLES = {"chapter", "stave", "letter", "adventure", "canto", "act", "numtitle", "serial",
+                           *UNIT_STYLES}
 RANKED_CHAPTER_STYLES = {"chapter", "stave", "act"}
 """The keywords that outrank the others: a book numbered by them is cut at them."""
 INNER_STYLES = {"letter", "contents", "caps"}
@@ -170,13 +171,22 @@ def _confirmed_toc(items: list[_Item], k: int) -> bool:
             toks = tuple(_tokens(other.text))
             later.add(toks)
             if other.kind == "heading" and other.num is not None:  # "CHAPTER I. THE EPITAPH OF SUMMER"
-                cut = next((i + 1 for i, t in enumerate(toks[:3]) if _NUMERAL_TOKEN_RE.match(t)), 0)
-                later.add(toks[cut:])
+                later.add(_after_number(toks))
     hits = sum(1 for e in it.entries or [] if tuple(_tokens(e)) in later)
     return hits * 2 >= len(it.entries or [])
 
 
 _LEADING_NUMBER_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.\s+")
+
+
+_NUMERAL_TOKEN_RE = re.compile(r"^(?:[ivxlcdm]+|\d{1,4})$")
+
+
+def _after_number(toks: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """A numbered heading's words after its keyword and number ("chapter i the epitaph of summer" -> "the epitaph
+    of summer"); all of them when no number stands among the first three."""
+    cut = next((i + 1 for i, t in enumerate(toks[:3]) if _NUMERAL_TOKEN_RE.match(t)), 0)
+    return tuple(toks[cut:])
 
 
 def _strip_number(s: str) -> str:
@@ -802,7 +812,6 @@ def _epigraph_sources(items: list[_Item]) -> list[_Item]:
     "A SHAKESPEARIAN RESEARCH." / "\"A tavern is the rendezvous ...\""), is the epigraph's, not a heading; unless
     there are more than three such lines and they are a fifth of the headings in capitals or more (a play's
     speakers over their speeches)."""
-    out = list(items)
     found = []
     for k in range(2, len(items)):
         it, quote = items[k], items[k - 1]
@@ -818,9 +827,7 @@ def _epigraph_sources(items: list[_Item]) -> list[_Item]:
     caps = sum(1 for it in items if it.kind == "heading" and it.style == "caps")
     if len(found) > 3 and 5 * len(found) > caps:
         return items  # a play's speakers in capitals over their speeches, not epigraphs
-    for k in found:
-        out[k] = _Item("para", items[k].text, epigraph=True)
-    return out
+    return [_Item("para", it.text, epigraph=True) if k in found else it for k, it in enumerate(items)]
 
 
 def _epigraph_parts(items: list[_Item]) -> list[_Item]:
@@ -1263,7 +1270,8 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
                       r"|this\s+e-?(?:book|text)\s+is\s+for\s+the\s+use\s+of)", re.I)
 
 
-_IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:in|by)\b"
+_IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
+                         r"|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:in|by)\b"
                          r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
@@ -1699,8 +1707,8 @@ def _caption_lists(items: list[_Item]) -> list[_Item]:
 def _listed_ahead(items: list[_Item]) -> list[_Item]:
     """A numbered CHAPTER, STAVE, ACT, LETTER or SERMON (:data:`UNIT_STYLES`) heading that comes again later (a
     play's list of scenes, "ACT I. The Octagon Room", before "FIRST ACT"; a contents list of letters, each with its
-    summary) and has no prose under it, or a tenth of the words the later one has, is an entry of a list, not a start (unless a PART, BOOK or VOLUME heading comes between the two):
-    it becomes a paragraph of the front matter (where a cast list's rules drop it). So does a PART (BOOK,
+    summary) and has no prose under it, or a tenth of the words the later one has, is an entry of a list, not a
+    start (unless a PART, BOOK or VOLUME heading comes between the two): it becomes a paragraph of the front matter (where a cast list's rules drop it). So does a PART (BOOK,
     VOLUME) heading with no prose under it that comes again later after one numbered lower (a note naming
     "Part II" before "PART I.")."""
     heads = [k for k, it in enumerate(items) if it.kind == "heading"]
@@ -1730,9 +1738,6 @@ def _listed_ahead(items: list[_Item]) -> list[_Item]:
     return out
 
 
-_NUMERAL_TOKEN_RE = re.compile(r"^(?:[ivxlcdm]+|\d{1,4})$")
-
-
 def _dash_summary(text: str) -> bool:
     """A chapter's summary as a contents list prints it, phrases joined by dashes ("Purpose and scope of this
     book--Not written for professional musicians, ...--..."): a dash for every twelve words, three at least."""
@@ -1752,14 +1757,13 @@ def _contents_of_titles(items: list[_Item]) -> list[_Item]:
     label. With its label gone already, the run is the short lines and summaries right before the first such
     heading, six paragraphs or more (titles over their summaries, a list of plates, "INDEX Page 351")."""
     def listed(a: int, nxt: int) -> bool:
-        span = [t for x in items[a:nxt] for t in _tokens(x.text)]
+        span = tuple(t for x in items[a:nxt] for t in _tokens(x.text))
         titles = []
         for h in items[nxt:]:
             if h.kind != "heading" or h.num is None:
                 continue
-            toks = _tokens(h.text)
-            cut = next((i + 1 for i, t in enumerate(toks[:3]) if _NUMERAL_TOKEN_RE.match(t)), 0)
-            titles.append(toks[cut:] or toks)  # "LETTER I" with no title: its keyword and number
+            toks = tuple(_tokens(h.text))
+            titles.append(_after_number(toks) or toks)  # "LETTER I" with no title: its keyword and number
         found, at = 0, 0
         for t in titles:
             hit = next((i for i in range(at, len(span) - len(t) + 1) if span[i:i + len(t)] == t), None)
@@ -1799,7 +1803,8 @@ def _labelled_entry_runs(items: list[_Item]) -> list[_Item]:
     prose: titles, page numbers, a column header "LETTER"). With three or more numbered entries, the label
     and everything up to the last entry are a contents list and are dropped; an entry's title may run to a long
     line in capitals ("LECTURE V." / "OXYGEN PRESENT IN THE AIR--NATURE OF THE ATMOSPHERE--..."). A heading with
-    prose under it ends the list (it is the first chapter) unless it ends with a page number ("CHAPTER V. APPLICATIONS 177")."""
+    prose under it ends the list (it is the first chapter) unless it ends with a page number ("CHAPTER V.
+    APPLICATIONS 177")."""
     def entry(it: _Item) -> bool:  # a numbered line of the list: "XI. FROM MR. IW--N AL--Z, A RUSSIAN ..."
         return it.kind == "para" and bool(_LEADING_NUMBER_RE.match(it.text)) and len(it.text.split()) <= 40 \
             and (_shouted(it.text) or not _is_prose(it.text))
@@ -2587,7 +2592,7 @@ def _short_postscripts(chapters: list[Chapter]) -> list[Chapter]:
             out[-1] = _with_heading(out[-1], ch)
             continue
         out.append(ch)
-    return [c if c.index == k + 1 else replace(c, index=k + 1) for k, c in enumerate(out)]
+    return renumbered(out)
 
 
 def closing_sections(chapters: list[Chapter]) -> list[Chapter]:
@@ -2606,10 +2611,11 @@ def title_notes(chapters: list[Chapter]) -> list[Chapter]:
     THE GOAT SKIN." under "NOTES AND REFERENCES", after the 26 tales): a closing run of three or more chapters, the
     last half of the book's chapters at most and fewer words than the chapters before it, whose titles, numeral
     aside, name earlier chapters in their order (every word of one in the earlier title, or half the words of
-    both shared), four in five of them, with four in five of those titles their own, is read as sections of one notes chapter: the chapter before the run is
-    split at its notes label when it has one (the notes' own introduction is that chapter's text), else the
-    notes are read inside it."""
-    folded = [{w for w in _folded(_strip_number(ch.title or "")) if w not in _KEYWORDS and not _NUMERAL_TOKEN_RE.match(w)}
+    both shared), four in five of them, with four in five of those titles their own, is read as sections of one
+    notes chapter: the chapter before the run is split at its notes label when it has one (the notes' own
+    introduction is that chapter's text), else the notes are read inside it."""
+    folded = [{w for w in _folded(_strip_number(ch.title or ""))
+               if w not in _KEYWORDS and not _NUMERAL_TOKEN_RE.match(w)}
               for ch in chapters]  # "Chapter VII." names nothing: numbers start again in each book
     words = [len(" ".join(ch.paragraphs).split()) for ch in chapters]
 
@@ -2646,7 +2652,7 @@ def title_notes(chapters: list[Chapter]) -> list[Chapter]:
     for ch in chapters[best:]:
         host = _with_heading(host, ch)
     out.append(host)
-    return [c if c.index == k + 1 else replace(c, index=k + 1) for k, c in enumerate(out)]
+    return renumbered(out)
 
 
 _GLOSSARY_RE = re.compile(r"^(?:an?\s+|the\s+)?(?:glossary|vocabulary|glossarial\s+index)"
@@ -2666,7 +2672,8 @@ def glossary_sections(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
-_CHAPTER_PARA_RE = re.compile(r"^(?:CHAPTER|Chapter)[ \t]+(?P<num>[IVXLCDM]+|\d{1,3})\b\.?[ \t]*(?:[-\u2013\u2014:.][ \t]*\S.*)?$")
+_CHAPTER_PARA_RE = re.compile(r"^(?:CHAPTER|Chapter)[ \t]+(?P<num>[IVXLCDM]+|\d{1,3})\b\.?"
+                              r"[ \t]*(?:[-\u2013\u2014:.][ \t]*\S.*)?$")
 """A paragraph that names a chapter and says what happens in it: "Chapter I - The crystal sea, God commands Adam,
 expelled from Eden, to live in the Cave of Treasures."."""
 
@@ -2698,7 +2705,7 @@ def _chapter_paragraphs(chapters: list[Chapter]) -> list[Chapter]:
         bounds = [i for i, _n in at] + [len(ch.paragraphs)]
         for a, b in zip(bounds, bounds[1:]):
             out.append(Chapter(ch.index, ch.paragraphs[a].strip(), ch.paragraphs[a + 1:b], kinds[a + 1:b], ch.part))
-    return [c if c.index == k + 1 else replace(c, index=k + 1) for k, c in enumerate(out)]
+    return renumbered(out)
 
 
 def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,

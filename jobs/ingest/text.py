@@ -1044,16 +1044,16 @@ def _single_lines(blocks: list[list[str]]) -> dict[tuple[str, ...], list[int]]:
 
 
 def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...], list[int]],
-                  after_label: bool = False) -> list[str] | None:
+                  group: bool = False) -> list[str] | None:
     """A contents list with no label, numbers or pages: a block of three or more short title lines ("Of Truth",
     "Of Death", ... under "THE ESSAYS") each of which comes again later, in the same order, as a line set
-    apart (the heading of its chapter); one in ten may be missing. Right after a "Contents" label or another
-    contents block, and beside such a list (:func:`_beside_titles_again`), one or two such lines, all found again,
-    are a group of the list too ("Dedication" / "The
-    Coming of Arthur" over "THE ROUND TABLE" and its idylls). None for any other block."""
+    apart (the heading of its chapter); one in ten may be missing. With ``group`` (the block follows a "Contents"
+    label or another contents block, beside such a list: :func:`_beside_titles_again`), two such lines, both
+    found again, are a group of the list too ("Dedication" / "The Coming of Arthur" over "THE ROUND TABLE" and its
+    idylls); a line alone there is a group's label ("The Child Alone"). None for any other block."""
     lines = [ln.strip() for ln in blocks[i]]
-    if len(lines) < (2 if after_label else 3) or not all(_title_like(ln) and len(ln.split()) <= 10 and any(c.isalpha() for c in ln)
-                                 for ln in lines):
+    if len(lines) < (2 if group else 3) \
+            or not all(_title_like(ln) and len(ln.split()) <= 10 and any(c.isalpha() for c in ln) for ln in lines):
         return None
     pos = i
     found = 0
@@ -1062,7 +1062,7 @@ def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...]
         if later:
             pos = later[0]
             found += 1
-    return lines if len(lines) - found <= len(lines) // 10 and (len(lines) >= 3 or found == len(lines)) else None
+    return lines if len(lines) - found <= len(lines) // 10 else None
 
 
 def _beside_titles_again(items: list[_Item], blocks: list[list[str]], i: int,
