@@ -67,10 +67,11 @@ _CAPS_UMLAUT_RE = re.compile(r"(?<=[AOU])e(?=[A-Z])")
 
 
 _CAST_LABEL_RE = re.compile(r"^(?:dr[a\u0101]matis\s+pers[o\u014d]n\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play|persons\s+represented"
-                            r"|(?:the\s+)?characters(?:\s+in\s+the\s+play)?|cast(?:\s+of\s+characters)?)\b\W*$",
+                            r"|(?:the\s+)?characters(?:\s+in\s+the\s+play|\s+(?:and\s+)?(?:the\s+)?original\s+cast)?"
+                            r"|cast(?:\s+of\s+characters)?)\b\W*$",
                             re.I)
 """The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY", "DR\u0100MATIS PERS\u014cNAE" with
-its Latin vowels marked long)."""
+its Latin vowels marked long, "CHARACTERS   ORIGINAL CAST" over the parts and their first players)."""
 
 
 _DEDICATION_LINE_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])|(?i:in\s+memory\s+of|dedicated\s+to)\s)")

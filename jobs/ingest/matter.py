@@ -25,7 +25,7 @@ from jobs.ingest.text import _caps_line
 _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
     r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
-    r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters)"
+    r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note)"
     r"[.:]?$", re.I)
 _COPYRIGHT_TITLE_RE = re.compile(r"^(?:copyright|all\s+rights\s+reserved)\b", re.I)
 """The matter titles that a speech or an essay may also bear: a chapter so titled is dropped only when it is not
@@ -97,7 +97,7 @@ def _is_gutenberg_note(ch: Chapter) -> bool:
     return len(text.split()) <= 60 and re.search(r"\bproject\s+gutenberg\b", text, re.I) is not None
 
 
-_NOTE_LABEL_RE = re.compile(r"^[\[(]?\s*(?:(?:original\s+)?(?:transcriber|producer|preparer|poster|e-?text\s+editor"
+_NOTE_LABEL_RE = re.compile(r"^[\[({]?\s*(?:(?:original\s+)?(?:transcriber|producer|preparer|poster|e-?text\s+editor"
                             r"|project\s+gutenberg\s+editor)(?:'s|\u2019s|s'|s)?"
                             r"\s+(?:notes?|comments?)\b"
                             r"|about\s+(?:the|this)\s+(?:online|electronic|digital|e-?text|e-?book)"
@@ -348,19 +348,76 @@ def _play_title_pages(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
+_PRESS_NOTICE_RE = re.compile(r"^(?:THE\s+)?[A-Z][A-Z\u00c0-\u00de'\u2019&.]+"
+                              r"(?:\s+[A-Z][A-Z\u00c0-\u00de'\u2019&.]+){0,3}"
+                              r"\s*[\u2014\u2013-]{1,2}\s*[\u201c\"]")
+"""A press notice of a book: the paper's name in capitals, a dash and the quotation ('ATHEN\u00c6UM.\u2014"A remarkable
+achievement ...', 'THE SATURDAY REVIEW.\u2014"Here we find ...')."""
+
+
+_COPYRIGHT_NOTICE_RE = re.compile(r"^\W*(?:copyright\b|\u00a9|entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b)", re.I)
+"""A copyright notice's first words: "Copyright, 1879, by ...", "\u00a9 1912", "Entered according to Act of Congress
+in 1855 by ..."."""
+
+
+def _copyright_notices(paras: list[str]) -> set[int]:
+    """Positions of copyright notices (:data:`_COPYRIGHT_NOTICE_RE`, 60 words at most) among a chapter's paragraphs:
+    the title page's verso run into an epigraph, a dedication, a preface or the first chapter."""
+    return {i for i, p in enumerate(paras) if len(p.split()) <= 60 and _COPYRIGHT_NOTICE_RE.match(p)}
+
+
+def _press_chapters(chapters: list[Chapter]) -> int:
+    """How many chapters at the end of the book are the publisher's notices of the author's other books: each
+    headed by the other book's title and holding only press notices (:data:`_PRESS_NOTICE_RE`)."""
+    k = len(chapters)
+    while k > 1 and chapters[k - 1].paragraphs and all(_PRESS_NOTICE_RE.match(p) for p in chapters[k - 1].paragraphs):
+        k -= 1
+    return len(chapters) - k
+
+
+def _synopsis(chapters: list[Chapter]) -> list[Chapter]:
+    """The book without a synopsis set out under the headings that follow it: a run of two chapters or more at
+    the front, each only a few short lines (three at most, 60 words each: "SCENE I. In the Witch's Orchard. ..."),
+    whose titles the next chapters repeat in order ("Act I.", "Act II.", "Act III." over the play's "ACT I." ...).
+    The synopsis is not read; what opened it (a note before it) opens the first chapter after it."""
+    for m in range(len(chapters) // 2, 1, -1):
+        head, body = chapters[:m], chapters[m:2 * m]
+        if all(ch.title and _title_words(ch.title) == _title_words(nx.title) for ch, nx in zip(head, body)) \
+                and all(0 < len(ch.paragraphs) - ch.opening <= 3 and ch.opening == (0 if k else ch.opening)
+                        and all(len(p.split()) <= 60 for p in ch.paragraphs[ch.opening:])
+                        for k, ch in enumerate(head)) \
+                and all(len(nx.paragraphs) > 3 for nx in body):
+            first, nxt = head[0], body[0]
+            lead = list(first.paragraphs[:first.opening])
+            kinds = None if first.kinds is None and nxt.kinds is None else \
+                [*(first.kinds or ["text"] * len(first.paragraphs))[:first.opening],
+                 *(nxt.kinds or ["text"] * len(nxt.paragraphs))]
+            return [replace(nxt, paragraphs=[*lead, *nxt.paragraphs], kinds=kinds, opening=len(lead) + nxt.opening),
+                    *chapters[m + 1:]]
+    return chapters
+
+
+def _title_words(title: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"\w+", title.casefold()))
+
+
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
-    """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index",
+    """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index", "Publishers' Note",
     "Copyright", "All Rights Reserved", "Also by ...", "Description of Characters"; a cast list under its label
     ("Characters in the Play", "Dramatis Personae") before the last chapter, in entries of 80 words or fewer; a play's production
     appendices after the first chapter ("Property List", "Light Plot", "Light Cues"); a theatre programme page
     near the front (:func:`_is_playbill`); a play's own page (its first performance, its persons) before its
-    first act in a book of plays (:func:`_play_title_pages`); short copyright notices among the first three
-    chapters; ISBN-only paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also
-    letter-spaced: :func:`_the_end`); a short last chapter about Project Gutenberg ("More Info"); the book's index
+    first act in a book of plays (:func:`_play_title_pages`); a synopsis under the headings that follow it
+    (:func:`_synopsis`); short copyright notices among the first three chapters, as chapters of their own or
+    among prose (:func:`_copyright_notices`); ISBN-only paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also
+    letter-spaced: :func:`_the_end`); a short last chapter about Project Gutenberg ("More Info"); the author's
+    other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`);
+    the book's index
     at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" section inside the last
     chapter (a heading-like paragraph of its own, followed by at most 400 words)."""
     out: list[Chapter] = []
     chapters = _play_title_pages(chapters)
+    chapters = _synopsis(chapters[:len(chapters) - _press_chapters(chapters)])
     n = len(chapters)
     for k, ch in enumerate(chapters):
         title = (ch.title or "").strip()
@@ -378,6 +435,8 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         if k == n - 1 and k and _is_gutenberg_note(ch):
             continue
         notes = _producer_notes(ch.paragraphs, front=k < 2)
+        if k < 3 and k < n - 1:
+            notes |= _copyright_notices(ch.paragraphs)
         kept = [(p, ch.kind(i)) for i, p in enumerate(ch.paragraphs) if not _ISBN_RE.match(p) and i not in notes]
         paras = [p for p, _k in kept]
         if k == n - 1:

@@ -1241,21 +1241,25 @@ def spoken_heading(it: _Item, level: str) -> str:
 # --------------------------------------------------------------------------- front matter
 
 
-_BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by|translated(?:\s+into\s+\w+)?\s+by|(?:with\s+)?illustrations\s+by"
+_BY_RE = re.compile(r"^(?:by(?!\s+order\s+of\b)|written\s+by|illustrated\s+by"
+                    r"|translated(?:\s+(?:into|from)\s+(?:the\s+)?[\w-]+(?:\s+text)?)?\s+by|(?:with\s+)?illustrations\s+by"
                     r"|(?:(?:translated|edited)(?:\s+and\s+\w+)?\s*,?\s+)?with\s+(?:an?d?\s+)?(?:introduction|preface"
                     r"|foreword|notes|memoir|essay|introductory\s+note)(?:\s+(?:in|on|of)\s+\w+)?"
                     r"(?:\s+and\s+(?:notes|an?\s+\w+))?\s+by"
                     r"|edited(?:\s+and\s+\w+)?\s+by)\s+\S", re.I)
-"""A title page's credit line: "by ...", "Translated by ...", "With an Introduction by W. L. Courtney, LL.D.",
+"""A title page's credit line: "by ...", "Translated by ...", "Translated from the Sanskrit Text by Sir Edwin
+Arnold", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
 signs a notice and is no credit."""
-_PUBLISHER_RE = re.compile(r"\bpublish(?:ing|ers?)\b|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
+_PUBLISHER_RE = re.compile(r"\b(?:publish|PUBLISH)(?:ing|ers?|ING|ERS?)\b|\w,\s+(?:Ltd|LTD)\."
+                           r"|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
                            r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|\s(?:&|and|AND)\s+(?:Company|COMPANY)\b(?!\s+of\b)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
 "SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.", "GINN AND
 COMPANY", "Methuen & Company", "The Athen\u00e6um Press",
 "Published by DeLONG RICE & COMPANY. Nashville, Tenn.", "Published in 1922 by THE GREAT WESTERN RAILWAY",
-"D. B. Updike \u00b7 The Merrymount Press \u00b7 Boston")."""
+"D. B. Updike \u00b7 The Merrymount Press \u00b7 Boston", "BOSTON: G. W. COTTRELL, PUBLISHER, 36 Cornhill.",
+"Truslove, Hanson & Comba, Ltd.")."""
 _ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b"
                          r"|ST\.)")
 """A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET", "120 NASSAU ST.")."""
@@ -1271,7 +1275,7 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
-                         r"|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:in|by)\b"
+                         r"|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:in|by|for)\b"
                          r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
@@ -1284,7 +1288,7 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
                          re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
 """A publisher's or producer's line in the front matter: copyright (and the copyright entry "Entered according
-to Act of Congress, in the year 1845 ..."), rights, printer, edition notes,
+to Act of Congress, in the year 1845 ..."), rights, printer ("Printed for W. OSBORNE, ..."), edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
 edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888", "A new
@@ -2726,11 +2730,14 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
     out = []
     for n, ch in enumerate(chapters):
         paras, kinds = list(ch.paragraphs), list(ch.kinds) if ch.kinds else None
+        untitled = False
         if n < 2:  # a contents list printed as running text in the first pages
             later = [t for t in named[n + 1:] if len(t) >= 1]
             keep = [not _lists_titles(p, later) for p in paras]
-            for i in range(len(paras) - 1):  # an expanded contents under its label: titles with their summaries
-                if _CONTENTS_LABEL_RE.match(paras[i].strip()) and _names_in_order(paras[i + 1], later) >= 3:
+            # an expanded contents under its label (titles with their summaries), or titles numbered in roman run on
+            for i in range(len(paras) - 1):
+                if _CONTENTS_LABEL_RE.match(paras[i].strip()) and (_names_in_order(paras[i + 1], later) >= 3
+                                                                    or _roman_list(paras[i + 1])):
                     keep[i] = keep[i + 1] = False
             paras = [p for p, ok in zip(paras, keep) if ok]
             kinds = [kd for kd, ok in zip(kinds, keep) if ok] if kinds else kinds
@@ -2740,7 +2747,9 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
                 paras.pop(0)
                 if kinds:
                     kinds.pop(0)
-            run = _title_page_lines(paras, title or "")
+            run = _title_page_lines(paras, title or "", ch.title if n == 0 else "")
+            if run and n == 0 and _titled_as_book(ch.title, title or ""):
+                untitled = True  # the title page's own entry: the announcement said its title
             if run:
                 paras = paras[:run.start] + paras[run.stop:]
                 kinds = kinds[:run.start] + kinds[run.stop:] if kinds else kinds
@@ -2753,29 +2762,65 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
                 continue
         spoken = title_case(ch.title) if _shouted(ch.title) else ch.title
         tt = tuple(_tokens(spoken))
-        if not out and title_t and tt and len(tt) % len(title_t) == 0 and tt == title_t * (len(tt) // len(title_t)):
+        if not out and title_t and tt and len(tt) % len(title_t) == 0 and tt == title_t * (len(tt) // len(title_t)) \
+                or untitled:
             spoken = ""  # front matter under the title page's entry: the announcement said the title
         out.append(Chapter(len(out) + 1, spoken, paras, kinds, ch.part))
     return _dedications_opening(out) or chapters
 
 
-def _title_page_lines(paras: list[str], title: str) -> range:
+def _title_page_lines(paras: list[str], title: str, head: str = "") -> range:
     """The lines of a title page printed after other opening matter (an epigraph over "PERPETUAL PEACE A
-    PHILOSOPHICAL ESSAY"): from a short line that starts with the book's title (its part before a colon), the
-    short lines under it that are no prose, or are credits ("BY IMMANUEL KANT", "TRANSLATED ... BY ...", "WITH A
-    PREFACE BY ..."), imprint or edition lines, up to the first other paragraph; an empty range when there is none."""
-    main_t = tuple(_tokens(title.split(":")[0]))
+    PHILOSOPHICAL ESSAY"): from a short line that starts with the book's title (its part before a colon) or its
+    subtitle (four words or more: "To which is prefix'd A PARTICULAR ACCOUNT ..." under "LETTERS OF Abelard and
+    Heloise."), the short lines under it that are no prose, or are credits ("BY IMMANUEL KANT", "TRANSLATED ...
+    BY ...", "WITH A PREFACE BY ..."), imprint or edition lines, up to the first other paragraph; an empty range
+    when there is none. Under a ``head`` that starts with the book's title (the title page's own entry) the lines
+    run from the first paragraph, one or more, up to a dedication or an epigraph."""
+    main, _, sub = title.partition(":")
+    main_t, sub_t = tuple(_tokens(main)), tuple(_tokens(sub))
     if len(main_t) < 1:
         return range(0)
+    if _titled_as_book(head, title):
+        return range(0, _title_page_end(paras, 0, sub_t))
     for i, p in enumerate(paras[:30]):
         words = tuple(_tokens(p))
-        if len(p.split()) <= 15 and words[:len(main_t)] == main_t and not _is_prose(p):
-            e = i + 1
-            while e < len(paras) and len(paras[e].split()) <= 40 and (
-                    _BY_RE.match(paras[e]) or _imprint_line(paras[e]) or not _is_prose(paras[e])):
-                e += 1
+        if len(p.split()) <= 15 and words[:len(main_t)] == main_t and (not _is_prose(p) or words == main_t) \
+                or _subtitle_line(p, sub_t):
+            e = _title_page_end(paras, i + 1, sub_t)
             return range(i, e) if e - i >= 2 else range(0)
     return range(0)
+
+
+def _subtitle_line(p: str, sub_t: tuple[str, ...]) -> bool:
+    """A paragraph that starts with the book's subtitle (four words or more), eighty words at most."""
+    return len(sub_t) >= 4 and tuple(_tokens(p))[:len(sub_t)] == sub_t and len(p.split()) <= 80
+
+
+def _titled_as_book(head: str, title: str) -> bool:
+    """Whether a heading starts with the book's title (its part before a colon), accents aside ("Bhagavad-Gita"
+    for "Bhagavad-G\u00eet\u00e2"): the title page's own entry."""
+    def plain(t: str) -> tuple[str, ...]:
+        return tuple(_tokens("".join(c for c in unicodedata.normalize("NFKD", t) if not unicodedata.combining(c))))
+
+    main_t = plain(title.split(":")[0])
+    return bool(main_t) and len(head.split()) <= 20 and plain(head)[:len(main_t)] == main_t
+
+
+_DEDICATION_LABEL_RE = re.compile(r"^\W*dedicat(?:ion|ory(?:\s+\w+)?)\W*$", re.I)
+"""A dedication's label alone on its line: "Dedication", "DEDICATORY EPISTLE"."""
+
+
+def _title_page_end(paras: list[str], e: int, sub_t: tuple[str, ...] = ()) -> int:
+    """Where a title page's lines from ``e`` end: at the first paragraph of more than forty words, or of prose that
+    is no credit nor imprint line, or that opens a dedication or a quotation (an epigraph); the subtitle
+    (:func:`_subtitle_line`) is a line of it."""
+    while e < len(paras) and (_subtitle_line(paras[e], sub_t) or len(paras[e].split()) <= 40 and (
+            _BY_RE.match(paras[e]) or _imprint_line(paras[e]) or not _is_prose(paras[e]))
+            and not _DEDICATION_RE.match(paras[e]) and not _DEDICATION_LABEL_RE.match(paras[e])
+            and not paras[e].lstrip().startswith(("\u201c", '"'))):
+        e += 1
+    return e
 
 
 def _dedications_opening(chapters: list[Chapter]) -> list[Chapter]:

@@ -166,7 +166,7 @@ def test_an_epubs_navigation_links_are_not_read(tmp_path):
     then the last page's foot and is not read either."""
     ladies = load_book(_bench_book("ladies-book-of-etiquette-epub.epub", tmp_path))
     assert not any("To Contents" in p for c in ladies.chapters for p in c.paragraphs)
-    assert ladies.chapters[1].paragraphs[0].startswith("In preparing a book of etiquette for ladies")
+    assert ladies.chapters[0].paragraphs[0].startswith("In preparing a book of etiquette for ladies")
     angel = load_book(_bench_book("angel-in-the-house-epub.epub", tmp_path))
     last = angel.chapters[-1].paragraphs
     assert last[-1].startswith("Her own and manhood") and "Printed by Cassell" not in _spoken(angel)
@@ -289,3 +289,59 @@ def test_an_unlabelled_contents_whose_titles_come_again_after_chapter_numbers(tm
     assert "I The Epitaph of Summer II At Evening" not in spoken
     assert book.chapters[0].title.startswith("CHAPTER I.")
     assert book.chapters[0].paragraphs[0].startswith("As I started out from the farm with a basket of potatoes")
+
+
+def test_an_epub_title_page_under_the_books_title_or_its_subtitle_is_not_read(tmp_path):
+    """Title pages in EPUBs: The Song Celestial's entry titled as the book holds its subtitle, a credit "Translated
+    from the Sanskrit Text by ..." and the imprint "New York Truslove, Hanson & Comba, Ltd. ..." over the
+    dedication (kept), and a contents of roman-numbered titles run on under its label; the Letters of Abelard and
+    Heloise print their title, the subtitle run on with its credits, and "Printed for W. OSBORNE ..." over the
+    preface; The Ladies' Book of Etiquette's first entry is only its subtitle, credit, imprint "BOSTON: G. W.
+    COTTRELL, PUBLISHER, ..." and copyright entry: none of it read, and no chapter of its own."""
+    song = load_book(_bench_book("song-celestial-epub.epub", tmp_path))
+    spoken = _spoken(song)
+    assert "Translated from the Sanskrit" not in spoken and "Truslove" not in spoken
+    assert "THE DISTRESS OF ARJUNA II. THE BOOK OF DOCTRINES" not in spoken
+    assert song.chapters[0].title == "Preface" and song.chapters[0].paragraphs[:2] == ["Dedication", "TO INDIA"]
+    letters = load_book(_bench_book("abelard-and-heloise-epub.epub", tmp_path))
+    assert "prefix'd A PARTICULAR ACCOUNT" not in _spoken(letters) and "OSBORNE" not in _spoken(letters)
+    assert letters.chapters[0].paragraphs[0].startswith("It is very surprising that the Letters of Abelard")
+    ladies = load_book(_bench_book("ladies-book-of-etiquette-epub.epub", tmp_path))
+    assert "COTTRELL" not in _spoken(ladies) and "Entered according" not in _spoken(ladies)
+    assert ladies.chapters[0].title == "Introduction."
+
+
+def test_the_authors_other_books_advertised_by_press_notices_are_not_read(tmp_path):
+    """Shakespearean Tragedy (EPUB 3): after the 32 notes two chapters headed by Bradley's other books hold only
+    press notices ('ATHEN\u00c6UM.\u2014"A remarkable achievement ...'): advertisements, no chapters; the title page's
+    publishers ("THE MACMILLAN CO. OF CANADA, Ltd.") and printing history are not read either."""
+    book = load_book(_bench_book("shakespearean-tragedy-epub.epub", tmp_path))
+    spoken = _spoken(book)
+    assert "A remarkable achievement" not in spoken and "MACMILLAN" not in spoken
+    assert book.chapters[0].title == "Preface" and book.chapters[-1].title.startswith("Note Ff.")
+
+
+def test_a_plays_synopsis_under_act_headings_and_its_cast_with_first_players(tmp_path):
+    """The Rescue of the Princess Winsome: a "PUBLISHERS' NOTE", a cast list under "CHARACTERS   ORIGINAL CAST" and
+    a synopsis headed "ACT I." ... "ACT III." (a line or two of scenes each) before the play's own ACT I ... ACT III:
+    the note, the cast and the synopsis are not read; the three acts are the chapters."""
+    book = load_book(_bench_book("princess-winsome.txt.gz", tmp_path))
+    assert [c.title for c in book.chapters] == ["ACT I.", "ACT II.", "ACT III."]
+    spoken = _spoken(book)
+    assert "ORIGINAL CAST" not in spoken and "Frog-eye Fearsome drags the captive" not in spoken
+    assert "the publishers are glad" not in spoken
+    assert book.chapters[0].paragraphs[0].startswith("SCENE I. _Witch bends over fire")
+
+
+def test_a_copyright_notice_run_into_the_first_pages_is_not_read(tmp_path):
+    """The copyright entry of My Bondage and My Freedom (EPUB 3: "Entered according to Act of Congress in 1855 by
+    Frederick Douglass ...") stands between the epigraph and the dedication, and McGuffey's First Reader prints its
+    "Copyright, 1879, by Van Antwerp, Bragg & Co. ..." after the suggestions to teachers: neither is read; the
+    epigraph, the dedication and the suggestions are."""
+    bondage = load_book(_bench_book("my-bondage-and-my-freedom-epub.epub", tmp_path))
+    spoken = _spoken(bondage)
+    assert "Entered according to Act of Congress" not in spoken
+    assert "By a principle essential to Christianity" in spoken and "TO HONORABLE GERRIT SMITH" in spoken
+    reader = load_book(_bench_book("mcguffeys-first-reader.txt", tmp_path))
+    spoken = _spoken(reader)
+    assert "Van Antwerp" not in spoken and "This First Reader may be used in teaching reading" in spoken
