@@ -1006,12 +1006,27 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
             levels[k] = "chapter"
     for k in instalments:
         levels[k] = "section"
+    _inside_numbered_pieces(heads, levels)
     _lower_caps(heads, levels)
     _named_sections(heads, levels, core)
     _named_parts(heads, levels)
     _numbered_pieces(heads, levels)
     _postscripts(heads, levels)
     return levels
+
+
+def _inside_numbered_pieces(heads: list[tuple[int, _Item]], levels: dict[int, str]) -> None:
+    """Pieces numbered with their titles ("I. Stories Shorter Still" ... "XVII. Humour as I See It"), five or more
+    in one run from one, hold what other chapter headings stand between the first and the last of them, fewer than they are: a
+    parody's "CHAPTER I" ... "CHAPTER IV" or a mock story's title in capitals inside a sketch are its sections."""
+    pieces = [k for k, it in heads if it.style == "numtitle" and levels.get(k) == "chapter"]
+    nums = [it.num for k, it in heads if k in pieces]
+    if len(pieces) < 5 or nums != list(range(1, len(pieces) + 1)):
+        return  # one run, numbered on from one (series that start again at I have their own prefaces)
+    inside = [k for k, it in heads if pieces[0] < k < pieces[-1] and levels.get(k) == "chapter" and it.style != "numtitle"]
+    if len(inside) < len(pieces):
+        for k in inside:
+            levels[k] = "section"
 
 
 _NUMBER_ONLY_RE = re.compile(r"^(?:(?:chapter|chap|section|sect|no|number)\.?\s+)?(?:[IVXLCDM]+|\d{1,4})\W*$", re.I)

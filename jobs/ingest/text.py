@@ -933,6 +933,24 @@ def _arabic_headings(blocks: list[list[str]], gaps: list[int]) -> dict[int, int]
     return ok if len(ok) >= 5 else {}
 
 
+def _set_apart_numtitles(blocks: list[list[str]], gaps: list[int]) -> dict[int, int]:
+    """Blocks of one or two lines that are a number, a full stop and a title in mixed case ("I. Stories Shorter
+    Still", "VI. The Two Sexes in Fives or Sixes." / "A Dinner-party Study"), each set apart by three blank lines
+    or more, numbered on by one from I or 1, five or more: a book's numbered pieces titled in mixed case (in
+    capitals they are headings by themselves: :func:`_match_heading`). Block -> its number."""
+    cands = []
+    for k, b in enumerate(blocks):
+        m = _NUMTITLE_RE.match(" ".join(ln.strip() for ln in b)) if len(b) <= 2 and gaps[k] >= 3 else None
+        if m and m.group("title")[:1].isupper() and not _shouted(m.group("title")) and len(m.group("title").split()) <= 20 \
+                and _match_heading(b[0].strip()) is None:  # "1. First Day." is a heading of its own kind
+            cands.append((k, _number_value(m.group("num"))))
+    ok: dict[int, int] = {}
+    for k, v in cands:
+        if v == len(ok) + 1:
+            ok[k] = v
+    return ok if len(ok) >= 5 else {}
+
+
 _ADDRESSEE_RE = re.compile(r"^To[ \t]+(?:the[ \t]+)?(?:Mr|Mrs|Miss|Ms|Dr|Sir|Lady|Lord|Revd|Rev|Capt|Captain|Messrs|Master"
                            r"|Madam|Madame|Mademoiselle|Monsieur|Colonel|Col|Major|General|Professor|Prof)\.?[ \t]+[A-Z]")
 """A letter's heading naming only whom it is written to: "To Dr LEWIS.", "To the Revd. Mr JONATHAN DUSTWICH, at--"."""
@@ -1127,6 +1145,7 @@ def _txt_items(body: str, force=None) -> list[_Item]:
     arabic_ok = _arabic_headings(blocks, gaps)
     serial = _serial_headings(blocks)
     addressed = _addressee_headings(blocks, gaps)
+    numtitles = _set_apart_numtitles(blocks, gaps)
     singles = _single_lines(blocks)
     items: list[_Item] = []
     i = 0
@@ -1142,6 +1161,11 @@ def _txt_items(body: str, force=None) -> list[_Item]:
             continue
         if i in letters:  # "A" ... "Z": a line in capitals set apart, which the outline may take as a heading
             items.append(_Item("para", blocks[i][0].strip(), apart=gaps[i], caps=True))
+            i += 1
+            continue
+        if i in numtitles:  # "I. Stories Shorter Still", a title over two lines joined
+            items.append(_Item("heading", _norm(_clean_inline(" ".join(ln.strip() for ln in blocks[i]))),
+                               style="numtitle", num=numtitles[i]))
             i += 1
             continue
         if i in addressed:

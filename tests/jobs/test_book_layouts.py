@@ -345,3 +345,19 @@ def test_a_copyright_notice_run_into_the_first_pages_is_not_read(tmp_path):
     reader = load_book(_bench_book("mcguffeys-first-reader.txt", tmp_path))
     spoken = _spoken(reader)
     assert "Van Antwerp" not in spoken and "This First Reader may be used in teaching reading" in spoken
+
+
+def test_pieces_numbered_with_titles_in_mixed_case_and_mock_chapters_inside_them(tmp_path):
+    """Further Foolishness: seventeen sketches headed "I. Stories Shorter Still" ... "XVII. Humour as I See It" in
+    mixed case, set apart by blank lines (five headings over two lines), after a contents that lists them in groups;
+    a parody inside the third has its own "CHAPTER I" ... "CHAPTER IV": the preface and the sketches are the
+    chapters, the parody's chapters its sections, and the contents is not read."""
+    book = load_book(_bench_book("further-foolishness.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 18 and titles[0] == "Preface" and titles[1] == "Stories Shorter Still", titles
+    assert titles[-1] == "Humour as I See It"
+    assert "Twice-told Tales; or, Every Man his Own Hero" in titles[9]
+    assert "FOLLIES IN FICTION" not in _spoken(book)
+    third = book.chapters[3]
+    assert [p for p, k in zip(third.paragraphs, third.kinds) if k == "heading"][:4] == [
+        "CHAPTER I", "CHAPTER II", "CHAPTER III", "CHAPTER IV"]
