@@ -23,6 +23,9 @@ SENTENCES = [
 ]
 
 
+# the FP16 and FP32 engines run eagerly on this machine's CPU: 280 s on the idle 2-core development machine on
+# 2026-12-07, 310 s inside a full CI run there (over the 300 s default), so the hang guard is set wider here
+@pytest.mark.timeout(900)
 def test_fp16_meets_the_quality_targets_against_fp32(voice):
     from piper import PiperVoice
 
