@@ -18,7 +18,7 @@ import re
 from dataclasses import replace
 
 from jobs.ingest.book import Chapter
-from jobs.ingest.common import _CAST_LABEL_RE, _is_prose, _join_title
+from jobs.ingest.common import _CAST_LABEL_RE, _is_prose, _join_title, _tokens
 from jobs.ingest.text import _caps_line
 
 
@@ -382,7 +382,7 @@ def _synopsis(chapters: list[Chapter]) -> list[Chapter]:
     The synopsis is not read; what opened it (a note before it) opens the first chapter after it."""
     for m in range(len(chapters) // 2, 1, -1):
         head, body = chapters[:m], chapters[m:2 * m]
-        if all(ch.title and _title_words(ch.title) == _title_words(nx.title) for ch, nx in zip(head, body)) \
+        if all(ch.title and _tokens(ch.title) == _tokens(nx.title) for ch, nx in zip(head, body)) \
                 and all(0 < len(ch.paragraphs) - ch.opening <= 3 and ch.opening == (0 if k else ch.opening)
                         and all(len(p.split()) <= 60 for p in ch.paragraphs[ch.opening:])
                         for k, ch in enumerate(head)) \
@@ -395,10 +395,6 @@ def _synopsis(chapters: list[Chapter]) -> list[Chapter]:
             return [replace(nxt, paragraphs=[*lead, *nxt.paragraphs], kinds=kinds, opening=len(lead) + nxt.opening),
                     *chapters[m + 1:]]
     return chapters
-
-
-def _title_words(title: str) -> tuple[str, ...]:
-    return tuple(re.findall(r"\w+", title.casefold()))
 
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
