@@ -67,10 +67,11 @@ _CAPS_UMLAUT_RE = re.compile(r"(?<=[AOU])e(?=[A-Z])")
 
 
 _CAST_LABEL_RE = re.compile(r"^(?:dr[a\u0101]matis\s+pers[o\u014d]n\S*|(?:the\s+)?persons\s+(?:in|of)\s+the\s+play|persons\s+represented"
+                            r"|(?:the\s+)?actors[\u2019']?\s+names|(?:the\s+)?names\s+of\s+the\s+actors"
                             r"|(?:the\s+)?characters(?:\s+in\s+the\s+play|\s+(?:and\s+)?(?:the\s+)?original\s+cast)?"
                             r"|cast(?:\s+of\s+characters)?)\b\W*$",
                             re.I)
-"""The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY", "DR\u0100MATIS PERS\u014cNAE" with
+"""The label of a play's cast list ("Dramatis Personae", "THE PERSONS IN THE PLAY", "THE ACTORS NAMES.", "DR\u0100MATIS PERS\u014cNAE" with
 its Latin vowels marked long, "CHARACTERS   ORIGINAL CAST" over the parts and their first players)."""
 
 

@@ -212,6 +212,11 @@ def _titled_piece(paras: list[str]) -> int | None:
         if in_address and len(a.split()) < 20:
             continue
         in_address = False
-        if _caps_title(a) and not _DEDICATION_START_RE.match(a) and len(b.split()) >= 20:
+        if _caps_title(a) and not _DEDICATION_START_RE.match(a) and not _SIGNED_NAME_RE.match(a) \
+                and len(b.split()) >= 20:
             return n
     return None
+
+
+_SIGNED_NAME_RE = re.compile(r"^(?:[A-Z]\.[ \t]?){1,3}[A-Z][A-Z'\u2019-]+\b")
+"""A name signed under a quotation, its first names as initials: "A.C. SWINBURNE", "W.C. HAZLITT ON LAMB'S LETTERS."."""

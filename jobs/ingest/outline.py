@@ -518,6 +518,10 @@ def _after_title(text: str, title_t: tuple[str, ...]) -> str:
     return ""
 
 
+_BARE_PART_RE = re.compile(r"^(?:PART|Part)\s+(?:\d{1,2}|[IVX]{1,4})\.?$")
+"""A part's heading that is its keyword and number alone: "Part 1.", "PART II"."""
+
+
 def _first_part(it: _Item) -> bool:
     """The heading of a chapter's first numbered part ("I", "1. HOW THEY WENT ..."): a title line right
     above it heads the chapter."""
@@ -577,11 +581,17 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
     # the title line may print only the main title: "LEGEND LAND" for "Legend Land, Vol. 1"
     title_forms = {title_t, tuple(_tokens(title.split(", ")[0]))} if title_t else set()
 
+    # a bare "Part 1." right under a line in capitals ("THE FOLLY OF SLANDER." / "Part 1.", later "Part 2."): the
+    # line's label, one title with it, as the contents prints it ("The Folly of Slander. Part 1.")
+    labels = {k + 1 for k in range(len(items) - 1) if items[k].kind == "para" and items[k].caps
+              and items[k + 1].kind == "heading" and items[k + 1].style == "part" and _BARE_PART_RE.match(items[k + 1].text)
+              and k + 2 < len(items) and items[k + 2].kind == "para"}
+
     def followed(k: int) -> bool:
         if k + 1 >= len(items):
             return False
         nxt = items[k + 1]
-        return nxt.kind == "para" or _first_part(nxt)
+        return nxt.kind == "para" or _first_part(nxt) or k + 1 in labels
 
     # the names the title page credits ("With a Preface by RICHARD LE GALLIENNE."): a line of one is a signature
     first_head = next((k for k, it in enumerate(items) if it.kind == "heading"), len(items))
@@ -656,13 +666,18 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 break
             j += 1
     n_numbered = sum(1 for k, it in enumerate(items)
-                     if it.kind == "heading" and it.style in numbered and k not in parts)
+                     if it.kind == "heading" and it.style in numbered and k not in parts
+                     and not (k in labels and k - 1 in cands))
     # the title page's own title line in capitals set apart shows the same typography: it counts for the pattern
     # (never a heading itself)
     shown = bool(title_t) and any(it.kind == "para" and it.caps and it.apart >= 2 and tuple(_tokens(it.text)) in title_forms
                                   for it in items[:limit])
     if not cands or len(cands) + named + shown < 3 or n_numbered * 3 > len(cands) + named:
-        return _front_pieces(items, [k for k, it in enumerate(items) if cand(k, it, 1)])
+        # after a play's last act the play's own title may head the editor's notes: any line in capitals set apart
+        return _back_pieces(_front_pieces(items, [k for k, it in enumerate(items) if cand(k, it, 1)]),
+                            [k for k, it in enumerate(items) if it.kind == "para" and it.caps and it.apart >= 3
+                             and followed(k) and not _the_end(it.text) and not _BY_RE.match(it.text)
+                             and not _CAST_LABEL_RE.match(it.text)])
     letters = [k for k in cands if re.fullmatch(r"[A-Z]\.?", items[k].text)]
     if len(letters) >= 5:  # a dictionary's sections "A" ... "Z": its other lines in capitals are entries, verses
         cands = [k for k in cands if k < letters[0] or k in letters]
@@ -673,7 +688,11 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
         cands = sorted(set(cands) | set(_mixed_case_titles(items, cands, limit, title_forms | {author_t})))
     out = list(items)
     for k in cands:
-        out[k] = _Item("heading", items[k].text, style="caps", apart=items[k].apart)
+        label = f" {items[k + 1].text}" if k + 1 in labels else ""
+        out[k] = _Item("heading", title_case(items[k].text) + label if label else items[k].text, style="caps",
+                       apart=items[k].apart)
+    labelled = {k + 1 for k in cands if k + 1 in labels}
+    out = [it for k, it in enumerate(out) if k not in labelled]
     # a chapter told in parts headed by ordinals ("THE WEDDING OF MRS FOX", then "FIRST STORY" at once,
     # later "SECOND STORY"): the ordinal lines are its sections
     prev_caps, expect = None, 0
@@ -749,6 +768,25 @@ def _front_pieces(items: list[_Item], cands: list[int]) -> list[_Item]:
         prose = [it.text for it in items[k + 1:end] if it.kind == "para" and _is_prose(it.text)]
         if len(prose) >= 3 and sum(len(t.split()) for t in prose) >= 150:
             out[k] = _Item("heading", items[k].text, style="caps")
+    return out
+
+
+def _back_pieces(items: list[_Item], cands: list[int]) -> list[_Item]:
+    """A play cut at its numbered acts with pieces after the last that are headed by lines in capitals set apart
+    by three blank lines or more (an editor's apparatus headed "PHILASTER." after the fifth act's exit): such a
+    line is a chapter heading when three paragraphs of prose or more (150 words or more) follow it before the
+    next such line or heading (``cands``), fewer than three of them with a price (more: the publisher's list of
+    other books). Lines in capitals inside the acts are not."""
+    acts = [k for k, it in enumerate(items) if it.kind == "heading" and it.style == "act"]
+    if len(acts) < 2:
+        return items
+    out, marked = list(items), set(cands)
+    for k in (c for c in cands if c > acts[-1]):
+        end = next((j for j in range(k + 1, len(items)) if j in marked or items[j].kind == "heading"), len(items))
+        prose = [it.text for it in items[k + 1:end] if it.kind == "para" and _is_prose(it.text)]
+        if len(prose) >= 3 and sum(len(t.split()) for t in prose) >= 150 \
+                and sum(1 for it in items[k + 1:end] if _PRICE_RE.search(it.text)) < 3:  # a publisher's list
+            out[k] = _Item("heading", items[k].text, style="backpiece")
     return out
 
 
@@ -1035,9 +1073,10 @@ PASSAGES_MIN = 100
 """Numbered passages: at least this many untitled numbered chapters, ..."""
 PASSAGES_MIN_GROUPS = 3
 """... under at least this many parts ..."""
-PASSAGE_MAX_MEDIAN_WORDS = 80
-"""... whose median text is at most this many words (a novel's chapters run to thousands; a book of fables,
-recipes or sonnets to about a hundred each, and they have titles or no parts)."""
+PASSAGE_MAX_MEDIAN_WORDS = 400
+"""... whose median text is at most this many words (a novel's chapters run to thousands; sayings, fables,
+recipes and sonnets to about a hundred each, a philosopher's aphorisms to a few hundred, and those with titles
+or without parts are not passages)."""
 
 
 def passages_short(words: list[int], groups: int) -> bool:
@@ -2069,7 +2108,34 @@ def _without_listed_titles(front: list[_Item], nodes: list[Node]) -> list[_Item]
     "SUBJECTS": "Of the Origin and Design of Government in general, with concise Remarks on the English
     Constitution. Of Monarchy and Hereditary Succession ..."): not spoken, as in an EPUB's first pages."""
     titles = [t for nd in nodes for t in {tuple(_tokens(nd.title)), tuple(_tokens(_strip_number(nd.title)))} if t]
-    return [it for it in front if not (it.kind == "para" and _lists_titles(it.text, titles))]
+    front = [it for it in front if not (it.kind == "para" and _lists_titles(it.text, titles))]
+    return _listed_entries(front, [tuple(_tokens(nd.title)) for nd in nodes if nd.level == "chapter"])
+
+
+def _listed_entries(front: list[_Item], titles: list[tuple[str, ...]]) -> list[_Item]:
+    """Short paragraphs in the front matter, one entry each, that start with the chapters' titles in their order
+    ("Introduction by Professor Henry Morley.", "Against Foolish Talking and Jesting.", ... "The Folly of Slander.
+    Part 2."), three or more in a row and as many as half the chapters: the contents (its label gone already),
+    not spoken, with a "CONTENTS." label right above them."""
+    def entry(it: _Item, at: int) -> int | None:
+        t = tuple(_tokens(it.text))
+        if it.kind != "para" or len(t) > 20:
+            return None
+        return next((n for n in range(at, len(titles)) if titles[n] and t[:len(titles[n])] == titles[n]), None)
+
+    k = 0
+    while k < len(front):
+        e, at = k, 0
+        while e < len(front):
+            hit = entry(front[e], at)
+            if hit is None:
+                break
+            e, at = e + 1, hit + 1
+        if e - k >= 3 and 2 * (e - k) >= len(titles):
+            k -= 1 if k and front[k - 1].kind == "para" and _CONTENTS_LABEL_RE.match(front[k - 1].text.strip()) else 0
+            return front[:k] + front[e:]
+        k = max(e, k + 1)
+    return front
 
 
 def _without_bylines(items: list[_Item], author: str | None) -> list[_Item]:

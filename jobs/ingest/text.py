@@ -375,6 +375,14 @@ _GLUED_HEADING_RE = re.compile(
 """A keyword in capitals run together with its numeral and a full stop, as a typesetting slip: "BOOKXXXV."."""
 _ORDINAL_HEADING_RE = re.compile(rf"^(?P<num>(?i:{_ORDINAL}))[ \t]+(?P<kw>{_KEYWORD})\.?$")
 """A keyword after its ordinal word: "FIRST ACT", "The Second Book" (no title on the line)."""
+_LATIN_ORDINALS = {w: k + 1 for k, w in enumerate(
+    "primus secundus tertius quartus quintus sextus septimus octavus nonus decimus".split())}
+_LATIN_ACT_RE = re.compile(
+    rf"^(?P<head>(?:ACTUS|Actus)[ \t]+(?P<num>(?i:{'|'.join(_LATIN_ORDINALS)})|{_ROMAN})\.?)"
+    rf"(?:[ \t]*[.,:]?[ \t]*(?P<title>(?i:sc(?:ae|\u00e6|oe|\u0153|e)na)[ \t]+"
+    rf"(?:(?i:prima|secunda|tertia|quarta|quinta|sexta|septima)|{_ROMAN}|\d{{1,2}})\.?))?$")
+"""An act of an old play headed in Latin, perhaps with its first scene: "Actus primus. Scena prima.",
+"ACTUS II. SCAENA I."."""
 _NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.)[ \t]+(?P<title>\S.*)$")
 """A numbered title on one line: "I. A SCANDAL IN BOHEMIA" (a story of a collection)."""
 _COUNTED_RE = re.compile(r"^(?P<ord>(?:[A-Za-z]+-)?[A-Za-z]+(?:st|nd|rd|th))[ \t]+[A-Z][a-z]{2,12}\.?$")
@@ -476,6 +484,13 @@ def _match_heading(line: str) -> _Heading | None:
     line = line.strip().replace("\u00a0", " ")  # "ACT\u00a0I. SCENE I.": a no-break space set after the keyword
     if not line or len(line) > 100:
         return None
+    if line[0] in "_*" and line.rstrip(".")[-1:] in ("_", "*"):
+        # a numbered heading set in italics ("_Actus Secundus.  Scena Prima_."); a word in italics
+        # ("_Introduction_" in a contents list) is no heading by its looks alone
+        bare = _strip_emphasis(line)
+        h = _match_heading(bare) if bare != line and "_" not in bare and "*" not in bare else None
+        if h is not None and h.num is not None and h.style != "roman":
+            return h
     m = _HEADING_RE.match(line)
     if m and not m.group("num"):
         m = None  # the numeral pattern matched nothing: "ACT DROP" is no heading
@@ -490,6 +505,11 @@ def _match_heading(line: str) -> _Heading | None:
         if title is not None and not _title_like(title) and not _dashed_title(line, m, title):
             return None
         return _Heading(m.group("head"), title, style=m.group("kw").lower(), num=_number_value(m.group("num")))
+    m = _LATIN_ACT_RE.match(line)
+    if m:
+        num = m.group("num")
+        value = _LATIN_ORDINALS.get(num.casefold()) or _roman_value(num)
+        return _Heading(m.group("head"), m.group("title"), style="act", num=value)
     m = _ORDINAL_HEADING_RE.match(line)
     if m and m.group("num").split()[-1].casefold() != "last":
         return _Heading(line, None, style=m.group("kw").lower(), num=_number_value(m.group("num")))
@@ -540,6 +560,10 @@ _QUOTED_WORDS_END_RE = re.compile(r"[^\W_][\"\u201d\u2019]$")
 not a quoted sentence ('"Come here."'), whose stop comes before the quote."""
 
 
+_CAPS_ADDRESSEE_RE = re.compile(r"^TO[ \t]+[A-Z][A-Z .'\u2019-]{1,50}[A-Z.],$")
+"""A letter's addressee in capitals ending in a comma, as the letter's title: "TO COLERIDGE,", "TO MR. MOXON,"."""
+
+
 def _strict_title_line(block: list[str]) -> str | None:
     """A block that is only a chapter title: one short line, no sentence punctuation at its end; a
     closing quote may end it when it closes quoted words (``Tom's "First Half"``, ``"The Young Idea"``),
@@ -547,6 +571,8 @@ def _strict_title_line(block: list[str]) -> str | None:
     if len(block) != 1:
         return None
     s = block[0].strip()
+    if _CAPS_ADDRESSEE_RE.match(s):
+        return s  # a letter's addressee in capitals under its number: "TO COLERIDGE,"
     if not _title_like(s) or _match_heading(s):
         return None
     letters = [c for c in s if c.isalpha()]

@@ -361,3 +361,50 @@ def test_pieces_numbered_with_titles_in_mixed_case_and_mock_chapters_inside_them
     third = book.chapters[3]
     assert [p for p, k in zip(third.paragraphs, third.kinds) if k == "heading"][:4] == [
         "CHAPTER I", "CHAPTER II", "CHAPTER III", "CHAPTER IV"]
+
+
+def test_aphorisms_numbered_under_their_divisions_are_sections(tmp_path):
+    """Human, All Too Human (EPUB 3): a preface and three divisions whose nav entries hold 152 entries titled by a
+    number alone ("1" ... "144", some hundreds of words each, the numbers running on from one division to the next):
+    the preface and the divisions are the chapters, each aphorism said under its number inside them."""
+    book = load_book(_bench_book("human-all-too-human-epub.epub", tmp_path))
+    assert [c.title for c in book.chapters] == ["Preface.", "Of the First and Last Things.",
+                                                 "History of the Moral Feelings.", "The Religious Life."]
+    moral = book.chapters[2]
+    assert moral.paragraphs[0] == "35." and moral.kinds[0] == "heading"
+
+
+def test_a_plays_acts_headed_in_latin_in_italics_and_the_editors_notes_after_them(tmp_path):
+    """Philaster: five acts headed only "Actus primus. Scena prima." and "_Actus Secundus.  Scena Prima_." (in
+    italics) ... "_Actus Quintus. Scena Prima_.", then the editor's apparatus in two parts headed in capitals after
+    the last act ("PHILASTER.", "PHILASTER. VERSE AND PROSE VARIATIONS."), with the first quarto's cast list under
+    "THE ACTORS NAMES." inside it: seven chapters, the cast list no chapter."""
+    book = load_book(_bench_book("philaster.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[:5] == ["Actus primus. Scena prima.", "Actus Secundus. Scena Prima.", "Actus Tertius. Scena Prima.",
+                          "Actus Quartus. Scena Prima.", "Actus Quintus. Scena Prima."], titles
+    assert titles[5:] == ["Philaster.", "Philaster. Verse and Prose Variations."], titles
+    assert book.chapters[1].paragraphs[0].startswith("Enter Philaster and Bellario")
+
+
+def test_sermons_titled_in_capitals_one_title_twice_with_its_part_lines(tmp_path):
+    """Sermons on Evil-Speaking: an introduction and five sermons titled in capitals with no numbers, the last title
+    twice, each time over a "Part 1." / "Part 2." line, after a contents of one entry a paragraph: six chapters
+    (the part line joins its title), and the contents is not read."""
+    book = load_book(_bench_book("sermons-on-evil-speaking.txt.gz", tmp_path))
+    assert [c.title for c in book.chapters] == [
+        "Introduction.", "Against Foolish Talking and Jesting.", "Against Rash and Vain Swearing.",
+        "Of Evil-Speaking in General.", "The Folly of Slander. Part 1.", "The Folly of Slander. Part 2."]
+    assert "Introduction by Professor Henry Morley" not in _spoken(book)
+
+
+def test_letters_numbered_with_their_addressee_after_a_long_introduction(tmp_path):
+    """The Best Letters of Charles Lamb: an introduction, then 107 letters headed by a bare numeral over the
+    addressee in capitals, some ending in a comma ("IV." / "TO COLERIDGE,"); quotations praising the letters,
+    signed "A.C. SWINBURNE", open the book: 108 chapters, letter I the second, and no chapter titled by a
+    signature."""
+    book = load_book(_bench_book("best-letters-of-charles-lamb.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 108 and titles[0] == "Introduction.", titles[:3]
+    assert titles[1] == "Chapter I. To Samuel Taylor Coleridge." and titles[4] == "Chapter IV. To Coleridge,", titles[:6]
+    assert titles[22] == "Chapter XXII. To Coleridge,"
