@@ -481,6 +481,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     numbered = False  # the last chapter is a numbered one: sentences marked up as headings after it are its text
     texted = False  # an entry with text of its own has been read
     title_page = False  # the nav's entry for the book's title came before any text: its title page's lines follow
+    title_at = 0  # how far into the book's title the entries that print it in pieces have gone ("THE LIFE", "OF" ...)
     cast_at: int | None = None  # the depth of a play's cast list just passed over, under its title's entry
     for n, (label, depth, blocks) in enumerate(segments[1:], 1):
         t, paras = _segment_paragraphs(label, blocks)
@@ -488,7 +489,10 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
             # before the book's first text, entries for the title page's lines (its title, a subtitle under
             # it, an edition line, the publisher's imprint) title nothing: "THROUGH THE LOOKING-GLASS" / "And What Alice Found There"
-            if _title_entry(t, book_title) or _EDITION_LINE_RE.match(t) or _BRACKETED_LINE_RE.match(t) \
+            piece = _title_piece(t, book_title, title_at)
+            if piece is not None:
+                title_at = piece
+            if _title_entry(t, book_title) or piece is not None or _EDITION_LINE_RE.match(t) or _BRACKETED_LINE_RE.match(t) \
                     or _AUTHOR_OF_RE.match(t) or not front_matter and _imprint_line(t) or (
                     title_page and not paras and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t)):
                 title_page = title_page or _title_entry(t, book_title)
@@ -575,6 +579,19 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     merged = [(t, d, [q for q, ok in zip(ps, keep) if ok], [kd for kd, ok in zip(ks, keep) if ok])
               for (t, d, ps, ks), keep in zip(merged, kept)]
     merged = [m for m in merged if "text" in m[3]]
+    if not front_matter:
+        # the title page's imprint among the untitled pages before the first titled entry, with prose after it
+        # ("LONDON: Printed for and sold by the Author, No. 10, Union-Street ..." between an epigraph and a
+        # dedicatory letter): not read (an imprint last on its page is the title page's, see epub_checks; a
+        # copyright notice stays: it marks a copyright page, which jobs.ingest.matter leaves out whole)
+        for j, (t, d, ps, ks) in enumerate(merged):
+            if t and t != title:  # (the text before the first entry is filed under the book's title)
+                break
+            keep = [i for i, q in enumerate(ps) if not (ks[i] == "text" and len(q.split()) <= 40 and _imprint_line(q)
+                                                        and not _COPYRIGHT_WORD_RE.search(q)
+                                                        and any(_has_prose([x]) for x in ps[i + 1:]))]
+            merged[j] = (t, d, [ps[i] for i in keep], [ks[i] for i in keep])
+        merged = [m for m in merged if "text" in m[3]]
     # leading front matter without prose (title page, contents, edition notice; an imprint or copyright entry in
     # sentences is no prose of the book unless front matter is kept) is left out
     k, kept_dedications = 0, []
@@ -596,7 +613,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
 # --------------------------------------------------------------------------- blocks -> chapters
 
 
-_NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|letter|stave|canto)\s+(?:[IVXLCDM]+|\d{1,3})\b"
+_COPYRIGHT_WORD_RE = re.compile(r"\bcopyright\b|\u00a9", re.I)
+_NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|chap\.|letter|stave|canto)\s+(?:[IVXLCDM]+|\d{1,3})\b"
                                 r"|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")
 """A nav entry for a numbered chapter ("II. ELEMENTARY RULES OF USAGE", "CHAPTER IV"), not a part."""
 _BARE_ENTRY_RE = re.compile(r"^(?:[IVXLCDM]+|\d{1,3})\.?$")
@@ -814,6 +832,20 @@ def _title_entry(label: str, title: str) -> bool:
     main = _tokens(re.split(r"[;:]|,\s+or\b", title, maxsplit=1, flags=re.I)[0])
     # a one-word main title counts where a subtitle follows it ("PRAGMATISM" for "Pragmatism: A New Name ...")
     return lt == tt or (len(tt) >= 2 and lt[:len(tt)] == tt) or (len(main) >= 2 or len(tt) > len(main)) and lt == main
+
+
+def _title_piece(label: str, title: str, at: int) -> int | None:
+    """A nav entry that prints the next piece of the book's title on a title page set as headings ("THE LIFE",
+    "OF", "OLAUDAH EQUIANO,", "OR", "GUSTAVUS VASSA," ... of "The Interesting Narrative of the Life of Olaudah
+    Equiano, Or Gustavus Vassa, The African"): where the title goes on after it, else None. The first piece
+    must be two words or more; each later one starts where the last ended or a few words on."""
+    lt, tt = _tokens(label), _tokens(title)
+    if not lt or (at == 0 and len(lt) < 2):
+        return None
+    for start in range(at, min(at + 4, len(tt)) if at else len(tt)):
+        if tt[start:start + len(lt)] == lt:
+            return start + len(lt)
+    return None
 
 
 def _chain_titles(titles: list[str]) -> str:

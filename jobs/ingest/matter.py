@@ -25,7 +25,8 @@ from jobs.ingest.text import _caps_line
 _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
     r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
-    r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note)"
+    r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note"
+    r"|(?:a\s+)?list\s+of\s+(?:the\s+)?subscribers(?:'|\u2019)?(?:\s+names)?|subscribers(?:'|\u2019)?\s+names)"
     r"[.:]?$", re.I)
 _COPYRIGHT_TITLE_RE = re.compile(r"^(?:copyright|all\s+rights\s+reserved)\b", re.I)
 """The matter titles that a speech or an essay may also bear: a chapter so titled is dropped only when it is not
@@ -375,6 +376,24 @@ def _press_chapters(chapters: list[Chapter]) -> int:
     return len(chapters) - k
 
 
+def _catalogue_chapters(chapters: list[Chapter]) -> int:
+    """How many chapters at the end of the book are the publisher's catalogue of other books: short entries (60
+    words a paragraph on average at most), a quarter of them or more with a price ("New Language Exercises, Part
+    I 20 cents", "Eclectic Physical Geography. 12mo. $1 00"), three prices at least, or two under a title naming
+    books ("Recent Publications.")."""
+    def catalogue(ch: Chapter) -> bool:
+        paras = ch.paragraphs
+        prices = sum(1 for p in paras if _PRICE_RE.search(p))
+        return bool(paras) and (prices >= 3 and 4 * prices >= len(paras)
+                                or prices >= 2 and bool(_ADS_HEAD_RE.search(ch.title or ""))) \
+            and sum(len(p.split()) for p in paras) <= 60 * len(paras)
+
+    k = len(chapters)
+    while k > 1 and catalogue(chapters[k - 1]):
+        k -= 1
+    return len(chapters) - k
+
+
 def _synopsis(chapters: list[Chapter]) -> list[Chapter]:
     """The book without a synopsis set out under the headings that follow it: a run of two chapters or more at
     the front, each only a few short lines (three at most, 60 words each: "SCENE I. In the Witch's Orchard. ..."),
@@ -407,17 +426,26 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     (:func:`_synopsis`); short copyright notices among the first three chapters, as chapters of their own or
     among prose (:func:`_copyright_notices`); ISBN-only paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also
     letter-spaced: :func:`_the_end`); a short last chapter about Project Gutenberg ("More Info"); the author's
-    other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`);
+    other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`)
+    or by their prices (:func:`_catalogue_chapters`);
     the book's index
     at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" section inside the last
     chapter (a heading-like paragraph of its own, followed by at most 400 words)."""
     out: list[Chapter] = []
     chapters = _play_title_pages(chapters)
-    chapters = _synopsis(chapters[:len(chapters) - _press_chapters(chapters)])
+    chapters = chapters[:len(chapters) - _press_chapters(chapters)]
+    chapters = _synopsis(chapters[:len(chapters) - _catalogue_chapters(chapters)])
     n = len(chapters)
     for k, ch in enumerate(chapters):
         title = (ch.title or "").strip()
         if title and _MATTER_TITLE_RE.match(title) and not (_COPYRIGHT_TITLE_RE.match(title) and _speech(ch)):
+            if ch.opening and k + 1 < n:  # what was spoken before its heading opens the next chapter
+                nxt = chapters[k + 1]
+                kinds = None if ch.kinds is None and nxt.kinds is None else \
+                    [*(ch.kinds or ["text"] * len(ch.paragraphs))[:ch.opening],
+                     *(nxt.kinds or ["text"] * len(nxt.paragraphs))]
+                chapters[k + 1] = replace(nxt, paragraphs=[*ch.paragraphs[:ch.opening], *nxt.paragraphs], kinds=kinds,
+                                          opening=ch.opening + nxt.opening)
             continue
         if k and title and _PRODUCTION_NOTES_RE.search(title):
             continue  # a play's property list, light plot, light cues: production notes, back matter

@@ -623,6 +623,27 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 and tuple(_tokens(a.text)) + tuple(_tokens(b.text)) in title_forms:
             split_title.update((k, k + 1))
 
+    # the title set in two or three lines, perhaps with its alternative title after an "OR" on a line of its own
+    # ("THE" / "SPIRIT OF THE AGE:" / "OR" / "CONTEMPORARY PORTRAITS."; a half-title "THE" / "SPIRIT OF THE AGE."):
+    # no line of it is a heading
+    bare_forms = title_forms | {tuple(_tokens(title.split(":")[0]))} if title_t else set()
+    def title_line(m: int) -> bool:
+        return m < len(items) and items[m].kind == "para" and (items[m].caps or _shouted(items[m].text)) \
+            and len(items[m].text.split()) <= 8
+
+    def or_line(m: int) -> bool:
+        return m < len(items) and items[m].kind == "para" and items[m].text.strip(" ,.").casefold() == "or"
+
+    for k in range(len(items)):
+        toks: tuple[str, ...] = ()
+        for m in range(k, min(k + 3, len(items))):
+            if not title_line(m):
+                break
+            toks += tuple(_tokens(items[m].text))
+            if m > k and toks in bare_forms:
+                end = m + 2 if or_line(m + 1) and title_line(m + 2) else m  # "OR" / "CONTEMPORARY PORTRAITS."
+                split_title.update(range(k, end + 1))
+                break
     # a series' or archive's name over the title line ("ALBERT EINSTEIN REFERENCE ARCHIVE" / "RELATIVITY: ...")
     split_title |= {k for k in range(len(items) - 1) if items[k + 1].kind == "para" and items[k + 1].apart <= 1
                     and items[k + 1].caps and title_t and tuple(_tokens(items[k + 1].text))[:len(title_t)] == title_t}
@@ -923,7 +944,7 @@ def _heading_runs(items: list[_Item]) -> list[_Item]:
             pass  # a contents list (or a lone label) with no text after it
         elif len(run) == 2 and _tokens(run[0].text) == _tokens(run[1].text):
             out.append(run[1])  # a heading printed twice (over an illustration and over the text)
-        elif (len(run) >= 3 and not all(h.forced for h in run)) or labels:
+        elif (len(run) >= 3 and not all(h.forced for h in run) and not _opening_trio(run)) or labels:
             if out and out[-1].kind == "para" and _CONTENTS_LABEL_RE.match(out[-1].text):
                 out.pop()
             last = run[-1]
@@ -933,6 +954,13 @@ def _heading_runs(items: list[_Item]) -> list[_Item]:
             out.extend(run)
         k = e
     return out
+
+
+def _opening_trio(run: list[_Item]) -> bool:
+    """A part's heading, its title and its first chapter's heading in a row ("BOOK I" / "PROLOGUE" / "CHAPTER I"):
+    three headings of three kinds, the first a part's, the last a numbered chapter's, no contents list."""
+    return len(run) == 3 and run[0].style in PART_STYLES and run[2].style in NUMBERED_CHAPTER_STYLES \
+        and run[2].num is not None and len({h.style for h in run}) == 3
 
 
 # --------------------------------------------------------------------------- levels
@@ -985,6 +1013,14 @@ def _assign_levels(items: list[_Item]) -> dict[int, str]:
     numtitles = [(k, it) for k, it in heads if it.style == "numtitle"]
     for (k, _it), good in zip(numtitles, _in_sequence([it.num for _k, it in numtitles])):
         if not good:
+            levels[k] = "para"
+    # ACT headings quoted inside a book of CHAPTERs (an act-scheme set out as an example: "ACT I.--THE INCURABLE
+    # OPTIMIST.--Dr. Stockmann announces his"), fewer than half the chapters and all after the first: text
+    chapter_heads = [k for k, it in heads if it.style == "chapter"]
+    act_heads = [k for k, it in heads if it.style == "act"]
+    if len(chapter_heads) >= 5 and act_heads and 2 * len(act_heads) < len(chapter_heads) \
+            and act_heads[0] > chapter_heads[0]:
+        for k in act_heads:
             levels[k] = "para"
     heads = [(k, it) for k, it in heads if levels.get(k) != "para"]
     core = [k for k, it in heads if it.style in NUMBERED_CHAPTER_STYLES

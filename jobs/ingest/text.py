@@ -761,14 +761,16 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
 
     A contents list is three or more short lines that are all numbered ("I. A Scandal in Bohemia",
     "CHAPTER I. Down the Rabbit-Hole") or all end with a page number ("The Start .... 7"); right
-    after a "Contents" label, any block of three or more short title lines is one."""
+    after a "Contents" label, any block of three or more short title lines is one, and so is a block of two
+    numbered entries (a list's last group)."""
     block = [ln for ln in block if ln.strip().casefold() not in ("page", "pages", "page.")]  # a column header
     if after_label:
         block = _without_glosses(block)
     if after_label and 1 <= len(block) < 3 and all(_PAGED_LINE_RE.match(ln.strip()) for ln in block):
         # a list printed in short groups under its label ("I.  THE SHADOW OF YEARS  3" / "_A Litany at Atlanta_ 14")
         return [_PAGED_LINE_RE.match(ln.strip()).group("title") for ln in block]
-    if len(block) < 3 or any(len(ln.strip()) > 100 for ln in block):
+    short = after_label and len(block) == 2  # the last group of a list in groups: "_CHAPTER XXII_ CHARACTER ..."
+    if len(block) < 3 and not short or any(len(ln.strip()) > 100 for ln in block):
         return None
     titles: list[str] = []
     numbered = paged = bad = 0
@@ -785,8 +787,11 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
         numbered += m.group("num") is not None and not worded
         paged += m.group("page") is not None
         titles.append(title.strip())
-    if bad > 0.1 * len(block) or len(titles) < 3:
+    if bad > 0.1 * len(block) or len(titles) < (2 if short else 3):
         return None
+    if short:  # numbered, perhaps with the keyword in italics
+        heads = [_match_heading(_strip_emphasis(ln.strip())) for ln in block]
+        return titles if all(h is not None and h.num is not None for h in heads) else None
     if numbered == len(titles) or paged >= 0.8 * len(titles) or after_label:
         return titles
     return None

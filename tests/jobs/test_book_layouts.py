@@ -408,3 +408,54 @@ def test_letters_numbered_with_their_addressee_after_a_long_introduction(tmp_pat
     assert len(titles) == 108 and titles[0] == "Introduction.", titles[:3]
     assert titles[1] == "Chapter I. To Samuel Taylor Coleridge." and titles[4] == "Chapter IV. To Coleridge,", titles[:6]
     assert titles[22] == "Chapter XXII. To Coleridge,"
+
+
+def test_an_act_scheme_quoted_in_a_manual_of_chapters_and_its_contents_in_groups(tmp_path):
+    """Play-Making: BOOKs over "_CHAPTER I_" headings in italics, a contents in groups whose last group holds two
+    entries, and act-schemes quoted in capitals inside chapters ("ACT I.--THE INCURABLE OPTIMIST.--Dr. Stockmann
+    announces his"): 23 chapters, each book said with its first chapter, the quoted acts read as text, the contents
+    not read."""
+    book = load_book(_bench_book("play-making.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 24 and titles[0] == "", titles
+    assert titles[1] == "BOOK I. Prologue. CHAPTER I. Introductory"
+    assert titles[22] == "BOOK V. Epilogue. CHAPTER XXII. Character and Psychology"
+    spoken = _spoken(book)
+    assert "ACT I.--THE INCURABLE OPTIMIST" in spoken and "CHARACTER AND PSYCHOLOGY CHAPTER XXIII" not in spoken
+
+
+def test_a_title_page_in_lines_with_its_alternative_title_after_or(tmp_path):
+    """The Spirit of the Age: its title page is "THE" / "SPIRIT OF THE AGE:" / "OR" / "CONTEMPORARY PORTRAITS.",
+    each line set apart, then an epigraph and a half-title over the essays headed by their subjects' names: no
+    chapter of the title page's lines, and the first essay is Jeremy Bentham."""
+    book = load_book(_bench_book("spirit-of-the-age.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 18 and titles[0] == "Jeremy Bentham.", titles[:3]
+    assert "CONTEMPORARY PORTRAITS" not in _spoken(book)
+
+
+def test_a_title_page_set_as_nav_entries_a_subscribers_list_and_the_imprint(tmp_path):
+    """The Interesting Narrative of Olaudah Equiano (EPUB 3): the title page is set as headings that the nav lists
+    one by one ("THE LIFE", "OF", "OLAUDAH EQUIANO,", "OR", "GUSTAVUS VASSA,", "THE AFRICAN."), then an epigraph,
+    the imprint ("LONDON: Printed for and sold by the Author ...") and a dedicatory letter, a "LIST of SUBSCRIBERS."
+    and chapters "CHAPTER I." and "CHAP. II." ... "CHAP. XII.", Chapter X holding "MISCELLANEOUS VERSES, or": twelve
+    chapters; the imprint and the subscribers are not read, the epigraph and the letter are."""
+    book = load_book(_bench_book("interesting-narrative-of-olaudah-equiano-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 12 and titles[0] == "Chapter I." and titles[-1] == "Chap. XII.", titles
+    spoken = _spoken(book)
+    assert "Printed for and sold by the Author" not in spoken and "Prince of Wales" not in spoken
+    assert "Behold, God is my salvation" in spoken and "My Lords and Gentlemen" in spoken
+    assert "MISCELLANEOUS VERSES" in " ".join(book.chapters[9].paragraphs)
+
+
+def test_the_publishers_catalogue_chapters_at_the_end_are_not_read(tmp_path):
+    """How to Listen to Music ends with "Some Musical Books" (titles with their prices: "12mo, $1.50.") and Arbor
+    Day Leaves with "Long's New Language Exercises." and "Recent Publications." (prices in cents and dollars): the
+    publisher's catalogue, no chapters, not read."""
+    music = load_book(_bench_book("how-to-listen-to-music.txt.gz", tmp_path))
+    assert music.chapters[-1].title == "Chapter IX. Musician, Critic, and Public"
+    assert "THE LETTERS OF FRANZ LISZT" not in _spoken(music)
+    arbor = load_book(_bench_book("arbor-day-leaves.txt.gz", tmp_path))
+    assert arbor.chapters[-1].title == "III.--Exercises at the Tree-Planting."
+    assert "WARD'S GRAMMAR BLANKS" not in _spoken(arbor) and "APGAR'S Trees" not in _spoken(arbor)
