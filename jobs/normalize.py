@@ -13,7 +13,8 @@ forms espeak-ng reads badly:
 * roman numerals after chapter/book/part/... keywords, alone in a heading, and after a regnal
   name ("Louis XIV" "Louis the fourteenth");
 * abbreviations by context: "St." (Saint before a name, Street after one), "Dr." (Doctor /
-  Drive), "Mt.", "Mr.", "e.g.", "i.e.", "etc.", "No. 5" ("number five");
+  Drive), "Mt.", "Mr.", "e.g.", "i.e.", "etc.", "No. 5" ("number five"), "Chap. II." ("Chapter two"),
+  "vol. 3", "Fig. 4", "Sect. 2" before their numbers;
 * letters said by their names: "a.m."/"p.m.", dotted initialisms ("U.S.A.", "M.A."), degrees
   ("Ph.D.", "B.Sc."), a capital "A" that is a letter ("Plan A", "A-B", "grade A."; the article
   "A cat" and the pronoun "I" stay words); espeak-ng reads a lone capital A as the article, so the
@@ -86,6 +87,10 @@ _DEGREE_TITLE_RE = re.compile(r"(?<![\w.])(?P<w>Ph\.\s?D|PhD|D\.\s?Phil|M\.\s?Ph
 _DEGREE_TITLES = {"phd": "P H D", "dphil": "D Phil", "mphil": "M Phil", "bsc": "B S C", "msc": "M S C",
                   "llb": "L L B", "llm": "L L M"}
 _NUMBER_ABBR_RE = re.compile(r"(?<![\w.])(?:(?P<w>No|Nos|NO|no|nos)\.|#)\s?(?=\d)")
+_KEYWORD_ABBR_RE = re.compile(r"(?<![\w.])(?P<w>Chap|CHAP|chap|Vol|VOL|vol|Fig|FIG|fig|Sect|SECT|sect)\."
+                              r"\s?(?=\d|[IVXLC]+\b)")
+"""A keyword's abbreviation before its number: "Chap. II." "Chapter two.", "vol. 3" "volume three"."""
+_KEYWORD_ABBR_WORDS = {"chap": "chapter", "vol": "volume", "fig": "figure", "sect": "section"}
 #: Words after which a lone capital A names a letter ("Plan A", "vitamin A", "Exhibit A").
 _LETTER_KEYWORDS = {"plan", "vitamin", "type", "grade", "class", "group", "section", "row", "exhibit", "appendix",
                     "platform", "gate", "block", "wing", "letter", "option", "category", "level", "part", "figure",
@@ -491,6 +496,12 @@ def _degree_title(m: re.Match, text: str) -> str:
     return _DEGREE_TITLES[key] + _stop_if_last(m, text) + m.group("after")
 
 
+def _keyword_abbr(m: re.Match) -> str:
+    w = m.group("w")
+    word = _KEYWORD_ABBR_WORDS[w.lower()]
+    return (word.capitalize() if w[:1].isupper() else word) + " "
+
+
 def _number_abbr(m: re.Match) -> str:
     w = m.group("w") or ""
     said = "numbers " if w.lower() == "nos" else "number "
@@ -570,6 +581,7 @@ def _normalize_plain(text: str, heading: bool) -> str:
     t = _sub(_VULGAR_RE, _vulgar, t)
     t = _DEGREE_RE.sub(_degrees, t)
     t = _NUMBER_ABBR_RE.sub(_number_abbr, t)
+    t = _KEYWORD_ABBR_RE.sub(_keyword_abbr, t)
     t = _sub(_UNIT_RE, _unit, t)
     t = _DATE_ISO_RE.sub(_iso_date, t)
     t = _DAY_RANGE_DMY_RE.sub(lambda m: _day_range(m, False), t)

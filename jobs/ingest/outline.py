@@ -479,7 +479,7 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     out = list(items)
     title_t = tuple(_tokens(title))
     for k, it in enumerate(out):
-        if k < after or tuple(_tokens(it.text)) == title_t:
+        if k < after or tuple(_tokens(it.text)) == title_t or _bylined(out, k):
             continue
         if it.kind == "heading" and it.style == "roman" and " " in it.text \
                 and tuple(_tokens(it.text)) in named:
@@ -504,6 +504,15 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     return out
 
 
+def _bylined(items: list[_Item], k: int) -> bool:
+    """A title page's title over its byline ("LAYS OF THE SCOTTISH CAVALIERS" / "BY" / "W.E. AYTOUN."), before any
+    prose: no heading, even where the contents or a part later bears the same words."""
+    nxt = items[k + 1] if k + 1 < len(items) else None
+    return nxt is not None and nxt.kind == "para" and (nxt.text.strip(" .").casefold() == "by"
+                                                       or bool(_BY_RE.match(nxt.text)) and len(nxt.text.split()) <= 8) \
+        and not any(it.kind == "para" and _is_prose(it.text) for it in items[:k])
+
+
 def _after_title(text: str, title_t: tuple[str, ...]) -> str:
     """What follows the book's title at the start of ``text`` (whole words), or ""."""
     words = text.split()
@@ -522,10 +531,42 @@ _BARE_PART_RE = re.compile(r"^(?:PART|Part)\s+(?:\d{1,2}|[IVX]{1,4})\.?$")
 """A part's heading that is its keyword and number alone: "Part 1.", "PART II"."""
 
 
+def title_in_lines(items: list[_Item], title: str) -> set[int]:
+    """The items that print the book's title in capitals over two or three lines, perhaps with its alternative
+    title after an "OR" on a line of its own ("THE" / "SPIRIT OF THE AGE:" / "OR" / "CONTEMPORARY PORTRAITS."; a
+    half-title "THE" / "SPIRIT OF THE AGE."; "THE" / '"MIND THE PAINT"' / "GIRL"): no line of it is a heading,
+    even where a contents list names one of its lines."""
+    title_t = tuple(_tokens(title))
+    if not title_t:
+        return set()
+    forms = {title_t, tuple(_tokens(title.split(", ")[0])), tuple(_tokens(title.split(":")[0]))}
+
+    def title_line(m: int) -> bool:
+        it = items[m] if m < len(items) else None
+        return it is not None and (it.kind == "para" or it.kind == "heading" and it.style in ("contents", "caps")) \
+            and (it.caps or _shouted(it.text)) and len(it.text.split()) <= 8
+
+    def or_line(m: int) -> bool:
+        return m < len(items) and items[m].kind == "para" and items[m].text.strip(" ,.").casefold() == "or"
+
+    found: set[int] = set()
+    for k in range(len(items)):
+        toks: tuple[str, ...] = ()
+        for m in range(k, min(k + 3, len(items))):
+            if not title_line(m):
+                break
+            toks += tuple(_tokens(items[m].text))
+            if m > k and toks in forms:
+                end = m + 2 if or_line(m + 1) and title_line(m + 2) else m  # "OR" / "CONTEMPORARY PORTRAITS."
+                found.update(range(k, end + 1))
+                break
+    return found
+
+
 def _first_part(it: _Item) -> bool:
-    """The heading of a chapter's first numbered part ("I", "1. HOW THEY WENT ..."): a title line right
-    above it heads the chapter."""
-    return it.kind == "heading" and it.style in ("roman", "numtitle", "listedroman") and it.num == 1
+    """The heading of a chapter's first numbered part ("I", "1. HOW THEY WENT ...", a play's "SCENE I"): a title
+    line right above it heads the chapter."""
+    return it.kind == "heading" and it.style in ("roman", "numtitle", "listedroman", "scene") and it.num == 1
 
 
 def _renamed_entry(line: str, named: set[tuple[str, ...]]) -> bool:
@@ -623,27 +664,7 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 and tuple(_tokens(a.text)) + tuple(_tokens(b.text)) in title_forms:
             split_title.update((k, k + 1))
 
-    # the title set in two or three lines, perhaps with its alternative title after an "OR" on a line of its own
-    # ("THE" / "SPIRIT OF THE AGE:" / "OR" / "CONTEMPORARY PORTRAITS."; a half-title "THE" / "SPIRIT OF THE AGE."):
-    # no line of it is a heading
-    bare_forms = title_forms | {tuple(_tokens(title.split(":")[0]))} if title_t else set()
-    def title_line(m: int) -> bool:
-        return m < len(items) and items[m].kind == "para" and (items[m].caps or _shouted(items[m].text)) \
-            and len(items[m].text.split()) <= 8
-
-    def or_line(m: int) -> bool:
-        return m < len(items) and items[m].kind == "para" and items[m].text.strip(" ,.").casefold() == "or"
-
-    for k in range(len(items)):
-        toks: tuple[str, ...] = ()
-        for m in range(k, min(k + 3, len(items))):
-            if not title_line(m):
-                break
-            toks += tuple(_tokens(items[m].text))
-            if m > k and toks in bare_forms:
-                end = m + 2 if or_line(m + 1) and title_line(m + 2) else m  # "OR" / "CONTEMPORARY PORTRAITS."
-                split_title.update(range(k, end + 1))
-                break
+    split_title |= title_in_lines(items, title)
     # a series' or archive's name over the title line ("ALBERT EINSTEIN REFERENCE ARCHIVE" / "RELATIVITY: ...")
     split_title |= {k for k in range(len(items) - 1) if items[k + 1].kind == "para" and items[k + 1].apart <= 1
                     and items[k + 1].caps and title_t and tuple(_tokens(items[k + 1].text))[:len(title_t)] == title_t}
@@ -654,7 +675,8 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 and not title_start(k, tuple(_tokens(it.text))) and not _ILLUSTRATIONS_LABEL_RE.match(it.text)
                 and tuple(_tokens(it.text)) not in title_forms | {author_t} and tuple(_tokens(it.text)) not in credited
                 and not _BY_RE.match(it.text) and not _the_end(it.text)
-                and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text))
+                and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text)
+                and not _bylined(items, k))
 
     # where the contents names every chapter, the lines from its first entry's heading on are text
     limit = next((k for k, it in enumerate(items) if it.kind == "heading" and it.style == "contents"),
@@ -1500,7 +1522,7 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
     paras = [it for n, it in enumerate(front) if not _NOTE_RE.match(it.text) and not imprint[n] and n not in place]
     notes = _producer_notes([it.text for it in paras], front=True)
     paras = [it for n, it in enumerate(paras) if n not in notes]  # "Please see eBook #17405 for a version ..."
-    paras = _without_title_lines(_without_other_books(paras), title)
+    paras = _without_title_lines(_without_other_books([it for it in paras if not _front_advert(it.text)]), title)
     start = 0
     while start < len(paras):
         t = paras[start].text
@@ -1521,9 +1543,22 @@ def _front(front: list[_Item], title: str, author: str | None) -> list[_Item]:
             and not _ILLUSTRATIONS_LABEL_RE.match(it.text)
             and not (_caps_line(it.text) and _author_named(tuple(_tokens(it.text)), author_t))]
     texts = [it.text for it in kept]
-    if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)):
-        return []
+    if not kept or not (_has_prose(texts) or any(_DEDICATION_RE.match(t) for t in texts)
+                        or len(texts) >= 2 and texts[0].strip(" .").casefold() in ("to", "for")):
+        return []  # (a dedication set in lines: "TO" / "THE RIGHT HONOURABLE" / ... / "THE AUTHOR.")
     return kept
+
+
+_MONEY_RE = re.compile(r"\b\d{1,2}s\.?(?:\s?\d{1,2}d\.?)?(?=[\s.,;)]|$)|\$\s?\d|\b\d+\s+cents\b", re.I)
+_BOOK_TRADE_RE = re.compile(r"\b(?:cloth|paper(?:\s+cover)?|boards|edition|portrait|net|post(?:paid|age)|price|copies"
+                            r"|bound|vols?\.|volumes?|4to|8vo|12mo|16mo)\b", re.I)
+
+
+def _front_advert(t: str) -> bool:
+    """A publisher's advertisement among the front pages: a short paragraph (40 words at most) with a price in
+    money and the book trade's words ("This Play can be had in library form, 4to, cloth, with a portrait, 5s.",
+    "THE PINERO BIRTHDAY BOOK ... cloth extra, price 2s 6d.")."""
+    return len(t.split()) <= 40 and bool(_MONEY_RE.search(t)) and bool(_BOOK_TRADE_RE.search(t))
 
 
 _YEAR_LINE_RE = re.compile(r"^\W*1[5-9]\d\d\W*$")
@@ -1773,7 +1808,8 @@ def _numbered_contents(items: list[_Item]) -> list[_Item]:
 def _caption_lists(items: list[_Item]) -> list[_Item]:
     """A list of illustrations printed without page numbers: an "ILLUSTRATIONS" ("List of
     Illustrations") label and three or more captions (thirty words at most, with the artist's name or not),
-    one per block, up to the next heading, is dropped with its label: it names no headings. So is
+    one per block, up to the next heading or a caption's words again set apart by three blank lines or more (the
+    first play's title, which the list named for its picture), is dropped with its label: it names no headings. So is
     one whose captions, of any length, each end with their page ("FACING PAGE" over the first)."""
     out: list[_Item] = []
     k = 0
@@ -1781,9 +1817,12 @@ def _caption_lists(items: list[_Item]) -> list[_Item]:
         it = items[k]
         if it.kind == "para" and _ILLUSTRATIONS_LABEL_RE.match(it.text):
             e = k + 1
-            while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 30:
-                e += 1
-            if e - k - 1 >= 3 and (e == len(items) or items[e].kind != "para"):
+            seen: set[tuple[str, ...]] = set()
+            while e < len(items) and items[e].kind == "para" and len(items[e].text.split()) <= 30 \
+                    and not (items[e].apart >= 3 and tuple(_tokens(items[e].text)) in seen):
+                seen.add(tuple(_tokens(items[e].text)))
+                e += 1  # (a caption's words again, set apart by three blank lines or more: the text's heading)
+            if e - k - 1 >= 3 and (e == len(items) or items[e].kind != "para" or items[e].apart >= 3):
                 k = e
                 continue
             e = k + 1  # captions of any length, each ending with its page: "... patience      8", "_Frontispiece_"
@@ -2005,6 +2044,9 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
     items, entries, after = _resolve_toc(items)
     items = _without_front_advertisements(_without_trade_advertisements(items), title)
     items = _promote_named(items, {form for forms in entries for form in forms}, after, title)
+    lines = title_in_lines(items, title)  # a title line the contents names ('"MIND THE PAINT"') heads nothing
+    items = [_Item("para", it.text, caps=True, apart=it.apart) if k in lines and it.kind == "heading" else it
+             for k, it in enumerate(items)]
     items = _epigraph_parts(_epigraph_sources(_promote_caps(items, title, author,
                                                              listed=_all_listed(items, entries, after))))
     items = _run_on_contents(_promote_set_apart(items, title, author))
@@ -2052,6 +2094,9 @@ def build_outline(items: list[_Item], title: str, author: str | None) -> Outline
         else:
             front.append(it)
     _epigraphs_forward(front, nodes)
+    for n, node in enumerate(nodes[:3]):  # the contents printed after a foreword: not read either
+        later = [tuple(_tokens(nd.title)) for nd in nodes[n + 1:] if nd.level == "chapter"]
+        node.items[1:] = _listed_entries(node.items[1:], later)
     return Outline(_front(_without_listed_titles(front, nodes), title, author), nodes)
 
 
@@ -2320,7 +2365,7 @@ def _epigraphs_forward(front: list[_Item], nodes: list[Node]) -> None:
             it = before[k]
             if it.kind != "para":
                 break
-            if tuple(_tokens(it.text)) in names:
+            if tuple(_tokens(it.text)) in names and not (n == 0 and _bylined(before, k)):  # (a title page)
                 tail = before[k + 1:]
                 if all(t.kind == "para" and tuple(_tokens(t.text)) not in titles for t in tail) \
                         and sum(len(t.text.split()) for t in tail) <= 250:

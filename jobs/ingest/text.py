@@ -366,7 +366,7 @@ _ORDINAL = (r"(?:the\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth
             r"|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|last)")
 _KEYWORD = (r"(?:CHAPTER|Chapter|BOOK|Book|PART|Part|VOLUME|Volume|STAVE|Stave|CANTO|Canto|ACT|Act|SCENE|Scene"
             r"|LETTER|Letter|ADVENTURE|Adventure|SECTION|Section|SERMON|Sermon|LECTURE|Lecture|DISCOURSE|Discourse"
-            r"|ESSAY|Essay|EPISTLE|Epistle|HOMILY|Homily)")
+            r"|ESSAY|Essay|EPISTLE|Epistle|HOMILY|Homily|CHAP\.|Chap\.)")
 _HEADING_RE = re.compile(
     rf"^(?P<head>(?P<kw>{_KEYWORD})[ \t]+(?P<num>{_ROMAN}|\d{{1,4}}|(?i:{_NUMWORD})|(?i:{_ORDINAL}))\b\.?)"
     rf"(?:[ \t]*(?:--|[.,:\u2014\u2013-])?[ \t]*(?P<title>\S.*))?$")
@@ -504,7 +504,8 @@ def _match_heading(line: str) -> _Heading | None:
         title = m.group("title")
         if title is not None and not _title_like(title) and not _dashed_title(line, m, title):
             return None
-        return _Heading(m.group("head"), title, style=m.group("kw").lower(), num=_number_value(m.group("num")))
+        style = "chapter" if m.group("kw").lower() == "chap." else m.group("kw").lower()  # "CHAP. II."
+        return _Heading(m.group("head"), title, style=style, num=_number_value(m.group("num")))
     m = _LATIN_ACT_RE.match(line)
     if m:
         num = m.group("num")
@@ -531,6 +532,8 @@ def _match_heading(line: str) -> _Heading | None:
             and not re.search(r"\s\d{1,4}$", m.group("title")):  # "I. THE PRISON-DOOR 51": a paged entry
         return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
     m = _DASHED_NUMTITLE_RE.match(line)
+    if m and re.match(rf"{m.group('num')}\b", m.group("title")):
+        m = None  # a speaker's stammer, "I-- I suppose so.", "I-- I've no fancy ...", is no numbered title
     if m and _title_like(m.group("title")) and not _shouted(m.group("title")) \
             and not re.search(r"\s\d{1,4}$", m.group("title")):
         return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
@@ -927,14 +930,15 @@ def _mend_numerals(blocks: list[list[str]]) -> list[list[str]]:
 
 
 def _roman_headings(blocks: list[list[str]]) -> set[int]:
-    """Blocks that start with a roman numeral alone and belong to a numbered sequence (k, then
-    k+1 later): a letter signed "M." or a lone "C." is no chapter."""
+    """Blocks that start with a roman numeral alone and belong to a numbered sequence (k, then k+1 or k+2 later:
+    one numeral may be misprinted, "Ill" for III, or missing): a letter signed "M." or a lone "C." is no
+    chapter."""
     cands = [(k, _roman_value(b[0].strip())) for k, b in enumerate(blocks)
              if (len(b) <= 2 or _centred_title(b)) and _ROMAN_ALONE_RE.match(b[0].strip())]
     ok: set[int] = set()
     last = None
     for n, (k, v) in enumerate(cands):
-        if (last is not None and v == last + 1) or any(v2 == v + 1 for _k2, v2 in cands[n + 1:n + 50]):
+        if (last is not None and last < v <= last + 2) or any(v2 in (v + 1, v + 2) for _k2, v2 in cands[n + 1:n + 50]):
             ok.add(k)
             last = v
     return ok

@@ -20,7 +20,7 @@ def test_numbered_sayings_under_their_books_are_sections_markdown(tmp_path):
     assert [c.title for c in book.chapters[:2]] == ["BOOK I. Hsio R.", "BOOK II. Wei Chang."]
     first = book.chapters[0]
     heads = [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"]
-    assert heads[:3] == ["CHAPTER I.", "Chap. II.", "Chap. III."] and len(heads) == 16
+    assert heads[:3] == ["CHAPTER I.", "CHAP. II.", "CHAP. III."] and len(heads) == 16
     assert sum(k == "heading" for c in book.chapters for k in c.kinds or []) == 499
 
 
@@ -459,3 +459,58 @@ def test_the_publishers_catalogue_chapters_at_the_end_are_not_read(tmp_path):
     arbor = load_book(_bench_book("arbor-day-leaves.txt.gz", tmp_path))
     assert arbor.chapters[-1].title == "III.--Exercises at the Tree-Planting."
     assert "WARD'S GRAMMAR BLANKS" not in _spoken(arbor) and "APGAR'S Trees" not in _spoken(arbor)
+
+
+def test_a_plays_front_advertisements_its_title_in_lines_and_a_stammer(tmp_path):
+    """The 'Mind the Paint' Girl: the front pages list Pinero's plays, with "This Play can be had in library form,
+    4to, cloth, with a portrait, 5s." and a birthday book at "price 2s 6d.", then the title over three lines
+    ("THE" / '"MIND THE PAINT"' / "GIRL", one of them named by the list); in the last act Lily stammers "I-- I
+    suppose so.": four acts, no chapter titled "Girl" or by the stammer, and the advertisements are not read."""
+    book = load_book(_bench_book("mind-the-paint-girl.txt.gz", tmp_path), encoding="latin-1")
+    assert [c.title for c in book.chapters] == ["THE FIRST ACT", "THE SECOND ACT", "THE THIRD ACT", "THE FOURTH ACT"]
+    spoken = _spoken(book)
+    assert "library form" not in spoken and "BIRTHDAY BOOK" not in spoken
+    assert "I-- I suppose so." in spoken
+
+
+def test_chap_abbreviated_in_a_contents_of_chapters_with_their_sections(tmp_path):
+    """A Catechism of the Steam Engine: the contents lists "CHAP. I.--GENERAL DESCRIPTION OF THE STEAM ENGINE." ...
+    "CHAP. XII.--..." each over its sections' names ("The Boiler."), and the chapters are headed "CHAPTER I." over
+    their titles: "CHAP." is a chapter's keyword, so the listed entries are the contents' and CHAPTER I to XII are
+    chapters (fifteen chapters with the prefaces and the opening part)."""
+    book = load_book(_bench_book("steam-engine-catechism.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 15 and titles[3] == "CHAPTER I. General Description of the Steam Engine.", titles
+    assert titles[-1].startswith("CHAPTER XII.")
+    assert not any(t.startswith("CHAP. V.") for t in titles)
+
+
+def test_plays_titled_in_capitals_over_their_first_scene_after_a_list_of_illustrations(tmp_path):
+    """Children's Classics in Dramatic Form: seventeen plays titled only in capitals, eleven of them with "SCENE I"
+    right under the title; a list of illustrations ends three blank lines or more before the first play's title;
+    the contents (each title over its source, "Suggested by Aesop's Fable ...") follows the foreword: eighteen
+    chapters, the scenes their sections, and the contents not read."""
+    book = load_book(_bench_book("childrens-classics-in-dramatic-form.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 18 and titles[1] == "The Travellers and the Hatchet", titles
+    assert "The Girl Who Trod on the Loaf" in titles and titles[-1] == "Christopher Columbus"
+    assert "Suggested by Aesop's Fable, The Crow and the Fox" not in _spoken(book)
+
+
+def test_letters_under_roman_numerals_with_one_misprinted_or_missing(tmp_path):
+    """A Hilltop on the Marne: letters headed "II", "Ill" (III misprinted), "IV", a date alone (V missing), "VI" ...
+    "XVI": II and IV are headings too, though the numbers after each are not the next ones."""
+    book = load_book(_bench_book("a-hilltop-on-the-marne.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert "Chapter II." in titles and "Chapter IV." in titles and "Chapter VI." in titles, titles
+
+
+def test_a_title_page_over_its_byline_and_a_dedication_set_in_lines(tmp_path):
+    """Lays of the Scottish Cavaliers: the title page "LAYS OF THE SCOTTISH CAVALIERS" / "BY" / "W.E. AYTOUN." and a
+    dedication in lines ("TO" / "THE RIGHT HONOURABLE" / ... / "THE AUTHOR."), then the first part's heading with the
+    same words as the title: the title page is not read, the dedication is, and the first lay opens the part."""
+    book = load_book(_bench_book("lays-of-the-scottish-cavaliers.txt.gz", tmp_path))
+    first = book.chapters[0]
+    assert first.title == "Lays of the Scottish Cavaliers. Edinburgh After Flodden"
+    assert first.paragraphs[:2] == ["TO", "THE RIGHT HONOURABLE"] and first.opening >= 2
+    assert "W.E. AYTOUN" not in _spoken(book)

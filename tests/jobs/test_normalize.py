@@ -191,6 +191,11 @@ def test_sentences_do_not_break_after_abbreviations(text, n):
     ("Nos. 3 and 4", "Numbers three and four"),
     ("room #12", "room number twelve"),
     ("Say no. It is", "Say no. It is"),
+    # a keyword's abbreviation before its number
+    ("CHAP. II. OF ANGLING", "Chapter two. OF ANGLING"),
+    ("see vol. 3, fig. 4", "see volume three, figure four"),
+    ("Sect. 12 of the act", "Section twelve of the act"),
+    ("a good chap. He said", "a good chap. He said"),
     # degrees and titles
     ("She has a Ph.D. in math.", "She has a P H D in math."),
     ("He got his PhD.", "He got his P H D."),
