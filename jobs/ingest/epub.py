@@ -549,12 +549,14 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             # an entry without text lends its label to the next ("Part One"), a contents label excepted: its
             # list is not read, and "Contents. Foreword" is no title
             _keep_dedications(pending, depth, merged)
-            pending = [(pt, pd) for pt, pd in pending if pd < depth] + \
+            pending = [(pt, pd) for pt, pd in pending if pd < depth or pd == depth and _ACT_ENTRY_RE.match(pt.strip())] + \
                 ([] if _CONTENTS_LABEL_RE.match(t.strip()) else [(t, depth)])
             continue
         # a parent entry naming the book (a half-title over the chapters) lends no label: the announcement said it
         _keep_dedications(pending, depth, merged)
-        heads = [pt for pt, pd in pending if pd < depth and pt and not _title_entry(pt, book_title)]
+        # (an act's entry at its scene's level, "ACT I" over "SCENE I--A pass of rocks ...", is said with it)
+        heads = [pt for pt, pd in pending if (pd < depth or pd == depth and _ACT_ENTRY_RE.match(pt.strip()))
+                 and pt and not _title_entry(pt, book_title)]
         if cast_at == depth and heads:
             # the play's title again after its cast list ("THE CHESTER PAGEANT OF THE DELUGE" under "THE CHESTER
             # PAGEANT OF THE WATER-LEADERS ... NOAH'S DELUGE"): the play is titled by its entry, said once
@@ -613,6 +615,8 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
 # --------------------------------------------------------------------------- blocks -> chapters
 
 
+_ACT_ENTRY_RE = re.compile(r"^(?i:act)\s+(?:[IVXLCDM]+|\d{1,2})\.?$")
+"""A play's act entry with no title and no text of its own: "ACT I", "ACT III."."""
 _COPYRIGHT_WORD_RE = re.compile(r"\bcopyright\b|\u00a9", re.I)
 _NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|chap\.|letter|stave|canto)\s+(?:[IVXLCDM]+|\d{1,3})\b"
                                 r"|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")

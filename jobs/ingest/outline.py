@@ -2411,7 +2411,7 @@ def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]
                 spoken = f"{spoken} {line}" if _CONNECTING_END_RE.search(spoken) else _join_title(spoken, line)
             body = []
         if node.level == "part" and "chapter" in cut and n + 1 < len(outline.nodes) \
-                and outline.nodes[n + 1].level == "chapter" and _epigraph_only(body):
+                and outline.nodes[n + 1].level == "chapter" and (_epigraph_only(body) or _summary_only(body)):
             held, body = body, []  # said after the part's heading, at the start of its first chapter
         elif held:
             body, held = held + body, []
@@ -2458,7 +2458,8 @@ def to_chapters(outline: Outline, split_level: str = "chapter") -> list[Chapter]
 def merge_fragments(chapters: list[Chapter]) -> list[Chapter]:
     """The comparable-lengths check: a titled chapter whose text is under 1 % of the median chapter's
     and is no prose (a contents fragment) or the next chapter's opening words again (a part's heading
-    with a teaser line) is no chapter of its own. Its title
+    with a teaser line), or whose text is only a summary of what follows ("Prologue" over "Giving an account of
+    Robin Hood and his adventure ...", :func:`_summary_only`), is no chapter of its own. Its title
     joins the next chapter's ("PART 2. CHAPTER TWENTY-FOUR. Gossip"); its text goes first in that
     chapter, or is dropped when it is that chapter's opening words again (a teaser ending in "...").
     Untitled chapters (a dedication before the first heading) and the last chapter are kept."""
@@ -2471,6 +2472,10 @@ def merge_fragments(chapters: list[Chapter]) -> list[Chapter]:
     def opens(c: Chapter, nxt: Chapter) -> bool:
         first = _tokens(next(iter(texts(nxt)), ""))
         return all(first[:len(_tokens(t))] == _tokens(t) for t in texts(c))
+
+    def summary(c: Chapter) -> bool:  # "Prologue" over "Giving an account of Robin Hood ...": said with the next
+        t = texts(c)
+        return len(t) == 1 and len(t[0].split()) <= 80 and bool(_SUMMARY_START_RE.match(t[0].strip()))
 
     words = [sum(len(p.split()) for p in texts(c)) for c in chapters]
     median = sorted(words)[len(words) // 2]
@@ -2485,8 +2490,9 @@ def merge_fragments(chapters: list[Chapter]) -> list[Chapter]:
             ch = Chapter(ch.index, _join_title(carry.title, ch.title), paras,
                          None if all(k == "text" for k in kinds) else kinds, ch.part or carry.part)
             carry = None
-        if ch.title and n + 1 < len(chapters) and words[n] * 100 < median \
-                and (not _has_prose(texts(ch)) or opens(ch, chapters[n + 1])):
+        if ch.title and n + 1 < len(chapters) and (words[n] * 100 < median
+                                                   and (not _has_prose(texts(ch)) or opens(ch, chapters[n + 1]))
+                                                   or summary(ch)):
             carry = ch
             continue
         out.append(Chapter(len(out) + 1, ch.title, ch.paragraphs, ch.kinds, ch.part))
@@ -2505,6 +2511,17 @@ def _epigraph_only(body: list[_Item]) -> bool:
         and sum(len(t.split()) for t in paras) <= 150 \
         and all(it.epigraph or it.text.lstrip()[:1] in "\"\u201c'\u2018" and _ATTRIBUTED_RE.search(it.text)
                 for it in body if it.kind == "para")
+
+
+_SUMMARY_START_RE = re.compile(r"^(?:in\s+which|wherein|containing|telling|giving|showing|which\s+tells)\b", re.I)
+
+
+def _summary_only(body: list[_Item]) -> bool:
+    """A part's own text is only a summary of what it holds: one paragraph of 80 words at most that opens as
+    summaries do ("Telling how the Sheriff of Nottingham swore that he would deal dole to Robin Hood. ...")."""
+    paras = [it.text for it in body if it.kind == "para"]
+    return len(paras) == 1 and all(it.kind in ("para", "break") for it in body) \
+        and len(paras[0].split()) <= 80 and bool(_SUMMARY_START_RE.match(paras[0].strip()))
 
 
 def _title_lines(body: list[_Item]) -> bool:
@@ -2703,7 +2720,8 @@ def _with_heading(prev: Chapter, ch: Chapter) -> Chapter:
 
 
 def _heading_style(title: str) -> str:
-    h = _match_heading(title.strip())
+    """The kind of heading a chapter's title starts with ("ACT I. SCENE I--A pass of rocks, ..." is an act's)."""
+    h = _match_heading(title.strip()) or _match_heading(re.split(r"(?<=\.)\s", title.strip(), maxsplit=1)[0])
     return h.style if h else ""
 
 

@@ -514,3 +514,25 @@ def test_a_title_page_over_its_byline_and_a_dedication_set_in_lines(tmp_path):
     assert first.title == "Lays of the Scottish Cavaliers. Edinburgh After Flodden"
     assert first.paragraphs[:2] == ["TO", "THE RIGHT HONOURABLE"] and first.opening >= 2
     assert "W.E. AYTOUN" not in _spoken(book)
+
+
+def test_a_plays_act_entries_at_their_scenes_level_in_the_nav(tmp_path):
+    """Life Is a Dream (EPUB 3): the nav lists "ACT I" (no text of its own) and then, at the same level, "SCENE
+    I\u2014A pass of rocks, ..." (its heading over two lines) and "SCENE II.\u2014The Palace at Warsaw": each act is
+    a chapter said with its first scene, and Act I's second scene is a section of it."""
+    book = load_book(_bench_book("life-is-a-dream-epub.epub", tmp_path))
+    acts = [c for c in book.chapters if c.title.startswith("ACT ")]
+    assert [c.title.split(" SCENE")[0] for c in acts] == ["ACT I.", "ACT II.", "ACT III.", "ACT IV."]
+    assert not any(c.title.startswith("SCENE") for c in book.chapters)
+    assert any(p.startswith("SCENE II") for p in acts[0].paragraphs)
+
+
+def test_a_prologue_and_a_part_that_hold_only_a_summary_of_the_tales_after_them(tmp_path):
+    """The Merry Adventures of Robin Hood: "PROLOGUE" and "PART FIRST" each stand over one summary paragraph
+    ("Giving an account of Robin Hood ...", "Telling how the Sheriff of Nottingham swore ...") before the tales
+    titled in mixed case: the summaries are said with the tale after them, no chapters of their own."""
+    book = load_book(_bench_book("the-merry-adventures-of-robin-hood.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[1] == "Prologue. How Robin Hood Came to Be an Outlaw", titles[:4]
+    assert titles[2] == "PART FIRST. Robin Hood and the Tinker"
+    assert book.chapters[2].paragraphs[0].startswith("Telling how the Sheriff of Nottingham")
