@@ -483,7 +483,10 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     title_page = False  # the nav's entry for the book's title came before any text: its title page's lines follow
     title_at = 0  # how far into the book's title the entries that print it in pieces have gone ("THE LIFE", "OF" ...)
     cast_at: int | None = None  # the depth of a play's cast list just passed over, under its title's entry
+    listed = _paged_entries(entries)
     for n, (label, depth, blocks) in enumerate(segments[1:], 1):
+        if n in listed:
+            continue  # an analytical contents' entry, "IS LIFE WORTH LIVING 32" over its summary: not read
         t, paras = _segment_paragraphs(label, blocks)
         if not texted:
             paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
@@ -836,6 +839,30 @@ def _title_entry(label: str, title: str) -> bool:
     main = _tokens(re.split(r"[;:]|,\s+or\b", title, maxsplit=1, flags=re.I)[0])
     # a one-word main title counts where a subtitle follows it ("PRAGMATISM" for "Pragmatism: A New Name ...")
     return lt == tt or (len(tt) >= 2 and lt[:len(tt)] == tt) or (len(main) >= 2 or len(tt) > len(main)) and lt == main
+
+
+_PAGED_LABEL_RE = re.compile(r"^\S.*\S\s+\d{1,4}$")
+_PAGE_COLUMN_RE = re.compile(r"^pages?\.?$", re.I)
+
+
+def _paged_entries(entries: list[tuple[str | None, int]]) -> set[int]:
+    """Nav entries of a contents page set as headings: after an entry titled as the contents ("CONTENTS."), a
+    run of three or more entries whose labels end with a page number ("THE WILL TO BELIEVE 1", "IS LIFE WORTH
+    LIVING 32"), perhaps after a "PAGE" column label, and the contents' own entry. Their text is the chapters'
+    summaries in the contents, not the chapters."""
+    out: set[int] = set()
+    for n, (label, _depth) in enumerate(entries):
+        if not label or not _CONTENTS_LABEL_RE.match(label.strip()):
+            continue
+        m = n + 1
+        while m < len(entries) and entries[m][0] and _PAGE_COLUMN_RE.match(entries[m][0].strip()):
+            m += 1
+        run = m
+        while run < len(entries) and entries[run][0] and _PAGED_LABEL_RE.match(entries[run][0].strip()):
+            run += 1
+        if run - m >= 3:
+            out.update(range(n, run))
+    return out
 
 
 def _title_piece(label: str, title: str, at: int) -> int | None:

@@ -20,7 +20,7 @@ import re
 
 from jobs.ingest.book import Chapter
 from jobs.ingest.common import _is_prose
-from jobs.ingest.outline import title_case
+from jobs.ingest.outline import _BY_RE, title_case
 
 MAX_OPENING_WORDS = 600
 """An untitled first chapter of more words than this is a chapter, whatever it holds."""
@@ -213,7 +213,7 @@ def _titled_piece(paras: list[str]) -> int | None:
             continue
         in_address = False
         if _caps_title(a) and not _DEDICATION_START_RE.match(a) and not _SIGNED_NAME_RE.match(a) \
-                and len(b.split()) >= 20:
+                and not _BY_RE.match(a) and len(b.split()) >= 20:  # "WRITTEN BY HERSELF." is a credit
             return n
     return None
 

@@ -2933,9 +2933,12 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
             if run:
                 paras = paras[:run.start] + paras[run.stop:]
                 kinds = kinds[:run.start] + kinds[run.stop:] if kinds else kinds
-            # the publisher's imprint among the opening lines ("CASSELL & COMPANY, Limited: LONDON, PARIS & MELBOURNE.")
+            # the publisher's imprint among the opening lines ("CASSELL & COMPANY, Limited: LONDON, PARIS & MELBOURNE.",
+            # "BOSTON: PUBLISHED FOR THE AUTHOR 1861.") and, in the first chapter, a credit ("EDITED BY L. MARIA CHILD");
+            # a copyright or "Printed in U.S.A." line stays: it marks a copyright page, which jobs.ingest.matter drops whole
             # (a copyright notice stays: it marks a copyright page, which jobs.ingest.matter leaves out whole)
-            keep = [front_matter or not (_PUBLISHER_RE.search(p) and len(p.split()) <= 12) for p in paras]
+            keep = [front_matter or not ((_PUBLISHER_RE.search(p) or _imprint_line(p) and not _COPY_PAGE_RE.search(p)
+                                          or _BY_RE.match(p) and n == 0) and len(p.split()) <= 12) for p in paras]
             paras = [p for p, ok in zip(paras, keep) if ok]
             kinds = [kd for kd, ok in zip(kinds, keep) if ok] if kinds else kinds
             if not paras:
@@ -2947,6 +2950,9 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
             spoken = ""  # front matter under the title page's entry: the announcement said the title
         out.append(Chapter(len(out) + 1, spoken, paras, kinds, ch.part))
     return _dedications_opening(out) or chapters
+
+
+_COPY_PAGE_RE = re.compile(r"\bcopyright\b|\u00a9|\bprinted\s+in\b", re.I)
 
 
 def _title_page_lines(paras: list[str], title: str, head: str = "") -> range:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from core.errors import EncodingError, InputError
@@ -531,6 +532,9 @@ def _match_heading(line: str) -> _Heading | None:
     if m and _title_like(m.group("title")) and _shouted(m.group("title")) and not _INITIALS_RE.match(line) \
             and not re.search(r"\s\d{1,4}$", m.group("title")):  # "I. THE PRISON-DOOR 51": a paged entry
         return _Heading(m.group("head"), m.group("title"), style="numtitle", num=_number_value(m.group("num")))
+    m = _NO_NUMTITLE_RE.match(line)
+    if m and _title_like(m.group("title")):  # "No. 1--THE GATEWAY OF THE MONSTER": a collection's numbered piece
+        return _Heading(m.group("head"), m.group("title"), style="numtitle", num=int(m.group("num")))
     m = _DASHED_NUMTITLE_RE.match(line)
     if m and re.match(rf"{m.group('num')}\b", m.group("title")):
         m = None  # a speaker's stammer, "I-- I suppose so.", "I-- I've no fancy ...", is no numbered title
@@ -542,6 +546,10 @@ def _match_heading(line: str) -> _Heading | None:
 
 _INITIALS_RE = re.compile(r"^(?:[A-Z]\.[ \t]*){2,4}$")
 """A writer's initials signing a letter ("I. L. B."), not a numbered title ("I." and "L. B.")."""
+_NO_NUMTITLE_RE = re.compile(r"^(?P<head>No\.[ \t]*(?P<num>\d{1,3})[ \t]*(?:--|\u2014|\u2013))[ \t]*"
+                             r"(?P<title>[A-Z\"'\u201c\u2018].*)$")
+"""A piece numbered "No." with its title after a dash: "No. 1--THE GATEWAY OF THE MONSTER" (like "I. A SCANDAL IN
+BOHEMIA", a heading only as a line set apart and in sequence)."""
 _DASHED_NUMTITLE_RE = re.compile(rf"^(?P<head>(?P<num>{_ROMAN}|\d{{1,3}})\.?[ \t]*(?:--|\u2014|\u2013))[ \t]*"
                                  r"(?P<title>[A-Z\"'\u201c\u2018].*)$")
 """A chapter's number and its title after a dash, in mixed case: "1--A Face on Which Time Makes but Little
@@ -1169,10 +1177,33 @@ def _letter_headings(blocks: list[list[str]], gaps: list[int]) -> set[int]:
     return {k for run in runs if len(run) >= 5 for k in run}
 
 
+_PAGE_MARK_RE = re.compile(r"^([ \t]*)\[(\d{1,4})\](?=[ \t]|$)[ \t]*")
+_ROMAN_PAGE_MARK_RE = re.compile(r"^([ \t]*)\[[IVXLCDMivxlcdm]{1,6}\](?=[ \t]|$)[ \t]*")
+
+
+def _without_page_marks(body: str) -> str:
+    """The text without the printed page numbers a transcription keeps in square brackets at the starts of
+    lines ("[7] A HISTORY OF FREEDOM OF THOUGHT", "[8] impossible for him, ...", "[V] CONTENTS", "[IV]" alone):
+    where twenty or more such arabic numbers run on through the book, four in five of them one or two after the
+    last, they are the pages (footnote numbers start again under each chapter, or are cited in the text too), and
+    they and the front pages' roman ones are taken out; a line that held only a number is left blank, so line
+    numbers stay."""
+    lines = body.split("\n")
+    vals = [int(m.group(2)) for ln in lines for m in [_PAGE_MARK_RE.match(ln)] if m]
+    if len(vals) < 20 or sum(1 for a, b in zip(vals, vals[1:]) if 0 < b - a <= 2) < 0.8 * (len(vals) - 1):
+        return body
+    # footnotes are numbered again under each chapter, or cited in the text as well ("... the original[2]: ...")
+    every = Counter(m.group(1) for m in re.finditer(r"\[(\d{1,4})\]", body))
+    starts = Counter(str(v) for v in vals)
+    if len(starts) < 0.9 * len(vals) or sum(1 for v in starts if every[v] > starts[v]) > 0.2 * len(starts):
+        return body
+    return "\n".join(_ROMAN_PAGE_MARK_RE.sub(r"\1", _PAGE_MARK_RE.sub(r"\1", ln)) for ln in lines)
+
+
 def _txt_items(body: str, force=None) -> list[_Item]:
     """Plain text -> heading, paragraph, break and contents-entry ("toc") items. ``force``: see
     :func:`_split_blocks`; a forced line is a heading item with ``forced`` set."""
-    blocks, forced, gaps = _split_blocks(body, force)
+    blocks, forced, gaps = _split_blocks(_without_page_marks(body), force)
     blocks = _mend_numerals(blocks)
     letters = _letter_headings(blocks, gaps)
     pictures = _picture_notes(blocks)

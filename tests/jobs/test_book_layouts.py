@@ -536,3 +536,43 @@ def test_a_prologue_and_a_part_that_hold_only_a_summary_of_the_tales_after_them(
     assert titles[1] == "Prologue. How Robin Hood Came to Be an Outlaw", titles[:4]
     assert titles[2] == "PART FIRST. Robin Hood and the Tinker"
     assert book.chapters[2].paragraphs[0].startswith("Telling how the Sheriff of Nottingham")
+
+
+def test_stories_numbered_no_with_their_titles_after_a_dash(tmp_path):
+    """Carnacki, the Ghost Finder: six stories headed "No. 1--THE GATEWAY OF THE MONSTER" ... "No. 6--THE THING
+    INVISIBLE", each set apart: six chapters."""
+    book = load_book(_bench_book("carnacki-the-ghost-finder.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 6 and titles[0].startswith("No. 1--") and titles[-1].startswith("No. 6--"), titles
+
+
+def test_page_numbers_in_square_brackets_at_the_starts_of_lines(tmp_path):
+    """A History of Freedom of Thought keeps its printed page numbers in square brackets at the starts of lines
+    ("[V] CONTENTS", "[7] A HISTORY OF FREEDOM OF THOUGHT", "[8] impossible for him"): they are taken out, so the
+    contents is found and not read, no chapter is titled by its "CHAP." column label, and Chapter II is found."""
+    book = load_book(_bench_book("history-of-freedom-of-thought.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[0].startswith("CHAPTER I.") and titles[1].startswith("CHAPTER II."), titles
+    spoken = _spoken(book)
+    assert "Reason in Prison (The Middle Ages)" not in spoken and "[8]" not in spoken
+
+
+def test_an_analytical_contents_set_as_paged_nav_entries(tmp_path):
+    """The Will to Believe (EPUB 3): after "CONTENTS." and "PAGE" the nav lists "THE WILL TO BELIEVE 1", "IS LIFE
+    WORTH LIVING 32" ... each over the essay's summary in the contents: not chapters and not read; the preface and
+    the ten essays are the chapters."""
+    book = load_book(_bench_book("will-to-believe-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 11 and titles[0] == "Preface.", titles
+    assert not any(t.endswith((" 1", " 32")) for t in titles)
+
+
+def test_a_title_pages_credit_over_its_epigraphs_and_imprint(tmp_path):
+    """Incidents in the Life of a Slave Girl (EPUB 3): the title's entry holds "WRITTEN BY HERSELF.", two epigraphs,
+    "EDITED BY L. MARIA CHILD" and "BOSTON: PUBLISHED FOR THE AUTHOR 1861.": no chapter is titled by the credit,
+    the epigraphs are read, the editor's credit and the imprint are not."""
+    book = load_book(_bench_book("incidents-in-the-life-of-a-slave-girl-epub.epub", tmp_path))
+    assert book.chapters[0].title == "Preface by the Author" and len(book.chapters) == 44
+    spoken = _spoken(book)
+    assert "Northerners know nothing at all about Slavery" in spoken
+    assert "MARIA CHILD" not in spoken.split("Introduction by the Editor")[0] and "PUBLISHED FOR THE AUTHOR" not in spoken
