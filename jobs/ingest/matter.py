@@ -25,6 +25,7 @@ from jobs.ingest.text import _caps_line
 _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
     r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
+    r"|(?:a\s+)?note\s+on\s+the\s+illustrations"
     r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note"
     r"|(?:a\s+)?list\s+of\s+(?:the\s+)?subscribers(?:'|\u2019)?(?:\s+names)?|subscribers(?:'|\u2019)?\s+names)"
     r"[.:]?$", re.I)
@@ -418,6 +419,7 @@ def _synopsis(chapters: list[Chapter]) -> list[Chapter]:
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index", "Publishers' Note",
+    "Note on the Illustrations" (the publishers' words on the edition's pictures),
     "Copyright", "All Rights Reserved", "Also by ...", "Description of Characters"; a cast list under its label
     ("Characters in the Play", "Dramatis Personae") before the last chapter, in entries of 80 words or fewer; a play's production
     appendices after the first chapter ("Property List", "Light Plot", "Light Cues"); a theatre programme page

@@ -576,3 +576,12 @@ def test_a_title_pages_credit_over_its_epigraphs_and_imprint(tmp_path):
     spoken = _spoken(book)
     assert "Northerners know nothing at all about Slavery" in spoken
     assert "MARIA CHILD" not in spoken.split("Introduction by the Editor")[0] and "PUBLISHED FOR THE AUTHOR" not in spoken
+
+
+def test_the_publishers_note_on_the_illustrations_is_no_chapter(tmp_path):
+    """The Land of Little Rain: after the preface the publishers' "NOTE ON THE ILLUSTRATIONS" ("The Publishers feel
+    that they have been peculiarly fortunate ..."): edition matter, like a list of illustrations, no chapter."""
+    book = load_book(_bench_book("land-of-little-rain.txt.gz", tmp_path))
+    assert len(book.chapters) == 15 and book.chapters[0].title == "Preface"
+    assert not any("Illustrations" in c.title for c in book.chapters)
+    assert "peculiarly fortunate" not in _spoken(book)
