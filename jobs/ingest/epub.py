@@ -37,7 +37,7 @@ from defusedxml import ElementTree as SafeET
 
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
-from jobs.ingest.matter import _producer_notes
+from jobs.ingest.matter import _COPYRIGHT_RE, _producer_notes
 from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
                                  passages_short, title_case)
 from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _join_title, _norm,
@@ -593,7 +593,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             if t and t != title:  # (the text before the first entry is filed under the book's title)
                 break
             keep = [i for i, q in enumerate(ps) if not (ks[i] == "text" and len(q.split()) <= 40 and _imprint_line(q)
-                                                        and not _COPYRIGHT_WORD_RE.search(q)
+                                                        and not _COPYRIGHT_RE.search(q)
                                                         and any(_has_prose([x]) for x in ps[i + 1:]))]
             merged[j] = (t, d, [ps[i] for i in keep], [ks[i] for i in keep])
         merged = [m for m in merged if "text" in m[3]]
@@ -620,7 +620,6 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
 
 _ACT_ENTRY_RE = re.compile(r"^(?i:act)\s+(?:[IVXLCDM]+|\d{1,2})\.?$")
 """A play's act entry with no title and no text of its own: "ACT I", "ACT III."."""
-_COPYRIGHT_WORD_RE = re.compile(r"\bcopyright\b|\u00a9", re.I)
 _NUMBERED_ENTRY_RE = re.compile(r"^(?:(?i:chapter|chap\.|letter|stave|canto)\s+(?:[IVXLCDM]+|\d{1,3})\b"
                                 r"|(?:[IVXLCDM]+|\d{1,3})\.\s+\S)")
 """A nav entry for a numbered chapter ("II. ELEMENTARY RULES OF USAGE", "CHAPTER IV"), not a part."""

@@ -407,14 +407,17 @@ def _synopsis(chapters: list[Chapter]) -> list[Chapter]:
                         and all(len(p.split()) <= 60 for p in ch.paragraphs[ch.opening:])
                         for k, ch in enumerate(head)) \
                 and all(len(nx.paragraphs) > 3 for nx in body):
-            first, nxt = head[0], body[0]
-            lead = list(first.paragraphs[:first.opening])
-            kinds = None if first.kinds is None and nxt.kinds is None else \
-                [*(first.kinds or ["text"] * len(first.paragraphs))[:first.opening],
-                 *(nxt.kinds or ["text"] * len(nxt.paragraphs))]
-            return [replace(nxt, paragraphs=[*lead, *nxt.paragraphs], kinds=kinds, opening=len(lead) + nxt.opening),
-                    *chapters[m + 1:]]
+            return [_opened_by(head[0], body[0]), *chapters[m + 1:]]
     return chapters
+
+
+def _opened_by(ch: Chapter, nxt: Chapter) -> Chapter:
+    """``nxt`` with what was spoken before ``ch``'s heading (its opening) put first, spoken before ``nxt``'s
+    heading: for a chapter that is dropped while its opening matter is kept."""
+    kinds = None if ch.kinds is None and nxt.kinds is None else \
+        [*(ch.kinds or ["text"] * len(ch.paragraphs))[:ch.opening], *(nxt.kinds or ["text"] * len(nxt.paragraphs))]
+    return replace(nxt, paragraphs=[*ch.paragraphs[:ch.opening], *nxt.paragraphs], kinds=kinds,
+                   opening=ch.opening + nxt.opening)
 
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
@@ -442,12 +445,7 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         title = (ch.title or "").strip()
         if title and _MATTER_TITLE_RE.match(title) and not (_COPYRIGHT_TITLE_RE.match(title) and _speech(ch)):
             if ch.opening and k + 1 < n:  # what was spoken before its heading opens the next chapter
-                nxt = chapters[k + 1]
-                kinds = None if ch.kinds is None and nxt.kinds is None else \
-                    [*(ch.kinds or ["text"] * len(ch.paragraphs))[:ch.opening],
-                     *(nxt.kinds or ["text"] * len(nxt.paragraphs))]
-                chapters[k + 1] = replace(nxt, paragraphs=[*ch.paragraphs[:ch.opening], *nxt.paragraphs], kinds=kinds,
-                                          opening=ch.opening + nxt.opening)
+                chapters[k + 1] = _opened_by(ch, chapters[k + 1])
             continue
         if k and title and _PRODUCTION_NOTES_RE.search(title):
             continue  # a play's property list, light plot, light cues: production notes, back matter

@@ -2473,10 +2473,6 @@ def merge_fragments(chapters: list[Chapter]) -> list[Chapter]:
         first = _tokens(next(iter(texts(nxt)), ""))
         return all(first[:len(_tokens(t))] == _tokens(t) for t in texts(c))
 
-    def summary(c: Chapter) -> bool:  # "Prologue" over "Giving an account of Robin Hood ...": said with the next
-        t = texts(c)
-        return len(t) == 1 and len(t[0].split()) <= 80 and bool(_SUMMARY_START_RE.match(t[0].strip()))
-
     words = [sum(len(p.split()) for p in texts(c)) for c in chapters]
     median = sorted(words)[len(words) // 2]
     out: list[Chapter] = []
@@ -2492,7 +2488,7 @@ def merge_fragments(chapters: list[Chapter]) -> list[Chapter]:
             carry = None
         if ch.title and n + 1 < len(chapters) and (words[n] * 100 < median
                                                    and (not _has_prose(texts(ch)) or opens(ch, chapters[n + 1]))
-                                                   or summary(ch)):
+                                                   or _summary(texts(ch))):
             carry = ch
             continue
         out.append(Chapter(len(out) + 1, ch.title, ch.paragraphs, ch.kinds, ch.part))
@@ -2519,9 +2515,12 @@ _SUMMARY_START_RE = re.compile(r"^(?:in\s+which|wherein|containing|telling|givin
 def _summary_only(body: list[_Item]) -> bool:
     """A part's own text is only a summary of what it holds: one paragraph of 80 words at most that opens as
     summaries do ("Telling how the Sheriff of Nottingham swore that he would deal dole to Robin Hood. ...")."""
-    paras = [it.text for it in body if it.kind == "para"]
-    return len(paras) == 1 and all(it.kind in ("para", "break") for it in body) \
-        and len(paras[0].split()) <= 80 and bool(_SUMMARY_START_RE.match(paras[0].strip()))
+    return all(it.kind in ("para", "break") for it in body) and _summary([it.text for it in body if it.kind == "para"])
+
+
+def _summary(paras: list[str]) -> bool:
+    """Text that is one paragraph of 80 words at most opening as summaries do ("Giving an account of ...")."""
+    return len(paras) == 1 and len(paras[0].split()) <= 80 and bool(_SUMMARY_START_RE.match(paras[0].strip()))
 
 
 def _title_lines(body: list[_Item]) -> bool:
