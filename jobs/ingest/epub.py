@@ -495,9 +495,12 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             piece = _title_piece(t, book_title, title_at)
             if piece is not None:
                 title_at = piece
+            # (after pieces of the title, a long entry is the title page's credit lines: "Fellow Of The Royal,
+            # Geological, Linnæan, Etc., Societies; Author Of ... LONDON: JOHN MURRAY, ALBEMARLE STREET. 1859.")
             if _title_entry(t, book_title) or piece is not None or _EDITION_LINE_RE.match(t) or _BRACKETED_LINE_RE.match(t) \
                     or _AUTHOR_OF_RE.match(t) or not front_matter and _imprint_line(t) or (
-                    title_page and not paras and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t)):
+                    title_page and not paras or title_at and len(t.split()) >= 12) \
+                    and not _NUMBERED_ENTRY_RE.match(t) and not _KEYWORD_START_RE.match(t):
                 title_page = title_page or _title_entry(t, book_title)
                 if not paras:
                     if _dedication_entry(t):
@@ -868,11 +871,12 @@ def _title_piece(label: str, title: str, at: int) -> int | None:
     """A nav entry that prints the next piece of the book's title on a title page set as headings ("THE LIFE",
     "OF", "OLAUDAH EQUIANO,", "OR", "GUSTAVUS VASSA," ... of "The Interesting Narrative of the Life of Olaudah
     Equiano, Or Gustavus Vassa, The African"): where the title goes on after it, else None. The first piece
-    must be two words or more; each later one starts where the last ended or a few words on."""
+    must be two words or more; each later one starts where the last ended or up to seven words on (a line the
+    nav does not list, "BY MEANS OF NATURAL SELECTION,", may stand between)."""
     lt, tt = _tokens(label), _tokens(title)
     if not lt or (at == 0 and len(lt) < 2):
         return None
-    for start in range(at, min(at + 4, len(tt)) if at else len(tt)):
+    for start in range(at, min(at + 8, len(tt)) if at else len(tt)):
         if tt[start:start + len(lt)] == lt:
             return start + len(lt)
     return None

@@ -198,7 +198,8 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     bracketed numbered notes "[Footnote 1: ...]" and corrections ("Page 83: changed ... to ...") in a row under it, and topics under labels of their own
     ("SQUARE BRACKETS:" and up to three paragraphs of prose under it), and, in the first chapters, a short
     paragraph about this file, e-book or e-text that speaks of its images, version, format or
-    making ("The images in this file are ...") or is labelled as a note on the file ("Note from the original
+    making ("The images in this file are ...", "There are several editions of this ebook ...", with the
+    table of those editions under it) or is labelled as a note on the file ("Note from the original
     file: ..."), or is a note in square brackets on how the text is given ("[Note: The body of this novel
     contains a lot of footnotes ... inserted in square brackets ...]", over its paragraphs); "He opened the file."
     stays. Also a list of errata closing the book under its label ("Errata", :data:`ERRATA_MAX_WORDS` words at
@@ -243,6 +244,10 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
             out.update(note)  # "[This e-text includes characters ..." over paragraphs
         elif front and len(p.split()) <= 120 and _THIS_FILE_RE.search(p) and _PRODUCTION_RE.search(p):
             out.add(i)
+            j = i + 1  # and the table under it, if any: "1228 1859, First Edition", "22764 1860, Second Edition"
+            while j < len(paras) and _EDITIONS_ROW_RE.match(paras[j]):
+                out.add(j)
+                j += 1
         elif front and len(p.split()) <= 120 and _FILE_NOTE_LABEL_RE.match(p):
             out.add(i)  # "Note from the original file: ..."
         elif front and _BRACKETED_NOTE_RE.match(p):
@@ -256,6 +261,11 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
             top = next((j for j in range(i - 1, max(-1, i - 12), -1) if _caps_line(paras[j])), None)
             out.update(range(top if top is not None else i, i))
     return out
+
+
+_EDITIONS_ROW_RE = re.compile(r"^\d{1,6}\s*\d{4},\s[^.]{0,60}\bedition\b.{0,80}$", re.I)
+"""A row of Project Gutenberg's table of a book's other e-books under its note ("There are several editions of this
+ebook ..."): the e-book's number, the year and the edition: "1228 1859, First Edition"."""
 
 
 _ADS_HEAD_RE = re.compile(r"\b(?:books|catalogue|publications|advertisements?)\b", re.I)

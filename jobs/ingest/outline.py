@@ -2861,13 +2861,18 @@ _CHAPTER_PARA_RE = re.compile(r"^(?:CHAPTER|Chapter)[ \t]+(?P<num>[IVXLCDM]+|\d{
 expelled from Eden, to live in the Cave of Treasures."."""
 
 
-def _chapter_paragraphs(chapters: list[Chapter]) -> list[Chapter]:
+def _chapter_paragraphs(chapters: list[Chapter], front_matter: bool = False) -> list[Chapter]:
     """An EPUB chapter whose chapters are marked only by paragraphs ("Chapter I - The crystal sea ...", no heading
     markup and no contents entry): three or more such paragraphs of 40 words at most, numbered I, II, III ... on
     by one, split it, each opening a chapter titled by it; the text before the first keeps the chapter's title,
-    or takes a named heading it opens with ("Prologue"), said as a title."""
+    or takes a named heading it opens with ("Prologue"), said as a title.
+
+    Where three or more of those paragraphs name chapters that follow as entries of their own ("Chapter 2.
+    Variation Under Nature." before the entry "CHAPTER II. VARIATION UNDER NATURE."), they are a detailed
+    contents (each title over its chapter's summary), whatever its label says ("DETEAILED CONTENTS."): from its
+    first such paragraph on it is not read, unless ``front_matter``."""
     out: list[Chapter] = []
-    for ch in chapters:
+    for n, ch in enumerate(chapters):
         at = []
         for i, p in enumerate(ch.paragraphs):
             m = _CHAPTER_PARA_RE.match(p.strip()) if ch.kind(i) == "text" and len(p.split()) <= 40 else None
@@ -2878,6 +2883,15 @@ def _chapter_paragraphs(chapters: list[Chapter]) -> list[Chapter]:
             continue
         kinds = list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs)
         first = at[0][0]
+        later = {_after_number(tuple(_tokens(c.title or ""))) for c in chapters[n + 1:]} - {()}
+        if not front_matter and sum(_after_number(tuple(_tokens(ch.paragraphs[i]))) in later for i, _n in at) >= 3:
+            # (an entry before them naming a chapter too, "INTRODUCTION.", is the contents' first)
+            keep = [i for i in range(first) if _after_number(tuple(_tokens(ch.paragraphs[i]))) not in later]
+            if any(kinds[i] == "text" for i in keep):
+                out.append(Chapter(ch.index, ch.title, [ch.paragraphs[i] for i in keep], [kinds[i] for i in keep],
+                                   ch.part, title_is_letter=ch.title_is_letter,
+                                   opening=sum(1 for i in keep if i < ch.opening)))
+            continue
         head, paras, hk = ch.title, ch.paragraphs[:first], kinds[:first]
         lead = next((j for j, k in enumerate(hk) if k == "text"), None)
         if lead is not None and lead >= ch.opening and _SECTION_RE.match(paras[lead].strip()):
@@ -2903,7 +2917,7 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
     "by ...") at the start of the first chapter not spoken again after the announcement, nor, unless ``front_matter``,
     the publisher's lines among the first chapters' paragraphs."""
     chapters = title_notes(_notes_sections(_introduction_sections(_dashed_sections(_with_parts(_play_sections(
-        _chapter_paragraphs(chapters)))))))
+        _chapter_paragraphs(chapters, front_matter)))))))
     title_t, author_t = tuple(_tokens(title or "")), tuple(_tokens(author or ""))
     named = [tuple(_tokens(_strip_number(ch.title or ""))) for ch in chapters]
     out = []

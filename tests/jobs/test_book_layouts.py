@@ -585,3 +585,19 @@ def test_the_publishers_note_on_the_illustrations_is_no_chapter(tmp_path):
     assert len(book.chapters) == 15 and book.chapters[0].title == "Preface"
     assert not any("Illustrations" in c.title for c in book.chapters)
     assert "peculiarly fortunate" not in _spoken(book)
+
+
+def test_a_detailed_contents_under_a_misspelt_label_is_not_read(tmp_path):
+    """On the Origin of Species (EPUB 3): one nav entry, "DETEAILED CONTENTS." (so spelt), holds "CHAPTER I.
+    VARIATION UNDER DOMESTICATION." ... "CHAPTER 14. ..." each over its summary, and every such line names a chapter
+    that follows as an entry of its own: a contents, not fourteen chapters, and not read. The title page's lines
+    ("OR THE PRESERVATION OF FAVOURED RACES ...", the credentials and the imprint) title nothing, and the table of
+    Project Gutenberg's other editions is not read; the epigraphs open the Introduction."""
+    book = load_book(_bench_book("origin-of-species-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 15 and titles[0] == "Introduction." and titles[1] == "Chapter I. Variation Under Domestication."
+    intro = book.chapters[0]
+    assert intro.opening == 5 and intro.paragraphs[1] == "W. WHEWELL: Bridgewater Treatise."
+    spoken = _spoken(book)
+    assert "First Edition" not in spoken and "ALBEMARLE STREET" not in spoken and "Contents" not in spoken
+    assert spoken.count("Causes of Variability. Effects of Habit.") == 1
