@@ -472,8 +472,9 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     merged: list[tuple[str, int, list[str], list[str]]] = [(title, 0, paras0, ["text"] * len(paras0))] if paras0 else []
     entries = [(label, depth) for label, depth, _blocks in segments]
     parts = _restarting_parts(entries)
-    pieces = _nested_parts(entries)
-    passages = _numbered_passages(entries, [sum(len(b.text.split()) for b in blocks) for _l, _d, blocks in segments])
+    sizes = [sum(len(b.text.split()) for b in blocks) for _l, _d, blocks in segments]
+    pieces = _nested_parts(entries, sizes)
+    passages = _numbered_passages(entries, sizes)
     inserts = _between_numbers(entries)
     # empty entries: a parent ("Part One") lends its label to its first child; others are dropped
     pending: list[tuple[str, int]] = []
@@ -692,13 +693,22 @@ def _restarting_parts(entries: list[tuple[str | None, int]]) -> set[int]:
     return {m for run in runs for m in run} if len(runs) >= 2 else set()
 
 
-def _nested_parts(entries: list[tuple[str | None, int]]) -> set[int]:
+NOVEL_CHAPTERS = 10
+"""Numbered entries under one titled entry, at least, that with :data:`NOVEL_WORDS` make a novel's chapters."""
+NOVEL_WORDS = 20000
+"""Words under one titled entry's numbered entries, at least, that with :data:`NOVEL_CHAPTERS` make a novel."""
+
+
+def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None = None) -> set[int]:
     """The entries that are the numbered parts of a poem or tale listed under its entry: an entry titled
     otherwise than by a number or keyword ("THE THORN.") whose entries one level down include bare numerals
     counting from I ("I." ... "XXII.", perhaps after a titled one: "ARGUMENT.", "I." ... "VII."). When two
     or more entries hold such runs, the entries under them are their sections, not chapters; one titled
-    entry over numbered entries is a part or a novel over its chapters."""
+    entry over numbered entries is a part or a novel over its chapters. So is a run of :data:`NOVEL_CHAPTERS`
+    entries or more holding :data:`NOVEL_WORDS` words or more (``words``: each entry's) beside tales in numbered
+    parts: "THE AWAKENING" over "I" ... "XXXIX", before "MA'AME PÉLAGIE" over "I" ... "IV"."""
     found: list[list[int]] = []
+    novels: list[list[int]] = []
     for n, (label, depth) in enumerate(entries):
         if not label or _bare_number(label) is not None or _KEYWORD_START_RE.match(label.strip()) \
                 or _ORDINAL_HEADING_RE.match(label.strip()):
@@ -714,8 +724,9 @@ def _nested_parts(entries: list[tuple[str | None, int]]) -> set[int]:
         numbers = [_bare_number(entries[m][0]) for m in children if _bare_number(entries[m][0]) is not None]
         if len(numbers) >= 2 and numbers == list(range(1, len(numbers) + 1)) \
                 and len(children) - len(numbers) <= 1 and _bare_number(entries[children[-1]][0]) is not None:
-            found.append(children)
-    return {m for run in found for m in run} if len(found) >= 2 else set()
+            novel = words is not None and len(numbers) >= NOVEL_CHAPTERS and sum(words[m] for m in children) >= NOVEL_WORDS
+            (novels if novel else found).append(children)
+    return {m for run in found for m in run} if len(found) + len(novels) >= 2 and found else set()
 
 
 _PASSAGE_NUMBER_RE = re.compile(r"^\d{1,4}\.?$")

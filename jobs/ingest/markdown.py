@@ -221,6 +221,34 @@ def _stray_chapters(blocks: list[tuple[str, int, str, bool]], headings: list[tup
 _CONT_RE = re.compile(r"^(.*?)[\s.,:;\u2014-]*[(\[]\s*(?:cont(?:inued|'d)?)\.?\s*[)\]]\.?$", re.I)
 
 
+def _continued_below(headings: list[tuple[int, tuple[str, int, str, bool]]], level: int) -> set[int]:
+    """Chapter-level headings that go on with a numbered run begun below that level inside the chapter: under
+    "## THE DEAD SMILE", "### CHAPTER I" and then "## CHAPTER II", "## CHAPTER III" (a file converted from print,
+    its later headings slipped up a level). Each continues the story's sections, numbered one on from the last,
+    of the same keyword (or bare numbers), at the story heading's own level or above, where the markup cannot
+    make them its children: they stay sections of the story, no chapters of their own. (Below the story's
+    level they are its chapters, the first one slipped down: "## THE FIRST BOOK" / "##### CHAPTER I" /
+    "#### CHAPTER II".)"""
+    out: set[int] = set()
+    run: tuple[str, int] | None = None  # the keyword and number of the last section of the current run
+    top = 0  # the level of the chapter heading the run is under
+    for k, (_kind, lvl, text, _toc) in headings:
+        h = _heading_match(_norm(text))
+        bare = re.fullmatch(r"(\d{1,3})\.?", text.strip())
+        num = (h.style, h.num) if h is not None and h.style not in ("numtitle", "") and h.num is not None \
+            else ("digits", int(bare.group(1))) if bare else None
+        if lvl > level:
+            if num is not None and (num[1] == 1 or run is not None and num == (run[0], run[1] + 1)):
+                run = num
+            continue
+        if run is not None and num == (run[0], run[1] + 1) and lvl <= top:
+            out.add(k)
+            run = num
+            continue
+        run, top = None, lvl
+    return out
+
+
 def _is_continuation(text: str, previous: str | None) -> bool:
     """A heading that repeats the previous chapter heading with "(Cont.)"/"(continued)" after it ("IX (Cont.)"
     after "IX", added by a file's owner partway through a chapter) continues that chapter: no new chapter."""
@@ -256,13 +284,15 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
         if n_next >= 2 and n_next > n_top:
             level = nxt  # "# Part" / "## Chapter": chapters are the finer level, parts prefix them
     promoted = _stray_chapters(blocks, [(k, b) for k, b in headings if k != skip], level)
+    demoted = _continued_below(headings, level)
     items = []
     last_heading = None
     for k, (kind, lvl, text, toc) in enumerate(blocks):
         if k == skip:
             continue
         text = _norm(text)
-        if kind == "heading" and text and (lvl <= level or k in promoted) and not _CAST_LABEL_RE.match(text):
+        if kind == "heading" and text and (lvl <= level or k in promoted) and k not in demoted \
+                and not _CAST_LABEL_RE.match(text):
             if _is_continuation(text, last_heading):
                 continue  # "IX (Cont.)" after "IX": the same chapter goes on, no new one
             last_heading = text

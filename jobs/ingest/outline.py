@@ -2798,8 +2798,9 @@ def title_notes(chapters: list[Chapter]) -> list[Chapter]:
     notes chapter: the chapter before the run is split at its notes label when it has one (the notes' own
     introduction is that chapter's text), else the notes are read inside it."""
     folded = [{w for w in _folded(_strip_number(ch.title or ""))
-               if w not in _KEYWORDS and not _NUMERAL_TOKEN_RE.match(w)}
-              for ch in chapters]  # "Chapter VII." names nothing: numbers start again in each book
+               if w not in _KEYWORDS and not _NUMERAL_TOKEN_RE.match(w) and _number_value(w) is None}
+              for ch in chapters]  # "Chapter VII." names nothing: numbers start again in each book ("RECORD
+    # TWENTY-NINE" names no "RECORD TWENTY": number words are numbers too)
     words = [len(" ".join(ch.paragraphs).split()) for ch in chapters]
 
     def names(k: int, j: int) -> bool:

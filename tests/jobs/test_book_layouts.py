@@ -601,3 +601,36 @@ def test_a_detailed_contents_under_a_misspelt_label_is_not_read(tmp_path):
     spoken = _spoken(book)
     assert "First Edition" not in spoken and "ALBEMARLE STREET" not in spoken and "Contents" not in spoken
     assert spoken.count("Causes of Variability. Effects of Habit.") == 1
+
+
+def test_a_novels_bare_numbered_chapters_beside_tales_in_numbered_parts(tmp_path):
+    """The Awakening and Selected Short Stories (EPUB 3): "THE AWAKENING" over 39 entries "I" ... "XXXIX" (about
+    48,000 words), then tales, two of them over "I" ... "IV" and "I", "II": the novel's numbered entries are its
+    chapters, the tales' are sections of the tale."""
+    book = load_book(_bench_book("the-awakening-epub.epub", tmp_path))
+    assert len(book.chapters) == 47
+    assert book.chapters[1].title == "II" and book.chapters[38].title == "XXXIX"
+    pelagie = next(c for c in book.chapters if c.title.startswith("Ma"))
+    assert [p for p, k in zip(pelagie.paragraphs, pelagie.kinds) if k == "heading"][:2] == ["Part I.", "Part II."]
+
+
+def test_chapters_numbered_in_words_are_not_notes_on_earlier_ones(tmp_path):
+    """We (EPUB 3): "RECORD TWENTY-NINE" ... "RECORD FORTY" share a number word with "RECORD TWENTY" ... but name
+    no earlier chapter: they are chapters, not notes read inside "RECORD TWENTY-EIGHT". Likewise "The Fourteenth
+    Remove" ... "The Twentieth Remove" in Mary Rowlandson's narrative."""
+    book = load_book(_bench_book("we-epub.epub", tmp_path))
+    assert len(book.chapters) == 41 and book.chapters[-1].title.upper() == "RECORD FORTY"
+    rowlandson = load_book(_bench_book("mary-rowlandson-epub.epub", tmp_path))
+    assert rowlandson.chapters[-1].title == "The Twentieth Remove" and len(rowlandson.chapters) == 21
+
+
+def test_markdown_story_chapters_slipped_up_to_the_storys_level(tmp_path):
+    """Wandering Ghosts (Markdown): "## THE DEAD SMILE" / "### CHAPTER I" / "## CHAPTER II" ... "## CHAPTER IV":
+    the later CHAPTERs, at the story title's own level, go on with its numbered sections and are said inside
+    the story; "## THE SCREAMING SKULL" is the next chapter."""
+    book = load_book(_bench_book("wandering-ghosts-md.md.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[:2] == ["The Dead Smile", "The Screaming Skull"] and "By the Waters of Paradise" in titles
+    first = book.chapters[0]
+    assert [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"] == \
+        ["Chapter I", "Chapter II", "Chapter III", "Chapter IV"]
