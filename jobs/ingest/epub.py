@@ -485,10 +485,21 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
     title_at = 0  # how far into the book's title the entries that print it in pieces have gone ("THE LIFE", "OF" ...)
     cast_at: int | None = None  # the depth of a play's cast list just passed over, under its title's entry
     listed = _paged_entries(entries)
+    carried: list[str] = []  # a group's short lines, read at the start of its first chapter
     for n, (label, depth, blocks) in enumerate(segments[1:], 1):
         if n in listed:
             continue  # an analytical contents' entry, "IS LIFE WORTH LIVING 32" over its summary: not read
         t, paras = _segment_paragraphs(label, blocks)
+        group = texted and _group_lines(t, paras, n, segments, listed)
+        paras, carried = carried + paras, []
+        if group:
+            # a narrative's or period's entry over its teller's line ("FIRST NARRATIVE." / "Contributed by Miss
+            # Clack ..."), right over its "CHAPTER I": it heads that chapter (as a parent's entry would), its
+            # lines read at its start
+            carried = paras
+            _keep_dedications(pending, depth, merged)
+            pending = [(pt, pd) for pt, pd in pending if pd < depth or pd == depth - 1] + [(t, depth - 1)]
+            continue
         if not texted:
             paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
             # before the book's first text, entries for the title page's lines (its title, a subtitle under
@@ -699,6 +710,12 @@ NOVEL_WORDS = 20000
 """Words under one titled entry's numbered entries, at least, that with :data:`NOVEL_CHAPTERS` make a novel."""
 
 
+_FRAME_ENTRY_RE = re.compile(r"^(?:prologue|epilogue)\W*$", re.I)
+"""A prologue's or epilogue's entry, which may hold numbered parts as a tale does ("PROLOGUE" over "I" ... "IV")."""
+PIECE_WORDS = 300
+"""Words at most of each short titled piece under a tale's entry, and at least of a tale's unheaded first part."""
+
+
 def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None = None) -> set[int]:
     """The entries that are the numbered parts of a poem or tale listed under its entry: an entry titled
     otherwise than by a number or keyword ("THE THORN.") whose entries one level down include bare numerals
@@ -706,12 +723,17 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
     or more entries hold such runs, the entries under them are their sections, not chapters; one titled
     entry over numbered entries is a part or a novel over its chapters. So is a run of :data:`NOVEL_CHAPTERS`
     entries or more holding :data:`NOVEL_WORDS` words or more (``words``: each entry's) beside tales in numbered
-    parts: "THE AWAKENING" over "I" ... "XXXIX", before "MA'AME PÉLAGIE" over "I" ... "IV"."""
+    parts: "THE AWAKENING" over "I" ... "XXXIX", before "MA'AME PÉLAGIE" over "I" ... "IV". Where two tales or more
+    are in numbered parts, so are a tale's parts numbered from II under an entry with text of its own (its first
+    part unheaded), and three short titled pieces or more under a tale's entry (:data:`PIECE_WORDS` words at
+    most each: "THE PROPHETS' PARADISE" over "THE STUDIO", "THE PHANTOM" ...). A prologue or epilogue holds
+    numbered parts as a tale does (:data:`_FRAME_ENTRY_RE`)."""
     found: list[list[int]] = []
     novels: list[list[int]] = []
+    later: list[list[int]] = []
     for n, (label, depth) in enumerate(entries):
         if not label or _bare_number(label) is not None or _KEYWORD_START_RE.match(label.strip()) \
-                or _ORDINAL_HEADING_RE.match(label.strip()):
+                and not _FRAME_ENTRY_RE.match(label.strip()) or _ORDINAL_HEADING_RE.match(label.strip()):
             continue
         inner = []
         for m in range(n + 1, len(entries)):
@@ -726,7 +748,15 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
                 and len(children) - len(numbers) <= 1 and _bare_number(entries[children[-1]][0]) is not None:
             novel = words is not None and len(numbers) >= NOVEL_CHAPTERS and sum(words[m] for m in children) >= NOVEL_WORDS
             (novels if novel else found).append(children)
-    return {m for run in found for m in run} if len(found) + len(novels) >= 2 and found else set()
+        elif words is not None and len(numbers) == len(children) >= 2 and numbers == list(range(2, len(numbers) + 2)) \
+                and words[n] >= PIECE_WORDS:
+            later.append(children)  # "THE STREET OF THE FIRST SHELL", its first part unheaded, over "II" ... "IV"
+        elif words is not None and len(children) >= 3 and not numbers and all(
+                words[m] <= PIECE_WORDS and not _KEYWORD_START_RE.match((entries[m][0] or "").strip()) for m in children):
+            later.append(children)  # "THE PROPHETS' PARADISE" over eight short pieces: "THE STUDIO", "THE PHANTOM" ...
+    if len(found) + len(novels) < 2 or not found:
+        return set()
+    return {m for run in found + (later if len(found) >= 2 else []) for m in run}
 
 
 _PASSAGE_NUMBER_RE = re.compile(r"^\d{1,4}\.?$")
@@ -876,6 +906,27 @@ def _paged_entries(entries: list[tuple[str | None, int]]) -> set[int]:
         if run - m >= 3:
             out.update(range(n, run))
     return out
+
+
+GROUP_LINES_WORDS = 30
+"""Words at most of a group's own lines under its entry, right over its first numbered chapter."""
+
+
+def _group_lines(label: str, paras: list[str], n: int, segments: list, listed: set[int]) -> bool:
+    """Entry ``n`` groups the numbered chapters after it and holds only a line or three of its own
+    (:data:`GROUP_LINES_WORDS` words at most): it is no chapter and titles none but the next ("FIRST NARRATIVE."
+    with "Contributed by Miss Clack; niece of the late Sir John Verinder", then "CHAPTER I" at its depth). Only
+    after the book's first text: a front page ("Legal" over a copyright line) before "Chapter 1" is no group."""
+    if not paras or len(paras) > 3 or sum(len(q.split()) for q in paras) > GROUP_LINES_WORDS \
+            or _NUMBERED_ENTRY_RE.match(label) or n + 1 >= len(segments) or n + 1 in listed:
+        return False
+    nxt, nd, blocks = segments[n + 1]
+    if nd != segments[n][1] or not nxt:
+        return False
+    if _NUMBERED_ENTRY_RE.match(_norm(nxt)):
+        return _entry_number(_norm(nxt)) == 1
+    # or over another such group ("SECOND PERIOD." / "(1848-1849.)" over "FIRST NARRATIVE." / ... / "CHAPTER I")
+    return _group_lines(*_segment_paragraphs(nxt, blocks), n + 1, segments, listed)
 
 
 def _title_piece(label: str, title: str, at: int) -> int | None:

@@ -2789,6 +2789,9 @@ _NOTES_HEAD_RE = re.compile(r"^(?:foot\s*|end\s*)?notes?(?:\s+(?:and|&)\s+(?:ref
 """The label over a book's closing notes, as a paragraph: "NOTES AND REFERENCES", "Notes."."""
 
 
+_APPENDIX_TITLE_RE = re.compile(r"^appendix\b", re.I)
+
+
 def title_notes(chapters: list[Chapter]) -> list[Chapter]:
     """Notes on each story headed by the story's title again ("I. CONNLA AND THE FAIRY MAIDEN." ... "XXVI. LAD WITH
     THE GOAT SKIN." under "NOTES AND REFERENCES", after the 26 tales): a closing run of three or more chapters, the
@@ -2796,7 +2799,8 @@ def title_notes(chapters: list[Chapter]) -> list[Chapter]:
     aside, name earlier chapters in their order (every word of one in the earlier title, or half the words of
     both shared), four in five of them, with four in five of those titles their own, is read as sections of one
     notes chapter: the chapter before the run is split at its notes label when it has one (the notes' own
-    introduction is that chapter's text), else the notes are read inside it."""
+    introduction is that chapter's text), else the notes are read inside it. No run holds an appendix: it is
+    back matter of its own after them."""
     folded = [{w for w in _folded(_strip_number(ch.title or ""))
                if w not in _KEYWORDS and not _NUMERAL_TOKEN_RE.match(w) and _number_value(w) is None}
               for ch in chapters]  # "Chapter VII." names nothing: numbers start again in each book ("RECORD
@@ -2810,6 +2814,8 @@ def title_notes(chapters: list[Chapter]) -> list[Chapter]:
     n = len(chapters)
     best = None
     for s in range(max(2, n - n // 2), n - 2):
+        if any(_APPENDIX_TITLE_RE.match(ch.title or "") for ch in chapters[s:]):
+            break  # an appendix closes the book after any notes ("Appendix. The Rape of the Lock: First Edition")
         if not any(names(s, j) for j in range(s)) or sum(words[s:]) >= sum(words[:s]) \
                 or 5 * len({frozenset(f) for f in folded[s:]}) < 4 * (n - s):  # "Note I", "Note II": one name
             continue

@@ -634,3 +634,26 @@ def test_markdown_story_chapters_slipped_up_to_the_storys_level(tmp_path):
     first = book.chapters[0]
     assert [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"] == \
         ["Chapter I", "Chapter II", "Chapter III", "Chapter IV"]
+
+
+def test_a_tales_unheaded_first_part_and_short_titled_pieces_are_its_sections(tmp_path):
+    """The King in Yellow (EPUB 3): tales over "I", "II" ... in the nav; "THE STREET OF THE FIRST SHELL" has text
+    of its own (its first part, unheaded) over "II" ... "IV", and "THE PROPHETS' PARADISE" is over eight short
+    titled pieces ("THE STUDIO", "THE PHANTOM" ...): each tale is one chapter, its parts and pieces said inside."""
+    book = load_book(_bench_book("king-in-yellow-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 10 and "The Studio" not in titles and "II" not in titles
+    paradise = next(c for c in book.chapters if c.title == "The Prophets' Paradise")
+    assert [p for p, k in zip(paradise.paragraphs, paradise.kinds) if k == "heading"][:2] == ["The Studio", "The Phantom"]
+
+
+def test_a_narratives_entry_over_its_tellers_line_heads_its_first_chapter(tmp_path):
+    """The Moonstone (EPUB 3): "FIRST PERIOD ..." and "FIRST NARRATIVE." hold only a line or two ("Contributed by
+    Miss Clack; ...") right over "CHAPTER I": no chapters of their own; they head that chapter and their lines are
+    read at its start. The prologue's and the sixth narrative's numbered parts are their sections."""
+    book = load_book(_bench_book("moonstone-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert titles[0] == "Prologue" and titles[1].startswith("First Period") and titles[1].endswith("Chapter I")
+    assert not any(t in ("First Narrative.", "II", "III") for t in titles)
+    clack = next(c for c in book.chapters if "First Narrative" in c.title)
+    assert clack.paragraphs[1].startswith("Contributed by Miss Clack")
