@@ -221,6 +221,29 @@ def _stray_chapters(blocks: list[tuple[str, int, str, bool]], headings: list[tup
 _CONT_RE = re.compile(r"^(.*?)[\s.,:;\u2014-]*[(\[]\s*(?:cont(?:inued|'d)?)\.?\s*[)\]]\.?$", re.I)
 
 
+def _numbered_below(headings: list[tuple[int, tuple[str, int, str, bool]]], level: int) -> set[int]:
+    """Numbered chapter headings a level or more below the chapters' level that go on with the chapters' own
+    numbering: "### CHAPTER II - INFLUENCE OF LINCOLN" after "## CHAPTER I - EARLIEST IMPRESSIONS" and before "##
+    CHAPTER IV - ..." (a file converted from print, some chapter headings set a level too low). Each is numbered
+    one on from the last chapter of its keyword, and a later chapter at the chapters' level numbers on past it."""
+    out: set[int] = set()
+    last: int | None = None  # the last chapter number read
+    marks = []
+    for k, (_kind, lvl, text, _toc) in headings:
+        h = _heading_match(_norm(text))
+        if h is not None and h.style == "chapter" and h.num is not None:
+            marks.append((k, lvl, h.num))
+    for i, (k, lvl, num) in enumerate(marks):
+        if lvl <= level:
+            last = num
+            continue
+        later = next((n for _k, lv, n in marks[i + 1:] if lv <= level), None)
+        if last == num - 1 and later is not None and later > num:
+            out.add(k)
+            last = num
+    return out
+
+
 def _continued_below(headings: list[tuple[int, tuple[str, int, str, bool]]], level: int) -> set[int]:
     """Chapter-level headings that go on with a numbered run begun below that level inside the chapter: under
     "## THE DEAD SMILE", "### CHAPTER I" and then "## CHAPTER II", "## CHAPTER III" (a file converted from print,
@@ -283,7 +306,8 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
         n_next = sum(1 for k, b in headings if k != skip and b[1] == nxt)
         if n_next >= 2 and n_next > n_top:
             level = nxt  # "# Part" / "## Chapter": chapters are the finer level, parts prefix them
-    promoted = _stray_chapters(blocks, [(k, b) for k, b in headings if k != skip], level)
+    promoted = _stray_chapters(blocks, [(k, b) for k, b in headings if k != skip], level) \
+        | _numbered_below(headings, level)
     demoted = _continued_below(headings, level)
     items = []
     last_heading = None

@@ -473,7 +473,9 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
     """A short line after the contents list that the list names is a chapter heading (not the
     book's own title line), also with a note in brackets after the name the list gives; so is a bare numeral's
     heading with its title that the list names with the numeral ("I" / "THE SHADOW OF YEARS" for "I.  THE
-    SHADOW OF YEARS  3"), though numerals under the list's other chapters would be their parts."""
+    SHADOW OF YEARS  3"), though numerals under the list's other chapters would be their parts. A line ending
+    with a comma over a short date line is no heading: a letter's place line ("Heaviland Manor," / "_Wednesday,
+    August 3rd_." for the entry "HEAVILAND MANOR")."""
     if not named:
         return items
     out = list(items)
@@ -491,6 +493,9 @@ def _promote_named(items: list[_Item], named: set[tuple[str, ...]], after: int, 
             continue
         if _is_prose(it.text) and not it.text.rstrip().endswith("."):
             continue
+        if it.text.rstrip().endswith(",") and len(out[k + 1].text.split()) <= 8 \
+                and (_MONTH_WORD_RE.search(out[k + 1].text) or re.search(r"\d", out[k + 1].text)):
+            continue  # a letter's place line, its date under it ("Heaviland Manor," / "_Wednesday, August 3rd_.")
         bare = _BRACKETED_TAIL_RE.sub("", _FOOTNOTE_MARK_RE.sub("", it.text))  # "Jonathan Swift Somers (Author of
         # the Spooniad)", "Almighty Death[1]"
         if tuple(_tokens(_strip_number(it.text))) in named or tuple(_tokens(it.text)) in named \
@@ -1394,7 +1399,8 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
                          r"|^\W*this\s+(?:book\s+|volume\s+)?is\s+a\s+reprint\b"
                          r"|^\W*this\s+series\b[^.]{0,80}\b(?:is|are|was)\s+published\b"
                          r"|\bthe\s+text\s+(?:here\s+given\s+|of\s+this\s+edition\s+)?is\s+(?:taken|reprinted|printed)\s+from\b"
-                         r"|^\W*(?:(?:an?\s+)?(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|new|revised"
+                         r"|^\W*(?:(?:an?\s+)?(?:(?:twenty|thirty|forty|fifty)[\s-])?(?:first|second|third|fourth|fifth|sixth"
+                         r"|seventh|eighth|ninth|tenth|eleventh|twelfth|twentieth|new|revised"
                          r"|\d+(?:st|nd|rd|th))\W+(?:edition|impression|printing)\b)"
                          r"|\bclerk(?:'s|\u2019s)\s+office\s+of\s+the\b"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
@@ -1403,7 +1409,7 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
 to Act of Congress, in the year 1845 ..."), rights, printer ("Printed for W. OSBORNE, ..."), edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
-edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "_First Edition_ _May_ 1888", "A new
+edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "TWENTY SECOND EDITION.", "_First Edition_ _May_ 1888", "A new
 edition, with several additions in the body of the work.", "This is a reprint in book form of ...")."""
 _BEING_RE = re.compile(r"^\W*being\s+(?:a|an|the|some|his|her|their)\s", re.I)
 """A title page's subtitle that tells what the book is: "Being a collection of some of the OLD TALES told ...",

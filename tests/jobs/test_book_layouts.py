@@ -657,3 +657,21 @@ def test_a_narratives_entry_over_its_tellers_line_heads_its_first_chapter(tmp_pa
     assert not any(t in ("First Narrative.", "II", "III") for t in titles)
     clack = next(c for c in book.chapters if "First Narrative" in c.title)
     assert clack.paragraphs[1].startswith("Contributed by Miss Clack")
+
+
+def test_markdown_chapter_headings_set_a_level_too_low_go_on_with_the_numbering(tmp_path):
+    """Twenty Years at Hull-House (Markdown): "## CHAPTER I - EARLIEST IMPRESSIONS", then "### CHAPTER II - ..." and
+    "### CHAPTER III - ..." before "## CHAPTER IV - ...": the h3 headings number on from the chapters' own run, so
+    they are chapters, not sections of Chapter I."""
+    book = load_book(_bench_book("twenty-years-at-hull-house-md.md.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 18 and titles[1].startswith("CHAPTER II") and titles[2].startswith("CHAPTER III")
+
+
+def test_a_letters_place_line_over_its_date_is_no_chapter(tmp_path):
+    """The Visits of Elizabeth: each place ("HEAVILAND MANOR", named by the contents) heads the letters written
+    there, and each letter opens "Heaviland Manor," over "_Wednesday, August 3rd_.": a place line, no chapter."""
+    book = load_book(_bench_book("visits-of-elizabeth.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 15 and not any(t.endswith(",") for t in titles)
+    assert "Heaviland Manor," in _spoken(book)
