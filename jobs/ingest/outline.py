@@ -681,7 +681,8 @@ def _promote_caps(items: list[_Item], title: str, author: str | None = None, lis
                 and tuple(_tokens(it.text)) not in title_forms | {author_t} and tuple(_tokens(it.text)) not in credited
                 and not _BY_RE.match(it.text) and not _the_end(it.text)
                 and not _NOTES_LABEL_RE.match(it.text) and not _CAST_LABEL_RE.match(it.text)
-                and not _bylined(items, k))
+                and not _bylined(items, k)
+                and not (_PUBLISHER_RE.search(it.text) and len(it.text.split()) <= 8))  # "MEREDITH PRESS / NEW YORK"
 
     # where the contents names every chapter, the lines from its first entry's heading on are text
     limit = next((k for k, it in enumerate(items) if it.kind == "heading" and it.style == "contents"),
@@ -1370,10 +1371,11 @@ Arnold", "With an Introduction by W. L. Courtney, LL.D.",
 signs a notice and is no credit."""
 _PUBLISHER_RE = re.compile(r"\b(?:publish|PUBLISH)(?:ing|ers?|ING|ERS?)\b|\w,\s+(?:Ltd|LTD)\."
                            r"|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
-                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|\s(?:&|and|AND)\s+(?:Company|COMPANY)\b(?!\s+of\b)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s")
+                           r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|\s(?:&|and|AND)\s+(?:Company|COMPANY)\b(?!\s+of\b)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s"
+                           r"|^\W*(?:THE\s+)?[A-Z]{3,}(?:\s+[A-Z]{2,})?\s+PRESS\W*(?:[/,:]\s*[A-Z][A-Z .]{2,30})?$")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
 "SIMPKIN, MARSHALL, HAMILTON, KENT & CO. LIMITED", "BOSTON: OLIVER DITSON & CO., 277 WASHINGTON STREET.", "GINN AND
-COMPANY", "Methuen & Company", "The Athen\u00e6um Press",
+COMPANY", "Methuen & Company", "The Athen\u00e6um Press", "MEREDITH PRESS / NEW YORK",
 "Published by DeLONG RICE & COMPANY. Nashville, Tenn.", "Published in 1922 by THE GREAT WESTERN RAILWAY",
 "D. B. Updike \u00b7 The Merrymount Press \u00b7 Boston", "BOSTON: G. W. COTTRELL, PUBLISHER, 36 Cornhill.",
 "Truslove, Hanson & Comba, Ltd.")."""
@@ -1594,7 +1596,8 @@ def _titles_list(text: str) -> bool:
 
 def _without_other_books(paras: list[_Item]) -> list[_Item]:
     """The author's other books on the title page go: an "Author of" label ("_Author of_" / "\u201cThe Shuttle,\u201d
-    \u201cThe Making of a Marchioness,\u201d ... etc.") and the list of titles under it or run on after it."""
+    \u201cThe Making of a Marchioness,\u201d ... etc.") and the list of titles under it or run on after it, also one
+    title and "etc." ("Author of The Danger Trail, Etc.", 'Author of "Little Women," etc.')."""
     out: list[_Item] = []
     n = 0
     while n < len(paras):
@@ -1604,7 +1607,8 @@ def _without_other_books(paras: list[_Item]) -> list[_Item]:
         if m and not rest and n + 1 < len(paras) and _titles_list(paras[n + 1].text):
             n += 2
             continue
-        if m and rest and (_titles_list(rest) or len(rest.split()) <= 8 and not _is_prose(rest)):
+        if m and rest and (_titles_list(rest) or len(rest.split()) <= 8 and not _is_prose(rest)
+                           or len(rest.split()) <= 20 and re.search(r"\betc\.?\W*$", rest, re.I)):
             n += 1
             continue
         out.append(paras[n])

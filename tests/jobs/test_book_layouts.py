@@ -675,3 +675,15 @@ def test_a_letters_place_line_over_its_date_is_no_chapter(tmp_path):
     titles = [c.title for c in book.chapters]
     assert len(titles) == 15 and not any(t.endswith(",") for t in titles)
     assert "Heaviland Manor," in _spoken(book)
+
+
+def test_a_title_pages_other_book_and_etc_and_its_press_are_not_read(tmp_path):
+    """Kazan: "Author of" / "The Danger Trail, Etc." and the year under the illustrators' credit; Kitty's Class Day:
+    'Author of "Little Women," etc.'; Mike and Psmith: "MEREDITH PRESS / NEW YORK" in capitals over the copyright
+    line: title-page lines, not read, and the press titles no chapter."""
+    kazan = load_book(_bench_book("kazan.txt.gz", tmp_path))
+    assert "Danger Trail" not in _spoken(kazan) and kazan.chapters[0].opening == 0
+    kitty = load_book(_bench_book("kittys-class-day.txt.gz", tmp_path))
+    assert "Little Women" not in _spoken(kitty)
+    mike = load_book(_bench_book("mike-and-psmith.txt.gz", tmp_path))
+    assert mike.chapters[0].title == "Preface" and "MEREDITH" not in _spoken(mike).upper()
