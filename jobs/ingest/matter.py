@@ -268,7 +268,7 @@ _EDITIONS_ROW_RE = re.compile(r"^\d{1,6}\s*\d{4},\s[^.]{0,60}\bedition\b.{0,80}$
 ebook ..."): the e-book's number, the year and the edition: "1228 1859, First Edition"."""
 
 
-_ADS_HEAD_RE = re.compile(r"\b(?:books|catalogue|publications|advertisements?)\b", re.I)
+_ADS_HEAD_RE = re.compile(r"\b(?:books|catalogue|publications|advertisements?|(?:valuable|new|standard|recent)\s+works)\b", re.I)
 _PRICE_RE = re.compile(r"\bprice\b|\bcents\b|\bcts\.|\$\s?\d|\b\d{1,2}s\.\s?(?:\d{1,2}d\.)?(?!\w)|\bshillings?\b",
                        re.I)
 _PUBLISHERS_LINE_RE = re.compile(r"\bpublishers\b", re.I)
@@ -387,17 +387,24 @@ def _press_chapters(chapters: list[Chapter]) -> int:
     return len(chapters) - k
 
 
+CATALOGUE_HEAD = 5
+"""A catalogue chapter names a price within its first paragraphs, this many: a last chapter whose story ends before
+a long priced list (The Moorland Cottage's "CHAPTER XI." over Harper's catalogue) is the book's, its list cut at
+its start by :func:`_advertisements`."""
+
+
 def _catalogue_chapters(chapters: list[Chapter]) -> int:
     """How many chapters at the end of the book are the publisher's catalogue of other books: short entries (60
     words a paragraph on average at most), a quarter of them or more with a price ("New Language Exercises, Part
     I 20 cents", "Eclectic Physical Geography. 12mo. $1 00"), three prices at least, or two under a title naming
-    books ("Recent Publications.")."""
+    books ("Recent Publications."), one of them within its first :data:`CATALOGUE_HEAD` paragraphs."""
     def catalogue(ch: Chapter) -> bool:
         paras = ch.paragraphs
         prices = sum(1 for p in paras if _PRICE_RE.search(p))
         return bool(paras) and (prices >= 3 and 4 * prices >= len(paras)
                                 or prices >= 2 and bool(_ADS_HEAD_RE.search(ch.title or ""))) \
-            and sum(len(p.split()) for p in paras) <= 60 * len(paras)
+            and sum(len(p.split()) for p in paras) <= 60 * len(paras) \
+            and any(_PRICE_RE.search(p) for p in paras[:CATALOGUE_HEAD])
 
     k = len(chapters)
     while k > 1 and catalogue(chapters[k - 1]):

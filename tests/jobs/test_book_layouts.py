@@ -687,3 +687,14 @@ def test_a_title_pages_other_book_and_etc_and_its_press_are_not_read(tmp_path):
     assert "Little Women" not in _spoken(kitty)
     mike = load_book(_bench_book("mike-and-psmith.txt.gz", tmp_path))
     assert mike.chapters[0].title == "Preface" and "MEREDITH" not in _spoken(mike).upper()
+
+
+def test_a_last_chapter_over_the_publishers_catalogue_is_kept_and_the_catalogue_is_not(tmp_path):
+    """The Moorland Cottage: "CHAPTER XI." holds the story's end ("THERE'S ROSEMARY FOR REMEMBRANCE.") and then
+    Harper & Brothers' long priced list under "%Valuable Works,%": the chapter is the book's and is read to the
+    story's end; the list is not read."""
+    book = load_book(_bench_book("moorland-cottage.txt.gz", tmp_path))
+    assert len(book.chapters) == 11 and book.chapters[-1].title == "CHAPTER XI."
+    last = book.chapters[-1].paragraphs
+    assert last[0].startswith("Maggie sat on deck") and last[-1] == '"THERE\'S ROSEMARY FOR REMEMBRANCE."'
+    assert "Harper" not in _spoken(book)
