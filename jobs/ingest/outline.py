@@ -1594,10 +1594,15 @@ def _titles_list(text: str) -> bool:
     return len(pieces) >= 3 and all(len(p.split()) <= 8 for p in pieces)
 
 
+_QUOTED_TITLES_RE = re.compile(r"(?:[\"\u201c][^\"\u201c\u201d]{1,60}[\"\u201d]\W*(?:,|\band\b|&)?\s*)+(?:etc\.?)?\W*")
+"""Book titles in quotation marks, joined by commas or "and": '"Verses" and "Bits of Travel."'."""
+
+
 def _without_other_books(paras: list[_Item]) -> list[_Item]:
     """The author's other books on the title page go: an "Author of" label ("_Author of_" / "\u201cThe Shuttle,\u201d
     \u201cThe Making of a Marchioness,\u201d ... etc.") and the list of titles under it or run on after it, also one
-    title and "etc." ("Author of The Danger Trail, Etc.", 'Author of "Little Women," etc.')."""
+    title and "etc." ("Author of The Danger Trail, Etc.", 'Author of "Little Women," etc.'), or titles in
+    quotation marks ('Author of "Verses" and "Bits of Travel."')."""
     out: list[_Item] = []
     n = 0
     while n < len(paras):
@@ -1608,7 +1613,8 @@ def _without_other_books(paras: list[_Item]) -> list[_Item]:
             n += 2
             continue
         if m and rest and (_titles_list(rest) or len(rest.split()) <= 8 and not _is_prose(rest)
-                           or len(rest.split()) <= 20 and re.search(r"\betc\.?\W*$", rest, re.I)):
+                           or len(rest.split()) <= 20 and re.search(r"\betc\.?\W*$", rest, re.I)
+                           or len(rest.split()) <= 20 and _QUOTED_TITLES_RE.fullmatch(rest)):
             n += 1
             continue
         out.append(paras[n])

@@ -698,3 +698,10 @@ def test_a_last_chapter_over_the_publishers_catalogue_is_kept_and_the_catalogue_
     last = book.chapters[-1].paragraphs
     assert last[0].startswith("Maggie sat on deck") and last[-1] == '"THERE\'S ROSEMARY FOR REMEMBRANCE."'
     assert "Harper" not in _spoken(book)
+
+
+def test_a_title_pages_other_books_in_quotation_marks_are_not_read(tmp_path):
+    """Bits About Home Matters: 'Author of "Verses" and "Bits of Travel."' under the author's name: two titles in
+    quotation marks joined by "and", the author's other books, not read."""
+    book = load_book(_bench_book("bits-about-home-matters.txt.gz", tmp_path))
+    assert "Bits of Travel" not in _spoken(book) and len(book.chapters) == 40
