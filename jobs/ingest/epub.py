@@ -498,7 +498,7 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
             # lines read at its start
             carried = paras
             _keep_dedications(pending, depth, merged)
-            pending = [(pt, pd) for pt, pd in pending if pd < depth or pd == depth - 1] + [(t, depth - 1)]
+            pending = [(pt, pd) for pt, pd in pending if pd < depth] + [(t, depth - 1)]
             continue
         if not texted:
             paras = [q for q in paras if not _CATALOGUE_SUMMARY_RE.match(q)]
@@ -713,7 +713,9 @@ NOVEL_WORDS = 20000
 _FRAME_ENTRY_RE = re.compile(r"^(?:prologue|epilogue)\W*$", re.I)
 """A prologue's or epilogue's entry, which may hold numbered parts as a tale does ("PROLOGUE" over "I" ... "IV")."""
 PIECE_WORDS = 300
-"""Words at most of each short titled piece under a tale's entry, and at least of a tale's unheaded first part."""
+"""Words at most of each short titled piece under a tale's entry."""
+FIRST_PART_WORDS = 300
+"""Words at least of a tale's own text before its parts numbered from II (its first part, unheaded)."""
 
 
 def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None = None) -> set[int]:
@@ -725,7 +727,7 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
     entries or more holding :data:`NOVEL_WORDS` words or more (``words``: each entry's) beside tales in numbered
     parts: "THE AWAKENING" over "I" ... "XXXIX", before "MA'AME PÉLAGIE" over "I" ... "IV". Where two tales or more
     are in numbered parts, so are a tale's parts numbered from II under an entry with text of its own (its first
-    part unheaded), and three short titled pieces or more under a tale's entry (:data:`PIECE_WORDS` words at
+    part unheaded, :data:`FIRST_PART_WORDS` words or more), and three short titled pieces or more under a tale's entry (:data:`PIECE_WORDS` words at
     most each: "THE PROPHETS' PARADISE" over "THE STUDIO", "THE PHANTOM" ...). A prologue or epilogue holds
     numbered parts as a tale does (:data:`_FRAME_ENTRY_RE`)."""
     found: list[list[int]] = []
@@ -749,7 +751,7 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
             novel = words is not None and len(numbers) >= NOVEL_CHAPTERS and sum(words[m] for m in children) >= NOVEL_WORDS
             (novels if novel else found).append(children)
         elif words is not None and len(numbers) == len(children) >= 2 and numbers == list(range(2, len(numbers) + 2)) \
-                and words[n] >= PIECE_WORDS:
+                and words[n] >= FIRST_PART_WORDS:
             later.append(children)  # "THE STREET OF THE FIRST SHELL", its first part unheaded, over "II" ... "IV"
         elif words is not None and len(children) >= 3 and not numbers and all(
                 words[m] <= PIECE_WORDS and not _KEYWORD_START_RE.match((entries[m][0] or "").strip()) for m in children):
@@ -923,8 +925,8 @@ def _group_lines(label: str, paras: list[str], n: int, segments: list, listed: s
     nxt, nd, blocks = segments[n + 1]
     if nd != segments[n][1] or not nxt:
         return False
-    if _NUMBERED_ENTRY_RE.match(_norm(nxt)):
-        return _entry_number(_norm(nxt)) == 1
+    if _NUMBERED_ENTRY_RE.match(label_n := _norm(nxt)):
+        return _entry_number(label_n) == 1
     # or over another such group ("SECOND PERIOD." / "(1848-1849.)" over "FIRST NARRATIVE." / ... / "CHAPTER I")
     return _group_lines(*_segment_paragraphs(nxt, blocks), n + 1, segments, listed)
 

@@ -221,6 +221,16 @@ def _stray_chapters(blocks: list[tuple[str, int, str, bool]], headings: list[tup
 _CONT_RE = re.compile(r"^(.*?)[\s.,:;\u2014-]*[(\[]\s*(?:cont(?:inued|'d)?)\.?\s*[)\]]\.?$", re.I)
 
 
+def _heading_number(text: str) -> tuple[str, int] | None:
+    """A Markdown heading's keyword and number ("CHAPTER II" -> ("chapter", 2)), or ("digits", n) for a bare
+    number ("2."); None for a heading without one."""
+    h = _heading_match(_norm(text))
+    if h is not None and h.style not in ("numtitle", "") and h.num is not None:
+        return h.style, h.num
+    bare = re.fullmatch(r"(\d{1,3})\.?", text.strip())
+    return ("digits", int(bare.group(1))) if bare else None
+
+
 def _numbered_below(headings: list[tuple[int, tuple[str, int, str, bool]]], level: int) -> set[int]:
     """Numbered chapter headings a level or more below the chapters' level that go on with the chapters' own
     numbering: "### CHAPTER II - INFLUENCE OF LINCOLN" after "## CHAPTER I - EARLIEST IMPRESSIONS" and before "##
@@ -228,11 +238,8 @@ def _numbered_below(headings: list[tuple[int, tuple[str, int, str, bool]]], leve
     one on from the last chapter of its keyword, and a later chapter at the chapters' level numbers on past it."""
     out: set[int] = set()
     last: int | None = None  # the last chapter number read
-    marks = []
-    for k, (_kind, lvl, text, _toc) in headings:
-        h = _heading_match(_norm(text))
-        if h is not None and h.style == "chapter" and h.num is not None:
-            marks.append((k, lvl, h.num))
+    marks = [(k, lvl, num[1]) for k, (_kind, lvl, text, _toc) in headings
+             if (num := _heading_number(text)) is not None and num[0] == "chapter"]
     for i, (k, lvl, num) in enumerate(marks):
         if lvl <= level:
             last = num
@@ -256,10 +263,7 @@ def _continued_below(headings: list[tuple[int, tuple[str, int, str, bool]]], lev
     run: tuple[str, int] | None = None  # the keyword and number of the last section of the current run
     top = 0  # the level of the chapter heading the run is under
     for k, (_kind, lvl, text, _toc) in headings:
-        h = _heading_match(_norm(text))
-        bare = re.fullmatch(r"(\d{1,3})\.?", text.strip())
-        num = (h.style, h.num) if h is not None and h.style not in ("numtitle", "") and h.num is not None \
-            else ("digits", int(bare.group(1))) if bare else None
+        num = _heading_number(text)
         if lvl > level:
             if num is not None and (num[1] == 1 or run is not None and num == (run[0], run[1] + 1)):
                 run = num

@@ -1613,8 +1613,8 @@ def _without_other_books(paras: list[_Item]) -> list[_Item]:
             n += 2
             continue
         if m and rest and (_titles_list(rest) or len(rest.split()) <= 8 and not _is_prose(rest)
-                           or len(rest.split()) <= 20 and re.search(r"\betc\.?\W*$", rest, re.I)
-                           or len(rest.split()) <= 20 and _QUOTED_TITLES_RE.fullmatch(rest)):
+                           or len(rest.split()) <= 20 and (re.search(r"\betc\.?\W*$", rest, re.I)
+                                                           or _QUOTED_TITLES_RE.fullmatch(rest))):
             n += 1
             continue
         out.append(paras[n])
@@ -2806,6 +2806,7 @@ _NOTES_HEAD_RE = re.compile(r"^(?:foot\s*|end\s*)?notes?(?:\s+(?:and|&)\s+(?:ref
 
 
 _APPENDIX_TITLE_RE = re.compile(r"^appendix\b", re.I)
+"""A chapter titled as an appendix ("Appendix. The Rape of the Lock: First Edition"): back matter of its own."""
 
 
 def title_notes(chapters: list[Chapter]) -> list[Chapter]:
