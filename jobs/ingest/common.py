@@ -75,8 +75,11 @@ _CAST_LABEL_RE = re.compile(r"^(?:dr[a\u0101]matis\s+pers[o\u014d]n\S*|(?:the\s+
 its Latin vowels marked long, "CHARACTERS   ORIGINAL CAST" over the parts and their first players)."""
 
 
-_DEDICATION_LINE_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])|(?i:in\s+memory\s+of|dedicated\s+to)\s)")
-"""A dedication's first words: "To Romain Rolland", "To the Memory of ...", "Dedicated to ..." (not "To be or ...")."""
+_DEDICATION_LINE_RE = re.compile(r"^(?:(?i:to|for)\s+(?:(?i:the\s+memory|my)\b|[A-Z])"
+                                 r"|(?i:in\s+memory\s+of|dedicated\s+to)\s"
+                                 r"|(?i:this\s+(?:book|volume)\s+is\s+(?:(?:\w+ly\s+)?dedicated\s+)?(?:to|for))\s+[A-Z])")
+"""A dedication's first words: "To Romain Rolland", "To the Memory of ...", "Dedicated to ...", "This book is for
+Hadley" (not "To be or ...")."""
 
 
 def _is_prose(p: str) -> bool:

@@ -38,8 +38,8 @@ from defusedxml import ElementTree as SafeET
 from core.errors import InputError, UnsafePathError
 from jobs.ingest.book import Book, Chapter
 from jobs.ingest.matter import _COPYRIGHT_RE, _producer_notes
-from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _shouted, epub_checks,
-                                 passages_short, title_case)
+from jobs.ingest.outline import (_BY_RE, _KEYWORD_START_RE, _imprint_line, _numeral, _run_on_lines, _shouted,
+                                 epub_checks, passages_short, title_case)
 from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _join_title, _norm,
                                 _show, _tokens)
 from jobs.ingest.html import _MATTER_TYPES, _SCHEME_RE, _attr_tokens, _Block, _Extractor, _local, _parse_html
@@ -607,9 +607,9 @@ def _read_package(ep: _Epub, p: Path, opf_path: str, opf: ET.Element, footnotes:
         for j, (t, d, ps, ks) in enumerate(merged):
             if t and t != title:  # (the text before the first entry is filed under the book's title)
                 break
-            keep = [i for i, q in enumerate(ps) if not (ks[i] == "text" and len(q.split()) <= 40 and _imprint_line(q)
-                                                        and not _COPYRIGHT_RE.search(q)
-                                                        and any(_has_prose([x]) for x in ps[i + 1:]))]
+            drop = [ks[i] == "text" and len(q.split()) <= 40 and _imprint_line(q) and not _COPYRIGHT_RE.search(q)
+                    and any(_has_prose([x]) for x in ps[i + 1:]) for i, q in enumerate(ps)]
+            keep = [i for i, d in enumerate(_run_on_lines(ps, drop)) if not d]
             merged[j] = (t, d, [ps[i] for i in keep], [ks[i] for i in keep])
         merged = [m for m in merged if "text" in m[3]]
     # leading front matter without prose (title page, contents, edition notice; an imprint or copyright entry in

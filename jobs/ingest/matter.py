@@ -23,7 +23,9 @@ from jobs.ingest.text import _caps_line
 
 
 _MATTER_TITLE_RE = re.compile(
-    r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents|index"
+    r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents"
+    r"|(?:general\s+)?index(?:\s+(?:of|to)\s+(?:the\s+)?(?:proper\s+names|names|persons|places|subjects|first\s+lines"
+    r"|titles|authors))?"
     r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
     r"|(?:a\s+)?note\s+on\s+the\s+illustrations"
     r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note"
@@ -51,12 +53,13 @@ _PRINTED_RE = re.compile(r"^\W*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|ster
 
 def _printer_line(p: str) -> bool:
     """The printer's line at the foot of the last page ("THE NORTHUMBERLAND PRESS, NEWCASTLE-UPON-TYNE",
-    "Printed by ...", "Cambridge: Electrotyped and Printed by ..."): short, and in capitals naming a press or
-    printers, or starting "Printed by"."""
+    "Printed by ...", "Cambridge: Electrotyped and Printed by ...", "Butler & Tanner, The Selwood Printing Works,
+    Frome, and London."): short, and in capitals naming a press or printers, or naming printing works or office,
+    or starting "Printed by"."""
     if len(p.split()) > 15:
         return False
-    return bool(_PRINTED_RE.match(p)) or (not any(c.islower() for c in p)
-                                          and re.search(r"\b(?:PRESS|PRINTERS?|PRINTING)\b", p) is not None)
+    return bool(_PRINTED_RE.match(p)) or re.search(r"\bPrinting\s+(?:Works|Office)\b", p) is not None \
+        or (not any(c.islower() for c in p) and re.search(r"\b(?:PRESS|PRINTERS?|PRINTING)\b", p) is not None)
 
 
 _THE_END_RE = re.compile(r"^[_*\s]*(?:the\s+end|finis)[.!_*\s]*$", re.I)
@@ -190,6 +193,31 @@ def _closing_bracketed_notes(paras: list[str]) -> int:
     return start if any(_FILE_NOTE_RE.search(p) for p in paras[start:]) else len(paras)
 
 
+_EBOOK_MARK_RE = re.compile(r"^\W*(?:faded\s+page\s+e-?book\s+#?\s*\d+"
+                            r"|an?\s+distributed\s+proofreaders\s+canada\s+e-?book)\W*$", re.I)
+"""The mark of a Faded Page (Distributed Proofreaders Canada) e-book on its first page: "Faded Page eBook
+#20150622", "* A Distributed Proofreaders Canada eBook *"."""
+_EBOOK_HEADER_RE = re.compile(r"^(?:title|author|illustrator|translator|editor|date\s+of\s+first\s+publication"
+                              r"|date\s+first\s+posted|date\s+last\s+updated)s?:\s+\S"
+                              r"|^this\s+e-?book\s+is\s+made\s+available\s+at\s+no\s+cost\b"
+                              r"|^this\s+work\s+is\s+in\s+the\s+canadian\s+public\s+domain\b", re.I)
+"""The other lines of that first page: its terms ("This ebook is made available at no cost and with very few
+restrictions ...", "This work is in the Canadian public domain ...") and its record of the book ("Title: ...",
+"Date of first publication: 1926", "Date first posted: ...")."""
+EBOOK_HEADER_LINES = 30
+"""How far into a first chapter the e-book mark and its header lines are looked for."""
+
+
+def _ebook_header(paras: list[str]) -> set[int]:
+    """Positions of a Faded Page e-book's first page (:data:`_EBOOK_MARK_RE`, :data:`_EBOOK_HEADER_RE`) among the
+    first :data:`EBOOK_HEADER_LINES` paragraphs, up to the line after its mark; none where the mark is not there."""
+    head = paras[:EBOOK_HEADER_LINES]
+    marks = [i for i, p in enumerate(head) if _EBOOK_MARK_RE.match(p)]
+    if not marks:
+        return set()
+    return {i for i, p in enumerate(head[:marks[-1] + 2]) if _EBOOK_MARK_RE.match(p) or _EBOOK_HEADER_RE.match(p)}
+
+
 def _producer_notes(paras: list[str], front: bool) -> set[int]:
     """Positions of notes by whoever made the electronic text, never spoken: a transcriber's note
     ("[Transcriber's Note: ...]", or the label "Transcriber's Notes:", or such a label with its note run in, or
@@ -208,8 +236,8 @@ def _producer_notes(paras: list[str], front: bool) -> set[int]:
     ("{Although the poem itself is included shortly, ... — A. L.}"), and, in the first chapters, a line naming
     the edition the text was taken from ("[This text is taken from the New York edition of 1919.]") and a
     facsimile's caption ("{From a} Facsimile of an autograph copy of the poem ...") with the copy of the page
-    above it, from its title line in capitals down."""
-    out: set[int] = set()
+    above it, from its title line in capitals down, and a Faded Page e-book's first page (:func:`_ebook_header`)."""
+    out: set[int] = _ebook_header(paras) if front else set()
     for i, p in enumerate(paras):
         opened = p.lstrip().startswith("[") and p.count("[") > p.count("]")
         if opened and _NOTE_LABEL_RE.match(p):
@@ -367,9 +395,11 @@ _PRESS_NOTICE_RE = re.compile(r"^(?:THE\s+)?[A-Z][A-Z\u00c0-\u00de'\u2019&.]+"
 achievement ...', 'THE SATURDAY REVIEW.\u2014"Here we find ...')."""
 
 
-_COPYRIGHT_NOTICE_RE = re.compile(r"^\W*(?:copyright\b|\u00a9|entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b)", re.I)
-"""A copyright notice's first words: "Copyright, 1879, by ...", "\u00a9 1912", "Entered according to Act of Congress
-in 1855 by ..."."""
+_COPYRIGHT_NOTICE_RE = re.compile(r"^\W*(?:(?:renewal|renewed)\s+)?(?:copyright\b|\u00a9"
+                                  r"|entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
+                                  r"|entered\s+(?:in\s+[A-Z][a-z]+\s+)?at\s+stationers(?:'|\u2019)?\s+hall\b)", re.I)
+"""A copyright notice's first words: "Copyright, 1879, by ...", "\u00a9 1912", "renewal copyright, 1954, ...", "Entered
+according to Act of Congress in 1855 by ...", "Entered in London at Stationers' Hall."."""
 
 
 def _copyright_notices(paras: list[str]) -> set[int]:
@@ -438,7 +468,8 @@ def _opened_by(ch: Chapter, nxt: Chapter) -> Chapter:
 
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
-    """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index", "Publishers' Note",
+    """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index" (also "Index of
+    Proper Names", "Index of First Lines" and the like), "Publishers' Note",
     "Note on the Illustrations" (the publishers' words on the edition's pictures),
     "Copyright", "All Rights Reserved", "Also by ...", "Description of Characters"; a cast list under its label
     ("Characters in the Play", "Dramatis Personae") before the last chapter, in entries of 80 words or fewer; a play's production

@@ -1370,7 +1370,8 @@ Arnold", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
 signs a notice and is no credit."""
 _PUBLISHER_RE = re.compile(r"\b(?:publish|PUBLISH)(?:ing|ers?|ING|ERS?)\b|\w,\s+(?:Ltd|LTD)\."
-                           r"|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
+                           r"|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|\bPrinting\s+(?:Works|Office)\b"
+                           r"|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
                            r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|\s(?:&|and|AND)\s+(?:Company|COMPANY)\b(?!\s+of\b)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s"
                            r"|^\W*(?:THE\s+)?[A-Z]{3,}(?:\s+[A-Z]{2,})?\s+PRESS\W*(?:[/,:]\s*[A-Z][A-Z .]{2,30})?$")
 """A publisher's line on the title page ("The Walter Scott Publishing Co., Ltd.", "Smith, Elder & Co.",
@@ -1378,14 +1379,22 @@ _PUBLISHER_RE = re.compile(r"\b(?:publish|PUBLISH)(?:ing|ers?|ING|ERS?)\b|\w,\s+
 COMPANY", "Methuen & Company", "The Athen\u00e6um Press", "MEREDITH PRESS / NEW YORK",
 "Published by DeLONG RICE & COMPANY. Nashville, Tenn.", "Published in 1922 by THE GREAT WESTERN RAILWAY",
 "D. B. Updike \u00b7 The Merrymount Press \u00b7 Boston", "BOSTON: G. W. COTTRELL, PUBLISHER, 36 Cornhill.",
-"Truslove, Hanson & Comba, Ltd.")."""
+"Truslove, Hanson & Comba, Ltd.", the printers' "Butler & Tanner, The Selwood Printing Works, Frome, and London.")."""
 _ADDRESS_RE = re.compile(r"\b\d{1,4},?\s+(?:[A-Z]+\s+){1,3}(?:(?:STREET|ROW|SQUARE|LANE|ROAD|PLACE|COURT|AVENUE|STRAND)\b"
                          r"|ST\.)")
 """A publisher's street address on a title page in capitals ("J. W. ARROWSMITH, 11 QUAY STREET", "120 NASSAU ST.")."""
-_PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b1[5-9]\d\d\W*$", re.I)
-"""A line of a book's printing history: a printing named, ending with its year ("First printed serially in
-the Commonweal, 1890.", "Kelmscott Press Edition, 1892.", "Since reprinted March 1895; ... and January 1908.")."""
-_DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b)", re.I)
+_PRINTING_RE = re.compile(r"\b(?:printed|reprinted|edition|impression)\b.*\b(?:1[5-9]\d\d|M{1,2}[DCLXVI]{2,})\W*$", re.I)
+"""A line of a book's printing history: a printing named, ending with its year, in figures or roman numerals
+("First printed serially in the Commonweal, 1890.", "Kelmscott Press Edition, 1892.", "Since reprinted March 1895;
+... and January 1908.", "LONDON PRINTED MDCLXXXVIII")."""
+_PLACE_FIRM_RE = re.compile(r"^[A-Z]{3,}(?:[ -][A-Z]{3,})?:\s+[A-Z][A-Z.'\u2019]*(?:,?\s+[A-Z][A-Z.'\u2019]*){0,4}"
+                            r"\s+(?:AND|&)\s+[A-Z][A-Z.'\u2019]+\.?$")
+"""The title page's place and the publishers' names in capitals, joined by "and" ("AUBURN: DERBY AND MILLER.",
+"BUFFALO: DERBY, ORTON AND MULLIGAN.")."""
+_DEDICATION_RE = re.compile(r"^(?:to\s+\S|for\s+\S|dedicated\s+to\b|in\s+memory\s+of\b"
+                            r"|this\s+(?:book|volume)\s+is\s+(?:(?:\w+ly\s+)?dedicated\s+)?(?:to|for)\s)", re.I)
+"""A dedication's first words, as :data:`jobs.ingest.common._DEDICATION_LINE_RE` in any case ("TO ...", "This book
+is for Hadley")."""
 _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|produced\s+by"
                       r"|(?:this\s+)?e-?(?:text|book)\s+(?:was\s+)?(?:prepared|created|produced|made)\s+by"
                       r"|transcribed\s+(?:from|by)\b|scanned\s+(?:and\s+proofread\s+)?by\b"
@@ -1394,8 +1403,10 @@ _NOTE_RE = re.compile(r"^\[?\s*(?:transcriber|transcriber\u2019s|transcriber's|p
 
 
 _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
-                         r"|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?printed\s+(?:in|by|for)\b"
+                         r"|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?(?:re)?printed,?"
+                         r"(?:\s+the\s+[\w-]+\s+time,?)?\s+(?:in|by|for)\b"
                          r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
+                         r"|^\W*entered\s+(?:in\s+[A-Z][a-z]+\s+)?at\s+stationers(?:'|\u2019)?\s+hall\b"
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*this\s+(?:book\s+|volume\s+)?is\s+a\s+reprint\b"
@@ -1408,7 +1419,8 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
                          r"|\b(?:literary|dramatic|acting|performing|stage|translation)\s+(?:and\s+\w+\s+)?rights\b",
                          re.I)  # the last: a rights notice ("The literary and dramatic rights of ... belong to ...")
 """A publisher's or producer's line in the front matter: copyright (and the copyright entry "Entered according
-to Act of Congress, in the year 1845 ..."), rights, printer ("Printed for W. OSBORNE, ..."), edition notes,
+to Act of Congress, in the year 1845 ...", its English counterpart "Entered in London at Stationers' Hall."), rights,
+printer ("Printed for W. OSBORNE, ...", "REPRINTED, THE SIXTH TIME, BY A. MILLAR, ..."), edition notes,
 the edition a text was taken from ("Reprinted from The Posthumous Edition of 1777", "Extracted from:",
 "Being a _Facsimile_ Reprint of the First Edition published in 1653."),
 edition and impression lines ("Second Edition, 1902", "SEVENTH IMPRESSION", "TWENTY SECOND EDITION.", "_First Edition_ _May_ 1888", "A new
@@ -1435,14 +1447,31 @@ _PLACE_YEAR_RE = re.compile(r"^[A-Z][A-Z .]{2,20}:\s+\S.*\b1[5-9]\d\d\.?$")
 
 def _imprint_line(t: str) -> bool:
     """A publisher's, printer's or producer's line of the title page (:data:`_IMPRINT_RE`, :data:`_PUBLISHER_RE`,
-    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`, :data:`_PLACE_YEAR_RE`; a list of the booksellers with two street
-    addresses or more), or its date alone in roman numerals ("MDCCLXXVI")."""
+    :data:`_ADDRESS_RE`, :data:`_PRINTING_RE`, :data:`_PLACE_YEAR_RE`, :data:`_PLACE_FIRM_RE`; a list of the
+    booksellers with two street addresses or more), or its date alone in roman numerals ("MDCCLXXVI")."""
     n = len(t.split())
     return bool(_IMPRINT_RE.search(t) and n <= 120 or _PUBLISHER_RE.search(t) and n <= 30
                 or _ADDRESS_RE.search(t) and n <= 12 or len(_ADDRESS_RE.findall(t)) >= 2 and n <= 60
                 or _PRINTING_RE.search(t) and n <= 25
-                or n <= 10 and _PLACE_YEAR_RE.match(t)
+                or n <= 10 and (_PLACE_YEAR_RE.match(t) or _PLACE_FIRM_RE.match(t))
                 or len(t.strip(" .")) >= 4 and _ROMAN_YEAR_RE.match(t.strip()))
+
+
+RUN_ON_WORDS = 12
+"""The longest line taken as the rest of a publisher's line broken over lines (:func:`_run_on_lines`)."""
+
+
+def _run_on_lines(paras: list[str], drop: list[bool]) -> list[bool]:
+    """``drop`` widened to the lines that carry on a dropped publisher's or rights line set out over several
+    ("All rights reserved. No part of this book" / "may be reproduced in any form without the" / "permission of
+    Charles Scribner's Sons."): each short line (:data:`RUN_ON_WORDS` words at most) that starts in lower case
+    right after a dropped line that ends without a stop."""
+    out = list(drop)
+    for i in range(1, len(paras)):
+        if out[i - 1] and not out[i] and not re.search(r"[.!?:;][\"'\u201d\u2019)\]]*$", paras[i - 1].rstrip()) \
+                and re.match(r"^[^\w]*[a-z]", paras[i]) and len(paras[i].split()) <= RUN_ON_WORDS:
+            out[i] = True
+    return out
 
 
 _NOTICE_LABEL_RE = re.compile(r"^(?:(?:the\s+)?author(?:'s|\u2019s)\s+)?(?:notice|explanatory|advertisement)\W*$", re.I)
@@ -2974,8 +3003,9 @@ def epub_checks(chapters: list[Chapter], title: str | None, author: str | None,
             # "BOSTON: PUBLISHED FOR THE AUTHOR 1861.") and, in the first chapter, a credit ("EDITED BY L. MARIA CHILD");
             # a copyright or "Printed in U.S.A." line stays: it marks a copyright page, which jobs.ingest.matter drops whole
             # (a copyright notice stays: it marks a copyright page, which jobs.ingest.matter leaves out whole)
-            keep = [front_matter or not ((_PUBLISHER_RE.search(p) or _imprint_line(p) and not _COPY_PAGE_RE.search(p)
-                                          or _BY_RE.match(p) and n == 0) and len(p.split()) <= 12) for p in paras]
+            drop = [not front_matter and bool((_PUBLISHER_RE.search(p) or _imprint_line(p) and not _COPY_PAGE_RE.search(p)
+                                               or _BY_RE.match(p) and n == 0) and len(p.split()) <= 12) for p in paras]
+            keep = [not d for d in _run_on_lines(paras, drop)]
             paras = [p for p, ok in zip(paras, keep) if ok]
             kinds = [kd for kd, ok in zip(kinds, keep) if ok] if kinds else kinds
             if not paras:

@@ -705,3 +705,33 @@ def test_a_title_pages_other_books_in_quotation_marks_are_not_read(tmp_path):
     quotation marks joined by "and", the author's other books, not read."""
     book = load_book(_bench_book("bits-about-home-matters.txt.gz", tmp_path))
     assert "Bits of Travel" not in _spoken(book) and len(book.chapters) == 40
+
+
+def test_a_faded_page_first_page_and_a_copyright_page_over_lines_are_not_read_and_the_dedication_is(tmp_path):
+    """The Sun Also Rises (EPUB): Faded Page's first page (its terms, "Title:" ... "Faded Page eBook #20150622"), the
+    title page and a copyright page set line by line ("renewal copyright, 1954, ...", "All rights reserved. No part of
+    this book" / "may be reproduced in any form without the" / "permission of Charles Scribner's Sons.") are not
+    read; the dedication "This book is for Hadley" / "and for John Hadley Nicanor" is, before chapter 1."""
+    book = load_book(_bench_book("sun-also-rises-epub.epub", tmp_path))
+    spoken = _spoken(book)
+    for phrase in ("Faded Page", "made available at no cost", "Date first posted", "renewal copyright",
+                   "may be reproduced", "permission of Charles"):
+        assert phrase not in spoken
+    first = book.chapters[0]
+    assert len(book.chapters) == 19 and first.title == "Chapter 1"
+    assert first.paragraphs[:2] == ["This book is for Hadley", "and for John Hadley Nicanor"]
+
+
+def test_imprint_lines_of_places_and_firms_stationers_hall_roman_years_and_printing_works_are_not_read(tmp_path):
+    """Twelve Years a Slave (EPUB): "AUBURN: DERBY AND MILLER." / "BUFFALO: DERBY, ORTON AND MULLIGAN." and "Entered in
+    London at Stationers' Hall."; Two Treatises of Government (EPUB): "LONDON PRINTED MDCLXXXVIII"; Arrian's Anabasis
+    (EPUB): "Butler & Tanner, The Selwood Printing Works, Frome, and London." on the title page and again under the
+    "Index of Proper Names." that closes the book: publishers' and printers' lines, not read, and the index is no
+    chapter."""
+    slave = _spoken(load_book(_bench_book("twelve-years-a-slave-epub.epub", tmp_path)))
+    assert "DERBY" not in slave and "Stationers" not in slave and "HARRIET BEECHER STOWE" in slave
+    locke = _spoken(load_book(_bench_book("second-treatise-of-government-epub.epub", tmp_path)))
+    assert "MDCLXXXVIII" not in locke
+    arrian = load_book(_bench_book("anabasis-of-alexander-epub.epub", tmp_path))
+    assert "Selwood" not in _spoken(arrian) and len(arrian.chapters) == 208
+    assert not any(c.title.startswith("Index") for c in arrian.chapters)
