@@ -123,6 +123,9 @@ def _join_title(head: str, title: str) -> str:
     return f"{head} {title}" if head[-1] in ".:!?;\u2014-" else f"{head}. {title}"
 
 
+_ILLUSTRATIONS_LABEL_RE = re.compile(r"^(?:list\s+of\s+(?:the\s+)?)?(?:illustrations|plates|drawings|engravings|woodcuts)[.:]?$",
+                                     re.I)
+"""The label over a list of the book's pictures: "ILLUSTRATIONS", "List of Plates", "LIST OF DRAWINGS"."""
 _CONTENTS_LABEL_RE = re.compile(r"^(?:(?:(?:table|analysis|synopsis|summary)\s+of\s+(?:the\s+)?)?contents(?:\s+of\s+(?:the\s+)?"
                                 r"(?:vol(?:ume)?\.?\s*(?:[ivxlcdm]+|\d{1,2})|\w+\s+volume))?"
                                 r"|index\s+of\s+first\s+lines)[.:]?$", re.I)

@@ -26,7 +26,7 @@ _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents"
     r"|(?:general\s+)?index(?:\s+(?:of|to)\s+(?:the\s+)?(?:proper\s+names|names|persons|places|subjects|first\s+lines"
     r"|titles|authors))?"
-    r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+illustrations"
+    r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+(?:illustrations|drawings|plates)"
     r"|(?:a\s+)?note\s+on\s+the\s+illustrations"
     r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note"
     r"|(?:a\s+)?list\s+of\s+(?:the\s+)?subscribers(?:'|\u2019)?(?:\s+names)?|subscribers(?:'|\u2019)?\s+names)"
@@ -327,7 +327,11 @@ def _advertisements(paras: list[str]) -> int | None:
     return start
 
 
-_INDEX_LABEL_RE = re.compile(r"^(?:general\s+)?index(?:\s+of\s+\w+(?:\s+\w+)?)?\.?$", re.I)
+_INDEX_LABEL_RE = re.compile(r"^(?:general\s+)?index(?:\s+(?:of|to)\s+\w+(?:\s+\w+)?)?\.?$", re.I)
+_FIRST_LINES_LABEL_RE = re.compile(r"^index\s+(?:of|to)\s+(?:the\s+)?first\s+lines\.?$", re.I)
+FIRST_LINE_WORDS = 25
+"""The longest entry of an index of first lines printed without pages (a poem's first line, one to a
+paragraph)."""
 _PAGE_REFS_RE = re.compile(r"\w,\s+\d{1,4}(?:[-\u2013]\d{1,4})?(?:,\s+\d{1,4}(?:[-\u2013]\d{1,4})?)*[.;]?(?=\s|$)")
 """An index entry's page references: "Accents, 92.", "Aeschylus, 70, 76.", "Amiot, 50, 57, 61, 263."."""
 
@@ -335,8 +339,9 @@ _PAGE_REFS_RE = re.compile(r"\w,\s+\d{1,4}(?:[-\u2013]\d{1,4})?(?:,\s+\d{1,4}(?:
 def _back_index(paras: list[str]) -> int | None:
     """Where the book's index starts inside its last chapter: an "INDEX" label ("General Index", "Index of
     Names") after which every paragraph is a group letter ("A.") or holds entries with page numbers ("Accents,
-    92. Adagio, 189. ..."), ten page references or more in all, perhaps with "THE END." under them; None when
-    there is none."""
+    92. Adagio, 189. ..."), ten page references or more in all, perhaps with "THE END." under them; or an
+    "INDEX TO FIRST LINES" over three lines or more without pages (:data:`FIRST_LINE_WORDS` words each at
+    most); None when there is none."""
     for j in range(len(paras) - 1, 0, -1):
         if not _INDEX_LABEL_RE.match(paras[j].strip()):
             continue
@@ -346,6 +351,10 @@ def _back_index(paras: list[str]) -> int | None:
         refs = sum(len(_PAGE_REFS_RE.findall(p)) for p in rest)
         if rest and refs >= 10 and all(len(p.strip(" .")) <= 2 or _PAGE_REFS_RE.search(p) for p in rest):
             return j
+        lines = [p for p in rest if any(c.isalpha() for c in p)]
+        if _FIRST_LINES_LABEL_RE.match(paras[j].strip()) and len(lines) >= 3 \
+                and all(len(p.split()) <= FIRST_LINE_WORDS for p in lines):
+            return j  # an index of first lines without pages: each poem's first line, one to a paragraph
         return None
     return None
 
@@ -467,6 +476,12 @@ def _opened_by(ch: Chapter, nxt: Chapter) -> Chapter:
                    opening=ch.opening + nxt.opening)
 
 
+_TRAILING_MATTER_RE = re.compile(r"^(?:about\s+the\s+authors?|(?:also|other\s+(?:books|titles|works))\s+by\s+\S.{0,60}"
+                                 r"|by\s+the\s+same\s+author)[.:]?$", re.I)
+"""The label of a section closing the last chapter that is not the book's: "About the Author", "Other books by J.
+Sheridan LeFanu", "By the same Author"."""
+
+
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     """Chapters without front/back matter: chapters titled "About the Author", "Contents", "Index" (also "Index of
     Proper Names", "Index of First Lines" and the like), "Publishers' Note",
@@ -482,8 +497,9 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`)
     or by their prices (:func:`_catalogue_chapters`);
     the book's index
-    at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" section inside the last
-    chapter (a heading-like paragraph of its own, followed by at most 400 words)."""
+    at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" or "Other books by ..."
+    section inside the last chapter (its label a paragraph of its own, :data:`_TRAILING_MATTER_RE`, followed by
+    at most 400 words)."""
     out: list[Chapter] = []
     chapters = _play_title_pages(chapters)
     chapters = chapters[:len(chapters) - _press_chapters(chapters)]
@@ -528,8 +544,7 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             if ads is not None:
                 kept, paras = kept[:ads], paras[:ads]  # the publisher's list of books with their prices
             for j, para in enumerate(paras):
-                if j > 0 and re.match(r"^about\s+the\s+authors?[.:]?$", para, re.I) \
-                        and len(" ".join(paras[j + 1:]).split()) <= 400:
+                if j > 0 and _TRAILING_MATTER_RE.match(para) and len(" ".join(paras[j + 1:]).split()) <= 400:
                     kept = kept[:j]
                     break
         if kept:

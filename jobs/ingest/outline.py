@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 
 from core.errors import InputError
 from jobs.ingest.book import Chapter, renumbered
-from jobs.ingest.common import _CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _has_prose, _is_prose, _join_title, _tokens
+from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _ILLUSTRATIONS_LABEL_RE, _has_prose,
+                                _is_prose, _join_title, _tokens)
 from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
 from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _SECTION_RE, _match_heading,
                                _number_value, _roman_value)
@@ -1625,13 +1626,18 @@ def _titles_list(text: str) -> bool:
 
 _QUOTED_TITLES_RE = re.compile(r"(?:[\"\u201c][^\"\u201c\u201d]{1,60}[\"\u201d]\W*(?:,|\band\b|&)?\s*)+(?:etc\.?)?\W*")
 """Book titles in quotation marks, joined by commas or "and": '"Verses" and "Bits of Travel."'."""
+_QUOTED_TITLE_LINE_RE = re.compile(r"[\"\u201c][^\"\u201c\u201d]{1,60}[\"\u201d]\W*(?:[\w-]+\s+(?:printing|edition|impression)\W*)?",
+                                   re.I)
+"""One of the author's other books in quotation marks on a line of its own, perhaps with its printing:
+'"Journeys to Bagdad" _Sixth printing_.'."""
 
 
 def _without_other_books(paras: list[_Item]) -> list[_Item]:
     """The author's other books on the title page go: an "Author of" label ("_Author of_" / "\u201cThe Shuttle,\u201d
     \u201cThe Making of a Marchioness,\u201d ... etc.") and the list of titles under it or run on after it, also one
     title and "etc." ("Author of The Danger Trail, Etc.", 'Author of "Little Women," etc.'), or titles in
-    quotation marks ('Author of "Verses" and "Bits of Travel."')."""
+    quotation marks ('Author of "Verses" and "Bits of Travel."'), also one to a line under "Other Books by the Same
+    Author:" (:data:`_QUOTED_TITLE_LINE_RE`)."""
     out: list[_Item] = []
     n = 0
     while n < len(paras):
@@ -1640,6 +1646,12 @@ def _without_other_books(paras: list[_Item]) -> list[_Item]:
         rest = t[m.end():].strip(" :_") if m else ""
         if m and not rest and n + 1 < len(paras) and _titles_list(paras[n + 1].text):
             n += 2
+            continue
+        if m and (not rest or re.fullmatch(r"the\s+same\s+(?:author|writer)", rest, re.I)) \
+                and n + 1 < len(paras) and _QUOTED_TITLE_LINE_RE.fullmatch(paras[n + 1].text):
+            n += 1  # the label over titles in quotation marks, one to a line, each perhaps with its printing
+            while n < len(paras) and _QUOTED_TITLE_LINE_RE.fullmatch(paras[n].text):
+                n += 1
             continue
         if m and rest and (_titles_list(rest) or len(rest.split()) <= 8 and not _is_prose(rest)
                            or len(rest.split()) <= 20 and (re.search(r"\betc\.?\W*$", rest, re.I)
@@ -1670,7 +1682,6 @@ def _without_etext_prefaces(front: list[_Item]) -> list[_Item]:
 
 
 _PAGED_ENTRY_RE = re.compile(r"^(?P<title>\S.{0,90}?)(?:[ \t]*\.){0,40}[ \t]+(?P<page>\d{1,4})$")
-_ILLUSTRATIONS_LABEL_RE = re.compile(r"^(?:list\s+of\s+(?:the\s+)?)?(?:illustrations|plates)[.:]?$", re.I)
 
 
 def _paged(it: _Item) -> bool:

@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from core.errors import EncodingError, InputError
-from jobs.ingest.common import _CONTENTS_LABEL_RE, _is_separator, _join_title, _norm, _tokens
+from jobs.ingest.common import _CONTENTS_LABEL_RE, _ILLUSTRATIONS_LABEL_RE, _is_separator, _join_title, _norm, _tokens
 
 
 
@@ -390,7 +390,9 @@ _COUNTED_RE = re.compile(r"^(?P<ord>(?:[A-Za-z]+-)?[A-Za-z]+(?:st|nd|rd|th))[ \t
 """A numbered title that is its own number again as an ordinal and a noun: "1. First Day.", "21. Twenty-first
 Day." (the title of the reading comes on a later line)."""
 _SECTION_RE = re.compile(
-    r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue|PREFACE|Preface|INTRODUCTION|Introduction|FOREWORD|Foreword"
+    r"^(?P<head>(?:(?:THE |The )?(?:PROLOGUE|Prologue)|EPILOGUE|Epilogue"
+    r"|(?:(?:THE |The )?(?:AUTHOR['\u2019]S|Author['\u2019]s) |ORIGINAL |Original )?(?:PREFACE|Preface|INTRODUCTION|Introduction)"
+    r"|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|Conclusion"
     r"|POSTSCRIPT|APPENDIX|(?:THE |The )?(?:FORETHOUGHT|Forethought|AFTERTHOUGHT|Afterthought))\.?)"
     r"(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
@@ -771,10 +773,13 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     """The entry titles of a contents-list block, or None when the block is not one.
 
     A contents list is three or more short lines that are all numbered ("I. A Scandal in Bohemia",
-    "CHAPTER I. Down the Rabbit-Hole") or all end with a page number ("The Start .... 7"); right
+    "CHAPTER I. Down the Rabbit-Hole"; also bulleted: "- LETTER I. Lady Howard to ...") or all end with a page
+    number ("The Start .... 7"); right
     after a "Contents" label, any block of three or more short title lines is one, and so is a block of two
     numbered entries (a list's last group)."""
     block = [ln for ln in block if ln.strip().casefold() not in ("page", "pages", "page.")]  # a column header
+    if len(block) >= 3 and all(_BULLET_RE.match(ln) for ln in block):
+        block = [_BULLET_RE.sub("", ln, count=1) for ln in block]  # "- LETTER I. Lady Howard to ...": a bulleted list
     if after_label:
         block = _without_glosses(block)
     if after_label and 1 <= len(block) < 3 and all(_PAGED_LINE_RE.match(ln.strip()) for ln in block):
@@ -808,6 +813,8 @@ def _toc_entries(block: list[str], after_label: bool) -> list[str] | None:
     return None
 
 
+_BULLET_RE = re.compile(r"^[ \t]*[-*\u2022][ \t]+(?=\S)")
+"""A list item's bullet: "- ", "* ", "\u2022 "."""
 _KEYWORD_NUMBER_RE = re.compile(rf"^{_KEYWORD}[ \t]+(?:{_ROMAN}|\d{{1,4}})\.")
 _NUMBER_START_RE = re.compile(rf"^(?:{_ROMAN}|\d{{1,4}})\.\s")
 
@@ -1126,6 +1133,55 @@ def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...]
     return lines if len(lines) - found <= len(lines) // 10 else None
 
 
+_ENTRY_NUMBER_RE = re.compile(rf"^(?:{_ROMAN}|\d{{1,3}})\.[ \t]+(?=\S)")
+"""The number before a contents entry's title ("XII. The Pursuit of Fire")."""
+
+
+def _numbered_titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...], list[int]]) -> int:
+    """How many blocks from ``i`` on are a contents list of numbered titles one to a block ("I. There's Pippins and
+    Cheese to Come" / "II. On Buying Old Books" / ...) whose pieces are headed by their titles alone: three or more
+    blocks of one line, each a number and a short title, up to a block that is no such entry, none of them found
+    again with its number, and nine in ten of the titles found again later, in order, as lines set apart; 0 when
+    the blocks from ``i`` are no such list."""
+    k = i
+    while k < len(blocks) and len(blocks[k]) == 1 and _ENTRY_NUMBER_RE.match(blocks[k][0].strip()) \
+            and len(blocks[k][0].split()) <= 12:
+        k += 1
+    if k - i < 3 or k < len(blocks) and _ENTRY_NUMBER_RE.match(blocks[k][0].strip()) \
+            or any(m > k for n in range(i, k) for m in singles.get(tuple(_tokens(blocks[n][0])), ())):
+        return 0  # (the whole list, up to a block that is no numbered entry)
+    pos, found = k - 1, 0
+    for n in range(i, k):
+        bare = _ENTRY_NUMBER_RE.sub("", blocks[n][0].strip())
+        later = [m for m in singles.get(tuple(_tokens(bare)), ()) if m > pos]
+        if later:
+            pos = later[0]
+            found += 1
+    return k - i if (k - i) - found <= (k - i) // 10 else 0
+
+
+def _titles_again_apart(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...], list[int]]) -> int:
+    """How many blocks from ``i`` on are a contents list set out one title to a block under its label ("CONTENTS" /
+    "PREFACE" / "THE COD-FISHER" / ... each between blank lines): three or more blocks of one short title line each,
+    nine in ten of them found again later, in the same order, as a line set apart (the heading of its piece); 0
+    when the blocks from ``i`` are no such list."""
+    k = i
+    while k < len(blocks) and len(blocks[k]) == 1 and _title_like(blocks[k][0].strip()) \
+            and len(blocks[k][0].split()) <= 10 and any(c.isalpha() for c in blocks[k][0]) \
+            and not (k > i and _ILLUSTRATIONS_LABEL_RE.match(blocks[k][0].strip())
+                     and (k + 1 == len(blocks) or len(blocks[k + 1]) > 1)):
+        k += 1  # (up to the label over a list of pictures after it: "LIST OF DRAWINGS" over captions of two lines)
+    if k - i < 3:
+        return 0
+    pos, found = k - 1, 0
+    for n in range(i, k):
+        later = [m for m in singles.get(tuple(_tokens(blocks[n][0])), ()) if m > pos]
+        if later:
+            pos = later[0]
+            found += 1
+    return k - i if (k - i) - found <= (k - i) // 10 else 0
+
+
 def _beside_titles_again(items: list[_Item], blocks: list[list[str]], i: int,
                          singles: dict[tuple[str, ...], list[int]]) -> bool:
     """A contents block of titles found again (:func:`_titles_again`) is right before block ``i``, or is the next
@@ -1246,6 +1302,20 @@ def _txt_items(body: str, force=None) -> list[_Item]:
         if len(blocks[i]) == 1 and (_COLUMN_HEADER_RE.match(blocks[i][0].strip())
                                     or after_label and blocks[i][0].strip(" .").casefold() in ("page", "pages")):
             i += 1  # "CHAPTER    PAGE" over a contents list: its columns' names
+            continue
+        run = _numbered_titles_again(blocks, i, singles) \
+            if items and items[-1].kind == "para" and _CONTENTS_LABEL_RE.match(items[-1].text) else 0
+        if run:  # "I. There's Pippins and Cheese to Come" ...: a contents list; the titles head the pieces
+            lines = [_norm(_clean_inline(blocks[n][0])) for n in range(i, i + run)]
+            items.append(_Item("toc", " ".join(lines), label=True,
+                               entries=[_ENTRY_NUMBER_RE.sub("", ln) for ln in lines]))
+            i += run
+            continue
+        if after_label and len(blocks[i]) == 1 and (named := _match_heading(blocks[i][0].strip())) is not None \
+                and named.style == "named" and _titles_again_apart(blocks, i, singles):
+            _add_para(items, [blocks[i][0].strip()])  # "PREFACE" as a contents entry, not the preface's heading
+            items[-1].apart, items[-1].caps = gaps[i], _caps_line(items[-1].text)
+            i += 1
             continue
         entries = _toc_entries(blocks[i], after_label) or _run_on_entries(blocks[i]) \
             or _index_group(items, blocks[i]) \

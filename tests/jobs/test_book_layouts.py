@@ -735,3 +735,51 @@ def test_imprint_lines_of_places_and_firms_stationers_hall_roman_years_and_print
     arrian = load_book(_bench_book("anabasis-of-alexander-epub.epub", tmp_path))
     assert "Selwood" not in _spoken(arrian) and len(arrian.chapters) == 208
     assert not any(c.title.startswith("Index") for c in arrian.chapters)
+
+
+def test_a_contents_of_titles_one_to_a_block_opening_with_preface_finds_the_poems(tmp_path):
+    """Cape Cod Ballads: "CONTENTS" over "PREFACE", "LIST OF DRAWINGS" and 78 poem titles in capitals, each between
+    blank lines, every poem headed again by its title alone: "PREFACE" there is an entry of the list, not the
+    preface's heading, so the poems are found (78 chapters with the preface); the contents, the list of drawings
+    (captions under "LIST OF DRAWINGS") and the closing "INDEX TO FIRST LINES" are not read."""
+    book = load_book(_bench_book("cape-cod-ballads.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 78 and titles[:3] == ["Preface", "The Cod-Fisher", "The Song of the Sea"]
+    spoken = _spoken(book)
+    assert "INDEX TO FIRST LINES" not in spoken and "LIST OF DRAWINGS" not in spoken.upper()
+    assert spoken.count("A cloud of cinder-dotted smoke") == 1  # its poem's first line, not the index's entry too
+    assert "He sets and says it's lovely" not in spoken
+    last = [p for p in book.chapters[-1].paragraphs if p.strip()]  # (a scene break, silent, may close it)
+    assert book.chapters[-1].title == "At Eventide" and last[-1].endswith('"Good-night."')
+
+
+def test_a_numbered_contents_over_essays_headed_by_their_titles_alone_finds_them(tmp_path):
+    """There's Pippins and Cheese to Come: "CONTENTS" over "I. There's Pippins and Cheese to Come" ... "XII. The
+    Pursuit of Fire", one to a block, the essays headed by their titles alone in mixed case ("On Buying Old Books"):
+    twelve chapters, the contents not read; nor the author's other books in quotation marks under "Other Books by
+    the Same Author:", each with its printing ('"Journeys to Bagdad"' / "_Sixth printing_.")."""
+    book = load_book(_bench_book("theres-pippins-and-cheese-to-come.txt.gz", tmp_path))
+    assert len(book.chapters) == 12 and book.chapters[1].title == "On Buying Old Books"
+    assert book.chapters[-1].title == "The Pursuit of Fire"
+    spoken = _spoken(book)
+    assert "Journeys to Bagdad" not in spoken and "Sixth printing" not in spoken
+    assert "Asperities of the Early British Reviewers XII" not in spoken
+
+
+def test_the_authors_other_books_after_the_last_chapter_are_not_read(tmp_path):
+    """Carmilla (EPUB 3): "Other books by J. Sheridan LeFanu" and their titles close the last chapter's file: not
+    read; the story ends with its last paragraph."""
+    book = load_book(_bench_book("carmilla-epub.epub", tmp_path))
+    assert len(book.chapters) == 17 and "Uncle Silas" not in _spoken(book)
+    assert book.chapters[-1].paragraphs[-1].startswith("The following Spring my father took me")
+
+
+def test_a_bulleted_contents_of_letters_is_not_read_and_the_original_preface_is_a_chapter(tmp_path):
+    """Evelina: "CONTENTS" over a block of bulleted entries ("- LETTER I. Lady Howard to the Rev. Mr. Villars" ...),
+    not read; "ORIGINAL PREFACE." set apart heads the author's preface, a chapter before "LETTER I"."""
+    book = load_book(_bench_book("evelina.txt.gz", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert "Lady Howard to the Rev. Mr. Villars - LETTER II" not in _spoken(book)
+    k = titles.index("LETTER I")
+    assert titles[k - 1] == "Original Preface." and book.chapters[k - 1].paragraphs[0].startswith("IN the republic")
+    assert len(titles) == 86 and titles[-1].startswith("LETTER LXXXIV.")
