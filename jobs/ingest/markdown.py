@@ -19,7 +19,7 @@ import html
 import re
 
 from jobs.ingest.common import _CAST_LABEL_RE, _is_separator, _norm
-from jobs.ingest.text import _caps_line, _clean_inline, _Item, _match_heading, _txt_items
+from jobs.ingest.text import _ROMAN_ALONE_RE, _caps_line, _clean_inline, _Item, _match_heading, _txt_items
 
 
 _FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -288,6 +288,35 @@ _SUBHEAD_WORDS = 15
 heading, read as a paragraph."""
 
 
+def _flat_titles(blocks: list[tuple[str, int, str, bool]], headings: list[tuple[int, tuple[str, int, str, bool]]],
+                 skip: int) -> bool:
+    """Whether the book's headings, at two levels or more, are all titles in capitals (no keyword, no number) and
+    none stands right over another heading: nothing groups anything, the levels are the converter's whim ("#
+    LAST DAYS OF BOMEFREE." between "## DEATH OF MAU-MAU BETT." and "## COMMENCEMENT OF ISABELLA'S TRIALS IN
+    LIFE.", later ones at "###"), so each heads a chapter."""
+    hs = [(k, b) for k, b in headings if k != skip]
+    return len(hs) >= FLAT_TITLES_MIN and all(_title_only(b[2]) for _k, b in hs) \
+        and not any(k + 1 < len(blocks) and blocks[k + 1][0] == "heading" for k, _b in hs)
+
+
+FLAT_TITLES_MIN = 6
+"""The fewest headings from which :func:`_flat_titles` reads their levels as meaningless."""
+
+
+def _numbered_over_topics(blocks: list[tuple[str, int, str, bool]],
+                          headings: list[tuple[int, tuple[str, int, str, bool]]], skip: int, top: int, below: int) -> bool:
+    """Whether the upper headings are bare numerals ("## I.", "## II.") each right over a topic's heading one level
+    below, in capitals with no number ("### EPIDEMIC OF MOB-LAW."): an essay's numbered parts, each under its topics,
+    so the numerals head the chapters and the topics are their sections."""
+    tops = [k for k, b in headings if k != skip and b[1] == top]
+    unders = [b for k, b in headings if k != skip and b[1] == below]
+    bare = all(_ROMAN_ALONE_RE.match(blocks[k][2].strip()) or re.fullmatch(r"\d{1,3}\.?", blocks[k][2].strip())
+               for k in tops)
+    return len(tops) >= 2 and bare \
+        and all(k + 1 < len(blocks) and blocks[k + 1][0] == "heading" and blocks[k + 1][1] == below for k in tops) \
+        and all(not any(c.islower() for c in b[2]) and _heading_match(b[2]) is None for b in unders)
+
+
 def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
     """Markdown -> items, the title H1 (if the file has one) and the author its metadata names. Falls back
     to plain-text headings."""
@@ -308,8 +337,10 @@ def _md_items(body: str) -> tuple[list[_Item], str | None, str | None]:
         nxt = levels[1]
         n_top = sum(1 for k, b in headings if k != skip and b[1] == level)
         n_next = sum(1 for k, b in headings if k != skip and b[1] == nxt)
-        if n_next >= 2 and n_next > n_top:
+        if n_next >= 2 and n_next > n_top and not _numbered_over_topics(blocks, headings, skip, level, nxt):
             level = nxt  # "# Part" / "## Chapter": chapters are the finer level, parts prefix them
+    if len(levels) > 1 and _flat_titles(blocks, headings, skip):
+        level = levels[-1]  # titles in capitals at levels that mean nothing: every one heads a chapter
     promoted = _stray_chapters(blocks, [(k, b) for k, b in headings if k != skip], level) \
         | _numbered_below(headings, level)
     demoted = _continued_below(headings, level)

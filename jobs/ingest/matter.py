@@ -62,6 +62,12 @@ def _printer_line(p: str) -> bool:
         or (not any(c.islower() for c in p) and re.search(r"\b(?:PRESS|PRINTERS?|PRINTING)\b", p) is not None)
 
 
+PRINTER_TAIL_PARAGRAPHS = 12
+"""At most this many paragraphs, under a "Footnotes" label, follow the printer's line that ends the book's text."""
+_FOOTNOTES_LABEL_RE = re.compile(r"^\W*(?:foot\s*)?notes?\W*$", re.I)
+"""The label over the notes gathered after the text: "Footnotes", "NOTES"."""
+
+
 _THE_END_RE = re.compile(r"^[_*\s]*(?:the\s+end|finis)[.!_*\s]*$", re.I)
 _LETTER_SPACED_RE = re.compile(r"^[\W_]*[A-Za-z](?:\s+[A-Za-z])+[\W_]*$")
 
@@ -530,6 +536,10 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
         if k == n - 1:
             while len(kept) > 1 and _printer_line(paras[-1]):
                 kept, paras = kept[:-1], paras[:-1]  # the printer's line under the last page
+            printer = next((j for j in range(len(paras) - 1, 0, -1) if _printer_line(paras[j])), None)
+            if printer is not None and len(paras) - printer <= PRINTER_TAIL_PARAGRAPHS \
+                    and _FOOTNOTES_LABEL_RE.match(paras[printer + 1]):
+                kept, paras = kept[:printer], paras[:printer]  # the printer's line, then the e-text's footnotes
             tail = _closing_bracketed_notes(paras)
             if tail < len(paras):
                 kept, paras = kept[:tail], paras[:tail]  # the e-text maker's notes in brackets after the text

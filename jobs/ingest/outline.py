@@ -2934,7 +2934,9 @@ def _chapter_paragraphs(chapters: list[Chapter], front_matter: bool = False) -> 
     Where three or more of those paragraphs name chapters that follow as entries of their own ("Chapter 2.
     Variation Under Nature." before the entry "CHAPTER II. VARIATION UNDER NATURE."), they are a detailed
     contents (each title over its chapter's summary), whatever its label says ("DETEAILED CONTENTS."): from its
-    first such paragraph on it is not read, unless ``front_matter``."""
+    first such paragraph on it is not read, unless ``front_matter``. An entry titled "Contents" that holds only
+    short lines (40 words at most) is not split: its "CHAPTER I" lines are the list's (jobs.ingest.matter leaves
+    it out whole)."""
     out: list[Chapter] = []
     for n, ch in enumerate(chapters):
         at = []
@@ -2942,8 +2944,10 @@ def _chapter_paragraphs(chapters: list[Chapter], front_matter: bool = False) -> 
             m = _CHAPTER_PARA_RE.match(p.strip()) if ch.kind(i) == "text" and len(p.split()) <= 40 else None
             if m:
                 at.append((i, _number_value(m.group("num"))))
-        if len(at) < 3 or [n for _i, n in at] != list(range(1, len(at) + 1)):
-            out.append(ch)
+        if len(at) < 3 or [n for _i, n in at] != list(range(1, len(at) + 1)) \
+                or not front_matter and _CONTENTS_LABEL_RE.match((ch.title or "").strip()) \
+                and all(len(p.split()) <= 40 for p in ch.paragraphs):
+            out.append(ch)  # (under a "CONTENTS" entry of short lines only, "CHAPTER I" / "Going Away" are the list's)
             continue
         kinds = list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs)
         first = at[0][0]

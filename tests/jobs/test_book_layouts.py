@@ -783,3 +783,31 @@ def test_a_bulleted_contents_of_letters_is_not_read_and_the_original_preface_is_
     k = titles.index("LETTER I")
     assert titles[k - 1] == "Original Preface." and book.chapters[k - 1].paragraphs[0].startswith("IN the republic")
     assert len(titles) == 86 and titles[-1].startswith("LETTER LXXXIV.")
+
+
+def test_a_contents_entry_of_chapter_lines_is_no_chapters_and_the_printers_line_ends_the_text(tmp_path):
+    """American Notes (EPUB 3): the "CONTENTS" entry is a table of "CHAPTER I" / "Going Away" / "3" lines: not
+    split into chapters of one line each; the book's chapters are its 18 chapters, two prefaces and the
+    postscript. "PRINTED BY WILLIAM CLOWES AND SONS, ..." and the e-text's footnotes under it end the book, not
+    read."""
+    book = load_book(_bench_book("american-notes-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert len(titles) == 21 and titles[2] == "Chapter I Going Away" and titles[-1] == "Postscript"
+    spoken = _spoken(book)
+    assert "CLOWES" not in spoken and "eText contains just" not in spoken
+    assert book.chapters[-1].paragraphs[-1] == "May, 1868."
+
+
+def test_markdown_numbered_parts_over_topic_headings_and_titles_at_random_levels(tmp_path):
+    """Why Is the Negro Lynched? (Markdown): "## I." ... "## VII.", each right over "### THE AFRO-AMERICAN PEOPLE
+    ..." topics in capitals: the numerals head the seven chapters, the topics are sections. The Narrative of
+    Sojourner Truth (Markdown): thirty titles in capitals at "#", "##" and "###" with text under each and none
+    over another: every one heads a chapter."""
+    lynched = load_book(_bench_book("why-is-the-negro-lynched-md.md.gz", tmp_path))
+    assert len(lynched.chapters) == 7
+    first = lynched.chapters[0]
+    heads = [p for p, k in zip(first.paragraphs, first.kinds) if k == "heading"]
+    assert len(heads) == 4 and heads[1] == "Epidemic of Mob-Law."
+    truth = load_book(_bench_book("narrative-of-sojourner-truth-md.md.gz", tmp_path))
+    titles = [c.title for c in truth.chapters]
+    assert len(titles) == 30 and "Last Days of Bomefree." in titles and titles[-1] == "Her Last Interview with Her Master."
