@@ -26,8 +26,9 @@ _MATTER_TITLE_RE = re.compile(
     r"^(?:about\s+the\s+(?:authors?|translators?|editors?|illustrators?)|(?:table\s+of\s+)?contents"
     r"|(?:general\s+)?index(?:\s+(?:of|to)\s+(?:the\s+)?(?:proper\s+names|names|persons|places|subjects|first\s+lines"
     r"|titles|authors))?"
-    r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|list\s+of\s+(?:illustrations|drawings|plates)"
+    r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|(?:list\s+of\s+)?illustrations|list\s+of\s+(?:drawings|plates)"
     r"|(?:a\s+)?note\s+on\s+the\s+illustrations"
+    r"|(?:appendix\s*:\s*)?(?:production|transcriber(?:'s|\u2019s)?)\s+notes\s+(?:for|on|to)\s+(?:the\s+|this\s+)?e-?(?:book|text)\b.*"
     r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note"
     r"|(?:a\s+)?list\s+of\s+(?:the\s+)?subscribers(?:'|\u2019)?(?:\s+names)?|subscribers(?:'|\u2019)?\s+names)"
     r"[.:]?$", re.I)

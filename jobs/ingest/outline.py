@@ -28,8 +28,8 @@ from jobs.ingest.book import Chapter, renumbered
 from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _ILLUSTRATIONS_LABEL_RE, _has_prose,
                                 _is_prose, _join_title, _tokens)
 from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
-from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _Item, _caps_line, _SECTION_RE, _match_heading,
-                               _number_value, _roman_value)
+from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _ROMAN_ALONE_RE, _Item, _caps_line, _SECTION_RE,
+                               _match_heading, _number_value, _roman_value)
 
 SPLIT_LEVELS = ("part", "chapter", "section")
 
@@ -2919,6 +2919,34 @@ def glossary_sections(chapters: list[Chapter]) -> list[Chapter]:
     return out
 
 
+CONTENTS_ENTRY_PARAGRAPHS = 3
+"""Under an entry titled "Contents", a "CHAPTER I" paragraph with at most this many paragraphs (itself and its title
+or summary) before the next is an entry of the list, not a chapter's start."""
+BARE_NUMERAL_RUN = 10
+"""The fewest paragraphs that are bare numerals (I, II, III ... on by one) that split an EPUB entry into chapters
+the nav left out (:func:`_bare_numeral_chapters`)."""
+BARE_NUMERAL_LEAD_WORDS = 1000
+"""The fewest words of the entry's own text before its first bare numeral: the numerals begin another work."""
+BARE_NUMERAL_PIECE_WORDS = 100
+"""The fewest words under the median numeral: chapters, not the numbered items of a list ("I. ... II. ...")."""
+
+
+def _bare_numeral_chapters(ch: Chapter) -> list[tuple[int, int]]:
+    """(position, number) of the paragraphs of an EPUB entry that are chapter numerals alone ("I", "II", ... "XLIV"),
+    where the nav left those chapters out: :data:`BARE_NUMERAL_RUN` or more, numbered one on from I, after at least
+    :data:`BARE_NUMERAL_LEAD_WORDS` words of the entry's own text (Lang's introduction before Longinus's treatise,
+    all under "INTRODUCTION"), with :data:`BARE_NUMERAL_PIECE_WORDS` words or more under the median one; none
+    otherwise (a story's numbered parts stay its sections, a letter's numbered rules its paragraphs)."""
+    at = [(i, _roman_value(p.strip().rstrip("."))) for i, p in enumerate(ch.paragraphs)
+          if ch.kind(i) == "text" and _ROMAN_ALONE_RE.match(p.strip())]
+    if len(at) < BARE_NUMERAL_RUN or [n for _i, n in at] != list(range(1, len(at) + 1)):
+        return []
+    lead = sum(len(p.split()) for p in ch.paragraphs[:at[0][0]])
+    pieces = sorted(sum(len(p.split()) for p in ch.paragraphs[a + 1:b])
+                    for (a, _n), (b, _m) in zip(at, [*at[1:], (len(ch.paragraphs), 0)]))
+    return at if lead >= BARE_NUMERAL_LEAD_WORDS and pieces[len(pieces) // 2] >= BARE_NUMERAL_PIECE_WORDS else []
+
+
 _CHAPTER_PARA_RE = re.compile(r"^(?:CHAPTER|Chapter)[ \t]+(?P<num>[IVXLCDM]+|\d{1,3})\b\.?"
                               r"[ \t]*(?:[-\u2013\u2014:.][ \t]*\S.*)?$")
 """A paragraph that names a chapter and says what happens in it: "Chapter I - The crystal sea, God commands Adam,
@@ -2934,9 +2962,9 @@ def _chapter_paragraphs(chapters: list[Chapter], front_matter: bool = False) -> 
     Where three or more of those paragraphs name chapters that follow as entries of their own ("Chapter 2.
     Variation Under Nature." before the entry "CHAPTER II. VARIATION UNDER NATURE."), they are a detailed
     contents (each title over its chapter's summary), whatever its label says ("DETEAILED CONTENTS."): from its
-    first such paragraph on it is not read, unless ``front_matter``. An entry titled "Contents" that holds only
-    short lines (40 words at most) is not split: its "CHAPTER I" lines are the list's (jobs.ingest.matter leaves
-    it out whole)."""
+    first such paragraph on it is not read, unless ``front_matter``. An entry titled "Contents" whose "CHAPTER I"
+    paragraphs have no text under them (their title or summary only, :data:`CONTENTS_ENTRY_PARAGRAPHS`) is not
+    split: they are the list's (jobs.ingest.matter leaves it out whole)."""
     out: list[Chapter] = []
     for n, ch in enumerate(chapters):
         at = []
@@ -2944,10 +2972,12 @@ def _chapter_paragraphs(chapters: list[Chapter], front_matter: bool = False) -> 
             m = _CHAPTER_PARA_RE.match(p.strip()) if ch.kind(i) == "text" and len(p.split()) <= 40 else None
             if m:
                 at.append((i, _number_value(m.group("num"))))
+        if len(at) < 3:
+            at = _bare_numeral_chapters(ch)
         if len(at) < 3 or [n for _i, n in at] != list(range(1, len(at) + 1)) \
                 or not front_matter and _CONTENTS_LABEL_RE.match((ch.title or "").strip()) \
-                and all(len(p.split()) <= 40 for p in ch.paragraphs):
-            out.append(ch)  # (under a "CONTENTS" entry of short lines only, "CHAPTER I" / "Going Away" are the list's)
+                and all(b - a <= CONTENTS_ENTRY_PARAGRAPHS for (a, _n), (b, _m) in zip(at, [*at[1:], (len(ch.paragraphs), 0)])):
+            out.append(ch)  # (under a "CONTENTS" entry, "CHAPTER I" / "Going Away" are the list's: no text under them)
             continue
         kinds = list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs)
         first = at[0][0]

@@ -811,3 +811,29 @@ def test_markdown_numbered_parts_over_topic_headings_and_titles_at_random_levels
     truth = load_book(_bench_book("narrative-of-sojourner-truth-md.md.gz", tmp_path))
     titles = [c.title for c in truth.chapters]
     assert len(titles) == 30 and "Last Days of Bomefree." in titles and titles[-1] == "Her Last Interview with Her Master."
+
+
+def test_chapters_headed_by_numerals_alone_that_the_nav_leaves_out_are_found(tmp_path):
+    """Longinus on the Sublime (EPUB 3): the nav ends its "INTRODUCTION" entry at the appendix notes, but after
+    Lang's introduction the treatise runs on in 44 chapters headed "I" ... "XLIV" alone (h5): each is a chapter;
+    a numbered list inside a letter (Pamela's rules, a line or two each) stays paragraphs."""
+    book = load_book(_bench_book("longinus-on-the-sublime-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    k = titles.index("I")
+    assert titles[k - 1] == "Introduction" and titles[k:k + 3] == ["I", "II", "III"] and "XLIV" in titles
+    assert book.chapters[k].paragraphs[0].startswith("1 The treatise of Caecilius") \
+        or book.chapters[k].paragraphs[0].startswith("The treatise of Caecilius")
+    pamela = load_book(_bench_book("pamela-epub.epub", tmp_path))
+    assert not any(c.title in ("I.", "II.") for c in pamela.chapters)
+
+
+def test_an_epub_contents_of_chapter_summaries_and_production_notes_are_no_chapters(tmp_path):
+    """Baron Trump's Marvellous Underground Journey (EPUB 3): its "CONTENTS." entry lists "CHAPTER I." over each
+    chapter's summary: no chapters of its own (33, with the biographical notice); its "ILLUSTRATIONS." entry is a
+    list of pictures, not read. This Side of Paradise (EPUB 3): "Appendix: Production notes for eBook edition 11"
+    after the last chapter is the e-book maker's, not read."""
+    book = load_book(_bench_book("baron-trumps-marvellous-underground-journey-epub.epub", tmp_path))
+    assert len(book.chapters) == 32 + 1 and not any(c.title.startswith("Illustrations") for c in book.chapters)
+    assert sum(c.title.upper().startswith("CHAPTER I") for c in book.chapters) >= 1
+    paradise = load_book(_bench_book("this-side-of-paradise-epub.epub", tmp_path))
+    assert len(paradise.chapters) == 10 and "edition 11" not in _spoken(paradise)
