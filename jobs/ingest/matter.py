@@ -27,7 +27,7 @@ _MATTER_TITLE_RE = re.compile(
     r"|(?:general\s+)?index(?:\s+(?:of|to)\s+(?:the\s+)?(?:proper\s+names|names|persons|places|subjects|first\s+lines"
     r"|titles|authors))?"
     r"|copyright(?:\s+page)?|colophon|(?:transcriber|preparer)(?:'s|\u2019s)?\s+notes?|(?:also|other\s+(?:books|titles|works))\s+by\b.*|(?:list\s+of\s+)?illustrations|list\s+of\s+(?:drawings|plates)"
-    r"|(?:a\s+)?note\s+on\s+the\s+illustrations"
+    r"|(?:a\s+)?note\s+on\s+the\s+illustrations|typographical\s+errors(?:\s+corrected(?:\s+in\s+(?:the\s+)?text)?)?"
     r"|(?:appendix\s*:\s*)?(?:production|transcriber(?:'s|\u2019s)?)\s+notes\s+(?:for|on|to)\s+(?:the\s+|this\s+)?e-?(?:book|text)\b.*"
     r"|all\s+rights\s+reserved|description\s+of\s+(?:the\s+)?characters|publishers?(?:'s?|\u2019s?)?\s+note"
     r"|(?:a\s+)?list\s+of\s+(?:the\s+)?subscribers(?:'|\u2019)?(?:\s+names)?|subscribers(?:'|\u2019)?\s+names)"
@@ -484,9 +484,10 @@ def _opened_by(ch: Chapter, nxt: Chapter) -> Chapter:
 
 
 _TRAILING_MATTER_RE = re.compile(r"^(?:about\s+the\s+authors?|(?:also|other\s+(?:books|titles|works))\s+by\s+\S.{0,60}"
-                                 r"|by\s+the\s+same\s+author)[.:]?$", re.I)
+                                 r"|by\s+the\s+same\s+author|typographical\s+errors\s+corrected(?:\s+in\s+(?:the\s+)?text)?)[.:]?$",
+                                 re.I)
 """The label of a section closing the last chapter that is not the book's: "About the Author", "Other books by J.
-Sheridan LeFanu", "By the same Author"."""
+Sheridan LeFanu", "By the same Author", the e-text's "Typographical errors corrected in text:"."""
 
 
 def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:

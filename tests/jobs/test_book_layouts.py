@@ -837,3 +837,14 @@ def test_an_epub_contents_of_chapter_summaries_and_production_notes_are_no_chapt
     assert sum(c.title.upper().startswith("CHAPTER I") for c in book.chapters) >= 1
     paradise = load_book(_bench_book("this-side-of-paradise-epub.epub", tmp_path))
     assert len(paradise.chapters) == 10 and "edition 11" not in _spoken(paradise)
+
+
+def test_the_e_texts_list_of_corrected_typographical_errors_is_not_read(tmp_path):
+    """Candide (EPUB 3): an entry titled "Typographical errors corrected in text:" after the last chapter, and The
+    Jewish State (EPUB 3): the same label closing the last chapter over its list ("Page 14: Duhring replaced with
+    Dühring"): the e-text maker's, neither a chapter nor read."""
+    candide = load_book(_bench_book("candide-epub.epub", tmp_path))
+    assert not any(c.title.startswith("Typographical") for c in candide.chapters)
+    assert "Typographical errors" not in _spoken(candide)
+    herzl = load_book(_bench_book("jewish-state-epub.epub", tmp_path))
+    assert "Duhring replaced" not in _spoken(herzl) and "Typographical errors" not in _spoken(herzl)
