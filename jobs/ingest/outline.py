@@ -2931,6 +2931,12 @@ BARE_NUMERAL_PIECE_WORDS = 100
 """The fewest words under the median numeral: chapters, not the numbered items of a list ("I. ... II. ...")."""
 
 
+def _spans(at: list[tuple[int, int]], end: int) -> list[tuple[int, int]]:
+    """(start, end) of the paragraphs from each (position, number) of ``at`` up to the next one, the last up to
+    ``end``."""
+    return [(a, b) for (a, _n), (b, _m) in zip(at, [*at[1:], (end, 0)])]
+
+
 def _bare_numeral_chapters(ch: Chapter) -> list[tuple[int, int]]:
     """(position, number) of the paragraphs of an EPUB entry that are chapter numerals alone ("I", "II", ... "XLIV"),
     where the nav left those chapters out: :data:`BARE_NUMERAL_RUN` or more, numbered one on from I, after at least
@@ -2942,8 +2948,7 @@ def _bare_numeral_chapters(ch: Chapter) -> list[tuple[int, int]]:
     if len(at) < BARE_NUMERAL_RUN or [n for _i, n in at] != list(range(1, len(at) + 1)):
         return []
     lead = sum(len(p.split()) for p in ch.paragraphs[:at[0][0]])
-    pieces = sorted(sum(len(p.split()) for p in ch.paragraphs[a + 1:b])
-                    for (a, _n), (b, _m) in zip(at, [*at[1:], (len(ch.paragraphs), 0)]))
+    pieces = sorted(sum(len(p.split()) for p in ch.paragraphs[a + 1:b]) for a, b in _spans(at, len(ch.paragraphs)))
     return at if lead >= BARE_NUMERAL_LEAD_WORDS and pieces[len(pieces) // 2] >= BARE_NUMERAL_PIECE_WORDS else []
 
 
@@ -2957,7 +2962,8 @@ def _chapter_paragraphs(chapters: list[Chapter], front_matter: bool = False) -> 
     """An EPUB chapter whose chapters are marked only by paragraphs ("Chapter I - The crystal sea ...", no heading
     markup and no contents entry): three or more such paragraphs of 40 words at most, numbered I, II, III ... on
     by one, split it, each opening a chapter titled by it; the text before the first keeps the chapter's title,
-    or takes a named heading it opens with ("Prologue"), said as a title.
+    or takes a named heading it opens with ("Prologue"), said as a title. Chapters headed by a numeral alone that
+    the nav left out split it the same way (:func:`_bare_numeral_chapters`).
 
     Where three or more of those paragraphs name chapters that follow as entries of their own ("Chapter 2.
     Variation Under Nature." before the entry "CHAPTER II. VARIATION UNDER NATURE."), they are a detailed
@@ -2976,7 +2982,7 @@ def _chapter_paragraphs(chapters: list[Chapter], front_matter: bool = False) -> 
             at = _bare_numeral_chapters(ch)
         if len(at) < 3 or [n for _i, n in at] != list(range(1, len(at) + 1)) \
                 or not front_matter and _CONTENTS_LABEL_RE.match((ch.title or "").strip()) \
-                and all(b - a <= CONTENTS_ENTRY_PARAGRAPHS for (a, _n), (b, _m) in zip(at, [*at[1:], (len(ch.paragraphs), 0)])):
+                and all(b - a <= CONTENTS_ENTRY_PARAGRAPHS for a, b in _spans(at, len(ch.paragraphs))):
             out.append(ch)  # (under a "CONTENTS" entry, "CHAPTER I" / "Going Away" are the list's: no text under them)
             continue
         kinds = list(ch.kinds) if ch.kinds else ["text"] * len(ch.paragraphs)

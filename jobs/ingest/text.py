@@ -1123,14 +1123,20 @@ def _titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[str, ...]
     if len(lines) < (2 if group else 3) \
             or not all(_title_like(ln) and len(ln.split()) <= 10 and any(c.isalpha() for c in ln) for ln in lines):
         return None
-    pos = i
-    found = 0
-    for ln in lines:
-        later = [n for n in singles.get(tuple(_tokens(ln)), ()) if n > pos]
+    found = _found_again(lines, singles, i)
+    return lines if len(lines) - found <= len(lines) // 10 else None
+
+
+def _found_again(titles: list[str], singles: dict[tuple[str, ...], list[int]], after: int) -> int:
+    """How many of ``titles`` come again, in their order, as lines set apart (:func:`_single_lines`) after block
+    ``after``: each is looked for after the one found before it."""
+    pos, found = after, 0
+    for t in titles:
+        later = [n for n in singles.get(tuple(_tokens(t)), ()) if n > pos]
         if later:
             pos = later[0]
             found += 1
-    return lines if len(lines) - found <= len(lines) // 10 else None
+    return found
 
 
 _ENTRY_NUMBER_RE = re.compile(rf"^(?:{_ROMAN}|\d{{1,3}})\.[ \t]+(?=\S)")
@@ -1150,13 +1156,7 @@ def _numbered_titles_again(blocks: list[list[str]], i: int, singles: dict[tuple[
     if k - i < 3 or k < len(blocks) and _ENTRY_NUMBER_RE.match(blocks[k][0].strip()) \
             or any(m > k for n in range(i, k) for m in singles.get(tuple(_tokens(blocks[n][0])), ())):
         return 0  # (the whole list, up to a block that is no numbered entry)
-    pos, found = k - 1, 0
-    for n in range(i, k):
-        bare = _ENTRY_NUMBER_RE.sub("", blocks[n][0].strip())
-        later = [m for m in singles.get(tuple(_tokens(bare)), ()) if m > pos]
-        if later:
-            pos = later[0]
-            found += 1
+    found = _found_again([_ENTRY_NUMBER_RE.sub("", blocks[n][0].strip()) for n in range(i, k)], singles, k - 1)
     return k - i if (k - i) - found <= (k - i) // 10 else 0
 
 
@@ -1173,12 +1173,7 @@ def _titles_again_apart(blocks: list[list[str]], i: int, singles: dict[tuple[str
         k += 1  # (up to the label over a list of pictures after it: "LIST OF DRAWINGS" over captions of two lines)
     if k - i < 3:
         return 0
-    pos, found = k - 1, 0
-    for n in range(i, k):
-        later = [m for m in singles.get(tuple(_tokens(blocks[n][0])), ()) if m > pos]
-        if later:
-            pos = later[0]
-            found += 1
+    found = _found_again([blocks[n][0] for n in range(i, k)], singles, k - 1)
     return k - i if (k - i) - found <= (k - i) // 10 else 0
 
 
