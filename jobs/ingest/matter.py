@@ -48,6 +48,14 @@ _RIGHTS_RE = re.compile(r"all rights reserved|\bISBN\b|no part of this (?:public
                         r"printed in|library of congress", re.I)
 
 
+STATIONERS_HALL = r"entered\s+(?:in\s+[A-Z][a-z]+\s+)?at\s+stationers(?:'|\u2019)?\s+hall\b"
+"""The English copyright entry ("Entered in London at Stationers' Hall."), a pattern fragment for case-blind
+expressions: here a copyright notice, in :mod:`jobs.ingest.outline` a publisher's line."""
+PRINTING_WORKS = r"\bPrinting\s+(?:Works|Office)\b"
+"""A printer's works named ("The Selwood Printing Works", "Government Printing Office"), a pattern fragment: here the
+printer's line at the foot of the last page, in :mod:`jobs.ingest.outline` a publisher's line."""
+
+
 _PRINTED_RE = re.compile(r"^\W*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?"
                          r"printed\s+(?:by|at|in)\b", re.I)
 
@@ -59,7 +67,7 @@ def _printer_line(p: str) -> bool:
     or starting "Printed by"."""
     if len(p.split()) > 15:
         return False
-    return bool(_PRINTED_RE.match(p)) or re.search(r"\bPrinting\s+(?:Works|Office)\b", p) is not None \
+    return bool(_PRINTED_RE.match(p)) or re.search(PRINTING_WORKS, p) is not None \
         or (not any(c.islower() for c in p) and re.search(r"\b(?:PRESS|PRINTERS?|PRINTING)\b", p) is not None)
 
 
@@ -413,7 +421,7 @@ achievement ...', 'THE SATURDAY REVIEW.\u2014"Here we find ...')."""
 
 _COPYRIGHT_NOTICE_RE = re.compile(r"^\W*(?:(?:renewal|renewed)\s+)?(?:copyright\b|\u00a9"
                                   r"|entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
-                                  r"|entered\s+(?:in\s+[A-Z][a-z]+\s+)?at\s+stationers(?:'|\u2019)?\s+hall\b)", re.I)
+                                  r"|" + STATIONERS_HALL + ")", re.I)
 """A copyright notice's first words: "Copyright, 1879, by ...", "\u00a9 1912", "renewal copyright, 1954, ...", "Entered
 according to Act of Congress in 1855 by ...", "Entered in London at Stationers' Hall."."""
 

@@ -27,7 +27,7 @@ from core.errors import InputError
 from jobs.ingest.book import Chapter, renumbered
 from jobs.ingest.common import (_CAST_LABEL_RE, _CONTENTS_LABEL_RE, _DEDICATION_LINE_RE, _ILLUSTRATIONS_LABEL_RE, _has_prose,
                                 _is_prose, _join_title, _tokens)
-from jobs.ingest.matter import _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
+from jobs.ingest.matter import PRINTING_WORKS, STATIONERS_HALL, _NOTE_LABEL_RE, _PRICE_RE, _producer_notes, _the_end
 from jobs.ingest.text import (_CONNECTING_END_RE, _ORDINAL_HEADING_RE, _ROMAN_ALONE_RE, _Item, _caps_line, _SECTION_RE,
                                _match_heading, _number_value, _roman_value)
 
@@ -1371,7 +1371,7 @@ Arnold", "With an Introduction by W. L. Courtney, LL.D.",
 "WITH AN ESSAY IN CHARACTER by Sir Andrew Macphail" (also misprinted "WITH AND ESSAY"); "BY ORDER OF THE AUTHOR"
 signs a notice and is no credit."""
 _PUBLISHER_RE = re.compile(r"\b(?:publish|PUBLISH)(?:ing|ers?|ING|ERS?)\b|\w,\s+(?:Ltd|LTD)\."
-                           r"|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|\bPrinting\s+(?:Works|Office)\b"
+                           r"|\b[A-Z][^\W\dA-Z_]+\s+Press\b(?!\s+(?:of|and)\b)|" + PRINTING_WORKS +
                            r"|\b(?:Co|CO)\.,?\s+(?:Ltd|Limited|Inc|LTD|LIMITED|INC)\b"
                            r"|\s(?:&|and|AND)\s+(?:Co|CO)\.(?:\W|$)|\s(?:&|and|AND)\s+(?:Company|COMPANY)\b(?!\s+of\b)|^\W*(?i:published\s+(?:in\s+[\w ,]{1,30}?\s+)?by)\s"
                            r"|^\W*(?:THE\s+)?[A-Z]{3,}(?:\s+[A-Z]{2,})?\s+PRESS\W*(?:[/,:]\s*[A-Z][A-Z .]{2,30})?$")
@@ -1407,7 +1407,7 @@ _IMPRINT_RE = re.compile(r"\bcopyright\b|\u00a9|all\s+rights\s+reserved"
                          r"|^\[?\s*(?:[A-Z][\w .]{1,25}:\s*)?(?:(?:electrotyped|stereotyped)\s+and\s+)?(?:re)?printed,?"
                          r"(?:\s+the\s+[\w-]+\s+time,?)?\s+(?:in|by|for)\b"
                          r"|^\W*entered,?\s+according\s+to\s+(?:the\s+)?act\s+of\s+congress\b"
-                         r"|^\W*entered\s+(?:in\s+[A-Z][a-z]+\s+)?at\s+stationers(?:'|\u2019)?\s+hall\b"
+                         r"|^\W*" + STATIONERS_HALL +
                          r"|\bpublic\s+domain\b|\bedition\s+produced\b|\b(?:first|originally)\s+published\b"
                          r"|^\W*(?:extracted|reprinted|reproduced)\s+from\b|\breprint\s+of\s+the\s+(?:\w+\s+)?edition\b"
                          r"|^\W*this\s+(?:book\s+|volume\s+)?is\s+a\s+reprint\b"
