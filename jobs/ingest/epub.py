@@ -714,7 +714,7 @@ _FRAME_ENTRY_RE = re.compile(r"^(?:prologue|epilogue)\W*$", re.I)
 """A prologue's or epilogue's entry, which may hold numbered parts as a tale does ("PROLOGUE" over "I" ... "IV")."""
 PIECE_WORDS = 300
 """Words at most of each short titled piece under a tale's entry."""
-FIRST_PART_WORDS = 300
+FIRST_PART_WORDS = 200
 """Words at least of a tale's own text before its parts numbered from II (its first part, unheaded)."""
 
 
@@ -733,16 +733,28 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
     found: list[list[int]] = []
     novels: list[list[int]] = []
     later: list[list[int]] = []
+    single: list[list[int]] = []  # a lone "II" under a tale's entry
+    from_two: list[list[int]] = []
     for n, (label, depth) in enumerate(entries):
         if not label or _bare_number(label) is not None or _KEYWORD_START_RE.match(label.strip()) \
                 and not _FRAME_ENTRY_RE.match(label.strip()) or _ORDINAL_HEADING_RE.match(label.strip()):
             continue
         inner = []
+        slipped: set[int] = set()  # a part's numeral marked up a level too high ("V" among the tale's h3 numerals)
+        last = None  # the number of the last numeral one level down
         for m in range(n + 1, len(entries)):
-            if entries[m][1] <= depth:
+            lm, dm = entries[m]
+            if dm <= depth:
+                if dm == depth and last is not None and _bare_number(lm) == last + 1:
+                    slipped.add(m)
+                    inner.append(m)
+                    last += 1
+                    continue
                 break
             inner.append(m)
-        children = [m for m in inner if entries[m][1] == depth + 1]
+            if dm == depth + 1:
+                last = _bare_number(lm)
+        children = [m for m in inner if entries[m][1] == depth + 1 or m in slipped]
         if len(children) != len(inner):
             continue
         numbers = [_bare_number(entries[m][0]) for m in children if _bare_number(entries[m][0]) is not None]
@@ -750,12 +762,16 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
                 and len(children) - len(numbers) <= 1 and _bare_number(entries[children[-1]][0]) is not None:
             novel = words is not None and len(numbers) >= NOVEL_CHAPTERS and sum(words[m] for m in children) >= NOVEL_WORDS
             (novels if novel else found).append(children)
-        elif words is not None and len(numbers) == len(children) >= 2 and numbers == list(range(2, len(numbers) + 2)) \
+        elif words is not None and len(numbers) == len(children) >= 1 and numbers == list(range(2, len(numbers) + 2)) \
                 and words[n] >= FIRST_PART_WORDS:
-            later.append(children)  # "THE STREET OF THE FIRST SHELL", its first part unheaded, over "II" ... "IV"
+            # "THE STREET OF THE FIRST SHELL", its first part unheaded, over "II" ... "IV"
+            (later if len(numbers) >= 2 else single).append(children)
+            from_two.append(children)
         elif words is not None and len(children) >= 3 and not numbers and all(
                 words[m] <= PIECE_WORDS and not _KEYWORD_START_RE.match((entries[m][0] or "").strip()) for m in children):
             later.append(children)  # "THE PROPHETS' PARADISE" over eight short pieces: "THE STUDIO", "THE PHANTOM" ...
+    if not found and not novels and len(from_two) >= 2 and max(map(len, from_two)) >= 2:
+        return {m for run in from_two + later for m in run}  # every tale's "I" left out of the list
     if len(found) + len(novels) < 2 or not found:
         return set()
     return {m for run in found + (later if len(found) >= 2 else []) for m in run}

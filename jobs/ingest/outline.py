@@ -1952,12 +1952,19 @@ def _contents_of_titles(items: list[_Item]) -> list[_Item]:
             if h.kind != "heading" or h.num is None:
                 continue
             toks = tuple(_tokens(h.text))
-            titles.append(_after_number(toks) or toks)  # "LETTER I" with no title: its keyword and number
+            after = _after_number(toks)
+            # "LETTER I" with no title: its keyword and number; a title the list does not print ("CHAPTER II.
+            # 1847-1854" listed as "CHAPTER II" over its summary): either
+            titles.append((after, toks[:len(toks) - len(after)]) if after and len(after) < len(toks) else (toks,))
         found, at = 0, 0
-        for t in titles:
-            hit = next((i for i in range(at, len(span) - len(t) + 1) if span[i:i + len(t)] == t), None)
+        for forms in titles:
+            hit = None
+            for t in forms:
+                hit = next((i + len(t) for i in range(at, len(span) - len(t) + 1) if span[i:i + len(t)] == t), None)
+                if hit is not None:
+                    break
             if hit is not None:
-                found, at = found + 1, hit + len(t)
+                found, at = found + 1, hit
         return found >= 3 and 5 * found >= 3 * len(titles)
 
     def text_under(k: int, heads: list[int]) -> bool:

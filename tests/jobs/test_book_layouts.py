@@ -848,3 +848,26 @@ def test_the_e_texts_list_of_corrected_typographical_errors_is_not_read(tmp_path
     assert "Typographical errors" not in _spoken(candide)
     herzl = load_book(_bench_book("jewish-state-epub.epub", tmp_path))
     assert "Duhring replaced" not in _spoken(herzl) and "Typographical errors" not in _spoken(herzl)
+
+
+def test_an_epub_tales_parts_numbered_from_two_under_their_entries_are_sections(tmp_path):
+    """Best Russian Short Stories (EPUB 3): the stories' parts are h3 numerals under the h2 titles, and the
+    contents lists them from "II" (every "I" unlisted, the story's own text before "II"); "THE BET" has a
+    lone "II", and "HIDE AND SEEK"'s "V" and "THE SERVANT"'s "IV" are marked up a level too high: all are the
+    stories' sections, said as "Part two.", not chapters (20 with the introduction, plus an inner heading)."""
+    book = load_book(_bench_book("best-russian-short-stories-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert not any(t in ("II", "III", "IV", "V") for t in titles) and len(book.chapters) <= 21
+    queen = next(c for c in book.chapters if c.title.startswith("The Queen of Spades"))
+    assert [p for p, k in zip(queen.paragraphs, queen.kinds) if k == "heading"][:2] == ["Part II.", "Part III."]
+    servant = next(c for c in book.chapters if c.title.startswith("The Servant"))
+    assert "Part IV." in servant.paragraphs
+
+
+def test_a_contents_of_chapter_numbers_over_dashed_summaries_is_not_read(tmp_path):
+    """Maria Mitchell: Life, Letters, and Journals (TXT): "CONTENTS" over "CHAPTER I" ... "CHAPTER XIII", each
+    over its summary of phrases joined by dashes, while the chapters are headed "CHAPTER I" / "1818-1846" with
+    another title: the list is no chapters and is not read."""
+    book = load_book(_bench_book("maria-mitchell-life-letters-journals.txt.gz", tmp_path))
+    assert book.chapters[0].title.startswith("CHAPTER I.") and len(book.chapters) <= 15
+    assert "Solar eclipse of 1831--Teaching" not in _spoken(book)
