@@ -432,6 +432,14 @@ def _copyright_notices(paras: list[str]) -> set[int]:
     return {i for i, p in enumerate(paras) if len(p.split()) <= 60 and _COPYRIGHT_NOTICE_RE.match(p)}
 
 
+def _press_notices(paras: list[str]) -> bool:
+    """The paragraphs under a closing "By the same Author" are the other book's title page and its reviews: three
+    press notices or more (:data:`_PRESS_NOTICE_RE`), the rest short lines (its title, "BY", the author, "WITH ONE
+    HUNDRED AND SEVENTY SKETCHES BY A.S. BOYD", "Extracts from Reviews"), of 15 words at most."""
+    notices = sum(1 for p in paras if _PRESS_NOTICE_RE.match(p))
+    return notices >= 3 and all(_PRESS_NOTICE_RE.match(p) or len(p.split()) <= 15 for p in paras)
+
+
 def _press_chapters(chapters: list[Chapter]) -> int:
     """How many chapters at the end of the book are the publisher's notices of the author's other books: each
     headed by the other book's title and holding only press notices (:data:`_PRESS_NOTICE_RE`)."""
@@ -515,7 +523,7 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     the book's index
     at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" or "Other books by ..."
     section inside the last chapter (its label a paragraph of its own, :data:`_TRAILING_MATTER_RE`, followed by
-    at most 400 words)."""
+    at most 400 words, or by another book's title page and its press notices: :func:`_press_notices`)."""
     out: list[Chapter] = []
     chapters = _play_title_pages(chapters)
     chapters = chapters[:len(chapters) - _press_chapters(chapters)]
@@ -564,7 +572,8 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             if ads is not None:
                 kept, paras = kept[:ads], paras[:ads]  # the publisher's list of books with their prices
             for j, para in enumerate(paras):
-                if j > 0 and _TRAILING_MATTER_RE.match(para) and len(" ".join(paras[j + 1:]).split()) <= 400:
+                if j > 0 and _TRAILING_MATTER_RE.match(para) and (len(" ".join(paras[j + 1:]).split()) <= 400
+                                                                  or _press_notices(paras[j + 1:])):
                     kept = kept[:j]
                     break
         if kept:

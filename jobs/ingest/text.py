@@ -394,7 +394,8 @@ _SECTION_RE = re.compile(
     r"|(?:(?:THE |The )?(?:AUTHOR['\u2019]S|Author['\u2019]s) |ORIGINAL |Original )?(?:PREFACE|Preface|INTRODUCTION|Introduction)"
     r"|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|Conclusion"
-    r"|POSTSCRIPT|APPENDIX|(?:THE |The )?(?:FORETHOUGHT|Forethought|AFTERTHOUGHT|Afterthought))\.?)"
+    r"|POSTSCRIPT|APPENDIX|(?:THE |The )?(?:FORETHOUGHT|Forethought|AFTERTHOUGHT|Afterthought)"
+    r"|L['\u2019](?:ENVOI|Envoi))\.?)"
     r"(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
                             r"[ \t]+(?:TO|(?:WRITTEN[ \t]+|SPOKEN[ \t]+)?BY)[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")

@@ -871,3 +871,14 @@ def test_a_contents_of_chapter_numbers_over_dashed_summaries_is_not_read(tmp_pat
     book = load_book(_bench_book("maria-mitchell-life-letters-journals.txt.gz", tmp_path))
     assert book.chapters[0].title.startswith("CHAPTER I.") and len(book.chapters) <= 15
     assert "Solar eclipse of 1831--Teaching" not in _spoken(book)
+
+
+def test_an_envoi_closes_the_book_and_the_other_books_reviews_after_it_are_not_read(tmp_path):
+    """A Versailles Christmas-Tide (TXT): "L'ENVOI" after "CHAPTER IX" is a closing chapter of its own, and after
+    it "By the same Author" over another book's title page ("OUR STOLEN SUMMER" / "BY" / ...) and fifteen press
+    notices ('THE WORLD.--"To be able to go round ...') is the publisher's, not read."""
+    book = load_book(_bench_book("versailles-christmas-tide.txt.gz", tmp_path))
+    assert book.chapters[-1].title.upper() == "L'ENVOI" and len(book.chapters) == 10
+    spoken = _spoken(book)
+    assert "OUR STOLEN SUMMER" not in spoken and "Extracts from Reviews" not in spoken and "CHATTO" not in spoken
+    assert book.chapters[-1].paragraphs[-1].startswith("Dear nameless Sister!")
