@@ -70,7 +70,8 @@ SETS = ("tune", "heldout", "heldout3", "heldout4", "heldout5", "heldout6", "held
         "heldout38", "heldout39", "heldout40", "heldout41", "heldout42", "heldout43", "heldout44",
         "heldout45", "heldout46", "heldout47", "heldout48", "heldout49", "heldout50", "heldout51",
         "heldout52", "heldout53", "heldout54", "heldout55", "heldout56", "heldout57", "heldout58",
-        "heldout59", "heldout60", "heldout61", "heldout62")
+        "heldout59", "heldout60", "heldout61", "heldout62",
+        "heldout63")
 """The sets of ``sets.json``: tune on the first, only report the held-out ones."""
 
 _TOKEN = re.compile(r"[a-z0-9]+")
