@@ -71,6 +71,15 @@ def _printer_line(p: str) -> bool:
         or (not any(c.islower() for c in p) and re.search(r"\b(?:PRESS|PRINTERS?|PRINTING)\b", p) is not None)
 
 
+_COLOPHON_RE = re.compile(r"^\W*(?:so\s+)?here\s+end(?:s|eth)\s+(?:the\s+)?\S.{0,300}?\b(?:printed|print|printing|press|types?)\b",
+                          re.I | re.S)
+"""A private press's colophon closing the book: "So here ends LOVE, LIFE AND WORK, being a book of Essays selected
+from the writings of ELBERT HUBBARD, and done into print by The Roycrofters at their Shop ...", "Here endeth ...
+printed at the ... Press"."""
+COLOPHON_TAIL_PARAGRAPHS = 3
+"""The colophon is among the last chapter's last this many paragraphs (its press's mark may follow it)."""
+
+
 PRINTER_TAIL_PARAGRAPHS = 12
 """At most this many paragraphs, under a "Footnotes" label, follow the printer's line that ends the book's text."""
 _FOOTNOTES_LABEL_RE = re.compile(r"^\W*(?:foot\s*)?notes?\W*$", re.I)
@@ -517,7 +526,8 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     first act in a book of plays (:func:`_play_title_pages`); a synopsis under the headings that follow it
     (:func:`_synopsis`); short copyright notices among the first three chapters, as chapters of their own or
     among prose (:func:`_copyright_notices`); ISBN-only paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also
-    letter-spaced: :func:`_the_end`); a short last chapter about Project Gutenberg ("More Info"); the author's
+    letter-spaced: :func:`_the_end`); a private press's colophon among the last paragraphs ("So here ends ...
+    done into print by The Roycrofters ...", :data:`_COLOPHON_RE`); a short last chapter about Project Gutenberg ("More Info"); the author's
     other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`)
     or by their prices (:func:`_catalogue_chapters`);
     the book's index
@@ -558,6 +568,10 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
             if printer is not None and len(paras) - printer <= PRINTER_TAIL_PARAGRAPHS \
                     and _FOOTNOTES_LABEL_RE.match(paras[printer + 1]):
                 kept, paras = kept[:printer], paras[:printer]  # the printer's line, then the e-text's footnotes
+            colophon = next((j for j in range(max(1, len(paras) - COLOPHON_TAIL_PARAGRAPHS), len(paras))
+                             if len(paras[j].split()) <= 80 and _COLOPHON_RE.match(paras[j])), None)
+            if colophon is not None:
+                kept, paras = kept[:colophon], paras[:colophon]  # the press's colophon and its mark
             tail = _closing_bracketed_notes(paras)
             if tail < len(paras):
                 kept, paras = kept[:tail], paras[:tail]  # the e-text maker's notes in brackets after the text

@@ -395,7 +395,7 @@ _SECTION_RE = re.compile(
     r"|FOREWORD|Foreword"
     r"|AFTERWORD|Afterword|INTERLUDE|Interlude|PRELUDE|Prelude|FINALE|Finale|CODA|Coda|CONCLUSION|Conclusion"
     r"|POSTSCRIPT|APPENDIX|(?:THE |The )?(?:FORETHOUGHT|Forethought|AFTERTHOUGHT|Afterthought)"
-    r"|L['\u2019](?:ENVOI|Envoi))\.?)"
+    r"|L['\u2019](?:ENVOI|Envoi)|BIBLIOGRAPHY)\.?)"
     r"(?:[ \t]*[.:\u2014\u2013-][ \t]*(?P<title>\S.*))?$")
 _SECTION_TO_RE = re.compile(r"^(?P<head>(?:PREFACE|INTRODUCTION|FOREWORD|PROLOGUE|EPILOGUE|AFTERWORD)"
                             r"[ \t]+(?:TO|(?:WRITTEN[ \t]+|SPOKEN[ \t]+)?BY)[ \t]+[A-Z\u201c\"'].*)$(?P<title>(?!))?")

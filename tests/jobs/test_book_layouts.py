@@ -882,3 +882,26 @@ def test_an_envoi_closes_the_book_and_the_other_books_reviews_after_it_are_not_r
     spoken = _spoken(book)
     assert "OUR STOLEN SUMMER" not in spoken and "Extracts from Reviews" not in spoken and "CHATTO" not in spoken
     assert book.chapters[-1].paragraphs[-1].startswith("Dear nameless Sister!")
+
+
+def test_a_private_press_colophon_closing_the_book_is_not_read(tmp_path):
+    """Love, Life & Work (TXT): "So here ends LOVE, LIFE AND WORK, being a book of Essays ... done into print by _The
+    Roycrofters_ at their Shop at East Aurora ... Completed in the month of July, MCMVI" under the last essay, over
+    the press's mark: the printer's colophon, not read; the essay's last words are."""
+    book = load_book(_bench_book("love-life-and-work.txt.gz", tmp_path))
+    assert "So here ends" not in _spoken(book) and "Roycrofters" not in _spoken(book)
+    assert book.chapters[-1].paragraphs[-1].startswith("THINK RIGHT, ACT RIGHT")
+
+
+def test_a_bibliography_in_capitals_is_a_chapter_of_its_own(tmp_path):
+    """Apocolocyntosis (TXT): the translator's INTRODUCTION, then "BIBLIOGRAPHY" over a short list of editions: a
+    chapter of its own, as the books' contents lists name it (The History of Freedom of Thought: "BIBLIOGRAPHY" after
+    the eighth chapter); "Bibliography" underlined among the introduction's sections (The Art of War) stays one of
+    them."""
+    book = load_book(_bench_book("apocolocyntosis.txt.gz", tmp_path))
+    assert [c.title for c in book.chapters[:2]] == ["Introduction", "Bibliography"]
+    assert book.chapters[1].paragraphs[0].startswith("Editio Princeps")
+    freedom = load_book(_bench_book("history-of-freedom-of-thought.txt.gz", tmp_path))
+    assert freedom.chapters[-1].title == "Bibliography" and len(freedom.chapters) == 9
+    war = load_book(_bench_book("art-of-war.txt.gz", tmp_path))
+    assert not any(c.title == "Bibliography" for c in war.chapters)
