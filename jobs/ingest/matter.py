@@ -441,6 +441,24 @@ def _copyright_notices(paras: list[str]) -> set[int]:
     return {i for i, p in enumerate(paras) if len(p.split()) <= 60 and _COPYRIGHT_NOTICE_RE.match(p)}
 
 
+_EBOOK_COLOPHON_RE = re.compile(r"^(?:colophon|availability|metadata|encoding|revision\s+history|external\s+references"
+                                r"|corrections)\W*$", re.I)
+"""A title of the e-book maker's colophon closing a Project Gutenberg HTML edition: "Colophon" over "Availability",
+"Encoding", "Revision History", "External References" and "Corrections" (the list of changes made to the text)."""
+
+
+def _ebook_colophon(chapters: list[Chapter]) -> int:
+    """How many chapters at the end of the book are the e-book maker's colophon: a chapter titled "Colophon"
+    (perhaps with its first part's title run on: "Colophon. Availability") and the chapters of its parts after it
+    (:data:`_EBOOK_COLOPHON_RE`)."""
+    k = len(chapters)
+    while k > 1 and all(_EBOOK_COLOPHON_RE.match(t.strip()) for t in re.split(r"\.\s+", chapters[k - 1].title or "-")):
+        k -= 1
+        if (chapters[k].title or "").strip().lower().startswith("colophon"):
+            return len(chapters) - k
+    return 0
+
+
 def _press_notices(paras: list[str]) -> bool:
     """The paragraphs under a closing "By the same Author" are the other book's title page and its reviews: three
     press notices or more (:data:`_PRESS_NOTICE_RE`), the rest short lines (its title, "BY", the author, "WITH ONE
@@ -528,7 +546,8 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     among prose (:func:`_copyright_notices`); ISBN-only paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also
     letter-spaced: :func:`_the_end`); a private press's colophon among the last paragraphs ("So here ends ...
     done into print by The Roycrofters ...", :data:`_COLOPHON_RE`); a short last chapter about Project Gutenberg ("More Info"); the author's
-    other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`)
+    other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`);
+    the e-book maker's "Colophon" and its parts closing the book (:func:`_ebook_colophon`)
     or by their prices (:func:`_catalogue_chapters`);
     the book's index
     at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" or "Other books by ..."
@@ -537,6 +556,7 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     out: list[Chapter] = []
     chapters = _play_title_pages(chapters)
     chapters = chapters[:len(chapters) - _press_chapters(chapters)]
+    chapters = chapters[:len(chapters) - _ebook_colophon(chapters)]
     chapters = _synopsis(chapters[:len(chapters) - _catalogue_chapters(chapters)])
     n = len(chapters)
     for k, ch in enumerate(chapters):

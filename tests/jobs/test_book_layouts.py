@@ -905,3 +905,14 @@ def test_a_bibliography_in_capitals_is_a_chapter_of_its_own(tmp_path):
     assert freedom.chapters[-1].title == "Bibliography" and len(freedom.chapters) == 9
     war = load_book(_bench_book("art-of-war.txt.gz", tmp_path))
     assert not any(c.title == "Bibliography" for c in war.chapters)
+
+
+def test_the_e_books_colophon_and_its_parts_closing_an_epub_are_not_read(tmp_path):
+    """The Philippines a Century Hence (EPUB 3): after the last piece, the e-book maker's "Colophon" over
+    "Availability", "Encoding", "Revision History", "External References" and "Corrections" (a table of the changes
+    made): no chapters, not read."""
+    book = load_book(_bench_book("philippines-a-century-hence-epub.epub", tmp_path))
+    titles = [c.title for c in book.chapters]
+    assert not any(t.startswith(("Colophon", "Encoding", "Revision History", "Corrections")) for t in titles)
+    spoken = _spoken(book)
+    assert "pgdp.net" not in spoken and "These links may not work" not in spoken and len(book.chapters) == 10
