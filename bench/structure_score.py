@@ -71,7 +71,7 @@ SETS = ("tune", "heldout", "heldout3", "heldout4", "heldout5", "heldout6", "held
         "heldout45", "heldout46", "heldout47", "heldout48", "heldout49", "heldout50", "heldout51",
         "heldout52", "heldout53", "heldout54", "heldout55", "heldout56", "heldout57", "heldout58",
         "heldout59", "heldout60", "heldout61", "heldout62",
-        "heldout63", "heldout64", "heldout65", "heldout66")
+        "heldout63", "heldout64", "heldout65", "heldout66", "heldout67")
 """The sets of ``sets.json``: tune on the first, only report the held-out ones."""
 
 _TOKEN = re.compile(r"[a-z0-9]+")
