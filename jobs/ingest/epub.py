@@ -729,12 +729,15 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
     are in numbered parts, so are a tale's parts numbered from II under an entry with text of its own (its first
     part unheaded, :data:`FIRST_PART_WORDS` words or more), and three short titled pieces or more under a tale's entry (:data:`PIECE_WORDS` words at
     most each: "THE PROPHETS' PARADISE" over "THE STUDIO", "THE PHANTOM" ...). A prologue or epilogue holds
-    numbered parts as a tale does (:data:`_FRAME_ENTRY_RE`)."""
+    numbered parts as a tale does (:data:`_FRAME_ENTRY_RE`). Where no tale's parts are listed from "I", two tales
+    or more whose parts are listed from "II" (one of them two numerals at least, another perhaps a lone "II") are
+    tales in parts all the same: "THE QUEEN OF SPADES" over "II" ... "VI", "THE BET" over "II". A numeral marked up
+    a level too high, at its tale's own level but going on with the count ("IV" under the tale, then "V" beside
+    it), is one of the tale's parts."""
     found: list[list[int]] = []
     novels: list[list[int]] = []
     later: list[list[int]] = []
-    single: list[list[int]] = []  # a lone "II" under a tale's entry
-    from_two: list[list[int]] = []
+    from_two: list[list[int]] = []  # tales' parts listed from "II" (a lone "II" too), every tale's "I" unlisted
     for n, (label, depth) in enumerate(entries):
         if not label or _bare_number(label) is not None or _KEYWORD_START_RE.match(label.strip()) \
                 and not _FRAME_ENTRY_RE.match(label.strip()) or _ORDINAL_HEADING_RE.match(label.strip()):
@@ -765,7 +768,8 @@ def _nested_parts(entries: list[tuple[str | None, int]], words: list[int] | None
         elif words is not None and len(numbers) == len(children) >= 1 and numbers == list(range(2, len(numbers) + 2)) \
                 and words[n] >= FIRST_PART_WORDS:
             # "THE STREET OF THE FIRST SHELL", its first part unheaded, over "II" ... "IV"
-            (later if len(numbers) >= 2 else single).append(children)
+            if len(numbers) >= 2:
+                later.append(children)
             from_two.append(children)
         elif words is not None and len(children) >= 3 and not numbers and all(
                 words[m] <= PIECE_WORDS and not _KEYWORD_START_RE.match((entries[m][0] or "").strip()) for m in children):

@@ -546,9 +546,9 @@ def _drop_matter(chapters: list[Chapter]) -> list[Chapter]:
     among prose (:func:`_copyright_notices`); ISBN-only paragraphs; the last chapter's text after a "THE END" line (or "FINIS", also
     letter-spaced: :func:`_the_end`); a private press's colophon among the last paragraphs ("So here ends ...
     done into print by The Roycrofters ...", :data:`_COLOPHON_RE`); a short last chapter about Project Gutenberg ("More Info"); the author's
-    other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`);
-    the e-book maker's "Colophon" and its parts closing the book (:func:`_ebook_colophon`)
-    or by their prices (:func:`_catalogue_chapters`);
+    other books advertised by their press notices in chapters of their own at the end (:func:`_press_chapters`)
+    or by their prices (:func:`_catalogue_chapters`); the e-book maker's "Colophon" and its parts closing the
+    book (:func:`_ebook_colophon`);
     the book's index
     at the end of the last chapter (:func:`_back_index`); a trailing "About the Author" or "Other books by ..."
     section inside the last chapter (its label a paragraph of its own, :data:`_TRAILING_MATTER_RE`, followed by

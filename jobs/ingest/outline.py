@@ -1940,7 +1940,8 @@ def _contents_of_titles(items: list[_Item]) -> list[_Item]:
     WORLD." / "PSALM civ. 24. O Lord, how manifold ... 1"), or taken for headings with nothing under them
     ("LECTURE ON PLATINUM." / "NOTES."), or over entries already found to be a list
     (:func:`_listed_ahead`: "LETTER I" over the letter's summary): when the titles of three or more, and of at
-    least three in five, of the numbered headings that follow are found in order between the label and the next
+    least three in five, of the numbered headings that follow (or, for a heading whose title the list does not
+    print, its keyword and number: "CHAPTER II" for "CHAPTER II. 1847-1854") are found in order between the label and the next
     heading with a paragraph of 40 words or more under it, in paragraphs of 100 words at most (or longer summaries
     of phrases joined by dashes, :func:`_dash_summary`), that run is the contents list and is dropped with its
     label. With its label gone already, the run is the short lines and summaries right before the first such
